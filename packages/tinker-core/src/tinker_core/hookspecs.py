@@ -1,0 +1,101 @@
+"""The hooks a plugin implements. Every hook takes a ``register`` callback (or the CLI app).
+
+A plugin is a module (or object) exposed through an entry point in the group ``opentinker``
+whose functions are marked with :data:`tinker_core.hookimpl`::
+
+    # pyproject.toml
+    [project.entry-points.opentinker]
+    myenvs = "my_package.plugin"
+
+    # my_package/plugin.py
+    from tinker_core import EnvSpec, hookimpl
+
+    @hookimpl
+    def opentinker_register_envs(register):
+        register(EnvSpec(id="mine/task-v0", description="..."), MyEnv)
+
+Keep plugin modules light: import heavy libraries inside the factories, not at module level.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from tinker_core.registry import (
+        EstimatorRegister,
+        EnvRegister,
+        LossRegister,
+        OptimizerRegister,
+    )
+
+PROJECT_NAME = "opentinker"
+ENTRY_POINT_GROUP = "opentinker"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def opentinker_register_envs(register: EnvRegister) -> None:
+    """Register text environments.
+
+    :param register: ``register(spec: EnvSpec, factory)``. ``spec.id`` is the env id
+        (``namespace/name-vN``); ``factory(**kwargs)`` builds a fresh :class:`TextEnv` or
+        :class:`MultiAgentTextEnv` (a class works). ``tinker_core.make_env(spec.id, **kwargs)``
+        calls it.
+    """
+
+
+@hookspec
+def opentinker_register_advantage_estimators(register: EstimatorRegister) -> None:
+    """Register advantage estimators.
+
+    :param register: ``register(name, estimator, *, needs_critic=False, description=None)``.
+        ``estimator(inputs: AdvantageInputs, **config) -> AdvantageOutputs`` is a pure function
+        over numpy arrays (see :mod:`tinker_core.algos`); ``needs_critic`` says whether it reads
+        ``inputs.values_B_T``.
+    """
+
+
+@hookspec
+def opentinker_register_optimizers(register: OptimizerRegister) -> None:
+    """Register optimizers.
+
+    :param register: ``register(name, factory, *, description=None)``.
+        ``factory(params, **config)`` returns a ``torch.optim.Optimizer`` over ``params``
+        (an iterable of tensors or parameter groups); ``config`` carries ``lr``,
+        ``weight_decay`` and the optimizer's own keys.
+    """
+
+
+@hookspec
+def opentinker_register_losses(register: LossRegister) -> None:
+    """Register losses (policy, preference, value, KL or supervised).
+
+    :param register: ``register(name, loss_fn, *, kind="policy", description=None)``.
+        ``loss_fn(inputs: LossInputs, **config) -> LossOutputs`` computes a per-token loss
+        ``loss_B_T`` (torch, differentiable in ``inputs.logprobs_B_T``) that the trainer
+        aggregates with the job's aggregation mode. ``kind`` is one of ``policy``,
+        ``preference``, ``value``, ``kl``, ``supervised``.
+    """
+
+
+@hookspec
+def opentinker_register_commands(cli: Any) -> None:
+    """Add subcommands to the ``opentinker`` command line.
+
+    :param cli: the root :class:`typer.Typer` application; add commands with
+        ``@cli.command()`` or sub-applications with ``cli.add_typer(app, name=...)``.
+    """
+
+
+HOOK_NAMES: tuple[str, ...] = (
+    "opentinker_register_envs",
+    "opentinker_register_advantage_estimators",
+    "opentinker_register_optimizers",
+    "opentinker_register_losses",
+    "opentinker_register_commands",
+)

@@ -1,0 +1,394 @@
+"""Plugin discovery and the registries of envs, estimators, losses and optimizers.
+
+Discovery is lazy: nothing is imported until a registry is first read. Plugins come from entry
+points in the group ``opentinker``; ``OPENTINKER_LOAD_PLUGINS`` (comma-separated distribution
+names) limits which load, ``OPENTINKER_DISABLE_PLUGIN_AUTOLOAD`` turns entry-point loading off
+(then only ``OPENTINKER_LOAD_PLUGINS`` and plugins added with :func:`register_plugin` load).
+Set ``OPENTINKER_DEBUG_PLUGINS=1`` to print each hook call on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Generic, TypeVar
+
+import pluggy
+
+from tinker_core import hookspecs
+from tinker_core.env import EnvSpec
+from tinker_core.errors import DuplicateNameError, PluginError, UnknownNameError
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]*$")
+LOCAL_DIST = "<local>"
+
+T = TypeVar("T")
+
+
+def normalize_dist_name(name: str) -> str:
+    """PEP 503 normalisation: ``Tinker_Env.Math`` -> ``tinker-env-math``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registered thing: its name, the object, who registered it and any options."""
+
+    kind: str
+    name: str
+    obj: T
+    distribution: str
+    version: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+
+
+@dataclass
+class PluginInfo:
+    """A loaded plugin: its distribution and everything it registered, by kind."""
+
+    name: str
+    distribution: str
+    version: str | None
+    registers: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "registers": {k: sorted(v) for k, v in self.registers.items()},
+        }
+
+
+class Registry(Generic[T]):
+    """Name -> :class:`Entry` for one kind; refuses duplicates, suggests on unknown names."""
+
+    def __init__(self, kind: str, label: str) -> None:
+        self.kind = kind
+        self.label = label  # how errors call one of these: "env", "advantage estimator"...
+        self._entries: dict[str, Entry[T]] = {}
+
+    def add(self, entry: Entry[T]) -> None:
+        prev = self._entries.get(entry.name)
+        if prev is not None:
+            raise DuplicateNameError(
+                f"{self.label} {entry.name!r} is registered twice: by distribution "
+                f"{prev.distribution!r} and by distribution {entry.distribution!r}; "
+                "uninstall one of them or limit loading with OPENTINKER_LOAD_PLUGINS"
+            )
+        self._entries[entry.name] = entry
+
+    def get(self, name: str) -> Entry[T]:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownNameError(self.label, name, self._entries) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def entries(self) -> list[Entry[T]]:
+        return [self._entries[n] for n in self.names()]
+
+
+EnvRegister = Callable[..., None]
+EstimatorRegister = Callable[..., None]
+OptimizerRegister = Callable[..., None]
+LossRegister = Callable[..., None]
+
+KINDS = ("envs", "advantage_estimators", "losses", "optimizers")
+
+
+class PluginSystem:
+    """The pluggy manager plus the four registries, filled on first access."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self._extra: list[tuple[Any, str]] = []
+        self._lock = threading.RLock()
+        self._loaded = False
+        self._dists: dict[int, tuple[str, str | None]] = {}
+        self.plugins: list[PluginInfo] = []
+        self.envs: Registry[Callable[..., Any]] = Registry("envs", "env")
+        self.advantage_estimators: Registry[Callable[..., Any]] = Registry(
+            "advantage_estimators", "advantage estimator"
+        )
+        self.losses: Registry[Callable[..., Any]] = Registry("losses", "loss")
+        self.optimizers: Registry[Callable[..., Any]] = Registry("optimizers", "optimizer")
+        self._debug = _truthy(os.environ.get("OPENTINKER_DEBUG_PLUGINS"))
+
+    # ---- loading -------------------------------------------------------------------------
+    def register_plugin(self, plugin: Any, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
+        """Add an in-process plugin (a module or object with hookimpls), e.g. in tests."""
+        with self._lock:
+            self._extra.append((plugin, distribution))
+            if self._loaded:
+                self._register(plugin, name, distribution, None)
+                self._collect([plugin])
+
+    def ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if self._loaded:
+                return
+            loaded: list[Any] = []
+            for plugin, dist, version, name in self._entry_point_plugins():
+                self._register(plugin, name, dist, version)
+                loaded.append(plugin)
+            for plugin, dist in self._extra:
+                self._register(plugin, None, dist, None)
+                loaded.append(plugin)
+            try:
+                self.pm.check_pending()
+            except pluggy.PluginValidationError as e:
+                raise PluginError(
+                    f"plugin {self._dist_of(e.plugin)[0]!r} implements a hook that does not "
+                    f"exist: {e}; hook names are {', '.join(hookspecs.HOOK_NAMES)}"
+                ) from e
+            self._collect(loaded)
+            self._loaded = True
+
+    def _entry_point_plugins(self) -> Iterator[tuple[Any, str, str | None, str]]:
+        allow_raw = os.environ.get("OPENTINKER_LOAD_PLUGINS")
+        allow = (
+            {normalize_dist_name(x) for x in allow_raw.split(",") if x.strip()}
+            if allow_raw is not None
+            else None
+        )
+        if allow is None and _truthy(os.environ.get("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD")):
+            return
+        seen: set[str] = set()
+        for ep in metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
+            dist = normalize_dist_name(ep.dist.name) if ep.dist else "<unknown>"
+            if allow is not None and dist not in allow:
+                continue
+            seen.add(dist)
+            try:
+                plugin = ep.load()
+            except Exception as e:  # a broken plugin must say which one
+                raise PluginError(
+                    f"could not load plugin {ep.name!r} ({ep.value}) from distribution {dist!r}: "
+                    f"{type(e).__name__}: {e}; fix or uninstall it, or leave it out of "
+                    "OPENTINKER_LOAD_PLUGINS"
+                ) from e
+            yield plugin, dist, (ep.dist.version if ep.dist else None), ep.name
+        if allow:
+            missing = sorted(allow - seen)
+            if missing:
+                raise PluginError(
+                    f"OPENTINKER_LOAD_PLUGINS names {', '.join(missing)}, but no installed "
+                    "distribution of that name has an 'opentinker' entry point"
+                )
+
+    def _register(self, plugin: Any, name: str | None, dist: str, version: str | None) -> None:
+        if self.pm.is_registered(plugin):
+            return
+        try:
+            self.pm.register(plugin, name=None if name is None else f"{dist}:{name}")
+        except pluggy.PluginValidationError as e:
+            raise PluginError(f"plugin from distribution {dist!r} is invalid: {e}") from e
+        self._dists[id(plugin)] = (dist, version)
+
+    def _dist_of(self, plugin: Any) -> tuple[str, str | None]:
+        return self._dists.get(id(plugin), (LOCAL_DIST, None))
+
+    def _collect(self, plugins: list[Any]) -> None:
+        """Call each plugin's register hooks with a callback that knows the distribution."""
+        wanted = {id(p) for p in plugins}
+        for hook_name, kind in (
+            ("opentinker_register_envs", "envs"),
+            ("opentinker_register_advantage_estimators", "advantage_estimators"),
+            ("opentinker_register_losses", "losses"),
+            ("opentinker_register_optimizers", "optimizers"),
+        ):
+            hook = getattr(self.pm.hook, hook_name)
+            for impl in reversed(hook.get_hookimpls()):  # pluggy's call order
+                if id(impl.plugin) not in wanted:
+                    continue
+                dist, version = self._dist_of(impl.plugin)
+                info = self._info_for(impl.plugin_name, dist, version)
+                register = self._make_register(kind, dist, version, info)
+                if self._debug:
+                    sys.stderr.write(f"opentinker: calling {hook_name} of {dist}\n")
+                kwargs = {"register": register} if "register" in impl.argnames else {}
+                try:
+                    impl.function(**kwargs)
+                except (PluginError, UnknownNameError):
+                    raise
+                except Exception as e:
+                    raise PluginError(
+                        f"{hook_name} of distribution {dist!r} failed: {type(e).__name__}: {e}"
+                    ) from e
+
+    def _info_for(self, plugin_name: str, dist: str, version: str | None) -> PluginInfo:
+        name = plugin_name.split(":", 1)[1] if ":" in plugin_name else plugin_name
+        for info in self.plugins:
+            if info.distribution == dist and info.name == name:
+                return info
+        info = PluginInfo(name=name, distribution=dist, version=version)
+        self.plugins.append(info)
+        return info
+
+    def _make_register(self, kind: str, dist: str, version: str | None, info: PluginInfo) -> Callable[..., None]:
+        registry: Registry[Any] = getattr(self, kind)
+
+        def add(name: str, obj: Any, description: str | None, options: dict[str, Any]) -> None:
+            if description is None:
+                doc = (getattr(obj, "__doc__", None) or "").strip()
+                description = doc.splitlines()[0] if doc else ""
+            registry.add(Entry(kind, name, obj, dist, version, options, description))
+            info.registers.setdefault(kind, []).append(name)
+
+        def check_name(name: Any) -> None:
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                raise PluginError(
+                    f"distribution {dist!r} registered {registry.label} name {name!r}; names are "
+                    "lower-case letters, digits, '_', '-' and '.', starting with a letter"
+                )
+
+        def check_callable(name: str, obj: Any) -> None:
+            if not callable(obj):
+                raise PluginError(
+                    f"distribution {dist!r} registered {registry.label} {name!r} with a "
+                    f"{type(obj).__name__}, which is not callable"
+                )
+
+        if kind == "envs":
+
+            def register_env(spec: EnvSpec, factory: Callable[..., Any]) -> None:
+                if not isinstance(spec, EnvSpec):
+                    raise PluginError(
+                        f"distribution {dist!r}: register(spec, factory) needs an EnvSpec as "
+                        f"spec, got {type(spec).__name__}"
+                    )
+                check_callable(spec.id, factory)
+                add(spec.id, factory, spec.description, {"spec": spec})
+
+            return register_env
+        if kind == "advantage_estimators":
+
+            def register_estimator(
+                name: str, estimator: Callable[..., Any], *, needs_critic: bool = False,
+                description: str | None = None,
+            ) -> None:
+                check_name(name)
+                check_callable(name, estimator)
+                add(name, estimator, description, {"needs_critic": bool(needs_critic)})
+
+            return register_estimator
+        if kind == "losses":
+            from tinker_core.algos import LOSS_KINDS
+
+            def register_loss(
+                name: str, loss_fn: Callable[..., Any], *, kind: str = "policy",
+                description: str | None = None,
+            ) -> None:
+                check_name(name)
+                check_callable(name, loss_fn)
+                if kind not in LOSS_KINDS:
+                    raise PluginError(
+                        f"distribution {dist!r}: loss {name!r} has kind {kind!r}; "
+                        f"kinds are {', '.join(LOSS_KINDS)}"
+                    )
+                add(name, loss_fn, description, {"kind": kind})
+
+            return register_loss
+
+        def register_optimizer(
+            name: str, factory: Callable[..., Any], *, description: str | None = None
+        ) -> None:
+            check_name(name)
+            check_callable(name, factory)
+            add(name, factory, description, {})
+
+        return register_optimizer
+
+
+_system: PluginSystem | None = None
+_system_lock = threading.Lock()
+
+
+def plugin_system() -> PluginSystem:
+    """The process-wide plugin system (created on first call, loaded on first registry read)."""
+    global _system
+    if _system is None:
+        with _system_lock:
+            if _system is None:
+                _system = PluginSystem()
+    return _system
+
+
+def reset_plugins() -> None:
+    """Forget every loaded plugin; the next registry read discovers again (for tests)."""
+    global _system
+    with _system_lock:
+        _system = None
+
+
+def registry(kind: str) -> Registry[Any]:
+    """The loaded registry of ``kind``: ``envs``, ``advantage_estimators``, ``losses`` or ``optimizers``."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown registry kind {kind!r}; kinds are {', '.join(KINDS)}")
+    system = plugin_system()
+    system.ensure_loaded()
+    return getattr(system, kind)
+
+
+def register_plugin(plugin: Any, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
+    """Add an in-process plugin; see :meth:`PluginSystem.register_plugin`."""
+    plugin_system().register_plugin(plugin, name=name, distribution=distribution)
+
+
+def list_plugins() -> list[PluginInfo]:
+    system = plugin_system()
+    system.ensure_loaded()
+    return list(system.plugins)
+
+
+def env_spec(env_id: str) -> EnvSpec:
+    """The :class:`EnvSpec` of a registered env id (did-you-mean on unknown ids)."""
+    spec: EnvSpec = registry("envs").get(env_id).options["spec"]
+    return spec
+
+
+def make_env(env_id: str, **kwargs: Any) -> Any:
+    """Build a registered environment: ``make_env("math/arithmetic-v0", digits=2)``."""
+    entry = registry("envs").get(env_id)
+    env = entry.obj(**kwargs)
+    spec = entry.options["spec"]
+    if getattr(env, "env_spec", None) is None:
+        env.env_spec = spec
+    return env
+
+
+def get_advantage_estimator(name: str) -> Entry[Any]:
+    return registry("advantage_estimators").get(name)
+
+
+def get_loss(name: str) -> Entry[Any]:
+    return registry("losses").get(name)
+
+
+def get_optimizer(name: str) -> Entry[Any]:
+    return registry("optimizers").get(name)

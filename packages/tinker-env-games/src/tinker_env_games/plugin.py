@@ -1,0 +1,1 @@
+"""Entry point module (filled in by the package's issue)."""
