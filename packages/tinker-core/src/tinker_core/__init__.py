@@ -17,7 +17,7 @@ _EXPORTS: dict[str, str] = {
     "ENTRY_POINT_GROUP": "tinker_core.hookspecs",
     "make_env": "tinker_core.registry",
     "env_spec": "tinker_core.registry",
-    "registry": "tinker_core.registry",
+    "get_registry": "tinker_core.registry",
     "register_plugin": "tinker_core.registry",
     "list_plugins": "tinker_core.registry",
     "reset_plugins": "tinker_core.registry",
@@ -97,7 +97,7 @@ if TYPE_CHECKING:  # pragma: no cover
         list_plugins,
         make_env,
         register_plugin,
-        registry,
+        get_registry,
         reset_plugins,
     )
     from tinker_core.types import Batch, Trajectory

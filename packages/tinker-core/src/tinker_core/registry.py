@@ -209,6 +209,7 @@ class PluginSystem:
         except pluggy.PluginValidationError as e:
             raise PluginError(f"plugin from distribution {dist!r} is invalid: {e}") from e
         self._dists[id(plugin)] = (dist, version)
+        self._info_for(self.pm.get_name(plugin) or "", dist, version)  # listed even if it registers nothing
 
     def _dist_of(self, plugin: Any) -> tuple[str, str | None]:
         return self._dists.get(id(plugin), (LOCAL_DIST, None))
@@ -223,7 +224,7 @@ class PluginSystem:
             ("opentinker_register_optimizers", "optimizers"),
         ):
             hook = getattr(self.pm.hook, hook_name)
-            for impl in reversed(hook.get_hookimpls()):  # pluggy's call order
+            for impl in hook.get_hookimpls():  # registration order: the first one wins a name
                 if id(impl.plugin) not in wanted:
                     continue
                 dist, version = self._dist_of(impl.plugin)
@@ -346,7 +347,7 @@ def reset_plugins() -> None:
         _system = None
 
 
-def registry(kind: str) -> Registry[Any]:
+def get_registry(kind: str) -> Registry[Any]:
     """The loaded registry of ``kind``: ``envs``, ``advantage_estimators``, ``losses`` or ``optimizers``."""
     if kind not in KINDS:
         raise ValueError(f"unknown registry kind {kind!r}; kinds are {', '.join(KINDS)}")
@@ -368,13 +369,13 @@ def list_plugins() -> list[PluginInfo]:
 
 def env_spec(env_id: str) -> EnvSpec:
     """The :class:`EnvSpec` of a registered env id (did-you-mean on unknown ids)."""
-    spec: EnvSpec = registry("envs").get(env_id).options["spec"]
+    spec: EnvSpec = get_registry("envs").get(env_id).options["spec"]
     return spec
 
 
 def make_env(env_id: str, **kwargs: Any) -> Any:
     """Build a registered environment: ``make_env("math/arithmetic-v0", digits=2)``."""
-    entry = registry("envs").get(env_id)
+    entry = get_registry("envs").get(env_id)
     env = entry.obj(**kwargs)
     spec = entry.options["spec"]
     if getattr(env, "env_spec", None) is None:
@@ -383,12 +384,12 @@ def make_env(env_id: str, **kwargs: Any) -> Any:
 
 
 def get_advantage_estimator(name: str) -> Entry[Any]:
-    return registry("advantage_estimators").get(name)
+    return get_registry("advantage_estimators").get(name)
 
 
 def get_loss(name: str) -> Entry[Any]:
-    return registry("losses").get(name)
+    return get_registry("losses").get(name)
 
 
 def get_optimizer(name: str) -> Entry[Any]:
-    return registry("optimizers").get(name)
+    return get_registry("optimizers").get(name)

@@ -1,0 +1,369 @@
+"""The job configuration: pydantic models, loaded from YAML, with a JSON schema.
+
+A job is one or more *stages* (e.g. SFT then GRPO) that share a model, an environment and a
+seed. Every model forbids unknown keys, so a misspelled key is an error that names it. Names that
+plugins provide (env ids, estimators, losses, optimizers) are checked against the plugin registry
+by :func:`check_plugin_names`, which :func:`load_config` runs unless told not to.
+
+Example::
+
+    name: arithmetic-grpo
+    seed: 0
+    model: {name: tiny}
+    env: {id: math/arithmetic-v0, kwargs: {digits: 2}}
+    algorithm: {name: grpo, steps: 40, estimator: grpo, loss: importance_sampling}
+    rollout: {group_size: 8, prompts_per_step: 16, max_new_tokens: 6, stop: ["\\n"]}
+    optimizer: {name: adamw, lr: 0.001}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
+
+ALGORITHMS = ("sft", "grpo", "ppo", "dpo")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class ModelConfig(_Model):
+    """Which causal LM to train."""
+
+    name: str = Field("tiny", description="'tiny' (the embedded preset), a Hugging Face hub id, or a local directory.")
+    revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype; 'auto' is bf16 autocast on CUDA, fp32 on CPU."
+    )
+    device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'.")
+    tokenizer: str | None = Field(None, description="Tokenizer location when it differs from the model's.")
+
+
+class LoraConfig(_Model):
+    """LoRA through peft; absent means full fine-tuning."""
+
+    rank: int = Field(8, ge=1, le=1024, description="Adapter rank r.")
+    alpha: float = Field(16.0, gt=0, description="Scaling numerator (scale = alpha / rank).")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+        min_length=1,
+        description="Names of the modules that get adapters.",
+    )
+
+
+class EnvConfig(_Model):
+    """The environment: a registered env id, built locally or served from ``address``."""
+
+    id: str = Field(..., description="Registered env id, 'namespace/name-vN'.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Arguments to the env factory.")
+    address: str | None = Field(None, description="host:port of an EnvService; None builds the env in-process.")
+    eval_kwargs: dict[str, Any] | None = Field(None, description="Factory arguments for held-out evaluation.")
+
+    @field_validator("id")
+    @classmethod
+    def _id_format(cls, v: str) -> str:
+        from tinker_core.env import parse_env_id
+
+        parse_env_id(v)
+        return v
+
+
+class KLConfig(_Model):
+    """A KL penalty to the reference (initial) policy."""
+
+    coef: float = Field(0.0, ge=0.0, description="Weight of the KL term; 0 disables it.")
+    estimator: Literal["k1", "k2", "k3"] = Field("k3", description="KL estimator.")
+    mode: Literal["loss", "reward"] = Field("loss", description="Add it to the loss, or subtract it from rewards.")
+
+
+class AlgorithmConfig(_Model):
+    """How the policy learns."""
+
+    name: Literal["sft", "grpo", "ppo", "dpo"] = Field(..., description="Algorithm.")
+    steps: int = Field(100, ge=1, description="Optimizer steps in this stage.")
+    estimator: str | None = Field(
+        None, description="Advantage estimator (grpo: grpo|dr_grpo|rloo|reinforce_pp_baseline...; ppo: gae)."
+    )
+    loss: str | None = Field(None, description="Policy loss by registered name; default per algorithm.")
+    loss_config: dict[str, float] = Field(default_factory=dict, description="Keyword arguments of the loss.")
+    aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = Field(
+        "token-mean", description="How per-token losses become one number."
+    )
+    kl: KLConfig = Field(default_factory=KLConfig)
+    batch_size: int = Field(32, ge=1, description="Sequences per optimizer step (sft, dpo).")
+    micro_batch_size: int | None = Field(None, ge=1, description="Sequences per forward_backward; None = whole batch.")
+    epochs_per_step: int = Field(1, ge=1, description="Passes over each rollout batch (ppo).")
+    data: str | None = Field(None, description="Data file: SFT examples or DPO pairs (JSONL).")
+    eval_every: int = Field(0, ge=0, description="Held-out evaluation every N steps; 0 = only at the end.")
+    eval_size: int = Field(64, ge=1, description="Held-out problems per evaluation.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Algorithm-specific options (documented per algorithm).")
+
+
+class RolloutConfig(_Model):
+    """Sampling episodes from the environment."""
+
+    prompts_per_step: int = Field(16, ge=1, description="Distinct prompts (groups) per step.")
+    group_size: int = Field(8, ge=1, description="Samples per prompt.")
+    max_new_tokens: int = Field(16, ge=1, description="Tokens generated per turn at most.")
+    max_turns: int | None = Field(None, ge=1, description="Turn cap; None takes the env spec's.")
+    temperature: float = Field(1.0, gt=0.0, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    top_k: int = Field(0, ge=0, description="Top-k sampling; 0 disables.")
+    stop: list[str] = Field(default_factory=lambda: ["\n"], description="Stop strings.")
+    max_error_rate: float = Field(0.1, ge=0.0, le=1.0, description="Rollout error rate above which the step fails.")
+    turn_timeout_s: float = Field(30.0, gt=0.0, description="Per-turn timeout for env and agent calls.")
+
+
+class OptimizerConfig(_Model):
+    """The optimizer (a registered name) and its schedule."""
+
+    name: str = Field("adamw", description="Registered optimizer: adamw, sgd, lion, or a plugin's.")
+    lr: float = Field(1e-3, gt=0.0, description="Peak learning rate.")
+    weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay.")
+    grad_clip: float | None = Field(1.0, gt=0.0, description="Max global grad norm; None disables clipping.")
+    schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="LR schedule after warmup.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
+    params: dict[str, Any] = Field(default_factory=dict, description="Extra optimizer arguments (e.g. betas).")
+
+
+class ResourcesConfig(_Model):
+    """What the job needs; the scheduler places it accordingly."""
+
+    cpus: float = Field(1.0, gt=0.0)
+    gpus: float = Field(0.0, ge=0.0)
+    memory_gb: float | None = Field(None, gt=0.0)
+
+
+class CheckpointConfig(_Model):
+    every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
+    keep: int = Field(2, ge=1, description="Checkpoints kept (older ones are deleted).")
+    resume: bool = Field(True, description="Resume from the newest checkpoint in the run directory.")
+
+
+class LoggingConfig(_Model):
+    jsonl: bool = True
+    tensorboard: bool = True
+    plot: bool = Field(True, description="Write a learning-curve PNG at the end.")
+    every: int = Field(1, ge=1, description="Log metrics every N steps.")
+
+
+class StageConfig(_Model):
+    """One stage of a multi-stage job; unset sections are inherited from the job."""
+
+    name: str | None = None
+    algorithm: AlgorithmConfig
+    rollout: RolloutConfig | None = None
+    optimizer: OptimizerConfig | None = None
+    env: EnvConfig | None = None
+
+
+class JobConfig(_Model):
+    """A training job."""
+
+    name: str = Field("job", min_length=1, max_length=128, description="A label for humans.")
+    seed: int = Field(0, ge=0, description="Seeds every RNG; the same seed gives the same metrics.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    lora: LoraConfig | None = None
+    env: EnvConfig | None = None
+    algorithm: AlgorithmConfig | None = None
+    stages: list[StageConfig] = Field(default_factory=list, description="Multi-stage jobs, run in order.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    priority: int = Field(0, ge=-100, le=100, description="Higher runs first in the scheduler's queue.")
+
+    @model_validator(mode="after")
+    def _one_plan(self) -> JobConfig:
+        if self.algorithm is None and not self.stages:
+            raise ValueError("give either 'algorithm' (one stage) or 'stages' (a list)")
+        if self.algorithm is not None and self.stages:
+            raise ValueError("give 'algorithm' or 'stages', not both")
+        for stage in self.resolved_stages():
+            if stage.algorithm.name != "sft" and stage.algorithm.name != "dpo" and stage.env is None:
+                raise ValueError(f"algorithm {stage.algorithm.name!r} needs an 'env'")
+        return self
+
+    def resolved_stages(self) -> list[StageConfig]:
+        """Every stage with the job-level sections filled in."""
+        if self.algorithm is not None:
+            plan = [StageConfig(name=self.algorithm.name, algorithm=self.algorithm)]
+        else:
+            plan = self.stages
+        return [
+            StageConfig(
+                name=s.name or f"{i}-{s.algorithm.name}",
+                algorithm=s.algorithm,
+                rollout=s.rollout or self.rollout,
+                optimizer=s.optimizer or self.optimizer,
+                env=s.env or self.env,
+            )
+            for i, s in enumerate(plan)
+        ]
+
+    @property
+    def total_steps(self) -> int:
+        return sum(s.algorithm.steps for s in self.resolved_stages())
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of :class:`JobConfig` (``opentinker config schema``)."""
+    return JobConfig.model_json_schema()
+
+
+# ---- loading and error formatting -------------------------------------------------------------
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that holds the field at ``loc`` (for did-you-mean)."""
+    model: Any = JobConfig
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+        if field is None:
+            return None
+        ann = field.annotation
+        candidates = [ann, *getattr(ann, "__args__", ())]
+        for c in candidates:
+            inner = getattr(c, "__args__", ())
+            for cc in (c, *inner):
+                if isinstance(cc, type) and issubclass(cc, BaseModel):
+                    model = cc
+                    break
+            else:
+                continue
+            break
+        else:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def format_validation_error(err: ValidationError) -> list[str]:
+    problems: list[str] = []
+    for e in err.errors():
+        loc = tuple(e["loc"])
+        where = _loc(loc)
+        if e["type"] == "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            known = list(parent.model_fields) if parent else []
+            hint = did_you_mean(str(loc[-1]), known) if known else None
+            msg = f"{where}: unknown key"
+            msg += f"; did you mean {hint!r}?" if hint else (f"; allowed keys: {', '.join(known)}" if known else "")
+            problems.append(msg)
+            continue
+        got = e.get("input")
+        got_s = json.dumps(got, default=str) if not isinstance(got, dict) else "a mapping"
+        if len(got_s) > 60:
+            got_s = got_s[:57] + "..."
+        msg = e["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        problems.append(f"{where}: {msg} (got {got_s})")
+    return problems
+
+
+def check_plugin_names(config: JobConfig) -> list[str]:
+    """Problems with names that plugins provide: env ids, estimators, losses, optimizers."""
+    from tinker_core.registry import get_registry
+
+    problems: list[str] = []
+    seen: set[tuple[str, str]] = set()
+
+    def check(kind: str, name: str | None, where: str) -> None:
+        if name is None or (kind, where) in seen:
+            return
+        seen.add((kind, where))
+        try:
+            get_registry(kind).get(name)
+        except UnknownNameError as e:
+            problems.append(f"{where}: {e.message}")
+
+    def where(i: int, section: str, field: str) -> str:
+        # a stage's own section, or the job-level one it inherits
+        if config.stages and getattr(config.stages[i], section) is not None:
+            return f"stages[{i}].{section}.{field}"
+        return f"{section}.{field}"
+
+    for i, stage in enumerate(config.resolved_stages()):
+        algo = "algorithm" if config.algorithm is not None else f"stages[{i}].algorithm"
+        check("advantage_estimators", stage.algorithm.estimator, f"{algo}.estimator")
+        check("losses", stage.algorithm.loss, f"{algo}.loss")
+        assert stage.optimizer is not None
+        check("optimizers", stage.optimizer.name, where(i, "optimizer", "name"))
+        if stage.env is not None and stage.env.address is None:
+            check("envs", stage.env.id, where(i, "env", "id"))
+    return problems
+
+
+def parse_config(data: Any, *, source: str | None = None, check_plugins: bool = True) -> JobConfig:
+    """Validate a mapping; raise :class:`ConfigError` listing every problem found."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"(top level): expected a mapping of sections, got {type(data).__name__}"], source)
+    try:
+        config = JobConfig.model_validate(data)
+    except ValidationError as e:
+        problems = format_validation_error(e)
+        if check_plugins:
+            problems += _plugin_problems_of_raw(data)
+        raise ConfigError(problems, source) from None
+    if check_plugins:
+        problems = check_plugin_names(config)
+        if problems:
+            raise ConfigError(problems, source)
+    return config
+
+
+def _plugin_problems_of_raw(data: dict[str, Any]) -> list[str]:
+    """Best-effort plugin-name checks on a config that failed schema validation."""
+    from tinker_core.registry import get_registry
+
+    problems: list[str] = []
+    env = data.get("env")
+    env_id = env.get("id") if isinstance(env, dict) else None
+    if isinstance(env_id, str) and not (isinstance(env, dict) and env.get("address")):
+        try:
+            get_registry("envs").get(env_id)
+        except UnknownNameError as e:
+            problems.append(f"env.id: {e.message}")
+    return problems
+
+
+def load_config(path_or_text: str | Path, *, check_plugins: bool = True) -> JobConfig:
+    """Load a YAML (or JSON) job config from a file path or a YAML string."""
+    import yaml
+
+    source: str | None = None
+    if isinstance(path_or_text, Path) or ("\n" not in str(path_or_text) and Path(str(path_or_text)).suffix in (".yaml", ".yml", ".json")):
+        path = Path(path_or_text)
+        source = str(path)
+        if not path.is_file():
+            raise ConfigError([f"config file {path} does not exist"], source)
+        text = path.read_text(encoding="utf-8")
+    else:
+        text = str(path_or_text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError([f"not valid YAML: {e}"], source) from None
+    if data is None:
+        raise ConfigError(["the file is empty; a job needs at least 'algorithm' (or 'stages')"], source)
+    return parse_config(data, source=source, check_plugins=check_plugins)

@@ -1,0 +1,206 @@
+"""Plugin discovery and registries, through the real entry point of tinker-env-echo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+
+import tinker_core
+from tinker_core import DuplicateNameError, EnvSpec, PluginError, UnknownNameError, hookimpl
+from tinker_core.algos import AdvantageOutputs
+from tinker_core.registry import plugin_system
+
+
+def plugin_module(name: str, **hooks) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    for hook_name, fn in hooks.items():
+        setattr(mod, hook_name, hookimpl(fn))
+    return mod
+
+
+def test_discovery_is_lazy_and_finds_the_echo_plugin_through_its_entry_point():
+    system = plugin_system()
+    assert not system._loaded  # creating the system discovers nothing
+    envs = tinker_core.get_registry("envs")
+    assert {"echo/echo-v0", "echo/countdown-v0", "echo/call-response-v0"} <= set(envs.names())
+    entry = envs.get("echo/echo-v0")
+    assert entry.distribution == "tinker-env-echo" and entry.version == "0.1.0"
+    assert entry.options["spec"].id == "echo/echo-v0"
+    echo = [p for p in tinker_core.list_plugins() if p.distribution == "tinker-env-echo"]
+    assert echo and echo[0].to_dict()["registers"]["envs"] == sorted(
+        ["echo/echo-v0", "echo/countdown-v0", "echo/call-response-v0"]
+    )
+
+
+def test_importing_tinker_core_loads_no_plugin_and_no_torch():
+    code = (
+        "import sys, tinker_core\n"
+        "from tinker_core import EnvSpec, TurnFSM, Batch, JobConfig\n"
+        "assert 'torch' not in sys.modules\n"
+        "assert not any(m.startswith('tinker_env_echo') for m in sys.modules)\n"
+        "tinker_core.get_registry('envs')\n"
+        "assert 'tinker_env_echo.plugin' in sys.modules and 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_make_env_builds_a_fresh_registered_env_with_kwargs():
+    env = tinker_core.make_env("echo/echo-v0", words=("only",))
+    obs, _ = env.reset(seed=0)
+    assert obs == "Say: only\n"
+    assert env.step("only")[1] == 1.0
+    assert tinker_core.make_env("echo/echo-v0") is not env
+    assert tinker_core.env_spec("echo/countdown-v0").max_turns == 10
+
+
+def test_unknown_names_get_did_you_mean():
+    with pytest.raises(UnknownNameError, match=r"unknown env 'echo/ecoh-v0'; did you mean 'echo/echo-v0'\?"):
+        tinker_core.make_env("echo/ecoh-v0")
+    with pytest.raises(UnknownNameError, match="did you mean 'echo/countdown-v0'"):
+        tinker_core.make_env("echo/countdwn-v0")
+    with pytest.raises(KeyError):  # UnknownNameError is also a KeyError
+        tinker_core.get_registry("envs").get("zzz/nothing-v0")
+
+
+def test_allowlist_limits_loading_to_named_distributions(monkeypatch):
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker_env_echo")  # any PEP 503 spelling
+    assert [p.distribution for p in tinker_core.list_plugins()] == ["tinker-env-echo"]
+
+
+def test_allowlist_naming_a_missing_distribution_is_an_error(monkeypatch):
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-env-echo,tinker-env-nope")
+    with pytest.raises(PluginError, match="OPENTINKER_LOAD_PLUGINS names tinker-env-nope"):
+        tinker_core.get_registry("envs")
+
+
+def test_disable_autoload_loads_no_entry_point(monkeypatch):
+    monkeypatch.setenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", "1")
+    tinker_core.register_plugin(
+        plugin_module("mine", opentinker_register_envs=lambda register: register(EnvSpec(id="mine/a-v0"), object)),
+        distribution="my-dist",
+    )
+    assert tinker_core.get_registry("envs").names() == ["mine/a-v0"]
+    assert tinker_core.get_registry("envs").get("mine/a-v0").distribution == "my-dist"
+
+
+def test_duplicate_names_are_refused_naming_both_distributions():
+    def register_again(register):
+        register(EnvSpec(id="echo/echo-v0"), object)
+
+    tinker_core.register_plugin(plugin_module("dup", opentinker_register_envs=register_again), distribution="copycat")
+    with pytest.raises(DuplicateNameError, match="'tinker-env-echo' and by distribution 'copycat'"):
+        tinker_core.get_registry("envs")
+
+
+def test_check_pending_rejects_a_misspelled_hook():
+    tinker_core.register_plugin(
+        plugin_module("typo", opentinker_register_env=lambda register: None), distribution="typo-dist"
+    )
+    with pytest.raises(PluginError, match="typo-dist.*does not exist"):
+        tinker_core.get_registry("envs")
+
+
+def test_a_hook_that_raises_is_reported_with_its_distribution():
+    def broken(register):
+        raise RuntimeError("boom")
+
+    tinker_core.register_plugin(plugin_module("b", opentinker_register_losses=broken), distribution="broken-dist")
+    with pytest.raises(PluginError, match="opentinker_register_losses of distribution 'broken-dist' failed: RuntimeError: boom"):
+        tinker_core.get_registry("losses")
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda register: register("x/y-v0", object), "needs an EnvSpec"),
+        (lambda register: register(EnvSpec(id="x/y-v0"), 42), "not callable"),
+    ],
+)
+def test_invalid_env_registrations_are_clear(call, match):
+    tinker_core.register_plugin(plugin_module("bad", opentinker_register_envs=call), distribution="bad-dist")
+    with pytest.raises(PluginError, match=match):
+        tinker_core.get_registry("envs")
+
+
+def test_hook_opentinker_register_envs():
+    tinker_core.register_plugin(
+        plugin_module("e", opentinker_register_envs=lambda register: register(EnvSpec(id="loc/e-v0", description="An env."), dict)),
+        distribution="e-dist",
+    )
+    entry = tinker_core.get_registry("envs").get("loc/e-v0")
+    assert entry.obj is dict and entry.description == "An env." and entry.kind == "envs"
+
+
+def test_hook_opentinker_register_advantage_estimators():
+    def zero(inputs, **config):
+        """Zero advantages."""
+        return AdvantageOutputs(inputs.mask_B_T * 0, inputs.mask_B_T * 0)
+
+    tinker_core.register_plugin(
+        plugin_module("a", opentinker_register_advantage_estimators=lambda register: register("zero", zero, needs_critic=True)),
+        distribution="a-dist",
+    )
+    entry = tinker_core.get_advantage_estimator("zero")
+    assert entry.obj is zero and entry.options == {"needs_critic": True} and entry.description == "Zero advantages."
+    with pytest.raises(UnknownNameError, match="did you mean 'zero'"):
+        tinker_core.get_advantage_estimator("zer0")
+
+
+def test_hook_opentinker_register_losses():
+    def my_loss(inputs, **config):
+        return None
+
+    tinker_core.register_plugin(
+        plugin_module("l", opentinker_register_losses=lambda register: register("my_loss", my_loss, kind="value")),
+        distribution="l-dist",
+    )
+    assert tinker_core.get_loss("my_loss").options == {"kind": "value"}
+
+
+def test_loss_kind_and_names_are_checked():
+    tinker_core.register_plugin(
+        plugin_module("l", opentinker_register_losses=lambda register: register("Bad Name", print)),
+        distribution="l-dist",
+    )
+    with pytest.raises(PluginError, match="registered loss name 'Bad Name'"):
+        tinker_core.get_registry("losses")
+    tinker_core.reset_plugins()
+    tinker_core.register_plugin(
+        plugin_module("l", opentinker_register_losses=lambda register: register("ok", print, kind="magic")),
+        distribution="l-dist",
+    )
+    with pytest.raises(PluginError, match="kind 'magic'; kinds are policy"):
+        tinker_core.get_registry("losses")
+
+
+def test_hook_opentinker_register_optimizers():
+    tinker_core.register_plugin(
+        plugin_module("o", opentinker_register_optimizers=lambda register: register("my_opt", dict, description="d")),
+        distribution="o-dist",
+    )
+    entry = tinker_core.get_optimizer("my_opt")
+    assert entry.obj is dict and entry.distribution == "o-dist" and entry.description == "d"
+
+
+def test_hook_opentinker_register_commands():
+    seen = []
+    tinker_core.register_plugin(plugin_module("c", opentinker_register_commands=lambda cli: seen.append(cli)))
+    system = plugin_system()
+    system.ensure_loaded()
+    system.pm.hook.opentinker_register_commands(cli="the-cli")
+    assert seen == ["the-cli"]
+
+
+def test_registry_kind_is_checked():
+    with pytest.raises(ValueError, match="unknown registry kind 'env'"):
+        tinker_core.get_registry("env")
+
+
+def test_debug_switch_prints_each_hook_call(monkeypatch, capsys):
+    monkeypatch.setenv("OPENTINKER_DEBUG_PLUGINS", "1")
+    tinker_core.reset_plugins()
+    tinker_core.get_registry("envs")
+    assert "calling opentinker_register_envs of tinker-env-echo" in capsys.readouterr().err
