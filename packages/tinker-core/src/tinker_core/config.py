@@ -96,7 +96,7 @@ class AlgorithmConfig(_Model):
     aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"] = Field(
         "token-mean", description="How per-token losses become one number."
     )
-    kl: KLConfig = Field(default_factory=KLConfig)
+    kl: KLConfig = Field(default_factory=KLConfig, description="KL penalty to the reference policy.")
     batch_size: int = Field(32, ge=1, description="Sequences per optimizer step (sft, dpo).")
     micro_batch_size: int | None = Field(None, ge=1, description="Sequences per forward_backward; None = whole batch.")
     epochs_per_step: int = Field(1, ge=1, description="Passes over each rollout batch (ppo).")
@@ -136,20 +136,24 @@ class OptimizerConfig(_Model):
 class ResourcesConfig(_Model):
     """What the job needs; the scheduler places it accordingly."""
 
-    cpus: float = Field(1.0, gt=0.0)
-    gpus: float = Field(0.0, ge=0.0)
-    memory_gb: float | None = Field(None, gt=0.0)
+    cpus: float = Field(1.0, gt=0.0, description="CPU cores the job's actor reserves.")
+    gpus: float = Field(0.0, ge=0.0, description="GPUs the job's actor reserves (fractions share one).")
+    memory_gb: float | None = Field(None, gt=0.0, description="Memory reserved, in GiB; None reserves none.")
 
 
 class CheckpointConfig(_Model):
+    """When to checkpoint, how many to keep, whether to resume."""
+
     every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
     keep: int = Field(2, ge=1, description="Checkpoints kept (older ones are deleted).")
     resume: bool = Field(True, description="Resume from the newest checkpoint in the run directory.")
 
 
 class LoggingConfig(_Model):
-    jsonl: bool = True
-    tensorboard: bool = True
+    """Where metrics go: JSONL, TensorBoard, a learning-curve plot."""
+
+    jsonl: bool = Field(True, description="Write metrics.jsonl in the run directory.")
+    tensorboard: bool = Field(True, description="Write TensorBoard event files.")
     plot: bool = Field(True, description="Write a learning-curve PNG at the end.")
     every: int = Field(1, ge=1, description="Log metrics every N steps.")
 
@@ -157,11 +161,11 @@ class LoggingConfig(_Model):
 class StageConfig(_Model):
     """One stage of a multi-stage job; unset sections are inherited from the job."""
 
-    name: str | None = None
-    algorithm: AlgorithmConfig
-    rollout: RolloutConfig | None = None
-    optimizer: OptimizerConfig | None = None
-    env: EnvConfig | None = None
+    name: str | None = Field(None, description="A label; defaults to '<index>-<algorithm>'.")
+    algorithm: AlgorithmConfig = Field(..., description="This stage's algorithm.")
+    rollout: RolloutConfig | None = Field(None, description="Overrides the job's rollout section.")
+    optimizer: OptimizerConfig | None = Field(None, description="Overrides the job's optimizer section.")
+    env: EnvConfig | None = Field(None, description="Overrides the job's env section.")
 
 
 class JobConfig(_Model):
@@ -169,16 +173,16 @@ class JobConfig(_Model):
 
     name: str = Field("job", min_length=1, max_length=128, description="A label for humans.")
     seed: int = Field(0, ge=0, description="Seeds every RNG; the same seed gives the same metrics.")
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    lora: LoraConfig | None = None
-    env: EnvConfig | None = None
-    algorithm: AlgorithmConfig | None = None
+    model: ModelConfig = Field(default_factory=ModelConfig, description="The model to train.")
+    lora: LoraConfig | None = Field(None, description="LoRA adapters; absent means full fine-tuning.")
+    env: EnvConfig | None = Field(None, description="The environment (needed by grpo and ppo).")
+    algorithm: AlgorithmConfig | None = Field(None, description="A one-stage job's algorithm; or use 'stages'.")
     stages: list[StageConfig] = Field(default_factory=list, description="Multi-stage jobs, run in order.")
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
-    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
-    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
-    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling episodes.")
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and schedule.")
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="CPUs, GPUs, memory.")
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to checkpoint.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics outputs.")
     priority: int = Field(0, ge=-100, le=100, description="Higher runs first in the scheduler's queue.")
 
     @model_validator(mode="after")
@@ -367,3 +371,64 @@ def load_config(path_or_text: str | Path, *, check_plugins: bool = True) -> JobC
     if data is None:
         raise ConfigError(["the file is empty; a job needs at least 'algorithm' (or 'stages')"], source)
     return parse_config(data, source=source, check_plugins=check_plugins)
+
+
+# ---- reference documentation -----------------------------------------------------------------
+
+_SECTIONS: list[tuple[str, type[BaseModel]]] = [
+    ("(top level)", JobConfig),
+    ("model", ModelConfig),
+    ("lora", LoraConfig),
+    ("env", EnvConfig),
+    ("algorithm", AlgorithmConfig),
+    ("algorithm.kl", KLConfig),
+    ("stages[]", StageConfig),
+    ("rollout", RolloutConfig),
+    ("optimizer", OptimizerConfig),
+    ("resources", ResourcesConfig),
+    ("checkpoint", CheckpointConfig),
+    ("logging", LoggingConfig),
+]
+
+
+def _type_name(annotation: Any) -> str:
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    text = text or str(annotation).replace("typing.", "")
+    for model in (m for _, m in _SECTIONS):
+        text = text.replace(f"tinker_core.config.{model.__name__}", model.__name__)
+    return text.replace("NoneType", "None")
+
+
+def render_reference() -> str:
+    """The Markdown reference of every config field (``docs/reference/config.md``)."""
+    lines = [
+        "# Job config reference",
+        "",
+        "<!-- generated by `uv run python scripts/gen_docs.py`; a test fails when it is stale -->",
+        "",
+        "A job config is YAML. Unknown keys are errors; every error names the field path, the bad",
+        "value and what is allowed. `uv run opentinker config validate FILE` checks a file and",
+        "`uv run opentinker config schema` prints the JSON schema.",
+        "",
+        "```yaml",
+        (__doc__ or "").split("Example::", 1)[1].strip("\n").replace("\n    ", "\n").strip().replace('\\\\n', '\\n'),
+        "```",
+    ]
+    for section, model in _SECTIONS:
+        lines += ["", f"## `{section}`", "", (model.__doc__ or "").strip().splitlines()[0], ""]
+        lines += ["| field | type | default | description |", "| --- | --- | --- | --- |"]
+        for name, field in model.model_fields.items():
+            if field.is_required():
+                default = "required"
+            elif field.default_factory is not None:
+                value = field.default_factory()  # type: ignore[call-arg]
+                default = f"`{json.dumps(value, default=lambda o: '{...}')}`" if not isinstance(value, BaseModel) else "see below"
+            else:
+                default = f"`{json.dumps(field.default)}`"
+            typ = _type_name(field.annotation).replace("|", "\\|")
+            lines.append(f"| `{name}` | `{typ}` | {default} | {field.description or ''} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(render_reference(), end="")

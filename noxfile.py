@@ -1,0 +1,90 @@
+"""Sessions for OpenTinker's checks. Run ``uv run nox -l`` to list them.
+
+``tests`` runs each package's tests in an environment holding only that package and its
+declared dependencies (``uv sync --package``), so a missing dependency declaration fails there.
+``integration`` runs the cross-package tests in the full workspace environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["tests", "integration"]
+nox.options.reuse_existing_virtualenvs = True
+
+TEST_ENV = {
+    "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def sync(session: nox.Session, *args: str) -> None:
+    """Install from uv.lock into this session's environment."""
+    session.run_install(
+        "uv", "sync", "--locked", *args,
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        external=True,
+    )
+
+
+@nox.session
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """One package's tests with only that package and its dependencies installed."""
+    sync(session, "--package", package)
+    session.run("pytest", f"packages/{package}/tests", "-q", *session.posargs, env=TEST_ENV)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Cross-package tests (plugins, CLI, training, templates) in the full workspace."""
+    sync(session, "--all-packages")
+    if not any((ROOT / "integration-tests").glob("test_*.py")):
+        session.skip("integration-tests/ holds no tests yet")
+    session.run("pytest", "integration-tests", "-q", *session.posargs, env=TEST_ENV)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy, strict on tinker-core."""
+    sync(session, "--package", "tinker-core")
+    session.install("mypy", "types-PyYAML")
+    session.run("mypy", "--strict", "--ignore-missing-imports", "--exclude", "proto/.*_pb2", "packages/tinker-core/src/tinker_core")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site; warnings are errors."""
+    session.install("mkdocs>=1.6")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
+
+
+@nox.session
+def protos(session: nox.Session) -> None:
+    """Regenerate the gRPC stubs from tinker-core's .proto files (``-- --check`` only compares)."""
+    session.install("grpcio-tools==1.85.1")
+    session.run("python", "scripts/gen_protos.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks; they write their numbers to bench/results/ (see docs/performance.md)."""
+    sync(session, "--all-packages")
+    for script in sorted((ROOT / "bench").glob("bench_*.py")):
+        session.run("python", str(script), *session.posargs, env=TEST_ENV)

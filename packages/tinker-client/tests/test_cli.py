@@ -1,0 +1,110 @@
+"""The ``opentinker`` command, run as a user runs it (a real subprocess) where exit codes matter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from typer.testing import CliRunner
+
+import tinker_core
+from tinker_client.cli import app, build_app
+
+
+def opentinker(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tinker_client.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
+
+
+@pytest.fixture(autouse=True)
+def fresh_plugins():
+    tinker_core.reset_plugins()
+    yield
+    tinker_core.reset_plugins()
+
+
+def test_plugins_json_lists_the_echo_plugin_with_distribution_version_and_env_ids():
+    result = opentinker("plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    plugins = json.loads(result.stdout)
+    echo = next(p for p in plugins if p["distribution"] == "tinker-env-echo")
+    assert echo["version"] == "0.1.0"
+    assert echo["registers"]["envs"] == ["echo/call-response-v0", "echo/countdown-v0", "echo/echo-v0"]
+
+
+def test_plugins_table_shows_every_distribution():
+    result = CliRunner().invoke(build_app(), ["plugins"])
+    assert result.exit_code == 0
+    assert "tinker-env-echo" in result.output and "echo/echo-v0" in result.output
+
+
+def test_plugins_respects_the_allowlist():
+    result = opentinker("plugins", "--json", env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
+    assert [p["distribution"] for p in json.loads(result.stdout)] == ["tinker-env-echo"]
+
+
+def test_a_broken_allowlist_exits_2_with_one_line_reason():
+    result = opentinker("plugins", env={"OPENTINKER_LOAD_PLUGINS": "no-such-dist"})
+    assert result.returncode == 2
+    assert "error:" in result.stderr and "no-such-dist" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_config_validate_names_all_three_problems_and_exits_2(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        textwrap.dedent(
+            """
+            env: {id: echo/ehco-v0}
+            algorithm: {name: sft, stpes: 3}
+            optimizer: {lr: "fast"}
+            """
+        )
+    )
+    result = opentinker("config", "validate", str(path))
+    assert result.returncode == 2
+    err = result.stderr
+    assert "3 problem(s)" in err
+    assert "algorithm.stpes: unknown key; did you mean 'steps'?" in err  # misspelled key
+    assert "optimizer.lr: Input should be a valid number" in err  # wrong type
+    assert "env.id: unknown env 'echo/ehco-v0'; did you mean 'echo/echo-v0'?" in err  # unknown env id
+    assert "Traceback" not in err
+
+
+def test_config_validate_accepts_a_good_file(tmp_path):
+    path = tmp_path / "good.yaml"
+    path.write_text("env: {id: echo/echo-v0}\nalgorithm: {name: sft, steps: 3}\n")
+    result = CliRunner().invoke(app, ["config", "validate", str(path), "--no-plugins"])
+    assert result.exit_code == 0, result.output
+    assert "valid" in result.output and "sft (3 steps)" in result.output
+
+
+def test_config_validate_missing_file_exits_2(tmp_path):
+    result = opentinker("config", "validate", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2 and "does not exist" in result.stderr
+
+
+def test_config_schema_prints_json_schema():
+    result = CliRunner().invoke(app, ["config", "schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.output)
+    assert schema["title"] == "JobConfig" and "algorithm" in schema["properties"]
+
+
+def test_unknown_command_exits_2():
+    result = opentinker("no-such-command")
+    assert result.returncode == 2
+
+
+def test_the_client_never_imports_torch():
+    code = "import sys, tinker_client.cli as c; c.build_app(); assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
