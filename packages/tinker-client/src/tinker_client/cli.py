@@ -106,6 +106,229 @@ def config_schema() -> None:
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
+# ---- jobs: submit, watch, list, cancel, logs, train ------------------------------------------
+
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option("--scheduler", "-s", help="Scheduler address host:port (default $OPENTINKER_SCHEDULER or localhost:50051)."),
+]
+ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", help="Tenant API key (default $OPENTINKER_API_KEY).", show_default=False)]
+TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", help="PEM certificate to trust for a TLS scheduler.")]
+
+
+def _client(scheduler: str | None, api_key: str | None, tls_ca: Path | None) -> Any:
+    from tinker_client.jobs import JobClient
+
+    return JobClient(scheduler, api_key, tls_ca=tls_ca)
+
+
+def _rpc_fail(e: Any, address: str) -> NoReturn:
+    import grpc
+
+    code = e.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        fail(f"cannot reach a scheduler at {address}", "start one with 'opentinker scheduler start', or pass --scheduler HOST:PORT", code=1)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        fail(f"the scheduler refused the API key: {e.details()}", "pass --api-key or set OPENTINKER_API_KEY")
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
+        fail(f"{code.name}: {e.details()}")
+    fail(f"{code.name}: {e.details()}", code=1)
+
+
+def _print_job(job: Any) -> None:
+    from tinker_client.jobs import state_name
+
+    line = f"{job.id}  {state_name(job.state):<9}  prio {job.priority:>3}  {job.name}"
+    if job.reason:
+        line += f"  ({job.reason})"
+    typer.echo(line)
+
+
+def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int:
+    """Print a job's events until it ends; the exit code follows its final state."""
+    from tinker_client.jobs import pb, state_name
+
+    final = None
+    for event in client.watch(job_id):
+        kind = event.WhichOneof("event")
+        if kind == "log":
+            typer.echo(event.log.text)
+        elif logs_only:
+            pass
+        elif kind == "state_change":
+            sc = event.state_change
+            typer.echo(f"[{state_name(sc.state)}] {sc.reason}".rstrip())
+            final = sc.state
+        elif kind == "metrics":
+            keys = sorted(event.metrics.values)
+            shown = "  ".join(f"{k}={event.metrics.values[k]:.4g}" for k in keys[:8])
+            typer.echo(f"step {event.metrics.step}: {shown}")
+    job = client.get(job_id)
+    final = job.state if final is None else final
+    if not logs_only:
+        typer.echo(f"job {job.id} {state_name(job.state)}; run dir: {job.run_dir}")
+        if job.run_dir:
+            typer.echo(f"learning curve: {Path(job.run_dir) / 'curve.png'}")
+    return 0 if final == pb.JOB_STATE_SUCCEEDED else 1
+
+
+def _read_config_text(file: Path) -> str:
+    from tinker_core.config import load_config
+
+    try:
+        load_config(file, check_plugins=False)  # fail early, locally, before the round trip
+    except ConfigError as e:
+        err_console.print(f"[bold red]error:[/] {file}: {len(e.problems)} problem(s)", markup=True)
+        for p in e.problems:
+            err_console.print(f"  - {p}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    return file.read_text(encoding="utf-8")
+
+
+@app.command()
+def submit(
+    file: Annotated[Path, typer.Argument(help="A job config in YAML.")],
+    scheduler: SchedulerOpt = None,
+    api_key: ApiKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
+    priority: Annotated[int | None, typer.Option(help="Override the config's priority.")] = None,
+    request_id: Annotated[str | None, typer.Option("--request-id", help="Idempotence key; a retry with it never creates two jobs.")] = None,
+    watch_: Annotated[bool, typer.Option("--watch", help="Follow the job until it ends.")] = False,
+) -> None:
+    """Submit a job to a scheduler; prints its id."""
+    import grpc
+
+    text = _read_config_text(file)
+    client = _client(scheduler, api_key, tls_ca)
+    try:
+        job = client.submit(text, request_id=request_id, priority=priority)
+        typer.echo(job.id)
+        if watch_:
+            raise typer.Exit(_follow(client, job.id))
+    except grpc.RpcError as e:
+        _rpc_fail(e, client.address)
+
+
+@app.command()
+def watch(
+    job_id: Annotated[str, typer.Argument(help="The job id that submit printed.")],
+    scheduler: SchedulerOpt = None,
+    api_key: ApiKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
+) -> None:
+    """Follow a job's state changes, metrics and logs until it ends (exit 0 when it succeeded)."""
+    import grpc
+
+    client = _client(scheduler, api_key, tls_ca)
+    try:
+        raise typer.Exit(_follow(client, job_id))
+    except grpc.RpcError as e:
+        _rpc_fail(e, client.address)
+
+
+@app.command()
+def logs(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    scheduler: SchedulerOpt = None,
+    api_key: ApiKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
+) -> None:
+    """Print a job's log lines (following it while it runs)."""
+    import grpc
+
+    client = _client(scheduler, api_key, tls_ca)
+    try:
+        _follow(client, job_id, logs_only=True)
+    except grpc.RpcError as e:
+        _rpc_fail(e, client.address)
+
+
+@app.command("list")
+def list_jobs(
+    state: Annotated[list[str] | None, typer.Option("--state", help="Only jobs in this state (repeatable): queued, running, succeeded, failed, cancelled.")] = None,
+    scheduler: SchedulerOpt = None,
+    api_key: ApiKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
+) -> None:
+    """List your jobs, newest first."""
+    import grpc
+
+    from tinker_client.jobs import parse_state
+
+    try:
+        states = [parse_state(s) for s in state or []]
+    except ValueError as e:
+        fail(str(e))
+    client = _client(scheduler, api_key, tls_ca)
+    try:
+        for job in client.list(states):
+            _print_job(job)
+    except grpc.RpcError as e:
+        _rpc_fail(e, client.address)
+
+
+@app.command()
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The job id.")],
+    scheduler: SchedulerOpt = None,
+    api_key: ApiKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
+) -> None:
+    """Cancel a queued or running job (a running job checkpoints first)."""
+    import grpc
+
+    client = _client(scheduler, api_key, tls_ca)
+    try:
+        _print_job(client.cancel(job_id))
+    except grpc.RpcError as e:
+        _rpc_fail(e, client.address)
+
+
+@app.command()
+def train(
+    file: Annotated[Path, typer.Argument(help="A job config in YAML.")],
+    scheduler: SchedulerOpt = None,
+    api_key: ApiKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Where metrics, checkpoints and plots go (default runs/<name>).")] = None,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Start over instead of resuming from the run dir's checkpoint.")] = False,
+) -> None:
+    """Run a job: embedded, in this process, unless --scheduler is given (then submit and watch)."""
+    if scheduler:
+        submit(file, scheduler=scheduler, api_key=api_key, tls_ca=tls_ca, priority=None, request_id=None, watch_=True)
+        return
+    from tinker_core.config import load_config
+
+    try:
+        config = load_config(file)
+    except ConfigError as e:
+        err_console.print(f"[bold red]error:[/] {file}: {len(e.problems)} problem(s)", markup=True)
+        for p in e.problems:
+            err_console.print(f"  - {p}", markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    try:
+        from tinker_algos import train as run_training
+    except ImportError as e:
+        fail(f"embedded training needs tinker-algos ({e})", "install tinker-algos, or pass --scheduler HOST:PORT")
+    target = run_dir or Path("runs") / config.name
+    if fresh and target.exists():
+        import shutil
+
+        shutil.rmtree(target)
+    from tinker_client.progress import ProgressCallbacks
+
+    with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
+        try:
+            result = run_training(config, run_dir=target, callbacks=callbacks)
+        except ConfigError as e:
+            fail(str(e))
+    typer.echo(f"{result.status}: {result.step} steps; run dir: {result.run_dir}")
+    for k, v in sorted((result.eval or {}).items()):
+        typer.echo(f"  {k} = {v:.4g}")
+    if result.plot:
+        typer.echo(f"learning curve: {result.plot}")
+
+
 # ---- plugin commands and entry --------------------------------------------------------------
 
 
