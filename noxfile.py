@@ -7,7 +7,6 @@ declared dependencies (``uv sync --package``), so a missing dependency declarati
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nox

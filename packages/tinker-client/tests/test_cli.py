@@ -108,3 +108,42 @@ def test_unknown_command_exits_2():
 def test_the_client_never_imports_torch():
     code = "import sys, tinker_client.cli as c; c.build_app(); assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_env_serve_serves_a_registered_env_until_terminated():
+    import signal
+    import socket
+    import time
+
+    from tinker_core.remote import RemoteEnv
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tinker_client.cli", "env", "serve", "echo/echo-v0", "--port", str(port)],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"},
+    )
+    try:
+        assert "serving echo/echo-v0" in proc.stderr.readline()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with RemoteEnv(f"127.0.0.1:{port}", "echo/echo-v0") as env:
+                    obs, _ = env.reset(seed=5)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        local = tinker_core.make_env("echo/echo-v0")
+        assert obs == local.reset(seed=5)[0]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def test_env_serve_unknown_env_exits_2_with_suggestion():
+    result = opentinker("env", "serve", "echo/ehco-v0", "--port", "0", env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
+    assert result.returncode == 2
+    assert "did you mean 'echo/echo-v0'" in result.stderr

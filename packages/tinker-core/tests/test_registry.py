@@ -185,7 +185,8 @@ def test_hook_opentinker_register_optimizers():
     assert entry.obj is dict and entry.distribution == "o-dist" and entry.description == "d"
 
 
-def test_hook_opentinker_register_commands():
+def test_hook_opentinker_register_commands(monkeypatch):
+    monkeypatch.setenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", "1")  # only the plugin below
     seen = []
     tinker_core.register_plugin(plugin_module("c", opentinker_register_commands=lambda cli: seen.append(cli)))
     system = plugin_system()

@@ -106,6 +106,42 @@ def config_schema() -> None:
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
+# ---- env serve -------------------------------------------------------------------------------
+
+
+@env_app.command("serve")
+def env_serve(
+    env_id: Annotated[list[str], typer.Argument(help="Registered env id(s) to serve.")],
+    host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for every interface).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = 50052,
+    max_sessions: Annotated[int, typer.Option("--max-sessions", help="Sessions open at once at most.")] = 64,
+    idle_timeout: Annotated[float, typer.Option("--idle-timeout", help="Close a session idle this many seconds.")] = 300.0,
+) -> None:
+    """Serve environments over gRPC (EnvService) until interrupted; clients use RemoteEnv."""
+    import signal
+
+    from tinker_core.remote import serve_env
+
+    if max_sessions < 1:
+        fail(f"--max-sessions must be >= 1, got {max_sessions}")
+    if idle_timeout <= 0:
+        fail(f"--idle-timeout must be > 0 seconds, got {idle_timeout}")
+    try:
+        server = serve_env(env_id, host=host, port=port, max_sessions=max_sessions, idle_timeout_s=idle_timeout)
+    except OpenTinkerError as e:
+        fail(str(e), "'opentinker plugins' lists the registered env ids")
+    except RuntimeError as e:  # the port is taken, or the host cannot be bound
+        fail(f"cannot listen on {host}:{port}: {e}", "choose another --port")
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    typer.echo(f"serving {', '.join(env_id)} on {server.address} (Ctrl-C stops)", err=True)
+    try:
+        server.wait_for_termination()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
 # ---- jobs: submit, watch, list, cancel, logs, train ------------------------------------------
 
 SchedulerOpt = Annotated[

@@ -38,7 +38,7 @@ def state_name(state: int) -> str:
 
 def parse_state(name: str) -> int:
     key = f"JOB_STATE_{name.strip().upper()}"
-    if key not in pb.JobState.keys() or key == "JOB_STATE_UNSPECIFIED":
+    if key == "JOB_STATE_UNSPECIFIED" or key not in set(pb.JobState.keys()):
         allowed = ", ".join(n.lower() for n in STATE_NAMES.values() if n != "UNSPECIFIED")
         raise ValueError(f"unknown job state {name!r}; states are {allowed}")
     return int(pb.JobState.Value(key))

@@ -30,6 +30,10 @@ _EXPORTS: dict[str, str] = {
     "MultiAgentTextEnv": "tinker_core.env",
     "Message": "tinker_core.env",
     "Observation": "tinker_core.env",
+    # environments served over gRPC (imports grpc on first use)
+    "serve_env": "tinker_core.remote",
+    "RemoteEnv": "tinker_core.remote",
+    "RemoteMultiAgentEnv": "tinker_core.remote",
     # rollouts
     "TurnState": "tinker_core.fsm",
     "TurnFSM": "tinker_core.fsm",
@@ -88,16 +92,17 @@ if TYPE_CHECKING:  # pragma: no cover
         UnknownNameError,
     )
     from tinker_core.fsm import TurnFSM, TurnState
+    from tinker_core.remote import RemoteEnv, RemoteMultiAgentEnv, serve_env
     from tinker_core.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
     from tinker_core.registry import (
         env_spec,
         get_advantage_estimator,
         get_loss,
         get_optimizer,
+        get_registry,
         list_plugins,
         make_env,
         register_plugin,
-        get_registry,
         reset_plugins,
     )
     from tinker_core.types import Batch, Trajectory

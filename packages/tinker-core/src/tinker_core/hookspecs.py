@@ -25,8 +25,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from tinker_core.registry import (
-        EstimatorRegister,
         EnvRegister,
+        EstimatorRegister,
         LossRegister,
         OptimizerRegister,
     )

@@ -1,0 +1,93 @@
+"""The conformance kit: what every OpenTinker plugin (ours, generated, third-party) is tested with.
+
+Call a check in a test; it returns None or raises :class:`ConformanceError` naming the plugin,
+the check that failed and what to fix::
+
+    from tinker_core.testing import check_env, check_advantage_estimator
+
+    def test_my_env():
+        check_env("mine/task-v0")            # a registered id, an instance or a factory
+
+    def test_my_estimator():
+        check_advantage_estimator(my_estimator, needs_critic=False)
+
+The same functions are pytest fixtures (``opentinker_check_env``, ...) through the pytest
+plugin :mod:`tinker_core.testing.pytest_plugin`, registered by installing tinker-core.
+
+==============================  ====================================================  ======
+check                           plugin                                                torch
+==============================  ====================================================  ======
+:func:`check_env`               :class:`~tinker_core.env.TextEnv`                      no
+:func:`check_multi_agent_env`   :class:`~tinker_core.env.MultiAgentTextEnv`            no
+:func:`check_advantage_estimator`  ``estimator(AdvantageInputs, **config)``            no
+:func:`check_loss`              ``loss_fn(LossInputs, **config)``                      yes
+:func:`check_optimizer`         ``factory(params, **config) -> Optimizer``             yes
+:func:`check_all_registered`    everything in the plugin registries                   some
+==============================  ====================================================  ======
+
+What each check requires is documented in its module (:mod:`.envs`, :mod:`.estimators`,
+:mod:`.losses`, :mod:`.optimizers`). Importing this package never imports torch: the two torch
+checks import it when called and raise :class:`TorchNotInstalledError` (an ImportError too)
+telling you to install tinker-algos when it is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Loaded on first use, so that the pytest plugin (a submodule, imported into every pytest run
+# where tinker-core is installed) does not pull numpy and gymnasium in.
+_EXPORTS: dict[str, str] = {
+    "ConformanceError": "tinker_core.testing._common",
+    "ConformanceWarning": "tinker_core.testing._common",
+    "TorchNotInstalledError": "tinker_core.testing._common",
+    "DEFAULT_ACTIONS": "tinker_core.testing.envs",
+    "check_env": "tinker_core.testing.envs",
+    "check_multi_agent_env": "tinker_core.testing.envs",
+    "check_advantage_estimator": "tinker_core.testing.estimators",
+    "check_loss": "tinker_core.testing.losses",
+    "check_optimizer": "tinker_core.testing.optimizers",
+    "check_all_registered": "tinker_core.testing.registered",
+    "registered_checks": "tinker_core.testing.registered",
+}
+
+__all__ = [
+    "DEFAULT_ACTIONS",
+    "ConformanceError",
+    "ConformanceWarning",
+    "TorchNotInstalledError",
+    "check_advantage_estimator",
+    "check_all_registered",
+    "check_env",
+    "check_loss",
+    "check_multi_agent_env",
+    "check_optimizer",
+    "registered_checks",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tinker_core.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tinker_core.testing._common import (
+        ConformanceError,
+        ConformanceWarning,
+        TorchNotInstalledError,
+    )
+    from tinker_core.testing.envs import DEFAULT_ACTIONS, check_env, check_multi_agent_env
+    from tinker_core.testing.estimators import check_advantage_estimator
+    from tinker_core.testing.losses import check_loss
+    from tinker_core.testing.optimizers import check_optimizer
+    from tinker_core.testing.registered import check_all_registered, registered_checks

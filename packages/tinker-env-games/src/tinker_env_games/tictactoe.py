@@ -1,0 +1,144 @@
+"""``games/tictactoe-v0``: tic-tac-toe for two roles, ``x`` (moves first) and ``o``.
+
+What role ``x`` sees on its turn::
+
+    Tic-tac-toe. You play X.
+    Last move: O played 5.
+    X|2|3
+    -+-+-
+    4|O|6
+    -+-+-
+    7|8|9
+    Legal moves: 2 3 4 6 7 8 9
+    Reply with the number of a free cell (1-9).
+
+Free cells show their number, so the action is one of the numbers on the board: the first
+integer in the action text is taken (``"3"``, ``"I play 3"``). Rewards, illegal moves and
+forfeits follow :mod:`tinker_env_games.board`. The pure rule functions here
+(:func:`winner_of`, :func:`free_cells`, :func:`parse_board`) serve the opponents too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from tinker_core.env import EnvSpec
+from tinker_env_games.board import ROLES, BoardGameEnv
+
+__all__ = [
+    "LINES",
+    "TICTACTOE_SPEC",
+    "TicTacToeEnv",
+    "free_cells",
+    "parse_board",
+    "render_board",
+    "winner_of",
+]
+
+EMPTY = "."
+LINES: tuple[tuple[int, int, int], ...] = (
+    (0, 1, 2),
+    (3, 4, 5),
+    (6, 7, 8),  # rows
+    (0, 3, 6),
+    (1, 4, 7),
+    (2, 5, 8),  # columns
+    (0, 4, 8),
+    (2, 4, 6),  # diagonals
+)
+
+TICTACTOE_SPEC = EnvSpec(
+    id="games/tictactoe-v0",
+    description=(
+        "Two-player tic-tac-toe (roles x, o; x first). Win +1, loss -1, draw 0; an illegal "
+        "move costs 0.1 and is retried; the 3rd illegal move forfeits."
+    ),
+    max_turns=13,
+    reward_range=(-1.0, 1.0),
+    action_format="the number (1-9) of a free cell, e.g. '5'",
+    roles=ROLES,
+    metadata={
+        "kwargs": {
+            "max_illegal_moves": "illegal moves that forfeit the game (default 3)",
+            "illegal_move_penalty": "cost of each illegal move before that (default 0.1)",
+        },
+        "max_turns": "total steps of both roles, illegal moves included",
+    },
+)
+
+_MOVE_RE = re.compile(r"[-+]?\d+")
+_ROW_RE = re.compile(r"^([XO1-9])\|([XO1-9])\|([XO1-9])$")
+
+
+def winner_of(board: Sequence[str]) -> str | None:
+    """``"X"`` or ``"O"`` when that mark fills a line of the 9-cell ``board``, else None."""
+    for a, b, c in LINES:
+        if board[a] != EMPTY and board[a] == board[b] == board[c]:
+            return board[a]
+    return None
+
+
+def free_cells(board: Sequence[str]) -> list[int]:
+    """The free cells, numbered 1-9 (row by row)."""
+    return [i + 1 for i, v in enumerate(board) if v == EMPTY]
+
+
+def render_board(board: Sequence[str]) -> str:
+    """Three rows ``X|2|3`` separated by ``-+-+-``; free cells show their number."""
+    cells = [v if v != EMPTY else str(i + 1) for i, v in enumerate(board)]
+    rows = ["|".join(cells[r * 3 : r * 3 + 3]) for r in range(3)]
+    return "\n-+-+-\n".join(rows)
+
+
+def parse_board(observation: str) -> list[str]:
+    """The 9 cells (``"X"``, ``"O"`` or ``"."``) of the board in a tic-tac-toe observation."""
+    cells: list[str] = []
+    for line in observation.splitlines():
+        m = _ROW_RE.match(line.strip())
+        if m:
+            cells.extend(v if v in "XO" else EMPTY for v in m.groups())
+    if len(cells) != 9:
+        raise ValueError("parse_board: the observation does not contain a 3x3 tic-tac-toe board")
+    return cells
+
+
+class TicTacToeEnv(BoardGameEnv):
+    """Tic-tac-toe; see the module docstring and :mod:`tinker_env_games.board` for the rules.
+
+    Args:
+        max_illegal_moves: the n-th illegal move of a role forfeits its game (default 3).
+        illegal_move_penalty: cost of each earlier illegal move (default 0.1).
+    """
+
+    title = "Tic-tac-toe"
+    move_prompt = "Reply with the number of a free cell (1-9)."
+    base_spec = TICTACTOE_SPEC
+    num_cells = 9
+    no_move_reason = "no cell number found"
+
+    def new_board(self) -> list[str]:
+        return [EMPTY] * 9
+
+    def parse_move(self, action: str) -> int | None:
+        m = _MOVE_RE.search(action)
+        return int(m.group(0)) if m else None
+
+    def illegal_reason(self, move: int) -> str | None:
+        if not 1 <= move <= 9:
+            return f"there is no cell {move}; cells are 1 to 9"
+        if self.board[move - 1] != EMPTY:
+            return f"cell {move} is taken"
+        return None
+
+    def apply_move(self, move: int, mark: str) -> None:
+        self.board[move - 1] = mark
+
+    def legal_moves(self) -> list[int]:
+        return [] if self.winner() else free_cells(self.board)
+
+    def winner(self) -> str | None:
+        return winner_of(self.board)
+
+    def render_board(self) -> str:
+        return render_board(self.board)

@@ -1,0 +1,61 @@
+"""The conformance kit over every env this package registers, found through its entry point."""
+
+from __future__ import annotations
+
+import functools
+import zlib
+
+import pytest
+
+import tinker_core
+from tinker_env_games.opponents import legal_moves_in
+
+testing = pytest.importorskip(
+    "tinker_core.testing", reason="this tinker-core has no conformance kit"
+)
+
+SINGLE_AGENT = ["games/guess-number-v0"]
+MULTI_AGENT = ["games/tictactoe-v0", "games/connect-four-v0"]
+
+
+def test_the_plugin_registers_exactly_these(games_plugin_only: None) -> None:
+    mine = [p for p in tinker_core.list_plugins() if p.distribution == "tinker-env-games"]
+    assert len(mine) == 1 and sorted(mine[0].registers["envs"]) == sorted(
+        SINGLE_AGENT + MULTI_AGENT
+    )
+    assert [
+        i for i in sorted(mine[0].registers["envs"]) if tinker_core.env_spec(i).is_multi_agent
+    ] == sorted(MULTI_AGENT)
+
+
+@pytest.mark.parametrize("env_id", SINGLE_AGENT)
+def test_single_agent_env_conforms(games_plugin_only: None, env_id: str) -> None:
+    testing.check_env(env_id)
+
+
+@pytest.mark.parametrize("env_id", MULTI_AGENT)
+def test_multi_agent_env_conforms(games_plugin_only: None, env_id: str) -> None:
+    testing.check_multi_agent_env(env_id)
+
+
+@pytest.mark.parametrize("env_id", MULTI_AGENT)
+def test_multi_agent_env_conforms_with_legal_play(games_plugin_only: None, env_id: str) -> None:
+    """Whole games of legal moves, chosen by a deterministic function of the observation."""
+
+    def policy(observation: str, info: dict) -> str:
+        moves = legal_moves_in(observation)
+        assert moves == info["legal_moves"]
+        return str(moves[zlib.crc32(observation.encode()) % len(moves)])
+
+    testing.check_multi_agent_env(env_id, actions=policy)
+
+
+def test_configured_envs_conform(games_plugin_only: None) -> None:
+    testing.check_env(
+        functools.partial(
+            tinker_core.make_env, "games/guess-number-v0", low=-5, high=5, max_turns=3
+        )
+    )
+    testing.check_multi_agent_env(
+        functools.partial(tinker_core.make_env, "games/tictactoe-v0", max_illegal_moves=1)
+    )

@@ -1,0 +1,157 @@
+"""Generates the sample dataset shipped with the package (``data/gsm8k_sample.jsonl``).
+
+The problems are written by templates with small numbers, in the GSM8K convention: a worked
+solution with ``<<a+b=c>>`` calculator annotations and a last line ``#### <number>``. The same
+seed gives the same file byte for byte (stdlib :class:`random.Random`, no numpy)::
+
+    python -m tinker_env_math.sample_data            # rewrites the bundled sample
+    python -m tinker_env_math.sample_data --out my.jsonl --n 200 --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["generate_records", "write_jsonl", "main"]
+
+NAMES = (
+    ("Ava", "She"),
+    ("Ben", "He"),
+    ("Chloe", "She"),
+    ("Dan", "He"),
+    ("Ema", "She"),
+    ("Finn", "He"),
+    ("Gia", "She"),
+    ("Hugo", "He"),
+    ("Ines", "She"),
+    ("Jonas", "He"),
+)
+ITEMS = ("apples", "marbles", "stickers", "pencils", "cookies", "stamps", "shells", "cards")
+
+Record = dict[str, str]
+
+
+def _buy_then_give(r: random.Random) -> Record:
+    (name, he), item = r.choice(NAMES), r.choice(ITEMS)
+    a, b = r.randint(3, 40), r.randint(2, 30)
+    s = a + b
+    c = r.randint(1, s - 1)
+    q = (
+        f"{name} has {a} {item}. {he} buys {b} more and then gives {c} to a friend. "
+        f"How many {item} does {name} have now?"
+    )
+    sol = (
+        f"After buying, {name} has {a} + {b} = <<{a}+{b}={s}>>{s} {item}.\n"
+        f"After giving {c} away, {name} has {s} - {c} = <<{s}-{c}={s - c}>>{s - c} {item}.\n"
+        f"#### {s - c}"
+    )
+    return {"question": q, "answer": sol}
+
+
+def _boxes(r: random.Random) -> Record:
+    item = r.choice(ITEMS)
+    a, b, extra = r.randint(2, 12), r.randint(2, 12), r.randint(1, 9)
+    total = a * b + extra
+    q = (
+        f"A box holds {a} {item}. There are {b} full boxes and {extra} loose {item}. "
+        f"How many {item} are there in all?"
+    )
+    sol = (
+        f"The boxes hold {a} * {b} = <<{a}*{b}={a * b}>>{a * b} {item}.\n"
+        f"With the loose ones there are {a * b} + {extra} = <<{a * b}+{extra}={total}>>{total} {item}.\n"
+        f"#### {total}"
+    )
+    return {"question": q, "answer": sol}
+
+
+def _pages(r: random.Random) -> Record:
+    (name, _he) = r.choice(NAMES)
+    a, days, last = r.randint(5, 30), r.randint(2, 7), r.randint(1, 20)
+    first = a * days
+    q = (
+        f"{name} reads {a} pages a day for {days} days, then {last} pages on the next day. "
+        f"How many pages does {name} read in total?"
+    )
+    sol = (
+        f"In {days} days {name} reads {a} * {days} = <<{a}*{days}={first}>>{first} pages.\n"
+        f"In total that is {first} + {last} = <<{first}+{last}={first + last}>>{first + last} pages.\n"
+        f"#### {first + last}"
+    )
+    return {"question": q, "answer": sol}
+
+
+def _money_left(r: random.Random) -> Record:
+    (name, he), item = r.choice(NAMES), r.choice(ITEMS)
+    price, count = r.randint(2, 9), r.randint(2, 6)
+    spent = price * count
+    money = spent + r.randint(0, 30)
+    q = (
+        f"{name} has ${money}. {he} buys {count} packs of {item} at ${price} each. "
+        f"How many dollars does {name} have left?"
+    )
+    sol = (
+        f"The packs cost {count} * {price} = <<{count}*{price}={spent}>>{spent} dollars.\n"
+        f"{name} has {money} - {spent} = <<{money}-{spent}={money - spent}>>{money - spent} dollars left.\n"
+        f"#### {money - spent}"
+    )
+    return {"question": q, "answer": sol}
+
+
+def _groups(r: random.Random) -> Record:
+    groups, size, absent = r.randint(2, 8), r.randint(2, 9), r.randint(1, 5)
+    present = groups * size
+    q = (
+        f"A class has {present + absent} students. {absent} are absent today, and the rest "
+        f"split into {groups} equal groups. How many students are in each group?"
+    )
+    sol = (
+        f"There are {present + absent} - {absent} = <<{present + absent}-{absent}={present}>>{present} "
+        f"students present.\nEach group has {present} / {groups} = <<{present}/{groups}={size}>>{size} students.\n"
+        f"#### {size}"
+    )
+    return {"question": q, "answer": sol}
+
+
+TEMPLATES: tuple[Callable[[random.Random], Record], ...] = (
+    _buy_then_give,
+    _boxes,
+    _pages,
+    _money_left,
+    _groups,
+)
+
+
+def generate_records(n: int = 50, seed: int = 0) -> list[Record]:
+    """``n`` records, cycling through the templates; deterministic in ``seed``."""
+    r = random.Random(seed)
+    return [TEMPLATES[i % len(TEMPLATES)](r) for i in range(n)]
+
+
+def write_jsonl(records: list[Record], path: str | Path) -> Path:
+    """Write one JSON object a line (UTF-8, ``\\n`` line ends)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="\n") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tinker_env_math.dataset import SAMPLE_DATASET_PATH
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(SAMPLE_DATASET_PATH), help="output .jsonl path")
+    parser.add_argument("--n", type=int, default=50, help="number of records")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    args = parser.parse_args(argv)
+    path = write_jsonl(generate_records(args.n, args.seed), args.out)
+    print(f"wrote {args.n} records to {path}")
+
+
+if __name__ == "__main__":
+    main()
