@@ -1,1 +1,114 @@
-"""Entry point module (filled in by the package's issue)."""
+"""tinker-algos' built-in algorithm plugins, registered through the public ``opentinker`` hooks.
+
+This module is the ``algos`` entry point in the ``opentinker`` group: the built-ins are
+registered exactly as a third-party plugin would register its own. It stays light:
+
+* advantage estimators (numpy only) are imported inside the hook and registered directly;
+* losses and optimizers need torch, so they are registered as :class:`Deferred` callables that
+  import :mod:`tinker_algos.losses` / :mod:`tinker_algos.optimizers` on their first call.
+  Listing plugins or looking a name up never imports torch.
+
+Registered names:
+
+* advantage estimators: ``gae`` (needs a critic), ``grpo``, ``dr_grpo``, ``rloo``,
+  ``reinforce_pp``, ``reinforce_pp_baseline`` (:mod:`tinker_algos.estimators`);
+* losses: ``cross_entropy`` (supervised), ``importance_sampling``, ``ppo``, ``cispo`` (policy),
+  ``dpo``, ``cdpo``, ``ipo`` (preference), ``value`` (value), ``k1``, ``k2``, ``k3`` (kl)
+  (:mod:`tinker_algos.losses`);
+* optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.optimizers`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from tinker_core.hookspecs import hookimpl
+
+
+class Deferred:
+    """A callable that imports ``module.attr`` on first use and forwards every call to it.
+
+    ``inspect.signature`` sees the real signature (resolved on demand); instances pickle as
+    ``(module, attr)``.
+    """
+
+    def __init__(self, module: str, attr: str, doc: str) -> None:
+        self.target_module = module
+        self.target_attr = attr
+        self.__name__ = attr
+        self.__qualname__ = attr
+        self.__doc__ = doc
+
+    def resolve(self) -> Any:
+        """The real callable."""
+        return getattr(importlib.import_module(self.target_module), self.target_attr)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self.resolve())
+
+    def __repr__(self) -> str:
+        return f"<deferred {self.target_module}.{self.target_attr}>"
+
+
+ESTIMATOR_DESCRIPTIONS: dict[str, str] = {
+    "gae": "GAE(gamma, lam) over the critic's values, masked whitening (needs a critic)",
+    "grpo": "GRPO: (R - group mean) / (unbiased group std + eps), broadcast on the mask",
+    "dr_grpo": "Dr.GRPO: R - group mean (no std division), broadcast on the mask",
+    "rloo": "RLOO: R minus the mean reward of the rest of the group",
+    "reinforce_pp": "REINFORCE++: discounted return-to-go, whitened over the batch",
+    "reinforce_pp_baseline": "REINFORCE++-baseline: group-mean baseline, return-to-go, whitened",
+}
+
+LOSS_TABLE: dict[str, tuple[str, str]] = {
+    "cross_entropy": ("supervised", "weighted negative log-likelihood: -w * logp"),
+    "importance_sampling": ("policy", "Tinker's importance-sampling policy gradient: -rho * A"),
+    "ppo": ("policy", "PPO clipped surrogate, asymmetric clip, dual clip c=3"),
+    "cispo": ("policy", "CISPO: -sg(clip(rho)) * A * logp"),
+    "dpo": ("preference", "DPO: -log sigmoid(beta * Delta) per chosen/rejected pair"),
+    "cdpo": ("preference", "conservative DPO with label smoothing (default 0.1)"),
+    "ipo": ("preference", "IPO: (Delta - 1/(2 beta))^2 per chosen/rejected pair"),
+    "value": ("value", "clipped value loss 0.5 * max((V-R)^2, (clip(V)-R)^2)"),
+    "k1": ("kl", "KL to the reference policy, k1 estimator: logp - ref_logp"),
+    "k2": ("kl", "KL to the reference policy, k2 estimator: (ref_logp - logp)^2 / 2"),
+    "k3": ("kl", "KL to the reference policy, k3 estimator: exp(x) - x - 1"),
+}
+"""Name -> (kind, description) of every built-in loss."""
+
+OPTIMIZER_DESCRIPTIONS: dict[str, str] = {
+    "adamw": "AdamW (torch.optim.AdamW): lr, betas, eps, weight_decay, amsgrad",
+    "sgd": "SGD (torch.optim.SGD): lr, momentum, dampening, weight_decay, nesterov",
+    "lion": "Lion (Chen et al. 2023): sign update; lr, betas, weight_decay",
+}
+
+
+@hookimpl
+def opentinker_register_advantage_estimators(register: Any) -> None:
+    from tinker_algos.estimators import ESTIMATORS
+
+    for name, (fn, needs_critic) in ESTIMATORS.items():
+        register(name, fn, needs_critic=needs_critic, description=ESTIMATOR_DESCRIPTIONS[name])
+
+
+@hookimpl
+def opentinker_register_losses(register: Any) -> None:
+    for name, (kind, description) in LOSS_TABLE.items():
+        register(
+            name,
+            Deferred("tinker_algos.losses", name, description),
+            kind=kind,
+            description=description,
+        )
+
+
+@hookimpl
+def opentinker_register_optimizers(register: Any) -> None:
+    for name, description in OPTIMIZER_DESCRIPTIONS.items():
+        register(
+            name, Deferred("tinker_algos.optimizers", name, description), description=description
+        )

@@ -109,6 +109,11 @@ class TurnFSM:
         self.turn_rewards.append(float(reward))
 
     @property
+    def tokens(self) -> list[int]:
+        """A copy of the token sequence so far (the context the policy sees next)."""
+        return list(self._tokens)
+
+    @property
     def num_tokens(self) -> int:
         return len(self._tokens)
 

@@ -1,0 +1,101 @@
+"""What every algorithm gets (:class:`StageContext`) and provides (:class:`Algorithm`).
+
+A job runs its stages in order; each stage builds its algorithm with a context holding the
+policy, a trainer for this stage's optimizer, the environment factories and the seeds. The
+training loop (:mod:`tinker_algos.train`) calls ``step(k)`` once per optimizer step and
+``evaluate()`` on the held-out set; ``state_dict``/``load_state_dict`` carry the algorithm's own
+state (a critic, a data cursor) through checkpoints.
+
+Randomness is derived from ``(seed, stage, step)`` (:meth:`StageContext.step_seed`), never drawn
+from a long-lived generator, so a resumed run sees exactly the rollouts an uninterrupted one
+would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tinker_core.config import JobConfig, StageConfig
+
+from tinker_algos.models import PolicyModel
+from tinker_algos.trainer import Trainer
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed from any parts, stable across processes and Python versions."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+@dataclass
+class StageContext:
+    job: JobConfig
+    stage: StageConfig
+    stage_index: int
+    policy: PolicyModel
+    trainer: Trainer
+    run_dir: Path
+    adapter: str | None
+    env_factory: Callable[[], Any] | None
+    eval_env_factory: Callable[[], Any] | None
+    log: Callable[[str], None]
+
+    @property
+    def algo(self) -> Any:
+        return self.stage.algorithm
+
+    @property
+    def rollout_cfg(self) -> Any:
+        return self.stage.rollout
+
+    def step_seed(self, step: int, *what: Any) -> int:
+        return derive_seed(self.job.seed, self.stage_index, step, *what)
+
+    def require_env(self) -> Callable[[], Any]:
+        if self.env_factory is None:
+            from tinker_core.errors import ConfigError
+
+            raise ConfigError([f"stages[{self.stage_index}]: algorithm {self.algo.name!r} needs an 'env'"])
+        return self.env_factory
+
+
+class Algorithm:
+    """Base class: one optimizer step per :meth:`step`, held-out metrics from :meth:`evaluate`."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+
+    def step(self, step: int) -> dict[str, float]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out metrics; the default evaluates the env greedily when there is one."""
+        from tinker_algos.rollout import evaluate
+
+        factory = self.ctx.eval_env_factory or self.ctx.env_factory
+        if factory is None:
+            return {}
+        r = self.ctx.rollout_cfg
+        return evaluate(
+            self.ctx.policy,
+            factory,
+            self.ctx.algo.eval_size,
+            seed=derive_seed(self.ctx.job.seed, "eval"),
+            max_new_tokens=r.max_new_tokens,
+            stop=r.stop,
+            max_turns=r.max_turns,
+            adapter=self.ctx.adapter,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Extra state to checkpoint (torch tensors allowed)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""

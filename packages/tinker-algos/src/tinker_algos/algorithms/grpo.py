@@ -1,0 +1,181 @@
+"""GRPO and its family (``algorithm.name: grpo``): group-relative advantages, no critic.
+
+Each step samples ``rollout.group_size`` episodes for each of ``rollout.prompts_per_step``
+tasks, scores them with the environment, turns the rewards into advantages with the configured
+group estimator (``grpo`` by default; ``dr_grpo``, ``rloo``, ``reinforce_pp_baseline`` or any
+plugin's) and takes one policy-gradient step with ``importance_sampling`` (or ``ppo``, ``cispo``
+or any registered policy loss, with ``loss_config``).
+
+Implementation details:
+
+1. The episodes of one group reset their env with the same seed, so they pose the same task;
+   task seeds are derived from ``(seed, stage, step, group)``.
+2. Rollouts go through the turn FSM: only the policy's tokens carry loss weight, so multi-turn
+   envs (tool use, games against a scripted opponent) train exactly like single-turn ones.
+3. Failed episodes (env error or time-out) are counted under ``rollout/errors/*`` and left out;
+   the step fails only above ``rollout.max_error_rate``.
+4. ``kl/sample_train`` is the k3 estimate of KL(sampler || trainer) on the sampled tokens, from
+   the trainer's recomputed logprobs before the update (0 up to float noise on CPU).
+5. A KL penalty to the reference policy (``algorithm.kl``; the base model with adapters off for
+   LoRA, a frozen copy of the stage's starting weights otherwise) is either subtracted from the
+   token rewards (``mode: reward``) or added as a second loss term (``mode: loss``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+
+import tinker_core
+from tinker_core.algos import AdvantageInputs
+from tinker_core.types import Batch
+
+from tinker_algos.algorithms.base import Algorithm, StageContext
+from tinker_algos.kl import kl_estimate
+from tinker_algos.rollout import RolloutResult, rollout
+from tinker_algos.sampler import SamplingParams, logprob_agreement
+
+
+class ReferencePolicy:
+    """Log-probabilities under the reference policy for KL penalties."""
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self.module: Any = None
+        if ctx.adapter is None:  # full fine-tuning: freeze a copy of the starting weights
+            self.module = copy.deepcopy(ctx.policy.module).eval()
+            for p in self.module.parameters():
+                p.requires_grad_(False)
+
+    def logprobs(self, batch: Batch) -> np.ndarray:
+        if self.module is None:
+            return self.ctx.trainer.forward(batch, reference=True)
+        import torch
+
+        from tinker_algos.models import sequence_logprobs
+
+        dev = self.ctx.policy.device
+        tokens = torch.as_tensor(batch.tokens_B_T, device=dev)
+        attn = torch.as_tensor(batch.attention_mask_B_T, device=dev)
+        with torch.no_grad():
+            lp = sequence_logprobs(self.module, tokens, attn, spec=self.ctx.policy.spec)
+        return (lp.float() * attn).cpu().numpy()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.module is None else {"reference": self.module.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.module is not None and "reference" in state:
+            self.module.load_state_dict(state["reference"])
+
+
+class GRPO(Algorithm):
+    name = "grpo"
+    default_estimator = "grpo"
+    default_loss = "importance_sampling"
+
+    def __init__(self, ctx: StageContext) -> None:
+        super().__init__(ctx)
+        self.env_factory = ctx.require_env()
+        self.estimator_name = ctx.algo.estimator or self.default_estimator
+        entry = tinker_core.get_advantage_estimator(self.estimator_name)
+        if entry.options.get("needs_critic"):
+            from tinker_core.errors import ConfigError
+
+            raise ConfigError([f"algorithm.estimator: {self.estimator_name!r} needs a critic; use algorithm 'ppo' for it, or a group estimator (grpo, dr_grpo, rloo, reinforce_pp_baseline)"])
+        self.estimator = entry.obj
+        self.loss = ctx.algo.loss or self.default_loss
+        tinker_core.get_loss(self.loss)  # fail early, with a did-you-mean
+        self.reference = ReferencePolicy(ctx) if ctx.algo.kl.coef > 0 else None
+
+    # ---- one step -----------------------------------------------------------------------------
+    def collect(self, step: int) -> RolloutResult:
+        r = self.ctx.rollout_cfg
+        P, G = r.prompts_per_step, r.group_size
+        seeds = [self.ctx.step_seed(step, "task", p) for p in range(P) for _ in range(G)]
+        group_ids = [p for p in range(P) for _ in range(G)]
+        params = SamplingParams(
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            stop=tuple(r.stop),
+            seed=self.ctx.step_seed(step, "sample"),
+        )
+        return rollout(
+            self.ctx.policy,
+            self.env_factory,
+            seeds,
+            params,
+            group_ids=group_ids,
+            max_turns=r.max_turns,
+            adapter=self.ctx.adapter,
+            turn_timeout_s=r.turn_timeout_s,
+            max_error_rate=r.max_error_rate,
+        )
+
+    def advantages(self, batch: Batch, token_rewards_B_T: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
+        cfg = dict(self.ctx.algo.params.get("estimator_config", {}))
+        out = self.estimator(
+            AdvantageInputs(
+                rewards_B=batch.rewards_B,
+                mask_B_T=batch.loss_mask_B_T,
+                group_ids_B=batch.group_ids_B,
+                token_rewards_B_T=token_rewards_B_T,
+            ),
+            **cfg,
+        )
+        return np.asarray(out.advantages_B_T, dtype=np.float32), dict(out.metrics)
+
+    def step(self, step: int) -> dict[str, float]:
+        result = self.collect(step)
+        metrics = result.metrics()
+        trajs = result.trajectories
+        if not trajs or sum(t.num_generated for t in trajs) == 0:
+            metrics["optim/skipped_steps"] = float(self.ctx.trainer.skipped_steps)
+            metrics["rollout/empty_batch"] = 1.0
+            return metrics
+        batch = Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
+        mask = batch.loss_mask_B_T
+        current = self.ctx.trainer.forward(batch, temperature=self.ctx.rollout_cfg.temperature)
+        agree = logprob_agreement(batch.sampler_logprobs_B_T, current, mask)
+        metrics["kl/sample_train"] = float(agree["kl_k3"])
+        metrics["rollout/logprob_mean_abs_diff"] = float(agree["mean_abs_diff"])
+
+        kl = self.ctx.algo.kl
+        token_rewards = None
+        ref = None
+        if self.reference is not None:
+            ref = self.reference.logprobs(batch)
+            k = kl_estimate(current, ref, kl.estimator) * mask
+            metrics["kl/policy_ref"] = float(k.sum() / max(mask.sum(), 1.0))
+            if kl.mode == "reward":
+                token_rewards = AdvantageInputs(batch.rewards_B, mask, batch.group_ids_B).token_rewards() - kl.coef * k
+        adv, est_metrics = self.advantages(batch, token_rewards)
+        metrics.update({f"advantages/{k}": v for k, v in est_metrics.items()})
+        metrics["advantages/abs_mean"] = float(np.abs(adv).sum() / max(mask.sum(), 1.0))
+        fb = self.ctx.trainer.forward_backward(
+            batch, self.loss, agg=self.ctx.algo.aggregation, advantages_B_T=adv, **self.ctx.algo.loss_config
+        )
+        metrics["losses/policy"] = fb["loss"]
+        total = fb["loss"]
+        if ref is not None and kl.mode == "loss":
+            fk = self.ctx.trainer.forward_backward(batch, kl.estimator, agg=self.ctx.algo.aggregation, loss_scale=kl.coef, ref_logprobs_B_T=ref)
+            metrics["losses/kl"] = fk["loss"]
+            total += kl.coef * fk["loss"]
+        metrics["losses/total"] = total
+        for k, v in fb.items():
+            if "/" in k:
+                metrics[f"losses/{k}"] = v
+        opt = self.ctx.trainer.optim_step()
+        metrics.update({"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])})
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.reference.state_dict() if self.reference is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.reference is not None:
+            self.reference.load_state_dict(state)

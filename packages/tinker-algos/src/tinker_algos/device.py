@@ -1,0 +1,122 @@
+"""Where the model runs and in which precision, chosen at run time.
+
+``resolve_device()`` picks CUDA with bf16 autocast when a GPU with bf16 support is present and the
+CPU in float32 otherwise. Both choices can be overridden by arguments or by the environment
+variables ``OPENTINKER_DEVICE`` (``cpu``, ``cuda``, ``cuda:1``, ...) and ``OPENTINKER_PRECISION``.
+
+Precisions:
+
+* ``fp32`` -- float32 weights, no autocast (the CPU default; what the tests use).
+* ``bf16-mixed`` -- float32 weights and optimizer state, forward passes under bf16 autocast
+  (the CUDA default when the GPU supports bf16).
+* ``fp16-mixed`` -- float32 weights, fp16 autocast (older GPUs; no loss scaling is done).
+* ``bf16`` -- bfloat16 weights, no autocast (halves memory; less exact updates).
+* ``auto`` -- the default described above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16-mixed", "fp16-mixed", "bf16")
+DEVICE_ENV = "OPENTINKER_DEVICE"
+PRECISION_ENV = "OPENTINKER_PRECISION"
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A device, the dtype of the weights and the autocast dtype (None: no autocast)."""
+
+    device: torch.device
+    param_dtype: torch.dtype
+    autocast_dtype: torch.dtype | None
+    precision: str
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """A context in which forward passes run in ``autocast_dtype`` (a no-op without one)."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {
+            "device": str(self.device),
+            "param_dtype": str(self.param_dtype).removeprefix("torch."),
+            "autocast_dtype": None
+            if self.autocast_dtype is None
+            else str(self.autocast_dtype).removeprefix("torch."),
+            "precision": self.precision,
+        }
+
+
+def _cuda_bf16() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+
+
+def resolve_device(device: str | torch.device | None = None, precision: str | None = None) -> DeviceSpec:
+    """Choose the device and precision; arguments win over environment variables over defaults.
+
+    Args:
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:0"``, ``"auto"`` or None (env ``OPENTINKER_DEVICE``,
+            else CUDA when available, else CPU).
+        precision: one of :data:`PRECISIONS` or None (env ``OPENTINKER_PRECISION``, else ``auto``).
+    """
+    dev_raw = device if device is not None else os.environ.get(DEVICE_ENV) or "auto"
+    if isinstance(dev_raw, str) and dev_raw.strip().lower() == "auto":
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        try:
+            dev = torch.device(dev_raw)
+        except RuntimeError as e:
+            raise ValueError(
+                f"device {dev_raw!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N' or 'auto' "
+                f"(argument device= or env {DEVICE_ENV})"
+            ) from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"device {str(dev)!r} was asked for but CUDA is not available; use device='cpu' "
+            f"(or unset {DEVICE_ENV})"
+        )
+    prec = (precision if precision is not None else os.environ.get(PRECISION_ENV) or "auto").strip().lower()
+    if prec not in PRECISIONS:
+        raise ValueError(
+            f"precision {prec!r} is unknown; choose one of {', '.join(PRECISIONS)} "
+            f"(argument precision= or env {PRECISION_ENV})"
+        )
+    if prec == "auto":
+        prec = "bf16-mixed" if dev.type == "cuda" and _cuda_bf16() else "fp32"
+    if prec == "fp32":
+        return DeviceSpec(dev, torch.float32, None, prec)
+    if prec == "bf16-mixed":
+        return DeviceSpec(dev, torch.float32, torch.bfloat16, prec)
+    if prec == "fp16-mixed":
+        if dev.type != "cuda":
+            raise ValueError("precision 'fp16-mixed' needs a CUDA device; use 'fp32' on the CPU")
+        return DeviceSpec(dev, torch.float32, torch.float16, prec)
+    return DeviceSpec(dev, torch.bfloat16, None, prec)  # "bf16"
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's ``random``, numpy's global generator and torch (CPU and every CUDA device)."""
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool = True) -> Iterator[None]:
+    """Temporarily ask torch for deterministic kernels (matters on CUDA; CPU kernels already are)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(enabled, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before, warn_only=True)

@@ -1,0 +1,163 @@
+"""Built-in optimizers: ``factory(params, **config) -> torch.optim.Optimizer``.
+
+Each factory takes the parameters (tensors or parameter groups) and keyword config only, and
+rejects unknown keys with an error listing the allowed ones.
+
+* ``adamw(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False)``
+  -> :class:`torch.optim.AdamW` (decoupled weight decay).
+* ``sgd(params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False)``
+  -> :class:`torch.optim.SGD`; ``nesterov`` needs ``momentum > 0`` and ``dampening = 0``.
+* ``lion(params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0)`` -> :class:`Lion`.
+
+**Lion** (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"), per parameter
+``theta`` with gradient ``g`` and momentum ``m`` (initially 0)::
+
+    c     = beta1 * m + (1 - beta1) * g
+    theta = theta - lr * (sign(c) + weight_decay * theta)     # decoupled weight decay
+    m     = beta2 * m + (1 - beta2) * g
+
+Lion's update has unit magnitude per coordinate, so its learning rate is typically 3-10x
+smaller than AdamW's and its weight decay 3-10x larger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+
+from tinker_algos.estimators import strict_config
+
+
+def _betas(name: str, betas: Any) -> tuple[float, float]:
+    try:
+        b1, b2 = (float(b) for b in betas)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"optimizer {name!r}: betas must be two numbers [beta1, beta2], got {betas!r}"
+        ) from None
+    for label, b in (("beta1", b1), ("beta2", b2)):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"optimizer {name!r}: {label} must be in [0, 1), got {b}")
+    return b1, b2
+
+
+def _non_negative(name: str, key: str, value: float, *, strict: bool = False) -> float:
+    value = float(value)
+    if value < 0.0 or (strict and value == 0.0):
+        raise ValueError(
+            f"optimizer {name!r}: {key} must be {'> 0' if strict else '>= 0'}, got {value}"
+        )
+    return value
+
+
+class Lion(torch.optim.Optimizer):
+    """Lion: sign of an interpolated momentum, with decoupled weight decay (see module docs)."""
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+    ) -> None:
+        lr = _non_negative("lion", "lr", lr, strict=True)
+        betas = _betas("lion", betas)
+        weight_decay = _non_negative("lion", "weight_decay", weight_decay)
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr = group["lr"]
+            beta1, beta2 = group["betas"]
+            wd = group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("Lion does not support sparse gradients")
+                state = self.state[p]
+                if "exp_avg" not in state:
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                m = state["exp_avg"]
+                update = (m * beta1).add_(p.grad, alpha=1.0 - beta1).sign_()
+                if wd != 0.0:
+                    p.mul_(1.0 - lr * wd)
+                p.add_(update, alpha=-lr)
+                m.mul_(beta2).add_(p.grad, alpha=1.0 - beta2)
+        return loss
+
+
+@strict_config("optimizer")
+def adamw(
+    params: Iterable[Any],
+    *,
+    lr: float = 1e-3,
+    betas: Any = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+    amsgrad: bool = False,
+) -> torch.optim.Optimizer:
+    """AdamW (torch.optim.AdamW) with decoupled weight decay."""
+    return torch.optim.AdamW(
+        params,
+        lr=_non_negative("adamw", "lr", lr, strict=True),
+        betas=_betas("adamw", betas),
+        eps=_non_negative("adamw", "eps", eps),
+        weight_decay=_non_negative("adamw", "weight_decay", weight_decay),
+        amsgrad=bool(amsgrad),
+    )
+
+
+@strict_config("optimizer")
+def sgd(
+    params: Iterable[Any],
+    *,
+    lr: float = 1e-3,
+    momentum: float = 0.0,
+    dampening: float = 0.0,
+    weight_decay: float = 0.0,
+    nesterov: bool = False,
+) -> torch.optim.Optimizer:
+    """SGD (torch.optim.SGD) with optional (Nesterov) momentum."""
+    momentum = _non_negative("sgd", "momentum", momentum)
+    dampening = _non_negative("sgd", "dampening", dampening)
+    if nesterov and (momentum == 0.0 or dampening != 0.0):
+        raise ValueError(
+            f"optimizer 'sgd': nesterov=True needs momentum > 0 and dampening = 0, "
+            f"got momentum={momentum}, dampening={dampening}"
+        )
+    return torch.optim.SGD(
+        params,
+        lr=_non_negative("sgd", "lr", lr, strict=True),
+        momentum=momentum,
+        dampening=dampening,
+        weight_decay=_non_negative("sgd", "weight_decay", weight_decay),
+        nesterov=bool(nesterov),
+    )
+
+
+@strict_config("optimizer")
+def lion(
+    params: Iterable[Any],
+    *,
+    lr: float = 1e-4,
+    betas: Any = (0.9, 0.99),
+    weight_decay: float = 0.0,
+) -> torch.optim.Optimizer:
+    """Lion (Chen et al. 2023): sign update with two betas and decoupled weight decay."""
+    return Lion(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
+    "adamw": adamw,
+    "sgd": sgd,
+    "lion": lion,
+}
+"""Name -> factory: what :mod:`tinker_algos.plugin` registers."""

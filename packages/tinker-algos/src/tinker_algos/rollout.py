@@ -1,0 +1,243 @@
+"""Rollouts: episodes of a policy in text environments, through tinker-core's turn FSM.
+
+:func:`rollout` runs many episodes at once. Each turn, every unfinished episode's context (all
+tokens so far) is sampled in one batch; the action text goes to its env; the env's observation
+is appended as masked ``INTERACTING`` tokens. Only the policy's tokens (``GENERATING``) carry
+loss weight, so the gradient at prompt and environment positions is exactly zero.
+
+An env that raises or times out ends its episode with an error, counted per reason
+(``env_error``, ``env_timeout``, ``context_overflow``); the episode is left out of training.
+Above ``max_error_rate`` the whole rollout fails with :class:`RolloutError`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tinker_core.errors import OpenTinkerError
+from tinker_core.fsm import TurnFSM, TurnState
+from tinker_core.types import Trajectory
+
+from tinker_algos.models import PolicyModel
+from tinker_algos.sampler import SamplingParams, sample
+
+
+class RolloutError(OpenTinkerError, RuntimeError):
+    """Too many episodes failed (env errors, timeouts) in one rollout."""
+
+
+@dataclass
+class Episode:
+    """One finished episode: its trajectory (None when it failed) and what happened."""
+
+    trajectory: Trajectory | None
+    reward: float
+    turns: int
+    success: bool
+    error: str | None = None
+    transcript: list[tuple[str, str]] = field(default_factory=list)  # (observation, action)
+    truncated: bool = False
+
+
+@dataclass
+class RolloutResult:
+    episodes: list[Episode]
+    errors: Counter[str]
+    new_tokens: int
+    seconds: float
+
+    @property
+    def trajectories(self) -> list[Trajectory]:
+        return [e.trajectory for e in self.episodes if e.trajectory is not None]
+
+    def metrics(self, prefix: str = "env") -> dict[str, float]:
+        ok = [e for e in self.episodes if e.error is None]
+        out: dict[str, float] = {
+            f"{prefix}/reward_mean": float(np.mean([e.reward for e in ok])) if ok else 0.0,
+            f"{prefix}/success_rate": float(np.mean([e.success for e in ok])) if ok else 0.0,
+            f"{prefix}/turns_mean": float(np.mean([e.turns for e in ok])) if ok else 0.0,
+            f"{prefix}/truncated_rate": float(np.mean([e.truncated for e in ok])) if ok else 0.0,
+            "rollout/episodes": float(len(self.episodes)),
+            "rollout/new_tokens": float(self.new_tokens),
+            "rollout/error_rate": (len(self.episodes) - len(ok)) / max(len(self.episodes), 1),
+            "rollout/tokens_per_s": self.new_tokens / max(self.seconds, 1e-9),
+        }
+        for reason, n in sorted(self.errors.items()):
+            out[f"rollout/errors/{reason}"] = float(n)
+        return out
+
+
+def _call_with_timeout(pool: cf.ThreadPoolExecutor | None, timeout_s: float | None, fn: Callable[[], Any]) -> Any:
+    if pool is None or timeout_s is None:
+        return fn()
+    return pool.submit(fn).result(timeout=timeout_s)
+
+
+def rollout(
+    policy: PolicyModel,
+    env_factory: Callable[[], Any],
+    seeds: Sequence[int],
+    params: SamplingParams,
+    *,
+    group_ids: Sequence[int] | None = None,
+    max_turns: int | None = None,
+    adapter: str | None = None,
+    turn_timeout_s: float | None = None,
+    max_error_rate: float = 1.0,
+    max_context_tokens: int | None = None,
+) -> RolloutResult:
+    """Run one episode per seed (``params.n`` must be 1: repeat a seed for a group).
+
+    ``seeds[i]`` seeds episode ``i``'s ``env.reset``; episodes with the same seed pose the same
+    task (a GRPO group). ``params.seed`` seeds sampling; each turn uses ``params.seed + turn``.
+    """
+    if params.n != 1:
+        raise ValueError("rollout() samples one action per episode per turn; set params.n = 1 and repeat seeds for groups")
+    t0 = time.perf_counter()
+    n = len(seeds)
+    group_ids = list(group_ids) if group_ids is not None else list(range(n))
+    tok = policy.tokenizer
+    max_pos = getattr(policy.base_model.config, "max_position_embeddings", None)
+    limit = max_context_tokens or max_pos or 10**9
+    pool = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="env") if turn_timeout_s else None
+    envs: list[Any] = [None] * n
+    fsms = [TurnFSM() for _ in range(n)]
+    episodes: list[Episode | None] = [None] * n
+    rewards = [0.0] * n
+    transcripts: list[list[tuple[str, str]]] = [[] for _ in range(n)]
+    observations = [""] * n
+    successes = [False] * n
+    errors: Counter[str] = Counter()
+    new_tokens = 0
+
+    def fail(i: int, reason: str) -> None:
+        errors[reason] += 1
+        episodes[i] = Episode(None, 0.0, fsms[i].num_turns, False, reason, transcripts[i])
+        if envs[i] is not None:
+            try:
+                envs[i].close()
+            except Exception:
+                pass
+
+    try:
+        for i, seed in enumerate(seeds):
+            try:
+                envs[i] = env_factory()
+                obs, _info = _call_with_timeout(pool, turn_timeout_s, lambda e=envs[i], s=seed: e.reset(seed=int(s)))
+                if not isinstance(obs, str):
+                    from tinker_algos.tokenizer import render_prompt
+
+                    obs = render_prompt(tok, obs)
+                observations[i] = obs
+                fsms[i].append(tok.encode(obs, add_special_tokens=True))
+            except cf.TimeoutError:
+                fail(i, "env_timeout")
+            except Exception:
+                fail(i, "env_error")
+        spec = getattr(envs[0], "env_spec", None) if envs and envs[0] is not None else None
+        hi = float(spec.reward_range[1]) if spec is not None else 1.0
+        turn_cap = max_turns or (spec.max_turns if spec is not None else 1)
+        for turn in range(turn_cap):
+            active = [i for i in range(n) if episodes[i] is None]
+            if not active:
+                break
+            too_long = [i for i in active if fsms[i].num_tokens + params.max_new_tokens > limit]
+            for i in too_long:
+                fail(i, "context_overflow")
+            active = [i for i in active if episodes[i] is None]
+            if not active:
+                break
+            turn_params = SamplingParams(**{**params.__dict__, "seed": None if params.seed is None else params.seed + turn})
+            contexts = [fsms[i].tokens for i in active]
+            samples = sample(policy, contexts, turn_params, adapter=adapter)
+            for i, outs in zip(active, samples, strict=True):
+                seq = outs[0]
+                fsm = fsms[i]
+                fsm.transition(TurnState.GENERATING)
+                fsm.append(seq.tokens, logprobs=seq.logprobs)
+                new_tokens += len(seq.tokens)
+                fsm.transition(TurnState.INTERACTING)
+                try:
+                    obs, reward, terminated, truncated, _info = _call_with_timeout(
+                        pool, turn_timeout_s, lambda e=envs[i], a=seq.text: e.step(a)
+                    )
+                except cf.TimeoutError:
+                    fail(i, "env_timeout")
+                    continue
+                except Exception:
+                    fail(i, "env_error")
+                    continue
+                reward = float(reward)
+                fsm.end_turn(reward)
+                rewards[i] += reward
+                transcripts[i].append((observations[i], seq.text))
+                last_turn = turn == turn_cap - 1
+                if terminated or truncated or last_turn:
+                    successes[i] = reward >= hi - 1e-9
+                    fsm.transition(TurnState.TERMINATED)
+                    episodes[i] = Episode(
+                        fsm.to_trajectory(group_id=int(group_ids[i])),
+                        rewards[i],
+                        fsm.num_turns,
+                        successes[i],
+                        None,
+                        transcripts[i],
+                        truncated=bool(truncated or (last_turn and not terminated)),
+                    )
+                    continue
+                if not isinstance(obs, str):
+                    from tinker_algos.tokenizer import render_prompt
+
+                    obs = render_prompt(tok, obs)
+                observations[i] = obs
+                fsm.append(tok.encode(obs, add_special_tokens=False))
+    finally:
+        for e in envs:
+            if e is not None:
+                try:
+                    e.close()
+                except Exception:
+                    pass
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+    done = [e for e in episodes if e is not None]
+    assert len(done) == n
+    result = RolloutResult(done, errors, new_tokens, time.perf_counter() - t0)
+    rate = sum(errors.values()) / max(n, 1)
+    if rate > max_error_rate:
+        raise RolloutError(
+            f"{sum(errors.values())} of {n} episodes failed ({dict(errors)}), above "
+            f"rollout.max_error_rate={max_error_rate}; fix the environment or raise the limit"
+        )
+    return result
+
+
+def evaluate(
+    policy: PolicyModel,
+    env_factory: Callable[[], Any],
+    num_episodes: int,
+    *,
+    seed: int,
+    max_new_tokens: int,
+    stop: Sequence[str] = ("\n",),
+    max_turns: int | None = None,
+    adapter: str | None = None,
+) -> dict[str, float]:
+    """Greedy held-out evaluation: ``eval/accuracy`` (episodes reaching the top reward) and more."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=tuple(stop), seed=seed)
+    seeds = [seed + i for i in range(num_episodes)]
+    result = rollout(policy, env_factory, seeds, params, max_turns=max_turns, adapter=adapter)
+    m = result.metrics(prefix="eval")
+    return {
+        "eval/accuracy": m["eval/success_rate"],
+        "eval/reward_mean": m["eval/reward_mean"],
+        "eval/turns_mean": m["eval/turns_mean"],
+        "eval/error_rate": m["rollout/error_rate"],
+    }

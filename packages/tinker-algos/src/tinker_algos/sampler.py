@@ -1,0 +1,381 @@
+"""Batched sampling with a KV cache, returning tokens, logprobs and why each sample stopped.
+
+The decode loop is ours (not ``model.generate``): prompts are left-padded into one batch, the
+prefill runs once, then each step feeds one token per row with a ``transformers.DynamicCache``.
+Positions count only real tokens (:func:`tinker_algos.models.position_ids_from_mask`), so a
+prompt's logprobs do not depend on how much padding its batch needed and agree with the trainer's
+right-padded forward pass.
+
+Logprobs. For each generated token the sampler reports two numbers:
+
+* ``logprobs`` -- the log-probability under the distribution actually sampled from: logits
+  divided by ``temperature``, then top-k and top-p filtering, renormalised. At ``temperature=1``
+  without top-k/top-p this equals the raw logprob. With ``temperature=0`` (greedy) the sampled
+  distribution is a point mass and the logprob is 0.
+* ``raw_logprobs`` -- ``log softmax(logits)`` at temperature 1 with no filtering: the policy's own
+  logprob, what :meth:`tinker_algos.trainer.Trainer.forward` recomputes.
+
+Importance-sampling losses should use the one matching how the trainer scores tokens (the raw
+one unless the trainer also divides by the sampling temperature).
+
+Stopping. A row stops at the first of: a token in ``stop_token_ids`` (reason ``"stop_id"``), the
+tokenizer's eos token when ``stop_at_eos`` (``"eos"``), a generated text containing one of
+``stop`` (``"stop_string"``), or ``max_new_tokens`` (``"length"``). The stopping token is kept in
+``tokens`` (it was sampled and has a logprob); ``text`` is the decode of ``tokens`` without special
+tokens, so it ends with the stop string when one matched.
+
+Randomness: ``SamplingParams.seed`` seeds a private ``torch.Generator`` (same seed, same prompts,
+same samples); with ``seed=None`` the global torch RNG is used (so :func:`seed_everything` and
+checkpointed RNG state govern it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+
+from tinker_algos.models import PolicyModel, cache_kwarg, position_ids_from_mask
+
+if TYPE_CHECKING:
+    from tinker_core.types import Batch, Trajectory
+
+StopReason = Literal["stop_string", "stop_id", "eos", "length"]
+Prompt = str | Sequence[dict[str, str]] | Sequence[int]
+
+
+@dataclass
+class SamplingParams:
+    """How to sample. ``top_k=0`` and ``top_p=1.0`` switch those filters off."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    n: int = 1
+    stop: Sequence[str] = ()
+    stop_token_ids: Sequence[int] = ()
+    stop_at_eos: bool = True
+    seed: int | None = None
+
+    def validate(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError(f"SamplingParams.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"SamplingParams.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"SamplingParams.top_k must be >= 0 (0 = off), got {self.top_k}")
+        if self.n < 1:
+            raise ValueError(f"SamplingParams.n must be >= 1, got {self.n}")
+        if isinstance(self.stop, str):
+            raise TypeError("SamplingParams.stop is a list of strings; wrap a single one: stop=[...]")
+        if any(not s for s in self.stop):
+            raise ValueError("SamplingParams.stop contains an empty string")
+
+
+@dataclass
+class SampledSequence:
+    """One sample: the prompt's ids, the generated ids and their logprobs (see module docstring)."""
+
+    prompt_tokens: list[int]
+    tokens: list[int]
+    logprobs: list[float]
+    raw_logprobs: list[float]
+    stop_reason: StopReason
+    text: str
+    prompt_index: int = 0
+    sample_index: int = 0
+
+    @property
+    def full_tokens(self) -> list[int]:
+        return [*self.prompt_tokens, *self.tokens]
+
+    def aligned(self, *, raw: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(tokens_T, logprobs_T, loss_mask_T)`` over prompt + sample, in the Batch alignment."""
+        p = len(self.prompt_tokens)
+        tokens_T = np.asarray(self.full_tokens, dtype=np.int64)
+        lp_T = np.zeros(len(tokens_T), dtype=np.float32)
+        lp_T[p:] = self.raw_logprobs if raw else self.logprobs
+        mask_T = np.zeros(len(tokens_T), dtype=np.float32)
+        mask_T[p:] = 1.0
+        return tokens_T, lp_T, mask_T
+
+    def to_trajectory(
+        self, turn_rewards: Sequence[float] = (), *, group_id: int | None = None, raw: bool = False
+    ) -> Trajectory:
+        """A single-turn :class:`tinker_core.types.Trajectory` (group id: the prompt index)."""
+        from tinker_core.types import Trajectory
+
+        tokens_T, lp_T, mask_T = self.aligned(raw=raw)
+        return Trajectory(
+            tokens_T=tokens_T,
+            sampler_logprobs_T=lp_T,
+            loss_mask_T=mask_T,
+            turn_rewards=list(turn_rewards),
+            group_id=self.prompt_index if group_id is None else group_id,
+            info={"stop_reason": self.stop_reason, "text": self.text},
+        )
+
+
+def _filter_logits(scaled_B_V: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Set logits outside top-k / the top-p nucleus to -inf (the best token always stays)."""
+    V = scaled_B_V.shape[-1]
+    if 0 < top_k < V:
+        kth = torch.topk(scaled_B_V, top_k, dim=-1).values[:, -1:]
+        scaled_B_V = scaled_B_V.masked_fill(scaled_B_V < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_B_V, idx_B_V = torch.sort(scaled_B_V, dim=-1, descending=True)
+        probs = torch.softmax(sorted_B_V, dim=-1)
+        before = probs.cumsum(-1) - probs  # mass strictly before each token
+        drop_sorted = before > top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, idx_B_V, drop_sorted)
+        scaled_B_V = scaled_B_V.masked_fill(drop, float("-inf"))
+    return scaled_B_V
+
+
+def choose_tokens(
+    logits_B_V: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; return ``(tokens_B, logprobs_B)`` under the sampled distribution."""
+    if params.temperature == 0:
+        return logits_B_V.argmax(-1), torch.zeros(logits_B_V.shape[0], device=logits_B_V.device)
+    scaled = logits_B_V / params.temperature if params.temperature != 1.0 else logits_B_V
+    scaled = _filter_logits(scaled, params.top_k, params.top_p)
+    logp_B_V = torch.log_softmax(scaled, dim=-1)
+    next_B = torch.multinomial(logp_B_V.exp(), 1, generator=generator).squeeze(-1)
+    return next_B, logp_B_V.gather(-1, next_B[:, None]).squeeze(-1)
+
+
+def _resolve_prompts(policy: PolicyModel, prompts: Sequence[Prompt] | Prompt, chat: bool | None) -> list[list[int]]:
+    from tinker_algos.tokenizer import encode_prompt
+
+    items: list[Any]
+    if isinstance(prompts, str) or (
+        isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], int | dict)
+    ):
+        items = [prompts]
+    else:
+        items = list(prompts)
+    out: list[list[int]] = []
+    for i, p in enumerate(items):
+        if isinstance(p, torch.Tensor | np.ndarray):
+            p = [int(x) for x in p.tolist()]
+        ids = encode_prompt(policy.tokenizer, p, chat=chat)
+        if not ids:
+            raise ValueError(f"prompt {i} encodes to no tokens; a prompt needs at least one token")
+        out.append(ids)
+    if not out:
+        raise ValueError("sample() got no prompts")
+    return out
+
+
+@torch.no_grad()
+def sample(
+    policy: PolicyModel,
+    prompts: Sequence[Prompt] | Prompt,
+    params: SamplingParams | None = None,
+    *,
+    adapter: str | None = None,
+    chat: bool | None = None,
+    use_cache: bool = True,
+) -> list[list[SampledSequence]]:
+    """Sample ``params.n`` continuations of each prompt; returns ``[prompt][sample]``.
+
+    Args:
+        policy: the model (with ``adapter`` active when given).
+        prompts: strings (raw text; ``chat=True`` wraps each as a user message), chat message
+            lists (rendered with the chat template) or token-id lists; or a single one of these.
+        params: :class:`SamplingParams`.
+        use_cache: False recomputes the whole sequence each step (a slow reference path).
+    """
+    params = params or SamplingParams()
+    params.validate()
+    prompt_ids = _resolve_prompts(policy, prompts, chat)
+    rows = [(pi, si) for pi in range(len(prompt_ids)) for si in range(params.n)]
+    ids_rows = [prompt_ids[pi] for pi, _ in rows]
+    max_pos = getattr(policy.base_model.config, "max_position_embeddings", None)
+    longest = max(len(r) for r in ids_rows)
+    if max_pos is not None and longest + params.max_new_tokens > max_pos:
+        raise ValueError(
+            f"prompt of {longest} tokens + max_new_tokens={params.max_new_tokens} exceeds the "
+            f"model's max_position_embeddings={max_pos}; shorten the prompt or lower max_new_tokens"
+        )
+    with policy.using_adapter(adapter):
+        was_training = policy.module.training
+        policy.module.eval()
+        try:
+            gen = _decode(policy, ids_rows, params, use_cache=use_cache)
+        finally:
+            policy.module.train(was_training)
+    tokens, lps, raws, reasons = gen
+    out: list[list[SampledSequence]] = [[] for _ in prompt_ids]
+    for b, (pi, si) in enumerate(rows):
+        text = policy.tokenizer.decode(tokens[b], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        out[pi].append(
+            SampledSequence(
+                prompt_tokens=list(prompt_ids[pi]),
+                tokens=tokens[b],
+                logprobs=lps[b],
+                raw_logprobs=raws[b],
+                stop_reason=reasons[b],
+                text=text,
+                prompt_index=pi,
+                sample_index=si,
+            )
+        )
+    return out
+
+
+def _decode(
+    policy: PolicyModel, ids_rows: list[list[int]], params: SamplingParams, *, use_cache: bool
+) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
+    from transformers import DynamicCache
+
+    module, spec, tok = policy.module, policy.spec, policy.tokenizer
+    device = spec.device
+    B, L = len(ids_rows), max(len(r) for r in ids_rows)
+    pad = policy.pad_token_id
+    tokens_B_L = torch.full((B, L), pad, dtype=torch.long)
+    mask_B_L = torch.zeros((B, L), dtype=torch.long)
+    for b, r in enumerate(ids_rows):  # left padding
+        tokens_B_L[b, L - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask_B_L[b, L - len(r) :] = 1
+    seq_B_S, mask_B_S = tokens_B_L.to(device), mask_B_L.to(device)
+
+    generator = None
+    if params.seed is not None:
+        generator = torch.Generator(device=device)
+        generator.manual_seed(int(params.seed))
+    stop_ids = {int(t) for t in params.stop_token_ids}
+    eos = policy.eos_token_id if params.stop_at_eos else None
+    stop_ids_t = torch.tensor(sorted(stop_ids | ({eos} if eos is not None else set())), device=device)
+    window = max((len(s) for s in params.stop), default=0) + 8  # tokens decoded per stop check
+
+    cache = DynamicCache() if use_cache else None
+    cache_kw = cache_kwarg(module)
+    gen_tokens: list[list[int]] = [[] for _ in range(B)]
+    gen_lps: list[list[float]] = [[] for _ in range(B)]
+    gen_raw: list[list[float]] = [[] for _ in range(B)]
+    reasons: list[StopReason | None] = [None] * B
+    done_B = torch.zeros(B, dtype=torch.bool, device=device)
+
+    for step in range(params.max_new_tokens):
+        with spec.autocast():
+            if cache is not None:
+                feed = seq_B_S if step == 0 else seq_B_S[:, -1:]
+                pos = position_ids_from_mask(mask_B_S)[:, -feed.shape[1] :]
+                out = module(
+                    input_ids=feed, attention_mask=mask_B_S, position_ids=pos, use_cache=True,
+                    **{cache_kw: cache},
+                )
+            else:
+                out = module(
+                    input_ids=seq_B_S, attention_mask=mask_B_S,
+                    position_ids=position_ids_from_mask(mask_B_S), use_cache=False,
+                )
+        logits_B_V = out.logits[:, -1].float()
+        next_B, lp_B = choose_tokens(logits_B_V, params, generator)
+        raw_B = torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
+        next_B = torch.where(done_B, torch.full_like(next_B, pad), next_B)
+        hit_id_B = torch.isin(next_B, stop_ids_t) & ~done_B if stop_ids_t.numel() else torch.zeros_like(done_B)
+
+        next_l, lp_l, raw_l, hit_l = next_B.tolist(), lp_B.tolist(), raw_B.tolist(), hit_id_B.tolist()
+        done_l = done_B.tolist()
+        for b in range(B):
+            if done_l[b]:
+                continue
+            gen_tokens[b].append(next_l[b])
+            gen_lps[b].append(lp_l[b])
+            gen_raw[b].append(raw_l[b])
+            if hit_l[b]:
+                reasons[b] = "eos" if next_l[b] == eos and next_l[b] not in stop_ids else "stop_id"
+            elif params.stop:
+                tail = tok.decode(gen_tokens[b][-window:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+                if any(s in tail for s in params.stop):
+                    reasons[b] = "stop_string"
+            if reasons[b] is not None:
+                done_B[b] = True
+        if bool(done_B.all()):
+            break
+        seq_B_S = torch.cat([seq_B_S, next_B[:, None]], dim=1)
+        mask_B_S = torch.cat([mask_B_S, torch.ones_like(mask_B_S[:, :1])], dim=1)
+
+    final: list[StopReason] = [r if r is not None else "length" for r in reasons]
+    return gen_tokens, gen_lps, gen_raw, final
+
+
+# ---------------------------------------------------------------------------------------------
+# batches and sampler/trainer agreement
+# ---------------------------------------------------------------------------------------------
+def sequences_to_batch(
+    sequences: Sequence[SampledSequence] | Sequence[Sequence[SampledSequence]],
+    *,
+    pad_token_id: int = 0,
+    rewards: Sequence[float] | None = None,
+    raw: bool = False,
+) -> Batch:
+    """A right-padded :class:`tinker_core.types.Batch` of samples (flattened in order).
+
+    The loss mask covers the generated tokens; ``sampler_logprobs_B_T`` holds ``logprobs``
+    (``raw_logprobs`` when ``raw=True``); group ids are prompt indices.
+    """
+    from tinker_core.types import Batch
+
+    flat: list[SampledSequence] = []
+    for s in sequences:
+        if isinstance(s, SampledSequence):
+            flat.append(s)
+        else:
+            flat.extend(s)
+    if rewards is not None and len(rewards) != len(flat):
+        raise ValueError(f"rewards has {len(rewards)} entries for {len(flat)} sequences")
+    trajs = [
+        s.to_trajectory([float(rewards[i])] if rewards is not None else [], raw=raw)
+        for i, s in enumerate(flat)
+    ]
+    return Batch.from_trajectories(trajs, pad_token_id=pad_token_id)
+
+
+def logprob_agreement(
+    sampler_logprobs_B_T: Any, trainer_logprobs_B_T: Any, mask_B_T: Any
+) -> dict[str, float]:
+    """How well sampler logprobs match the trainer's for the same tokens (on the mask).
+
+    With ``x = trainer - sampler`` per token: ``mean_abs_diff`` and ``max_abs_diff`` of ``|x|``,
+    and the sampler-to-trainer KL estimated on the sampled tokens: ``kl_k1 = mean(-x)`` and
+    ``kl_k3 = mean(exp(x) - x - 1)`` (non-negative, low variance).
+    """
+    s = np.asarray(sampler_logprobs_B_T, dtype=np.float64)
+    t = np.asarray(trainer_logprobs_B_T, dtype=np.float64)
+    m = np.asarray(mask_B_T, dtype=np.float64) > 0
+    if s.shape != t.shape or s.shape != m.shape:
+        raise ValueError(f"shapes differ: sampler {s.shape}, trainer {t.shape}, mask {m.shape}")
+    if not m.any():
+        raise ValueError("mask_B_T selects no tokens")
+    x = (t - s)[m]
+    return {
+        "mean_abs_diff": float(np.abs(x).mean()),
+        "max_abs_diff": float(np.abs(x).max()),
+        "kl_k1": float((-x).mean()),
+        "kl_k3": float((np.exp(x) - x - 1.0).mean()),
+    }
+
+
+@dataclass
+class Sampler:
+    """``sample`` bound to a policy (and optionally one adapter), for code that passes it around."""
+
+    policy: PolicyModel
+    adapter: str | None = None
+    defaults: SamplingParams = field(default_factory=SamplingParams)
+
+    def sample(
+        self, prompts: Sequence[Prompt] | Prompt, params: SamplingParams | None = None, *, chat: bool | None = None
+    ) -> list[list[SampledSequence]]:
+        return sample(self.policy, prompts, params or self.defaults, adapter=self.adapter, chat=chat)

@@ -1,0 +1,171 @@
+"""Tokenizers: the tiny preset's character-level tokenizer, loading, and prompt rendering.
+
+The character tokenizer maps each printable ASCII character, newline and tab to one token, plus the
+special tokens ``<pad>`` (0), ``<bos>`` (1), ``<eos>`` (2) and ``<unk>`` (3); any other character
+encodes as ``<unk>``. Encoding with ``add_special_tokens=True`` (the default) prepends ``<bos>``.
+It is built with the ``tokenizers`` library, wrapped in ``PreTrainedTokenizerFast`` and carries a
+small chat template (``role: content`` lines, then ``assistant: ``).
+
+Loading pitfall: ``AutoTokenizer`` picks the tokenizer class from the model's ``config.json``; with
+a ``qwen2`` config it returns a ``Qwen2Tokenizer`` that re-derives its own pre-tokenizer and drops
+spaces and newlines of a character vocabulary. :func:`load_tokenizer` therefore loads tokenizers
+saved as a generic ``tokenizers`` backend with ``PreTrainedTokenizerFast`` directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+logger = logging.getLogger(__name__)
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
+CHARACTERS: tuple[str, ...] = ("\t", "\n", *(chr(i) for i in range(32, 127)))
+CHAR_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(CHARACTERS)  # 101
+
+CHAR_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant: {% endif %}"
+)
+_GENERIC_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+ROUNDTRIP_PROBE = "a b  c\n\td"
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """The tiny preset's character-level tokenizer (deterministic: same vocabulary every call)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    vocab = {tok: i for i, tok in enumerate((*SPECIAL_TOKENS, *CHARACTERS))}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    # one pre-token per character, whitespace included ([\s\S] matches newlines too)
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()  # concatenate, no spaces between tokens
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK
+    )
+    fast.chat_template = CHAR_CHAT_TEMPLATE
+    return fast
+
+
+def _tokenizer_class_of(path: str) -> str | None:
+    """``tokenizer_class`` from ``tokenizer_config.json`` (local dir or HF cache/hub), or None."""
+    try:
+        from transformers.utils import cached_file
+
+        cfg = cached_file(path, "tokenizer_config.json", _raise_exceptions_for_missing_entries=False)
+    except Exception:  # no such repo / offline miss: let AutoTokenizer produce the real error
+        return None
+    if not cfg:
+        return None
+    try:
+        return json.loads(Path(cfg).read_text()).get("tokenizer_class")
+    except (OSError, ValueError):
+        return None
+
+
+def roundtrips(tokenizer: PreTrainedTokenizerBase, text: str = ROUNDTRIP_PROBE) -> bool:
+    """Whether ``decode(encode(text))`` gives ``text`` back (spaces, newlines and tabs kept)."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    return tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) == text
+
+
+def load_tokenizer(name_or_path: str | Path, **kwargs: Any) -> PreTrainedTokenizerBase:
+    """Load the tokenizer of a model: ``"tiny"``, a local directory or a hub id.
+
+    Generic ``tokenizers``-backed tokenizers load with ``PreTrainedTokenizerFast`` (see the module
+    docstring); others with ``AutoTokenizer``. A pad token is set (to eos) when missing. Logs a
+    warning when the tokenizer does not round-trip spaces and newlines.
+    """
+    from tinker_algos.models import resolve_model
+
+    path = resolve_model(str(name_or_path))
+    cls_name = _tokenizer_class_of(path)
+    tok: PreTrainedTokenizerBase
+    if cls_name in _GENERIC_CLASSES:
+        tok = PreTrainedTokenizerFast.from_pretrained(path, **kwargs)
+    else:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(path, **kwargs)
+    if tok.pad_token_id is None and tok.eos_token_id is not None:
+        tok.pad_token = tok.eos_token
+    if not roundtrips(tok):
+        logger.warning(
+            "tokenizer of %s does not round-trip %r (spaces/newlines changed); check its "
+            "pre-tokenizer and the tokenizer_class in tokenizer_config.json",
+            name_or_path,
+            ROUNDTRIP_PROBE,
+        )
+    return tok
+
+
+def _is_messages(prompt: Any) -> bool:
+    return isinstance(prompt, Sequence) and not isinstance(prompt, str)
+
+
+def render_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str | Sequence[dict[str, str]],
+    *,
+    chat: bool | None = None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """Render a prompt to text.
+
+    * chat messages (a list of ``{"role", "content"}``): the tokenizer's chat template when it has
+      one, else plain ``role: content`` lines followed by ``assistant: ``.
+    * a string: used as is (completion style), unless ``chat=True``, which wraps it as one user
+      message first.
+
+    Templated text already contains any special tokens the template adds (e.g. ``<bos>``); encode
+    it with :func:`encode_prompt`, which then adds no special tokens of its own.
+    """
+    if isinstance(prompt, str):
+        if not chat:
+            return prompt
+        messages: list[dict[str, str]] = [{"role": "user", "content": prompt}]
+    elif _is_messages(prompt):
+        messages = [dict(m) for m in prompt]
+        for i, m in enumerate(messages):
+            if "role" not in m or "content" not in m:
+                raise ValueError(f"prompt message {i} needs 'role' and 'content' keys, got {sorted(m)}")
+    else:
+        raise TypeError(f"prompt must be a str or a list of chat messages, got {type(prompt).__name__}")
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+        return str(text)
+    lines = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+    return lines + ("assistant: " if add_generation_prompt else "")
+
+
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str | Sequence[dict[str, str]] | Sequence[int],
+    *,
+    chat: bool | None = None,
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """Token ids of a prompt: ids pass through; text is rendered with :func:`render_prompt`.
+
+    Raw strings are encoded with the tokenizer's special tokens (e.g. a leading ``<bos>``);
+    templated prompts without (the template adds them).
+    """
+    if _is_messages(prompt) and all(isinstance(x, int) for x in prompt):
+        return [int(x) for x in prompt]  # type: ignore[arg-type,union-attr]
+    templated = not isinstance(prompt, str) or bool(chat)
+    if templated and not getattr(tokenizer, "chat_template", None):
+        templated = False  # plain fallback rendering has no special tokens: add them
+    text = render_prompt(tokenizer, prompt, chat=chat, add_generation_prompt=add_generation_prompt)  # type: ignore[arg-type]
+    return list(tokenizer.encode(text, add_special_tokens=not templated))

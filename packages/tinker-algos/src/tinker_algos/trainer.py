@@ -1,0 +1,475 @@
+"""The trainer primitives, in Tinker's vocabulary: ``forward``, ``forward_backward``, ``optim_step``.
+
+A :class:`Trainer` owns one policy (a :class:`~tinker_algos.models.PolicyModel`, optionally one
+named LoRA adapter on it), an optimizer resolved by name from the plugin registry and an LR
+schedule. Several trainers can share one ``PolicyModel``, one per adapter; each activates its
+adapter before every call.
+
+Semantics:
+
+* ``forward(batch)`` -> ``logprobs_B_T`` (numpy, no grad): ``logprobs_B_T[:, t]`` is the logprob
+  of token ``t`` given tokens ``< t``; position 0 and padding get 0 (the alignment of
+  :mod:`tinker_core.types`).
+* ``forward_backward(batch, loss, agg=...)`` computes the named loss (``tinker_core.get_loss``),
+  reduces ``loss_B_T`` with ``agg`` over ``loss_mask_B_T`` and *adds* the gradient of
+  ``loss_scale * aggregated`` to the parameters' ``.grad``. Gradients accumulate over calls until
+  ``optim_step``. To average over ``k`` calls pass ``loss_scale=1/k``; ``agg="token-sum"``
+  (``sum(l * m)``, a trainer-level mode beside :data:`tinker_core.AGGREGATION_MODES`) makes
+  calls on parts of a batch add up exactly to one call on the whole.
+* ``optim_step(lr=None)`` clips gradients (``max_grad_norm``), applies one optimizer update at the
+  scheduled LR (or ``lr``) and clears the gradients. If any loss since the last step was NaN/inf,
+  or the gradient norm is, the update is **skipped** (weights and optimizer state untouched,
+  gradients cleared) and counted in ``skipped_steps``.
+* ``step`` counts applied updates; the LR schedule follows it (skipped steps do not advance it).
+
+Metrics are flat dicts of floats. ``forward_backward``: ``loss`` (the aggregated loss, before
+``loss_scale``), ``num_tokens``, ``num_sequences``, ``nonfinite`` (1.0 when the loss was NaN/inf)
+and the loss function's own metrics as ``<loss name>/<key>``. ``optim_step``: ``lr``,
+``grad_norm`` (before clipping), ``skipped`` (1.0 or 0.0), ``skipped_steps``, ``step``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from tinker_algos.models import LoraSpec, PolicyModel, sequence_logprobs, to_tensor
+
+if TYPE_CHECKING:
+    from tinker_core.types import Batch
+
+TOKEN_SUM = "token-sum"
+SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
+
+
+def aggregation_modes() -> tuple[str, ...]:
+    """Every ``agg`` the trainer accepts: tinker-core's modes plus ``token-sum``."""
+    from tinker_core.algos import AGGREGATION_MODES
+
+    return (*AGGREGATION_MODES, TOKEN_SUM)
+
+
+def lr_multiplier(
+    step: int,
+    *,
+    schedule: str = "constant",
+    warmup_steps: int = 0,
+    total_steps: int | None = None,
+    min_lr_ratio: float = 0.0,
+) -> float:
+    """The factor on the base LR for update number ``step`` (0-based).
+
+    Linear warmup ``(step + 1) / warmup_steps`` over the first ``warmup_steps`` updates, then
+    ``constant`` (1), ``linear`` (1 -> ``min_lr_ratio`` at ``total_steps``) or ``cosine``
+    (half a cosine from 1 to ``min_lr_ratio`` at ``total_steps``); after ``total_steps`` the
+    factor stays at ``min_lr_ratio``.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown LR schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    if total_steps is None:
+        raise ValueError(f"LR schedule {schedule!r} needs total_steps (the number of updates)")
+    span = max(1, total_steps - warmup_steps)
+    progress = min(1.0, max(0.0, (step - warmup_steps) / span))
+    if schedule == "linear":
+        return 1.0 - (1.0 - min_lr_ratio) * progress
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclass
+class TrainerConfig:
+    """Optimizer, LR schedule and clipping of a :class:`Trainer`.
+
+    Attributes:
+        optimizer: a registered optimizer name (``adamw``, ``sgd``, ``lion``, or a plugin's).
+        lr: the base learning rate (the schedule multiplies it).
+        weight_decay: applied to weights with 2+ dims; biases and norm gains get none.
+        optimizer_config: the optimizer's other keys (``betas``, ``eps``, ``momentum`` ...).
+        schedule: ``constant``, ``linear`` or ``cosine`` (see :func:`lr_multiplier`).
+        warmup_steps / total_steps / min_lr_ratio: schedule shape.
+        max_grad_norm: clip the global gradient norm to this (None: no clipping).
+        micro_batch_size: split each ``forward_backward`` into row chunks of this size (bounds
+            memory; the result equals the unsplit call for every aggregation mode, as long as
+            the loss itself has no cross-row statistics). Preference losses need it even.
+    """
+
+    optimizer: str = "adamw"
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    optimizer_config: dict[str, Any] = field(default_factory=dict)
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int | None = None
+    min_lr_ratio: float = 0.0
+    max_grad_norm: float | None = 1.0
+    micro_batch_size: int | None = None
+
+    def validate(self) -> None:
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"TrainerConfig.lr must be > 0, got {self.lr}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"TrainerConfig.schedule {self.schedule!r} is unknown; choose one of {', '.join(SCHEDULES)}")
+        if self.schedule != "constant" and self.total_steps is None:
+            raise ValueError(f"TrainerConfig.schedule={self.schedule!r} needs total_steps")
+        if self.warmup_steps < 0:
+            raise ValueError(f"TrainerConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(f"TrainerConfig.max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ValueError(f"TrainerConfig.micro_batch_size must be >= 1 or None, got {self.micro_batch_size}")
+        for key in ("lr", "weight_decay", "params"):
+            if key in self.optimizer_config:
+                raise ValueError(f"TrainerConfig.optimizer_config must not set {key!r}; use the TrainerConfig field")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> TrainerConfig:
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"TrainerConfig got unknown key(s) {unknown}; known: {sorted(known)}")
+        return cls(**dict(d))
+
+
+class Trainer:
+    """Policy + optional LoRA adapter + optimizer + LR schedule (see the module docstring).
+
+    Args:
+        policy: the model; with ``adapter`` set, only that adapter trains (the base is frozen),
+            otherwise every weight trains.
+        config: :class:`TrainerConfig`.
+        adapter: the adapter's name. If the policy has no adapter of that name it is added with
+            ``lora`` (default :class:`LoraSpec`) and ``adapter_seed``.
+    """
+
+    def __init__(
+        self,
+        policy: PolicyModel,
+        config: TrainerConfig | None = None,
+        *,
+        adapter: str | None = None,
+        lora: LoraSpec | None = None,
+        adapter_seed: int | None = None,
+    ) -> None:
+        import tinker_core
+
+        self.policy = policy
+        self.config = config or TrainerConfig()
+        self.config.validate()
+        self.adapter = adapter
+        if adapter is not None and adapter not in policy.adapter_names:
+            policy.add_adapter(adapter, lora, seed=adapter_seed)
+        elif adapter is None and lora is not None:
+            raise ValueError("Trainer got lora= without adapter=; name the adapter to create")
+        self._activate()
+        named = policy.trainable_parameters(adapter)
+        for _, p in named:
+            p.requires_grad_(True)
+        self.params: list[torch.nn.Parameter] = [p for _, p in named]
+        self.param_names: list[str] = [n for n, _ in named]
+        decay = [p for p in self.params if p.ndim >= 2]
+        no_decay = [p for p in self.params if p.ndim < 2]
+        groups = [g for g in (
+            {"params": decay, "weight_decay": self.config.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ) if g["params"]]
+        factory = tinker_core.get_optimizer(self.config.optimizer).obj
+        self.optimizer: torch.optim.Optimizer = factory(
+            groups, lr=self.config.lr, weight_decay=self.config.weight_decay, **self.config.optimizer_config
+        )
+        self.step = 0
+        self.skipped_steps = 0
+        self._pending_calls = 0
+        self._nonfinite_pending = False
+
+    # ---- helpers ----------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.policy.device
+
+    def _activate(self) -> None:
+        if self.adapter is not None:
+            self.policy.set_adapter(self.adapter)
+        elif self.policy.is_peft:
+            raise ValueError(
+                "this Trainer fine-tunes the full model, but LoRA adapters were added to the policy "
+                "since; use a separate PolicyModel for full fine-tuning"
+            )
+
+    def _tensors(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        tokens = np.asarray(batch.tokens_B_T)
+        if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
+            raise ValueError(f"batch.tokens_B_T must be a non-empty [B, T] array, got shape {tokens.shape}")
+        vocab = self.policy.model.get_input_embeddings().weight.shape[0]
+        if tokens.min() < 0 or tokens.max() >= vocab:
+            raise ValueError(
+                f"batch.tokens_B_T holds ids outside [0, {vocab}) (min {tokens.min()}, max {tokens.max()}); "
+                "was it tokenized with this model's tokenizer?"
+            )
+        dev = self.device
+        t = to_tensor(tokens, dtype=torch.long, device=dev)
+        attn = to_tensor(batch.attention_mask_B_T, dtype=torch.float32, device=dev)
+        mask = to_tensor(batch.loss_mask_B_T, dtype=torch.float32, device=dev) * attn
+        return t, attn, mask
+
+    # ---- primitives -------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, batch: Batch, *, temperature: float = 1.0, reference: bool = False) -> np.ndarray:
+        """Logprobs ``[B, T]`` (float32 numpy) of the batch's tokens under the current policy.
+
+        ``temperature`` divides the logits first; ``reference=True`` scores with every adapter
+        disabled (the base model: a LoRA run's reference policy).
+        """
+        self._activate()
+        tokens, attn, _ = self._tensors(batch)
+        module = self.policy.module
+        was_training = module.training
+        module.eval()
+        try:
+            if reference:
+                with self.policy.adapters_disabled():
+                    lp = sequence_logprobs(module, tokens, attn, temperature=temperature, spec=self.policy.spec)
+            else:
+                lp = sequence_logprobs(module, tokens, attn, temperature=temperature, spec=self.policy.spec)
+        finally:
+            module.train(was_training)
+        return lp.float().cpu().numpy()
+
+    def forward_backward(
+        self,
+        batch: Batch,
+        loss: str = "cross_entropy",
+        *,
+        agg: str = "token-mean",
+        loss_scale: float = 1.0,
+        advantages_B_T: Any = None,
+        ref_logprobs_B_T: Any = None,
+        weights_B_T: Any = None,
+        values_B_T: Any = None,
+        old_values_B_T: Any = None,
+        returns_B_T: Any = None,
+        **loss_config: Any,
+    ) -> dict[str, float]:
+        """Add the gradient of ``loss_scale * aggregate(loss(batch))`` to the parameters.
+
+        Args:
+            batch: a right-padded :class:`tinker_core.types.Batch`; trained tokens are
+                ``loss_mask_B_T * attention_mask_B_T``; ``sampler_logprobs_B_T`` become the
+                loss's ``sampling_logprobs_B_T``.
+            loss: a registered loss name (``tinker_core.get_loss``).
+            agg: one of :func:`aggregation_modes`.
+            loss_scale: multiplies the aggregated loss before backward (e.g. ``1/k`` for ``k``
+                accumulated calls).
+            advantages_B_T: defaults to ``batch.advantages_B_T``.
+            ref_logprobs_B_T, weights_B_T, values_B_T, old_values_B_T, returns_B_T: passed to
+                the loss as :class:`tinker_core.algos.LossInputs` fields.
+            **loss_config: the loss's own keys (``eps_low``, ``beta`` ...).
+        """
+        import tinker_core
+        from tinker_core.algos import LossInputs
+
+        if agg not in aggregation_modes():
+            raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
+        entry = tinker_core.get_loss(loss)
+        loss_fn = entry.obj
+        self._activate()
+        tokens, attn, mask = self._tensors(batch)
+        B, T = tokens.shape
+        total_tokens = float(mask.sum())
+        if total_tokens == 0:
+            raise ValueError(
+                "forward_backward got a batch with no trained tokens (loss_mask_B_T * "
+                "attention_mask_B_T is all 0); drop such batches before training"
+            )
+        rows_on = mask.sum(-1) > 0
+        total_rows = float(rows_on.sum())
+        if advantages_B_T is None:
+            advantages_B_T = batch.advantages_B_T
+        consts = {
+            "sampling_logprobs_B_T": batch.sampler_logprobs_B_T,
+            "advantages_B_T": advantages_B_T,
+            "ref_logprobs_B_T": ref_logprobs_B_T,
+            "weights_B_T": weights_B_T,
+            "values_B_T": values_B_T,
+            "old_values_B_T": old_values_B_T,
+            "returns_B_T": returns_B_T,
+        }
+        dev = self.device
+        consts_t: dict[str, torch.Tensor | None] = {}
+        for name, value in consts.items():
+            if value is None:
+                consts_t[name] = None
+                continue
+            t = to_tensor(value, dtype=torch.float32, device=dev)
+            if tuple(t.shape) != (B, T):
+                raise ValueError(f"forward_backward: {name} has shape {tuple(t.shape)}, the batch is {(B, T)}")
+            consts_t[name] = t
+
+        mb = self.config.micro_batch_size or B
+        if entry.options.get("kind") == "preference" and mb < B and mb % 2:
+            raise ValueError(
+                f"loss {loss!r} pairs rows (2k, 2k+1); TrainerConfig.micro_batch_size must be even, got {mb}"
+            )
+        module = self.policy.module
+        module.train()
+        agg_total = 0.0
+        nonfinite = False
+        loss_metrics: dict[str, float] = {}
+        for start in range(0, B, mb):
+            sl = slice(start, min(B, start + mb))
+            m_mb = mask[sl]
+            if float(m_mb.sum()) == 0:
+                continue  # contributes nothing in any mode
+            lp = sequence_logprobs(module, tokens[sl], attn[sl], spec=self.policy.spec)
+            inputs = LossInputs(
+                logprobs_B_T=lp,
+                mask_B_T=m_mb,
+                **{k: (v[sl] if v is not None else None) for k, v in consts_t.items()},
+            )
+            out = loss_fn(inputs, **loss_config)
+            agg_mb = self._aggregate(out.loss_B_T, m_mb, agg)
+            weight = self._micro_weight(agg, m_mb, total_tokens, total_rows)
+            contribution = agg_mb * weight
+            value = float(contribution.detach())
+            for k, v in (out.metrics or {}).items():
+                loss_metrics[k] = loss_metrics.get(k, 0.0) + float(v) * (float(m_mb.sum()) / total_tokens)
+            if not math.isfinite(value):
+                nonfinite = True
+                agg_total = float("nan")
+                break  # never backpropagate a NaN/inf
+            if not contribution.requires_grad:
+                raise ValueError(
+                    f"loss {loss!r} does not depend on the policy's logprobs (no gradient); "
+                    "a value loss needs a value head, which this Trainer does not have"
+                )
+            (contribution * loss_scale).backward()
+            agg_total += value
+        if nonfinite:
+            self._nonfinite_pending = True
+        self._pending_calls += 1
+        metrics = {
+            "loss": agg_total,
+            "num_tokens": total_tokens,
+            "num_sequences": total_rows,
+            "nonfinite": 1.0 if nonfinite else 0.0,
+        }
+        metrics.update({f"{loss}/{k}": v for k, v in loss_metrics.items()})
+        return metrics
+
+    @staticmethod
+    def _aggregate(loss_B_T: torch.Tensor, mask_B_T: torch.Tensor, agg: str) -> torch.Tensor:
+        if agg == TOKEN_SUM:
+            on = mask_B_T != 0
+            return (torch.where(on, loss_B_T, torch.zeros_like(loss_B_T)) * mask_B_T).sum()
+        from tinker_algos.aggregation import aggregate
+
+        return aggregate(loss_B_T, mask_B_T, agg)
+
+    @staticmethod
+    def _micro_weight(agg: str, mask_mb: torch.Tensor, total_tokens: float, total_rows: float) -> float:
+        """Weight of one row chunk so that chunk results add up to the whole batch's value."""
+        if agg == TOKEN_SUM:
+            return 1.0
+        if agg == "token-mean":
+            return float(mask_mb.sum()) / total_tokens
+        return float((mask_mb.sum(-1) > 0).sum()) / total_rows  # seq-mean-* modes
+
+    def current_lr(self) -> float:
+        """The scheduled LR of the next update."""
+        c = self.config
+        return c.lr * lr_multiplier(
+            self.step, schedule=c.schedule, warmup_steps=c.warmup_steps,
+            total_steps=c.total_steps, min_lr_ratio=c.min_lr_ratio,
+        )
+
+    def optim_step(self, lr: float | None = None, **param_overrides: Any) -> dict[str, float]:
+        """Apply the accumulated gradients (see module docstring); clears them either way.
+
+        Args:
+            lr: use this LR for this update instead of the scheduled one.
+            **param_overrides: optimizer param-group keys to set before the update (and keep),
+                e.g. ``betas=(0.9, 0.95)``, ``weight_decay=0.1`` (on the decayed group only).
+        """
+        if self._pending_calls == 0:
+            raise ValueError("optim_step called with no gradients accumulated; call forward_backward first")
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if grads:
+            norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
+            grad_norm = float(norm)
+        else:
+            norm, grad_norm = None, 0.0
+        lr_now = float(lr) if lr is not None else self.current_lr()
+        skip = self._nonfinite_pending or not math.isfinite(grad_norm)
+        if skip:
+            self.skipped_steps += 1
+        else:
+            if self.config.max_grad_norm is not None and norm is not None:
+                torch.nn.utils.clip_grads_with_norm_(self.params, self.config.max_grad_norm, norm)
+            for i, group in enumerate(self.optimizer.param_groups):
+                group["lr"] = lr_now
+                for k, v in param_overrides.items():
+                    if k not in group:
+                        raise ValueError(
+                            f"optim_step: {k!r} is not a setting of optimizer {self.config.optimizer!r}; "
+                            f"settings are {sorted(x for x in group if x != 'params')}"
+                        )
+                    if k == "weight_decay" and i > 0:
+                        continue  # the no-decay group keeps 0
+                    group[k] = v
+            self.optimizer.step()
+            self.step += 1
+        self.zero_grad()
+        return {
+            "lr": lr_now,
+            "grad_norm": grad_norm,
+            "skipped": 1.0 if skip else 0.0,
+            "skipped_steps": float(self.skipped_steps),
+            "step": float(self.step),
+        }
+
+    def zero_grad(self) -> None:
+        """Drop accumulated gradients (and a pending NaN flag)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
+        self._pending_calls = 0
+        self._nonfinite_pending = False
+
+    # ---- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer state plus counters (weights are saved by :mod:`tinker_algos.checkpoint`)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "skipped_steps": self.skipped_steps,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any], *, with_optimizer: bool = True) -> None:
+        if with_optimizer:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.step = int(state["step"])
+            self.skipped_steps = int(state["skipped_steps"])
+        self.zero_grad()
+
+    def save_state(self, path: str | Path, *, data_cursor: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
+        """Write a checkpoint; see :func:`tinker_algos.checkpoint.save_state`."""
+        from tinker_algos.checkpoint import save_state
+
+        return save_state(path, self, data_cursor=data_cursor, overwrite=overwrite)
+
+    def load_state(self, path: str | Path, *, with_optimizer: bool = True) -> dict[str, Any]:
+        """Restore a checkpoint; returns its manifest. See :func:`tinker_algos.checkpoint.load_state`."""
+        from tinker_algos.checkpoint import load_state
+
+        return load_state(path, self, with_optimizer=with_optimizer)

@@ -1,0 +1,248 @@
+"""Run a whole job in this process: ``tinker_algos.train(config, run_dir=...)``.
+
+This is the library mode the scheduler's workers and ``opentinker train`` call. It reads a
+:class:`tinker_core.config.JobConfig`, runs its stages in order on one policy, and writes into
+``run_dir``::
+
+    metrics.jsonl          one JSON object per logged step (see tinker_algos.metrics)
+    tensorboard/           the same metrics for TensorBoard
+    checkpoints/step-N/    trainer state (weights or adapter, optimizer, RNG), algorithm state,
+                           progress.json; written atomically, the newest `checkpoint.keep` kept
+    curve.png              the learning curve, written at the end
+    result.json            the final status, step and held-out metrics
+
+If ``run_dir`` already holds a checkpoint and ``checkpoint.resume`` is true, the job continues
+from the newest one, and the metrics from there on are exactly those of an uninterrupted run.
+``callbacks`` may define ``on_metrics(step, metrics)``, ``on_log(line)``,
+``on_checkpoint(step, path)`` and ``should_stop()`` (polled between steps: when it returns true,
+the job checkpoints and returns with status ``"interrupted"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinker_core.config import JobConfig, StageConfig, load_config, parse_config
+
+ADAPTER = "policy"
+PRECISION_OF = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
+
+
+@dataclass
+class TrainResult:
+    status: str
+    step: int
+    metrics: dict[str, float]
+    run_dir: str
+    checkpoint: str | None
+    plot: str | None
+    eval: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Callbacks:
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.obj, name, None)
+        if fn is None:
+            return (lambda *a, **k: False) if name == "should_stop" else (lambda *a, **k: None)
+        return fn
+
+
+def _as_config(config: JobConfig | dict[str, Any] | str | Path) -> JobConfig:
+    if isinstance(config, JobConfig):
+        return config
+    if isinstance(config, dict):
+        return parse_config(config)
+    return load_config(config)
+
+
+def _env_factories(stage: StageConfig) -> tuple[Any, Any]:
+    env = stage.env
+    if env is None:
+        return None, None
+
+    def build(kwargs: dict[str, Any]) -> Any:
+        if env.address:
+            from tinker_core.remote import RemoteEnv
+
+            return RemoteEnv(env.address, env.id, **kwargs)
+        import tinker_core
+
+        return tinker_core.make_env(env.id, **kwargs)
+
+    train_kwargs = dict(env.kwargs)
+    eval_kwargs = dict(env.eval_kwargs) if env.eval_kwargs is not None else dict(env.kwargs)
+    return (lambda: build(train_kwargs)), (lambda: build(eval_kwargs))
+
+
+def _checkpoints(run_dir: Path) -> list[Path]:
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.name.startswith("step-") and (p / "progress.json").is_file()]
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+def _write_checkpoint(run_dir: Path, trainer: Any, algo: Any, progress: dict[str, Any], keep: int) -> Path:
+    import torch
+
+    from tinker_algos.checkpoint import save_state
+
+    root = run_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{progress['global_step']:06d}"
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        save_state(tmp / "trainer", trainer, data_cursor=progress)
+        torch.save(algo.state_dict(), tmp / "algorithm.pt")
+        (tmp / "progress.json").write_text(json.dumps(progress, sort_keys=True, indent=1), encoding="utf-8")
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in _checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def train(
+    config: JobConfig | dict[str, Any] | str | Path,
+    *,
+    run_dir: str | Path,
+    callbacks: Any = None,
+) -> TrainResult:
+    """Run (or resume) the job ``config`` with everything written under ``run_dir``."""
+    import torch
+
+    from tinker_algos.algorithms import get_algorithm
+    from tinker_algos.algorithms.base import StageContext
+    from tinker_algos.checkpoint import load_state
+    from tinker_algos.device import resolve_device, seed_everything
+    from tinker_algos.metrics import MetricsLog, plot_curves
+    from tinker_algos.models import LoraSpec, PolicyModel
+    from tinker_algos.trainer import Trainer, TrainerConfig
+
+    job = _as_config(config)
+    cb = _Callbacks(callbacks)
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "config.json").write_text(job.model_dump_json(indent=1), encoding="utf-8")
+    stages = job.resolved_stages()
+
+    resume_from = _checkpoints(run)[-1] if job.checkpoint.resume and _checkpoints(run) else None
+    progress = json.loads((resume_from / "progress.json").read_text()) if resume_from else {"stage_index": 0, "stage_step": 0, "global_step": 0}
+    if resume_from:
+        cb.on_log(f"resuming from {resume_from} (step {progress['global_step']})")
+
+    seed_everything(job.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    spec = resolve_device(job.model.device, PRECISION_OF[job.model.dtype])
+    policy = PolicyModel.load(job.model.tokenizer and job.model.name or job.model.name, device=spec.device, precision=spec.precision)
+    lora = (
+        LoraSpec(rank=job.lora.rank, alpha=job.lora.alpha, dropout=job.lora.dropout, target_modules=list(job.lora.target_modules))
+        if job.lora
+        else None
+    )
+    adapter = ADAPTER if lora else None
+    log = MetricsLog(run, jsonl=job.logging.jsonl, tensorboard=job.logging.tensorboard, resume_step=progress["global_step"])
+    global_step = progress["global_step"]
+    last_metrics: dict[str, float] = {}
+    final_eval: dict[str, float] = {}
+    checkpoint: Path | None = resume_from
+    status = "completed"
+    t_start = time.perf_counter()
+    try:
+        for si in range(progress["stage_index"], len(stages)):
+            stage = stages[si]
+            assert stage.optimizer is not None and stage.rollout is not None
+            algo_cfg = stage.algorithm
+            opt = stage.optimizer
+            tcfg = TrainerConfig(
+                optimizer=opt.name,
+                lr=opt.lr,
+                weight_decay=opt.weight_decay,
+                optimizer_config=dict(opt.params),
+                schedule=opt.schedule,
+                warmup_steps=opt.warmup_steps,
+                total_steps=algo_cfg.steps,
+                max_grad_norm=opt.grad_clip,
+                micro_batch_size=algo_cfg.micro_batch_size,
+            )
+            trainer = Trainer(policy, tcfg, adapter=adapter, lora=lora, adapter_seed=job.seed)
+            start = progress["stage_step"] if si == progress["stage_index"] else 0
+            env_factory, eval_factory = _env_factories(stage)
+            ctx = StageContext(job, stage, si, policy, trainer, run, adapter, env_factory, eval_factory, cb.on_log)
+            algo = get_algorithm(algo_cfg.name)(ctx)
+            if resume_from is not None and si == progress["stage_index"]:
+                # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights only
+                load_state(resume_from / "trainer", trainer, with_optimizer=start > 0)
+                if start > 0:
+                    algo.load_state_dict(torch.load(resume_from / "algorithm.pt", weights_only=False))
+            cb.on_log(f"stage {si} '{stage.name}': {algo_cfg.name}, steps {start}..{algo_cfg.steps}")
+            for k in range(start, algo_cfg.steps):
+                if cb.should_stop():
+                    status = "interrupted"
+                    break
+                t0 = time.perf_counter()
+                metrics = algo.step(k)
+                metrics["time/step_s"] = time.perf_counter() - t0
+                global_step += 1
+                last_step = k == algo_cfg.steps - 1
+                every = algo_cfg.eval_every
+                if last_step or (every and (k + 1) % every == 0):
+                    t1 = time.perf_counter()
+                    ev = algo.evaluate()
+                    metrics.update(ev)
+                    metrics["time/eval_s"] = time.perf_counter() - t1
+                    if ev:
+                        final_eval = ev
+                        cb.on_log(f"step {global_step}: " + ", ".join(f"{k2}={v:.3f}" for k2, v in sorted(ev.items())))
+                last_metrics = metrics
+                if last_step or global_step % job.logging.every == 0:
+                    log.log(global_step, stage.name or algo_cfg.name, metrics)
+                    cb.on_metrics(global_step, metrics)
+                ck = job.checkpoint.every
+                if last_step or (ck and (k + 1) % ck == 0):
+                    nxt = {"stage_index": si + 1, "stage_step": 0} if last_step else {"stage_index": si, "stage_step": k + 1}
+                    checkpoint = _write_checkpoint(run, trainer, algo, {**nxt, "global_step": global_step}, job.checkpoint.keep)
+                    cb.on_checkpoint(global_step, str(checkpoint))
+            if status == "interrupted":
+                if checkpoint is None or not checkpoint.name.endswith(f"{global_step:06d}"):
+                    checkpoint = _write_checkpoint(
+                        run, trainer, algo, {"stage_index": si, "stage_step": k, "global_step": global_step}, job.checkpoint.keep
+                    )
+                    cb.on_checkpoint(global_step, str(checkpoint))
+                break
+    finally:
+        log.close()
+    plot = None
+    if job.logging.plot and log.rows:
+        plot = plot_curves(log.rows, run / "curve.png", title=f"{job.name} (seed {job.seed})")
+    result = TrainResult(
+        status=status,
+        step=global_step,
+        metrics=last_metrics,
+        run_dir=str(run),
+        checkpoint=str(checkpoint) if checkpoint else None,
+        plot=str(plot) if plot else None,
+        eval=final_eval,
+    )
+    (run / "result.json").write_text(json.dumps({**result.to_dict(), "seconds": time.perf_counter() - t_start}, indent=1), encoding="utf-8")
+    cb.on_log(f"{status} after {global_step} steps")
+    return result
