@@ -1,0 +1,124 @@
+"""The in-process entry point: a whole job, determinism, resume, outputs, bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import tinker_core
+from tinker_core.errors import ConfigError
+
+from tinker_algos import train
+from tinker_algos.metrics import is_timing, read_metrics
+
+
+def job(**over):
+    cfg = {
+        "name": "echo-job",
+        "seed": 7,
+        "model": {"name": "tiny"},
+        "env": {"id": "echo/echo-v0", "kwargs": {"words": ["ab", "cd", "ef"]}},
+        "stages": [
+            {"name": "warm", "algorithm": {"name": "sft", "steps": 3, "batch_size": 8, "eval_size": 4}},
+            {"name": "rl", "algorithm": {"name": "grpo", "steps": 3, "eval_size": 4, "eval_every": 2}},
+        ],
+        "rollout": {"prompts_per_step": 3, "group_size": 4, "max_new_tokens": 4, "stop": ["\n"]},
+        "optimizer": {"lr": 0.003},
+        "checkpoint": {"every": 2, "keep": 5},
+        "logging": {"tensorboard": True, "plot": True},
+    }
+    cfg.update(over)
+    return cfg
+
+
+def deterministic(rows):
+    return [{k: v for k, v in r.items() if not is_timing(k)} for r in rows]
+
+
+@pytest.fixture(autouse=True)
+def _plugins(monkeypatch):
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
+    tinker_core.reset_plugins()
+    yield
+    tinker_core.reset_plugins()
+
+
+class StopAfter:
+    def __init__(self, n):
+        self.n, self.seen, self.logs, self.checkpoints = n, 0, [], []
+
+    def on_metrics(self, step, metrics):
+        self.seen = step
+
+    def on_log(self, line):
+        self.logs.append(line)
+
+    def on_checkpoint(self, step, path):
+        self.checkpoints.append((step, path))
+
+    def should_stop(self):
+        return self.seen >= self.n
+
+
+def test_a_two_stage_job_writes_metrics_checkpoints_and_a_curve(tmp_path):
+    result = train(job(), run_dir=tmp_path)
+    assert result.status == "completed" and result.step == 6
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["stage"] for r in rows] == ["warm"] * 3 + ["rl"] * 3
+    assert "losses/sft" in rows[0] and "env/reward_mean" in rows[3] and "kl/sample_train" in rows[3]
+    assert "eval/accuracy" in rows[2] and "eval/accuracy" in rows[4] and "eval/accuracy" not in rows[3]
+    assert abs(rows[3]["kl/sample_train"]) < 1e-4  # sampler and trainer agree on CPU fp32
+    assert (tmp_path / "curve.png").stat().st_size > 1000 and result.plot.endswith("curve.png")
+    assert list((tmp_path / "tensorboard").iterdir())
+    ckpts = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert ckpts == ["step-000002", "step-000003", "step-000005", "step-000006"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "completed"
+    manifest = json.loads((tmp_path / "checkpoints" / "step-000006" / "trainer" / "manifest.json").read_text())
+    assert manifest["data_cursor"] == {"stage_index": 2, "stage_step": 0, "global_step": 6}
+
+
+def test_the_same_seed_gives_bit_identical_metrics(tmp_path):
+    a = train(job(logging={"tensorboard": False, "plot": False}), run_dir=tmp_path / "a")
+    b = train(job(logging={"tensorboard": False, "plot": False}), run_dir=tmp_path / "b")
+    assert a.step == b.step
+    ra, rb = read_metrics(tmp_path / "a" / "metrics.jsonl"), read_metrics(tmp_path / "b" / "metrics.jsonl")
+    assert deterministic(ra) == deterministic(rb)
+    c = train(job(seed=8, logging={"tensorboard": False, "plot": False}), run_dir=tmp_path / "c")
+    assert deterministic(read_metrics(tmp_path / "c" / "metrics.jsonl")) != deterministic(ra) and c.step == a.step
+
+
+@pytest.mark.parametrize("stop_after", [2, 4])  # inside the SFT stage; inside the GRPO stage
+def test_resume_continues_exactly_as_if_never_stopped(tmp_path, stop_after):
+    quiet = {"logging": {"tensorboard": False, "plot": False}}
+    full = train(job(**quiet), run_dir=tmp_path / "full")
+    cb = StopAfter(stop_after)
+    part = train(job(**quiet), run_dir=tmp_path / "part", callbacks=cb)
+    assert part.status == "interrupted" and part.step == stop_after
+    assert cb.checkpoints and cb.checkpoints[-1][0] == stop_after
+    again = StopAfter(10**9)
+    rest = train(job(**quiet), run_dir=tmp_path / "part", callbacks=again)
+    assert rest.status == "completed" and rest.step == full.step
+    assert any(f"resuming from {tmp_path / 'part'}" in line and f"(step {stop_after})" in line for line in again.logs)
+    ra = deterministic(read_metrics(tmp_path / "full" / "metrics.jsonl"))
+    rb = deterministic(read_metrics(tmp_path / "part" / "metrics.jsonl"))
+    assert rb == ra
+
+
+def test_lora_job_saves_a_peft_adapter(tmp_path):
+    from peft import PeftConfig
+
+    result = train(job(lora={"rank": 4, "alpha": 8}, logging={"tensorboard": False, "plot": False}), run_dir=tmp_path)
+    assert result.status == "completed"
+    adapter = tmp_path / "checkpoints" / "step-000006" / "trainer" / "adapter"
+    assert PeftConfig.from_pretrained(str(adapter)).r == 4
+
+
+def test_bad_input_is_a_config_error_before_anything_runs(tmp_path):
+    with pytest.raises(ConfigError, match="did you mean 'grpo'"):
+        train(job(stages=[{"algorithm": {"name": "grpo", "estimator": "grpoo"}}]), run_dir=tmp_path)
+    with pytest.raises(ConfigError, match="algorithm.steps"):
+        train(job(stages=[{"algorithm": {"name": "sft", "steps": 0}}]), run_dir=tmp_path)
+    with pytest.raises(ConfigError, match="needs a critic"):
+        train(job(stages=[{"algorithm": {"name": "grpo", "estimator": "gae"}}]), run_dir=tmp_path / "x")
