@@ -1,0 +1,166 @@
+"""``opentinker scheduler start`` and ``opentinker scheduler add-tenant NAME``.
+
+Added to the ``opentinker`` CLI by :mod:`tinker_scheduler.plugin`; also runnable as
+``python -m tinker_scheduler ...``. Exit codes: 0 success, 1 failure at run time, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+EXIT_BAD_INPUT = 2
+DEFAULT_PORT = 50051
+DEFAULT_METRICS_PORT = 9464
+
+app = typer.Typer(
+    help="Run the OpenTinker job scheduler (Ray + gRPC JobService) and manage its tenants.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(reason: str, hint: str | None = None, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    typer.echo(f"error: {reason}", err=True)
+    if hint:
+        typer.echo(f"hint: {hint}", err=True)
+    raise typer.Exit(code)
+
+
+def _is_loopback(host: str) -> bool:
+    if host in ("localhost",):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def start(
+    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves every interface.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="gRPC port; 0 picks a free one (printed at start).")] = DEFAULT_PORT,
+    db: Annotated[Path | None, typer.Option(help="SQLite job store [default: $OPENTINKER_HOME/scheduler.db].")] = None,
+    runs_dir: Annotated[
+        Path | None, typer.Option(help="Jobs write to RUNS_DIR/<tenant>/<job-id>/ [default: $OPENTINKER_HOME/runs].")
+    ] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help="Join this Ray cluster (e.g. 'auto' or HOST:6379); default: start a local Ray.")
+    ] = None,
+    num_cpus: Annotated[
+        float | None, typer.Option(help="CPUs of the local Ray; with --ray-address, the most this scheduler uses.")
+    ] = None,
+    num_gpus: Annotated[float | None, typer.Option(help="GPUs, likewise.")] = None,
+    metrics_port: Annotated[
+        int, typer.Option(help="Prometheus /metrics port; 0 picks a free one, -1 disables it.")
+    ] = DEFAULT_METRICS_PORT,
+    tls_cert: Annotated[Path | None, typer.Option(help="PEM certificate chain; with --tls-key, serve TLS only.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
+    max_retries: Annotated[
+        int, typer.Option(help="Restarts of a job whose actor died (from its last checkpoint) before it FAILS.")
+    ] = 3,
+    auth: Annotated[
+        str, typer.Option(help="auto: keys required once a tenant exists; required; none: single local user.")
+    ] = "auto",
+    shutdown_timeout: Annotated[
+        float, typer.Option(help="Seconds SIGTERM waits for running jobs to checkpoint before killing them.")
+    ] = 60.0,
+    runner: Annotated[
+        str, typer.Option(help="Importable 'module:function' jobs run (advanced; tests use a test workload).")
+    ] = "tinker_algos.train",
+) -> None:
+    """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
+    import logging
+
+    from tinker_scheduler.auth import AuthMode
+    from tinker_scheduler.scheduler import Scheduler
+    from tinker_scheduler.store import StoreError
+
+    try:
+        mode = AuthMode(auth)
+    except ValueError:
+        _fail(f"--auth: {auth!r} is not a mode", "use --auth auto, --auth required or --auth none")
+    if (tls_cert is None) != (tls_key is None):
+        _fail("--tls-cert and --tls-key go together", "give both to serve TLS, or neither")
+    for name, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
+        if path is not None and not path.is_file():
+            _fail(f"{name}: {path} does not exist", "pass a PEM file")
+    if max_retries < 0:
+        _fail(f"--max-retries: must be >= 0 (got {max_retries})")
+    if not 0 <= port <= 65535:
+        _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
+    if mode == AuthMode.NONE and not _is_loopback(host):
+        typer.echo(
+            f"warning: --auth none on {host} lets anyone who can reach it submit jobs; "
+            "bind to 127.0.0.1 or use --auth required",
+            err=True,
+        )
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        scheduler = Scheduler(
+            host=host, port=port, db=db, runs_dir=runs_dir, ray_address=ray_address, num_cpus=num_cpus,
+            num_gpus=num_gpus, metrics_port=None if metrics_port < 0 else metrics_port, tls_cert=tls_cert,
+            tls_key=tls_key, max_retries=max_retries, auth=mode, runner=runner, shutdown_timeout=shutdown_timeout,
+        )
+        scheduler.start()
+    except (StoreError, ValueError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(str(e), code=1)
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        stop.set()
+
+    # After start(): ray.init installs a SIGTERM handler of its own, ours must win.
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    c = scheduler.capacity
+    metrics = f"http://{scheduler.address.rsplit(':', 1)[0]}:{scheduler.metrics_port}/metrics" if scheduler.metrics_port else "off"
+    typer.echo(
+        f"opentinker scheduler listening on {scheduler.address} "
+        f"({'TLS' if tls_cert else 'plaintext'}, auth {mode.value}); "
+        f"resources {c.cpus:g} CPU, {c.gpus:g} GPU, {c.memory_gb:.1f} GiB; metrics {metrics}; "
+        f"db {scheduler.db_path}; runs {scheduler.runs_dir}"
+    )
+    sys.stdout.flush()
+    while not stop.wait(0.5):
+        pass
+    typer.echo("shutting down: asking running jobs to checkpoint...")
+    sys.stdout.flush()
+    scheduler.stop()
+    typer.echo("scheduler stopped")
+
+
+@app.command("add-tenant")
+def add_tenant(
+    name: Annotated[str, typer.Argument(help="Tenant name: lowercase letters, digits, '-' and '_'.")],
+    db: Annotated[Path | None, typer.Option(help="SQLite job store [default: $OPENTINKER_HOME/scheduler.db].")] = None,
+) -> None:
+    """Create tenant NAME (if new) and a new API key for it; the key is printed once, on stdout."""
+    from tinker_scheduler.scheduler import default_home
+    from tinker_scheduler.store import JobStore, StoreError
+
+    store = JobStore(db if db is not None else default_home() / "scheduler.db")
+    try:
+        existed = name in store.tenants()
+        key = store.add_tenant(name)
+    except StoreError as e:
+        _fail(str(e))
+    finally:
+        store.close()
+    what = "new key for existing tenant" if existed else "tenant created"
+    typer.echo(f"{what} {name!r}; the key is shown only once, store it now:", err=True)
+    typer.echo(key)
+
+
+def main() -> None:
+    app(prog_name="python -m tinker_scheduler")

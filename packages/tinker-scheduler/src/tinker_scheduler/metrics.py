@@ -1,0 +1,126 @@
+"""The scheduler's Prometheus metrics (prometheus-client), in a registry of its own.
+
+Exposed on ``--metrics-port`` at ``/metrics``. Names and labels (no job ids or tenant names,
+so the endpoint reveals nothing about other tenants and its cardinality stays fixed):
+
+==================================================  =========  ====================================
+``opentinker_jobs{state}``                          gauge      jobs in each state (from the store)
+``opentinker_queue_depth``                          gauge      queued jobs
+``opentinker_queue_oldest_wait_seconds``            gauge      how long the oldest queued job waits
+``opentinker_queue_wait_seconds``                   histogram  queued -> running, per start
+``opentinker_step_seconds``                         histogram  wall time per training step
+``opentinker_tokens_per_second``                    gauge      sum over running jobs of the last
+                                                               reported ``*tokens_per_s`` metric
+``opentinker_rollout_errors_total{reason}``         counter    reported ``rollout/errors/<reason>``
+``opentinker_actor_restarts_total``                 counter    job actors restarted after dying
+``opentinker_jobs_finished_total{state}``           counter    jobs that reached a terminal state
+``opentinker_resources_free{resource}``             gauge      cpus, gpus, memory_gb not held
+==================================================  =========  ====================================
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from tinker_scheduler.store import JobState, JobStore
+
+#: Metric key prefix of per-reason rollout error counts in a step (``rollout/errors/timeout``);
+#: a plain ``rollout/errors`` counts under reason ``all``.
+ROLLOUT_ERRORS = "rollout/errors"
+
+
+class _StoreCollector(Collector):
+    """Job counts per state and the oldest queued job's wait, read from the store at scrape time."""
+
+    def __init__(self, store: JobStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Any]:
+        counts = self._store.counts_by_state()
+        jobs = GaugeMetricFamily("opentinker_jobs", "Jobs in each state.", labels=["state"])
+        for state, n in counts.items():
+            jobs.add_metric([state.name], n)
+        yield jobs
+        yield GaugeMetricFamily("opentinker_queue_depth", "Jobs waiting in the queue.", value=counts[JobState.QUEUED])
+        queued = self._store.in_state(JobState.QUEUED)
+        oldest = max((time.time() - j.queued_at for j in queued), default=0.0)
+        yield GaugeMetricFamily(
+            "opentinker_queue_oldest_wait_seconds", "How long the oldest queued job has waited.", value=oldest
+        )
+
+
+class SchedulerMetrics:
+    """The metrics one scheduler updates; :attr:`registry` is what the HTTP endpoint serves."""
+
+    def __init__(self, store: JobStore, free_resources: Callable[[], Any] | None = None) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_StoreCollector(store))
+        self.queue_wait = Histogram(
+            "opentinker_queue_wait_seconds",
+            "Seconds a job waited in the queue before it started.",
+            buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+            registry=self.registry,
+        )
+        self.step_time = Histogram(
+            "opentinker_step_seconds",
+            "Wall-clock seconds per training step.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
+        self.tokens_per_second = Gauge(
+            "opentinker_tokens_per_second",
+            "Sum over running jobs of their last reported tokens per second.",
+            registry=self.registry,
+        )
+        self.rollout_errors = Counter(
+            "opentinker_rollout_errors",
+            "Rollout errors reported by jobs (metrics rollout/errors/<reason>).",
+            labelnames=["reason"],
+            registry=self.registry,
+        )
+        self.actor_restarts = Counter(
+            "opentinker_actor_restarts", "Job actors restarted after they died.", registry=self.registry
+        )
+        self.jobs_finished = Counter(
+            "opentinker_jobs_finished",
+            "Jobs that reached a terminal state.",
+            labelnames=["state"],
+            registry=self.registry,
+        )
+        self.resources_free = Gauge(
+            "opentinker_resources_free",
+            "Cluster resources not held by running jobs.",
+            labelnames=["resource"],
+            registry=self.registry,
+        )
+        self._tokens_by_job: dict[str, float] = {}
+
+    def observe_metrics(self, job_id: str, values: dict[str, float]) -> None:
+        """Update the derived metrics from one step's reported metrics."""
+        for key, value in values.items():
+            if key == ROLLOUT_ERRORS or key.startswith(ROLLOUT_ERRORS + "/"):
+                reason = key[len(ROLLOUT_ERRORS) + 1:] or "all"
+                if value > 0:
+                    self.rollout_errors.labels(reason).inc(value)
+        tokens = values.get("rollout/tokens_per_s")
+        if tokens is None:
+            tokens = next((v for k, v in values.items() if k.endswith("tokens_per_s")), None)
+        if tokens is not None:
+            self._tokens_by_job[job_id] = float(tokens)
+            self.tokens_per_second.set(sum(self._tokens_by_job.values()))
+
+    def job_stopped(self, job_id: str) -> None:
+        """Forget a job that no longer runs (its throughput leaves the sum)."""
+        if self._tokens_by_job.pop(job_id, None) is not None:
+            self.tokens_per_second.set(sum(self._tokens_by_job.values()))
+
+    def set_free(self, cpus: float, gpus: float, memory_gb: float) -> None:
+        self.resources_free.labels("cpus").set(cpus)
+        self.resources_free.labels("gpus").set(gpus)
+        self.resources_free.labels("memory_gb").set(memory_gb)

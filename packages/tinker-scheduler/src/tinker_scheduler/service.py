@@ -1,0 +1,269 @@
+"""``opentinker.v1.JobService`` over the job store (see ``tinker_core/proto/jobs.proto``).
+
+The handlers authenticate the caller, validate requests, and read or change the store; the
+scheduling loop (:mod:`tinker_scheduler.scheduler`) does everything that involves Ray. A job of
+another tenant is NOT_FOUND, exactly like a job that does not exist.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+import grpc
+import yaml
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tinker_core.config import JobConfig, parse_config
+from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
+from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
+from tinker_scheduler.auth import AuthError, authenticate
+from tinker_scheduler.policy import Resources
+from tinker_scheduler.store import Event, JobRecord, JobState, NewJob, StoreError
+
+if TYPE_CHECKING:
+    from tinker_scheduler.scheduler import Scheduler
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+#: How long a Watch sleeps between checks when nothing happens (it is woken on new events).
+WATCH_IDLE_S = 1.0
+
+
+def timestamp(seconds: float) -> Timestamp:
+    ts = Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+def job_message(job: JobRecord) -> jobs_pb2.Job:
+    """The wire form of a stored job."""
+    message = jobs_pb2.Job(
+        id=job.id,
+        state=cast(Any, int(job.state)),
+        reason=job.reason,
+        priority=job.priority,
+        tenant=job.tenant,
+        created_at=timestamp(job.created_at),
+        run_dir=job.run_dir,
+        checkpoint_path=job.checkpoint_path,
+        config_text=job.config_text,
+        config_format=cast(Any, job.config_format),
+        client_request_id=job.client_request_id,
+        name=job.name,
+    )
+    if job.started_at is not None:
+        message.started_at.CopyFrom(timestamp(job.started_at))
+    if job.finished_at is not None:
+        message.finished_at.CopyFrom(timestamp(job.finished_at))
+    return message
+
+
+def event_message(event: Event) -> jobs_pb2.JobEvent:
+    """The wire form of a stored event."""
+    message = jobs_pb2.JobEvent(cursor=event.cursor, job_id=event.job_id, time=timestamp(event.time))
+    p = event.payload
+    if event.kind == "state":
+        message.state_change.CopyFrom(
+            jobs_pb2.JobStateChange(previous_state=p["previous"], state=p["state"], reason=p.get("reason", ""))
+        )
+    elif event.kind == "metrics":
+        message.metrics.CopyFrom(jobs_pb2.JobMetrics(step=int(p["step"]), values=p.get("values", {})))
+    else:
+        message.log.CopyFrom(
+            jobs_pb2.JobLogLine(source=p.get("source", ""), level=p.get("level", ""), text=p.get("text", ""))
+        )
+    return message
+
+
+def parse_config_text(text: str, config_format: int) -> tuple[Any, int]:
+    """Decode ``config_text`` as YAML or JSON; returns ``(data, detected format)``.
+
+    Raises :class:`ValueError` naming what is wrong.
+    """
+    if not text.strip():
+        raise ValueError("config_text: is empty; send the job config (the file 'opentinker train' reads) as YAML or JSON")
+    if config_format == jobs_pb2.CONFIG_FORMAT_JSON:
+        try:
+            return json.loads(text), jobs_pb2.CONFIG_FORMAT_JSON
+        except json.JSONDecodeError as e:
+            raise ValueError(f"config_text: not valid JSON ({e}); fix it or send config_format YAML") from None
+    if config_format == jobs_pb2.CONFIG_FORMAT_UNSPECIFIED:
+        try:
+            data = json.loads(text)
+            if isinstance(data, dict):
+                return data, jobs_pb2.CONFIG_FORMAT_JSON
+        except json.JSONDecodeError:
+            pass
+    try:
+        return yaml.safe_load(text), jobs_pb2.CONFIG_FORMAT_YAML
+    except yaml.YAMLError as e:
+        raise ValueError(f"config_text: not valid YAML ({e})") from None
+
+
+def _page_token(seq: int) -> str:
+    return base64.urlsafe_b64encode(f"before:{seq}".encode()).decode()
+
+
+def _before_seq(token: str) -> int | None:
+    if not token:
+        return None
+    try:
+        kind, _, value = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
+        if kind == "before":
+            return int(value)
+    except (ValueError, UnicodeDecodeError):
+        pass
+    raise ValueError("page_token: not a token this server gave; pass next_page_token from the previous page, or '' for the first")
+
+
+class JobService(jobs_pb2_grpc.JobServiceServicer):
+    """The JobService handlers of one :class:`~tinker_scheduler.scheduler.Scheduler`."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.store = scheduler.store
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _tenant(self, context: grpc.ServicerContext) -> str:
+        try:
+            return authenticate(self.store, self.scheduler.auth, context.invocation_metadata())
+        except AuthError as e:
+            _abort(context, grpc.StatusCode.UNAUTHENTICATED, str(e))
+
+    def _job(self, context: grpc.ServicerContext, tenant: str, job_id: str) -> JobRecord:
+        if not job_id:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "job_id: is empty; pass the id Submit returned")
+        job = self.store.get(job_id, tenant)
+        if job is None:
+            message = f"job_id: no job {job_id!r}"
+            close = did_you_mean(job_id, self.store.job_ids(tenant))
+            message += f"; did you mean {close!r}?" if close else "; 'List' shows your jobs"
+            _abort(context, grpc.StatusCode.NOT_FOUND, message)
+        return job
+
+    # ---- RPCs -------------------------------------------------------------------------------
+
+    def Submit(self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        tenant = self._tenant(context)
+        try:
+            data, detected = parse_config_text(request.config_text, request.config_format)
+        except ValueError as e:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        priority_override: int | None = None
+        if request.HasField("priority"):
+            priority_override = request.priority
+            if not -100 <= priority_override <= 100:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                       f"priority: must be between -100 and 100 (got {priority_override})")
+            if isinstance(data, dict):
+                data = {**data, "priority": priority_override}
+        try:
+            config = parse_config(data, source="config_text")
+        except ConfigError as e:
+            problems = "; ".join(e.problems)
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                   f"config_text: {len(e.problems)} problem(s): {problems}; "
+                   "'opentinker config validate FILE' checks a config locally")
+        except OpenTinkerError as e:
+            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"the scheduler cannot check configs: {e}")
+        demand = demand_of(config)
+        too_big = demand.exceeds(self.scheduler.capacity)
+        if too_big:
+            capacity = self.scheduler.capacity
+            details = ", ".join(
+                f"resources.{name} = {getattr(demand, name):g} but the cluster has {getattr(capacity, name):g} in total"
+                for name in too_big
+            )
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                   f"{details}; lower it or add nodes to the Ray cluster")
+        try:
+            job, created = self.store.submit(
+                NewJob(
+                    tenant=tenant,
+                    name=config.name,
+                    priority=config.priority,
+                    config_text=request.config_text,
+                    config_format=detected,
+                    config_json=config.model_dump_json(),
+                    cpus=demand.cpus,
+                    gpus=demand.gpus,
+                    memory_gb=demand.memory_gb,
+                    runs_dir=str(self.scheduler.runs_dir),
+                    client_request_id=request.client_request_id,
+                )
+            )
+        except StoreError as e:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        if created:
+            self.scheduler.wake()
+        return job_message(job)
+
+    def Get(self, request: jobs_pb2.GetJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        tenant = self._tenant(context)
+        return job_message(self._job(context, tenant, request.job_id))
+
+    def List(self, request: jobs_pb2.ListJobsRequest, context: grpc.ServicerContext) -> jobs_pb2.ListJobsResponse:
+        tenant = self._tenant(context)
+        if request.page_size < 0:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                   f"page_size: must be 0 (the default, {DEFAULT_PAGE_SIZE}) or positive (got {request.page_size})")
+        size = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        states = []
+        for state in request.states:
+            if state not in JobState._value2member_map_ or state == JobState.UNSPECIFIED:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                       f"states: {state} is not a job state; use QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED")
+            states.append(JobState(state))
+        try:
+            before = _before_seq(request.page_token)
+        except ValueError as e:
+            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        jobs = self.store.list_jobs(tenant, states, limit=size + 1, before_seq=before)
+        token = _page_token(jobs[size - 1].seq) if len(jobs) > size else ""
+        return jobs_pb2.ListJobsResponse(jobs=[job_message(j) for j in jobs[:size]], next_page_token=token)
+
+    def Cancel(self, request: jobs_pb2.CancelJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        tenant = self._tenant(context)
+        job = self._job(context, tenant, request.job_id)
+        if job.state.terminal:
+            return job_message(job)
+        reason = request.reason.strip() or "cancelled by the user"
+        updated = self.store.request_cancel(job.id, reason)
+        self.scheduler.wake()
+        return job_message(updated or job)
+
+    def Watch(self, request: jobs_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[jobs_pb2.JobEvent]:
+        tenant = self._tenant(context)
+        job = self._job(context, tenant, request.job_id)
+        cursor = request.after_cursor
+        while context.is_active():
+            version = self.store.version
+            events = self.store.events_after(job.id, cursor, limit=500)
+            for event in events:
+                yield event_message(event)
+                cursor = event.cursor
+                if event.kind == "state" and JobState(event.payload["state"]).terminal:
+                    return
+            if events:
+                continue
+            current = self.store.get(job.id)
+            if current is None or (current.state.terminal and cursor >= current.last_cursor):
+                return  # already finished and nothing left after the cursor
+            if self.scheduler.closing:
+                return  # the client resumes from its cursor on the restarted scheduler
+            self.store.wait_for_events(version, WATCH_IDLE_S)
+
+
+def demand_of(config: JobConfig) -> Resources:
+    """What a job reserves: ``resources.cpus``, ``gpus`` and ``memory_gb`` (None -> 0)."""
+    r = config.resources
+    return Resources(cpus=r.cpus, gpus=r.gpus, memory_gb=r.memory_gb or 0.0)
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("unreachable")  # context.abort raises

@@ -1,0 +1,547 @@
+"""The SQLite job store: tenants and their hashed API keys, jobs, configs, states, checkpoint
+pointers, client request ids and every job's events.
+
+One file, WAL mode, ``synchronous=NORMAL``: a committed transaction survives the scheduler being
+killed (SIGKILL) at any moment. Every change of a job's state and the event that records it are
+written in one transaction, so the event stream and the job rows never disagree.
+
+Events have a per-job *cursor*: 1 for the first event (the job entering QUEUED) and then
+increasing by exactly 1, with no gaps (``jobs.last_cursor`` holds the last one given). Watchers
+resume with "every event whose cursor is larger than the last one I saw".
+
+The store is used from several threads (gRPC handlers, the scheduling loop, watchers): one
+connection guarded by a lock; :meth:`JobStore.wait_for_events` lets watchers sleep until
+something is appended instead of polling.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+#: Tenant names are directory names under the runs directory.
+TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+#: The tenant of the local single-user mode (no API key).
+LOCAL_TENANT = "local"
+#: API keys look like ``otk_<key id>_<secret>``; the key id finds the row, the secret is hashed.
+KEY_PREFIX = "otk"
+
+
+class JobState(enum.IntEnum):
+    """A job's state; the values are those of ``opentinker.v1.JobState``."""
+
+    UNSPECIFIED = 0
+    QUEUED = 1
+    RUNNING = 2
+    SUCCEEDED = 3
+    FAILED = 4
+    CANCELLED = 5
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tenants (
+    name TEXT PRIMARY KEY,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL REFERENCES tenants(name),
+    salt BLOB NOT NULL,
+    hash BLOB NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    tenant TEXT NOT NULL,
+    name TEXT NOT NULL,
+    state INTEGER NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    priority INTEGER NOT NULL,
+    config_text TEXT NOT NULL,
+    config_format INTEGER NOT NULL,
+    config_json TEXT NOT NULL,
+    client_request_id TEXT NOT NULL DEFAULT '',
+    cpus REAL NOT NULL,
+    gpus REAL NOT NULL,
+    memory_gb REAL NOT NULL,
+    run_dir TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    queued_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    checkpoint_path TEXT NOT NULL DEFAULT '',
+    checkpoint_step INTEGER,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    cancel_reason TEXT,
+    last_cursor INTEGER NOT NULL DEFAULT 0,
+    metrics_step INTEGER
+);
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_request_id ON jobs(tenant, client_request_id)
+    WHERE client_request_id != '';
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, seq);
+CREATE INDEX IF NOT EXISTS jobs_by_tenant ON jobs(tenant, seq);
+CREATE TABLE IF NOT EXISTS events (
+    job_id TEXT NOT NULL,
+    cursor INTEGER NOT NULL,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (job_id, cursor)
+) WITHOUT ROWID;
+"""
+
+
+class StoreError(Exception):
+    """A request the store refuses; ``field`` names the offending input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the ``jobs`` table."""
+
+    seq: int
+    id: str
+    tenant: str
+    name: str
+    state: JobState
+    reason: str
+    priority: int
+    config_text: str
+    config_format: int
+    config_json: str
+    client_request_id: str
+    cpus: float
+    gpus: float
+    memory_gb: float
+    run_dir: str
+    created_at: float
+    queued_at: float
+    started_at: float | None
+    finished_at: float | None
+    checkpoint_path: str
+    checkpoint_step: int | None
+    restarts: int
+    #: Set when a cancel was asked for while the job was running (None: not cancelled).
+    cancel_reason: str | None
+    last_cursor: int
+    metrics_step: int | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> JobRecord:
+        data = dict(row)
+        data["state"] = JobState(data["state"])
+        return cls(**data)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_reason is not None
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What :meth:`JobStore.submit` needs to create a job."""
+
+    tenant: str
+    name: str
+    priority: int
+    config_text: str
+    config_format: int
+    config_json: str
+    cpus: float
+    gpus: float
+    memory_gb: float
+    runs_dir: str
+    client_request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One stored event; ``payload`` is the decoded JSON of its kind (state, metrics or log)."""
+
+    job_id: str
+    cursor: int
+    time: float
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An event to append: ``kind`` is ``"metrics"`` or ``"log"`` (state changes go through
+    :meth:`JobStore.transition`)."""
+
+    kind: str
+    payload: dict[str, Any]
+    time: float | None = None
+
+
+def _now() -> float:
+    return time.time()
+
+
+def new_job_id() -> str:
+    """A fresh job id, e.g. ``job-3f9c2a1b7d04``."""
+    return f"job-{secrets.token_hex(6)}"
+
+
+def hash_secret(salt: bytes, secret: str) -> bytes:
+    """The stored hash of an API key's secret part: SHA-256 over a per-key random salt.
+
+    API keys are 256-bit random strings, so a fast salted hash is enough (no password stretching
+    needed); keys are never stored in clear.
+    """
+    return hashlib.sha256(salt + secret.encode("utf-8")).digest()
+
+
+class JobStore:
+    """The job store in one SQLite file (created on first use)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(threading.Lock())
+        self._version = 0
+        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
+        self._conn.row_factory = sqlite3.Row
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            with self._write():
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
+                row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                if row is None:
+                    self._conn.execute(
+                        "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                    )
+                elif int(row["value"]) != SCHEMA_VERSION:
+                    raise StoreError(
+                        "db",
+                        f"{self.path} has schema version {row['value']}, this scheduler needs "
+                        f"{SCHEMA_VERSION}; use a new --db file or the matching tinker-scheduler",
+                    )
+
+    # ---- plumbing -------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on error."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    @property
+    def version(self) -> int:
+        """Grows by one whenever events are appended (see :meth:`wait_for_events`)."""
+        with self._changed:
+            return self._version
+
+    def wait_for_events(self, seen_version: int, timeout: float) -> int:
+        """Block until :attr:`version` differs from ``seen_version`` or ``timeout`` passes."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._version != seen_version, timeout=timeout)
+            return self._version
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def journal_mode(self) -> str:
+        return str(self._query("PRAGMA journal_mode")[0][0])
+
+    # ---- tenants and keys -----------------------------------------------------------------
+
+    def add_tenant(self, name: str) -> str:
+        """Create tenant ``name`` (if new) and a new API key for it; return the key.
+
+        The key is shown once: only its salted hash is stored.
+        """
+        if not TENANT_RE.match(name):
+            raise StoreError(
+                "name",
+                f"tenant name {name!r} is not allowed; use 1-63 lowercase letters, digits, '-' or '_' "
+                "starting with a letter or digit",
+            )
+        key_id = secrets.token_hex(6)
+        secret = secrets.token_urlsafe(32)
+        salt = secrets.token_bytes(16)
+        with self._write() as db:
+            db.execute("INSERT OR IGNORE INTO tenants(name, created_at) VALUES (?, ?)", (name, _now()))
+            db.execute(
+                "INSERT INTO api_keys(key_id, tenant, salt, hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                (key_id, name, salt, hash_secret(salt, secret), _now()),
+            )
+        return f"{KEY_PREFIX}_{key_id}_{secret}"
+
+    def tenants(self) -> list[str]:
+        return [r["name"] for r in self._query("SELECT name FROM tenants ORDER BY name")]
+
+    def tenant_count(self) -> int:
+        return int(self._query("SELECT COUNT(*) FROM tenants")[0][0])
+
+    def authenticate(self, key: str) -> str | None:
+        """The tenant that owns API key ``key``, or None. Compares hashes in constant time."""
+        parts = key.split("_", 2)
+        key_id = parts[1] if len(parts) == 3 and parts[0] == KEY_PREFIX else ""
+        secret = parts[2] if len(parts) == 3 else key
+        rows = self._query("SELECT tenant, salt, hash FROM api_keys WHERE key_id = ?", (key_id,))
+        if not rows:
+            # Same work as a real check, so a wrong key id and a wrong secret take as long.
+            hmac.compare_digest(hash_secret(b"\0" * 16, secret), b"\0" * 32)
+            return None
+        row = rows[0]
+        if hmac.compare_digest(hash_secret(row["salt"], secret), row["hash"]):
+            return str(row["tenant"])
+        return None
+
+    # ---- jobs ------------------------------------------------------------------------------
+
+    def submit(self, new: NewJob) -> tuple[JobRecord, bool]:
+        """Create a QUEUED job (and its first event); return ``(job, created)``.
+
+        With a ``client_request_id`` the tenant already used, the first job is returned and
+        ``created`` is False -- unless the config or priority differ, which is a
+        :class:`StoreError` on ``client_request_id``.
+        """
+        with self._write() as db:
+            if new.client_request_id:
+                row = db.execute(
+                    "SELECT * FROM jobs WHERE tenant = ? AND client_request_id = ?",
+                    (new.tenant, new.client_request_id),
+                ).fetchone()
+                if row is not None:
+                    existing = JobRecord.from_row(row)
+                    if existing.config_text != new.config_text or existing.priority != new.priority:
+                        raise StoreError(
+                            "client_request_id",
+                            f"{new.client_request_id!r} was already used for job {existing.id} with a "
+                            "different config or priority; use a new request id for a new job",
+                        )
+                    return existing, False
+            job_id = new_job_id()
+            now = _now()
+            run_dir = str(Path(new.runs_dir) / new.tenant / job_id)
+            db.execute(
+                """INSERT INTO jobs(id, tenant, name, state, reason, priority, config_text, config_format,
+                       config_json, client_request_id, cpus, gpus, memory_gb, run_dir, created_at, queued_at)
+                   VALUES (?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (
+                    job_id, new.tenant, new.name, int(JobState.QUEUED), new.priority, new.config_text,
+                    new.config_format, new.config_json, new.client_request_id, new.cpus, new.gpus,
+                    new.memory_gb, run_dir, now, now,
+                ),
+            )
+            self._append(db, job_id, [PendingEvent("state", _state_payload(JobState.UNSPECIFIED, JobState.QUEUED, "submitted"), now)])
+            row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        self._notify()
+        return JobRecord.from_row(row), True
+
+    def get(self, job_id: str, tenant: str | None = None) -> JobRecord | None:
+        """The job, or None (also when it belongs to another tenant than ``tenant``)."""
+        rows = self._query("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        if not rows:
+            return None
+        job = JobRecord.from_row(rows[0])
+        if tenant is not None and job.tenant != tenant:
+            return None
+        return job
+
+    def job_ids(self, tenant: str) -> list[str]:
+        return [r["id"] for r in self._query("SELECT id FROM jobs WHERE tenant = ? ORDER BY seq", (tenant,))]
+
+    def list_jobs(
+        self,
+        tenant: str | None,
+        states: Iterable[JobState] = (),
+        limit: int = 50,
+        before_seq: int | None = None,
+    ) -> list[JobRecord]:
+        """Jobs newest first (by submission), optionally of one tenant and some states."""
+        where: list[str] = []
+        params: list[Any] = []
+        if tenant is not None:
+            where.append("tenant = ?")
+            params.append(tenant)
+        state_values = [int(s) for s in states]
+        if state_values:
+            where.append(f"state IN ({', '.join('?' * len(state_values))})")
+            params += state_values
+        if before_seq is not None:
+            where.append("seq < ?")
+            params.append(before_seq)
+        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY seq DESC LIMIT ?"
+        params.append(limit)
+        return [JobRecord.from_row(r) for r in self._query(sql, params)]
+
+    def in_state(self, state: JobState) -> list[JobRecord]:
+        """Every job in ``state``, oldest first."""
+        rows = self._query("SELECT * FROM jobs WHERE state = ? ORDER BY seq", (int(state),))
+        return [JobRecord.from_row(r) for r in rows]
+
+    def counts_by_state(self) -> dict[JobState, int]:
+        counts: dict[JobState, int] = {s: 0 for s in JobState if s != JobState.UNSPECIFIED}
+        for row in self._query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state"):
+            counts[JobState(row["state"])] = int(row["n"])
+        return counts
+
+    def transition(
+        self,
+        job_id: str,
+        to: JobState,
+        reason: str,
+        *,
+        expect: Iterable[JobState] | None = None,
+        **updates: Any,
+    ) -> JobRecord | None:
+        """Move a job to state ``to`` and record the change as an event, atomically.
+
+        :param expect: the states the job may be in now; when it is in another one, nothing
+            changes and None is returned (e.g. a cancel that raced with the job finishing).
+        :param updates: other columns to set in the same transaction (``started_at``, ``restarts``,
+            ...). ``finished_at`` is set automatically on terminal states, ``queued_at`` on QUEUED.
+        """
+        now = _now()
+        with self._write() as db:
+            row = db.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                return None
+            current = JobState(row["state"])
+            if expect is not None and current not in set(expect):
+                return None
+            columns = {"state": int(to), "reason": reason, **updates}
+            if to.terminal:
+                columns.setdefault("finished_at", now)
+            if to == JobState.QUEUED:
+                columns.setdefault("queued_at", now)
+            assignments = ", ".join(f"{name} = ?" for name in columns)
+            db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), job_id))
+            self._append(db, job_id, [PendingEvent("state", _state_payload(current, to, reason), now)])
+            job = JobRecord.from_row(db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+        self._notify()
+        return job
+
+    def update(self, job_id: str, **columns: Any) -> None:
+        """Set columns of a job without an event."""
+        if not columns:
+            return
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        with self._write() as db:
+            db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), job_id))
+
+    def request_cancel(self, job_id: str, reason: str) -> JobRecord | None:
+        """Cancel a job: QUEUED becomes CANCELLED now; RUNNING is flagged for the loop to stop.
+
+        Returns the job as it is afterwards; a finished job is returned unchanged.
+        """
+        job = self.transition(job_id, JobState.CANCELLED, reason, expect=[JobState.QUEUED])
+        if job is not None:
+            return job
+        with self._write() as db:
+            db.execute(
+                "UPDATE jobs SET cancel_reason = ?, reason = ? WHERE id = ? AND state = ?",
+                (reason, f"cancelling: {reason}", job_id, int(JobState.RUNNING)),
+            )
+        return self.get(job_id)
+
+    # ---- events -----------------------------------------------------------------------------
+
+    def _append(self, db: sqlite3.Connection, job_id: str, events: Sequence[PendingEvent]) -> int:
+        row = db.execute("SELECT last_cursor FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        cursor = int(row["last_cursor"])
+        for event in events:
+            cursor += 1
+            db.execute(
+                "INSERT INTO events(job_id, cursor, time, kind, payload) VALUES (?, ?, ?, ?, ?)",
+                (job_id, cursor, event.time if event.time is not None else _now(), event.kind,
+                 json.dumps(event.payload, allow_nan=True)),
+            )
+        db.execute("UPDATE jobs SET last_cursor = ? WHERE id = ?", (cursor, job_id))
+        return cursor
+
+    def append_events(self, job_id: str, events: Sequence[PendingEvent]) -> int:
+        """Append metrics and log events; return how many were stored.
+
+        Metrics of a step the job already reported (a run resumed from a checkpoint repeats the
+        steps after it) are dropped, so a job's metrics steps only grow.
+        """
+        if not events:
+            return 0
+        with self._write() as db:
+            row = db.execute("SELECT metrics_step FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                return 0
+            last_step = row["metrics_step"]
+            kept: list[PendingEvent] = []
+            for event in events:
+                if event.kind == "metrics" and not event.payload.get("final"):
+                    step = int(event.payload["step"])
+                    if last_step is not None and step <= last_step:
+                        continue
+                    last_step = step
+                kept.append(event)
+            if kept:
+                self._append(db, job_id, kept)
+                db.execute("UPDATE jobs SET metrics_step = ? WHERE id = ?", (last_step, job_id))
+        if kept:
+            self._notify()
+        return len(kept)
+
+    def events_after(self, job_id: str, cursor: int, limit: int = 1000) -> list[Event]:
+        rows = self._query(
+            "SELECT * FROM events WHERE job_id = ? AND cursor > ? ORDER BY cursor LIMIT ?",
+            (job_id, cursor, limit),
+        )
+        return [Event(r["job_id"], r["cursor"], r["time"], r["kind"], json.loads(r["payload"])) for r in rows]
+
+
+def _state_payload(previous: JobState, state: JobState, reason: str) -> dict[str, Any]:
+    return {"previous": int(previous), "state": int(state), "reason": reason}

@@ -1,0 +1,245 @@
+"""Test helpers: a deterministic test workload and a small JobService client.
+
+:func:`sleep_train` is a **test workload, not a stand-in for training**: it has the signature and
+the callback behaviour of ``tinker_algos.train`` (metrics per step, checkpoints, ``should_stop``,
+automatic resume from ``run_dir/checkpoints/``) but only sleeps and counts, so scheduler tests
+(queueing, cancel, graceful shutdown, kill -9 recovery, retries) run in a fraction of a second
+per job. Start a scheduler with ``runner="tinker_scheduler.testing:sleep_train"`` to use it. It
+lives in the package (not in ``tests/``) because Ray workers must be able to import it.
+
+Workload knobs, all in ``algorithm.params`` of the job config:
+
+- ``step_s`` (float, default 0.02): seconds each step sleeps;
+- ``crash_at_step`` (int) and ``crash_times`` (int, default 1): the worker process dies
+  (``os._exit``) when it reaches that step, the first ``crash_times`` times it gets there --
+  an actor death, as a killed node or OOM would cause;
+- ``fail_at_step`` (int): raise ``RuntimeError`` at that step -- a job failure;
+- ``rollout_errors`` (float, default 0): reported each step as ``rollout/errors/env_error``.
+
+Files it writes in ``run_dir`` (tests read them): ``checkpoints/step-NNNNNN.json``,
+``attempts.jsonl`` (one line per call: the step it started from), ``metrics.jsonl`` and
+``completions.txt`` (one line each time it completes).
+
+:class:`JobClient` wraps the generated gRPC stub with the API key metadata; the real client
+SDK lives in tinker-client.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+SLEEP_TRAIN = "tinker_scheduler.testing:sleep_train"
+
+
+@dataclass
+class SleepTrainResult:
+    """The fields of ``tinker_algos.TrainResult`` that a caller reads."""
+
+    status: str
+    step: int
+    metrics: dict[str, float]
+    run_dir: Path
+    checkpoint: Path | None
+    plot: Path | None = None
+    eval: dict[str, float] = field(default_factory=dict)
+
+
+def _params(config: Any) -> dict[str, Any]:
+    stages = config.resolved_stages()
+    return dict(stages[0].algorithm.params) if stages else {}
+
+
+def _latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
+    found = sorted((run_dir / "checkpoints").glob("step-*.json"))
+    for path in reversed(found):
+        try:
+            return int(json.loads(path.read_text())["step"]), path
+        except (ValueError, KeyError, OSError):
+            continue  # a torn file cannot exist (atomic rename), but be lenient
+    return None
+
+
+def _write_checkpoint(run_dir: Path, step: int, keep: int) -> Path:
+    directory = run_dir / "checkpoints"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"step-{step:06d}.json"
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"step": step}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    for old in sorted(directory.glob("step-*.json"))[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def _append_line(path: Path, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def sleep_train(config: Any, run_dir: Path | str, callbacks: Any = None) -> SleepTrainResult:
+    """A deterministic test workload with ``tinker_algos.train``'s signature (see the module doc).
+
+    Step ``s`` (1-based) reports ``{"losses/policy": 1/s, "rollout/tokens_per_s": 1000.0,
+    "rollout/errors/env_error": params.rollout_errors}``; checkpoints follow ``config.checkpoint.every`` (0 = only at the
+    end) and ``keep``; with ``config.checkpoint.resume`` it continues after the newest checkpoint.
+    """
+    if isinstance(config, dict):
+        from tinker_core.config import parse_config
+
+        config = parse_config(config, check_plugins=False)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    params = _params(config)
+    step_s = float(params.get("step_s", 0.02))
+    total = config.total_steps
+    every = config.checkpoint.every
+    keep = config.checkpoint.keep
+
+    def call(name: str, *args: Any) -> Any:
+        fn = getattr(callbacks, name, None)
+        return fn(*args) if fn is not None else None
+
+    start = 0
+    checkpoint: Path | None = None
+    latest = _latest_checkpoint(run_dir) if config.checkpoint.resume else None
+    if latest is not None:
+        start, checkpoint = latest
+    _append_line(run_dir / "attempts.jsonl", json.dumps({"start_step": start}))
+    print(f"sleep_train: starting at step {start} of {total}", flush=True)
+    call("on_log", f"resumed from step {start}" if start else "starting from scratch")
+
+    metrics: dict[str, float] = {}
+    step = start
+    while step < total:
+        if call("should_stop"):
+            checkpoint = _write_checkpoint(run_dir, step, keep)
+            call("on_checkpoint", step, str(checkpoint))
+            call("on_log", f"stopping at step {step} (checkpoint written)")
+            return SleepTrainResult("interrupted", step, metrics, run_dir, checkpoint)
+        step += 1
+        if params.get("crash_at_step") == step:
+            crashes = run_dir / "crashes.txt"
+            done = len(crashes.read_text().splitlines()) if crashes.exists() else 0
+            if done < int(params.get("crash_times", 1)):
+                _append_line(crashes, str(step))
+                os._exit(17)
+        if params.get("fail_at_step") == step:
+            raise RuntimeError(f"sleep_train was told to fail at step {step}")
+        time.sleep(step_s)
+        metrics = {
+            "losses/policy": 1.0 / step,
+            "rollout/tokens_per_s": 1000.0,
+            "rollout/errors/env_error": float(params.get("rollout_errors", 0.0)),
+        }
+        _append_line(run_dir / "metrics.jsonl", json.dumps({"step": step, **metrics}))
+        call("on_metrics", step, dict(metrics))
+        call("on_log", f"step {step}/{total}")
+        if every and step % every == 0 and step < total:
+            checkpoint = _write_checkpoint(run_dir, step, keep)
+            call("on_checkpoint", step, str(checkpoint))
+    checkpoint = _write_checkpoint(run_dir, step, keep)
+    call("on_checkpoint", step, str(checkpoint))
+    _append_line(run_dir / "completions.txt", str(step))
+    return SleepTrainResult("completed", step, metrics, run_dir, checkpoint, eval={"eval/accuracy": 1.0})
+
+
+# ---- a small client for tests -------------------------------------------------------------
+
+
+class JobClient:
+    """A thin JobService client for tests: the generated stub plus the API key metadata.
+
+    ``with JobClient("127.0.0.1:50051", api_key="otk_...") as client: client.submit(text)``.
+    """
+
+    def __init__(self, address: str, api_key: str | None = None, *, root_certificates: bytes | None = None) -> None:
+        import grpc
+
+        from tinker_core.proto import jobs_pb2_grpc
+
+        if root_certificates is not None:
+            self.channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
+        else:
+            self.channel = grpc.insecure_channel(address)
+        self.stub = jobs_pb2_grpc.JobServiceStub(self.channel)
+        self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+
+    def __enter__(self) -> JobClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def submit(self, config_text: str, *, request_id: str = "", priority: int | None = None, timeout: float = 30) -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        request = jobs_pb2.SubmitJobRequest(config_text=config_text, client_request_id=request_id)
+        if priority is not None:
+            request.priority = priority
+        return self.stub.Submit(request, metadata=self.metadata, timeout=timeout)
+
+    def get(self, job_id: str, timeout: float = 30) -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        return self.stub.Get(jobs_pb2.GetJobRequest(job_id=job_id), metadata=self.metadata, timeout=timeout)
+
+    def list(self, states: list[int] | None = None, page_size: int = 0, page_token: str = "") -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        request = jobs_pb2.ListJobsRequest(states=cast(Any, states or []), page_size=page_size, page_token=page_token)
+        return self.stub.List(request, metadata=self.metadata, timeout=30)
+
+    def cancel(self, job_id: str, reason: str = "") -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        request = jobs_pb2.CancelJobRequest(job_id=job_id, reason=reason)
+        return self.stub.Cancel(request, metadata=self.metadata, timeout=30)
+
+    def watch(self, job_id: str, after_cursor: int = 0, timeout: float | None = 120) -> Iterator[Any]:
+        """The job's events from ``after_cursor`` on; ends after the terminal state change."""
+        from tinker_core.proto import jobs_pb2
+
+        request = jobs_pb2.WatchJobRequest(job_id=job_id, after_cursor=after_cursor)
+        return iter(self.stub.Watch(request, metadata=self.metadata, timeout=timeout))
+
+    def wait(self, job_id: str, timeout: float = 120) -> Any:
+        """Follow the job until it ends; return the final Job."""
+        for _ in self.watch(job_id, timeout=timeout):
+            pass
+        return self.get(job_id)
+
+
+def job_config_text(
+    *,
+    name: str = "test",
+    steps: int = 5,
+    step_s: float = 0.02,
+    cpus: float = 1.0,
+    priority: int | None = None,
+    checkpoint_every: int = 1,
+    **params: Any,
+) -> str:
+    """A small valid job config (YAML) for :func:`sleep_train` (an SFT job, no env needed)."""
+    lines = [
+        f"name: {name}",
+        f"algorithm: {{name: sft, steps: {steps}, params: {json.dumps({'step_s': step_s, **params})}}}",
+        f"resources: {{cpus: {cpus}}}",
+        f"checkpoint: {{every: {checkpoint_every}, keep: 2}}",
+    ]
+    if priority is not None:
+        lines.append(f"priority: {priority}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,90 @@
+"""The ``scheduler`` commands: registered through the opentinker hook, add-tenant, start's checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tinker_scheduler import plugin
+from tinker_scheduler.store import JobStore
+
+
+@pytest.fixture
+def cli() -> typer.Typer:
+    root = typer.Typer()
+
+    @root.command()
+    def version() -> None:  # a root app with one command of its own, like `opentinker`
+        typer.echo("0")
+
+    plugin.opentinker_register_commands(cli=root)
+    return root
+
+
+def test_the_plugin_is_an_opentinker_entry_point():
+    entry = next(e for e in metadata.entry_points(group="opentinker") if e.name == "scheduler")
+    assert entry.value == "tinker_scheduler.plugin" and entry.load() is plugin
+
+
+def test_the_plugin_module_stays_light():
+    code = "import sys, tinker_scheduler.plugin, tinker_scheduler.cli; print('ray' in sys.modules, 'grpc' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "False"]
+
+
+def test_scheduler_commands_are_added_under_scheduler(cli):
+    result = CliRunner().invoke(cli, ["scheduler", "--help"])
+    assert result.exit_code == 0
+    assert "start" in result.output and "add-tenant" in result.output
+
+
+def test_add_tenant_prints_a_working_key_once_on_stdout(cli, tmp_path):
+    db = tmp_path / "jobs.db"
+    result = CliRunner().invoke(cli, ["scheduler", "add-tenant", "alice", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    key = result.stdout.strip()
+    assert key.startswith("otk_") and "\n" not in key
+    assert "shown only once" in result.stderr
+    store = JobStore(db)
+    assert store.authenticate(key) == "alice"
+    store.close()
+
+
+def test_add_tenant_as_a_module_command(tmp_path):
+    db = tmp_path / "jobs.db"
+    result = subprocess.run(
+        [sys.executable, "-m", "tinker_scheduler", "add-tenant", "bob", "--db", str(db)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    store = JobStore(db)
+    assert store.authenticate(result.stdout.strip()) == "bob"
+    store.close()
+
+
+def test_add_tenant_refuses_a_bad_name_with_exit_2(cli, tmp_path):
+    result = CliRunner().invoke(cli, ["scheduler", "add-tenant", "Not OK", "--db", str(tmp_path / "jobs.db")])
+    assert result.exit_code == 2
+    assert "error: name: tenant name 'Not OK' is not allowed" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--auth", "sometimes"], "--auth: 'sometimes' is not a mode"),
+        (["--tls-cert", "cert.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "missing.pem", "--tls-key", "missing.key"], "--tls-cert: missing.pem does not exist"),
+        (["--max-retries", "-1"], "--max-retries: must be >= 0"),
+        (["--port", "70000"], "--port: 70000 is not a port number"),
+        (["--runner", "no_such_module:train", "--port", "0"], "runner 'no_such_module:train' cannot be used"),
+    ],
+)
+def test_start_rejects_bad_options_before_starting_anything(cli, tmp_path, args, message):
+    result = CliRunner().invoke(cli, ["scheduler", "start", "--db", str(tmp_path / "jobs.db"), *args])
+    assert result.exit_code == 2
+    assert message in result.stderr

@@ -1,0 +1,64 @@
+"""End to end: a real 2-step SFT job of the tiny model through the scheduler, on Ray, with the
+default runner ``tinker_algos.train``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tinker_core.proto import jobs_pb2
+from tinker_scheduler.scheduler import DEFAULT_RUNNER
+from tinker_scheduler.testing import JobClient
+from tinker_scheduler.worker import resolve_runner
+
+
+def _train_available() -> bool:
+    try:
+        resolve_runner(DEFAULT_RUNNER)
+    except (ImportError, AttributeError):
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(
+    not _train_available(), reason=f"{DEFAULT_RUNNER} is not importable (tinker-algos without its train entry point)"
+)
+
+DATA = [("1+1=", "2\n"), ("2+2=", "4\n"), ("3+1=", "4\n"), ("2+3=", "5\n")]
+
+
+@pytest.mark.slow
+def test_a_real_two_step_tiny_sft_job_runs_through_the_scheduler(make_scheduler, tmp_path):
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n" for p, c in DATA))
+    config = {
+        "name": "tiny-sft",
+        "seed": 0,
+        "model": {"name": "tiny", "device": "cpu"},
+        "algorithm": {"name": "sft", "steps": 2, "batch_size": 4, "data": str(data)},
+        "optimizer": {"name": "adamw", "lr": 0.001},
+        "checkpoint": {"every": 1, "keep": 2},
+        "logging": {"tensorboard": False, "plot": False},
+        "resources": {"cpus": 1},
+    }
+    scheduler = make_scheduler(runner=DEFAULT_RUNNER)
+    with JobClient(scheduler.address) as client:
+        job = client.submit(json.dumps(config), request_id="tiny-sft")
+        events = list(client.watch(job.id, timeout=300))
+        final = client.get(job.id)
+    states = [e.state_change.state for e in events if e.WhichOneof("event") == "state_change"]
+    assert final.state == jobs_pb2.JOB_STATE_SUCCEEDED, final.reason
+    assert states == [jobs_pb2.JOB_STATE_QUEUED, jobs_pb2.JOB_STATE_RUNNING, jobs_pb2.JOB_STATE_SUCCEEDED]
+    assert final.reason == "completed 2 steps"
+    metrics = [e.metrics for e in events if e.WhichOneof("event") == "metrics"]
+    assert [m.step for m in metrics][:2] == [1, 2]
+    assert all(v == v for m in metrics for v in m.values.values())  # finite numbers, no NaN
+    assert any(key.startswith("losses/") for key in metrics[0].values)
+    run_dir = Path(final.run_dir)
+    assert run_dir == scheduler.runs_dir / "local" / job.id
+    assert final.checkpoint_path.startswith(str(run_dir / "checkpoints"))
+    assert Path(final.checkpoint_path).exists()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2]
