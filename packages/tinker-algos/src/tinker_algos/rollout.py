@@ -13,6 +13,7 @@ Above ``max_error_rate`` the whole rollout fails with :class:`RolloutError`.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -21,12 +22,11 @@ from typing import Any
 
 import numpy as np
 
+from tinker_algos.models import PolicyModel
+from tinker_algos.sampler import SamplingParams, sample
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.types import Trajectory
-
-from tinker_algos.models import PolicyModel
-from tinker_algos.sampler import SamplingParams, sample
 
 
 class RolloutError(OpenTinkerError, RuntimeError):
@@ -74,10 +74,29 @@ class RolloutResult:
         return out
 
 
-def _call_with_timeout(pool: cf.ThreadPoolExecutor | None, timeout_s: float | None, fn: Callable[[], Any]) -> Any:
-    if pool is None or timeout_s is None:
+def _call_with_timeout(timeout_s: float | None, fn: Callable[[], Any]) -> Any:
+    """``fn()``; with ``timeout_s`` it runs in a daemon thread and raises ``cf.TimeoutError`` when
+    it overruns. The thread is abandoned, never joined, so a stuck env cannot hang the process
+    (a ``ThreadPoolExecutor`` worker would be joined at interpreter exit)."""
+    if timeout_s is None:
         return fn()
-    return pool.submit(fn).result(timeout=timeout_s)
+    done = threading.Event()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="opentinker-env", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise cf.TimeoutError(f"env call took longer than {timeout_s} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def rollout(
@@ -106,7 +125,6 @@ def rollout(
     tok = policy.tokenizer
     max_pos = getattr(policy.base_model.config, "max_position_embeddings", None)
     limit = max_context_tokens or max_pos or 10**9
-    pool = cf.ThreadPoolExecutor(max_workers=4, thread_name_prefix="env") if turn_timeout_s else None
     envs: list[Any] = [None] * n
     fsms = [TurnFSM() for _ in range(n)]
     episodes: list[Episode | None] = [None] * n
@@ -130,7 +148,7 @@ def rollout(
         for i, seed in enumerate(seeds):
             try:
                 envs[i] = env_factory()
-                obs, _info = _call_with_timeout(pool, turn_timeout_s, lambda e=envs[i], s=seed: e.reset(seed=int(s)))
+                obs, _info = _call_with_timeout(turn_timeout_s, lambda e=envs[i], s=seed: e.reset(seed=int(s)))
                 if not isinstance(obs, str):
                     from tinker_algos.tokenizer import render_prompt
 
@@ -166,7 +184,7 @@ def rollout(
                 fsm.transition(TurnState.INTERACTING)
                 try:
                     obs, reward, terminated, truncated, _info = _call_with_timeout(
-                        pool, turn_timeout_s, lambda e=envs[i], a=seq.text: e.step(a)
+                        turn_timeout_s, lambda e=envs[i], a=seq.text: e.step(a)
                     )
                 except cf.TimeoutError:
                     fail(i, "env_timeout")
@@ -205,8 +223,6 @@ def rollout(
                     e.close()
                 except Exception:
                     pass
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
     done = [e for e in episodes if e is not None]
     assert len(done) == n
     result = RolloutResult(done, errors, new_tokens, time.perf_counter() - t0)

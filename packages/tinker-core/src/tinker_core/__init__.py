@@ -75,34 +75,79 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover
     from tinker_core.algos import (
-        AGGREGATION_MODES,
-        AdvantageInputs,
-        AdvantageOutputs,
-        LossInputs,
-        LossOutputs,
+        AGGREGATION_MODES as AGGREGATION_MODES,
     )
-    from tinker_core.config import JobConfig, load_config
-    from tinker_core.env import EnvSpec, Message, MultiAgentTextEnv, Observation, TextEnv
+    from tinker_core.algos import (
+        AdvantageInputs as AdvantageInputs,
+    )
+    from tinker_core.algos import (
+        AdvantageOutputs as AdvantageOutputs,
+    )
+    from tinker_core.algos import (
+        LossInputs as LossInputs,
+    )
+    from tinker_core.algos import (
+        LossOutputs as LossOutputs,
+    )
+    from tinker_core.config import JobConfig as JobConfig
+    from tinker_core.config import load_config as load_config
+    from tinker_core.env import EnvSpec as EnvSpec
+    from tinker_core.env import Message as Message
+    from tinker_core.env import MultiAgentTextEnv as MultiAgentTextEnv
+    from tinker_core.env import Observation as Observation
+    from tinker_core.env import TextEnv as TextEnv
     from tinker_core.errors import (
-        ConfigError,
-        DuplicateNameError,
-        FSMError,
-        OpenTinkerError,
-        PluginError,
-        UnknownNameError,
+        ConfigError as ConfigError,
     )
-    from tinker_core.fsm import TurnFSM, TurnState
-    from tinker_core.remote import RemoteEnv, RemoteMultiAgentEnv, serve_env
-    from tinker_core.hookspecs import ENTRY_POINT_GROUP, hookimpl, hookspec
+    from tinker_core.errors import (
+        DuplicateNameError as DuplicateNameError,
+    )
+    from tinker_core.errors import (
+        FSMError as FSMError,
+    )
+    from tinker_core.errors import (
+        OpenTinkerError as OpenTinkerError,
+    )
+    from tinker_core.errors import (
+        PluginError as PluginError,
+    )
+    from tinker_core.errors import (
+        UnknownNameError as UnknownNameError,
+    )
+    from tinker_core.fsm import TurnFSM as TurnFSM
+    from tinker_core.fsm import TurnState as TurnState
+    from tinker_core.hookspecs import ENTRY_POINT_GROUP as ENTRY_POINT_GROUP
+    from tinker_core.hookspecs import hookimpl as hookimpl
+    from tinker_core.hookspecs import hookspec as hookspec
     from tinker_core.registry import (
-        env_spec,
-        get_advantage_estimator,
-        get_loss,
-        get_optimizer,
-        get_registry,
-        list_plugins,
-        make_env,
-        register_plugin,
-        reset_plugins,
+        env_spec as env_spec,
     )
-    from tinker_core.types import Batch, Trajectory
+    from tinker_core.registry import (
+        get_advantage_estimator as get_advantage_estimator,
+    )
+    from tinker_core.registry import (
+        get_loss as get_loss,
+    )
+    from tinker_core.registry import (
+        get_optimizer as get_optimizer,
+    )
+    from tinker_core.registry import (
+        get_registry as get_registry,
+    )
+    from tinker_core.registry import (
+        list_plugins as list_plugins,
+    )
+    from tinker_core.registry import (
+        make_env as make_env,
+    )
+    from tinker_core.registry import (
+        register_plugin as register_plugin,
+    )
+    from tinker_core.registry import (
+        reset_plugins as reset_plugins,
+    )
+    from tinker_core.remote import RemoteEnv as RemoteEnv
+    from tinker_core.remote import RemoteMultiAgentEnv as RemoteMultiAgentEnv
+    from tinker_core.remote import serve_env as serve_env
+    from tinker_core.types import Batch as Batch
+    from tinker_core.types import Trajectory as Trajectory

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias, TypedDict
+from typing import Any, Literal, TypeAlias, TypedDict
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -139,7 +139,7 @@ class TextEnv(gym.Env[Observation, str]):
     seed gives the same episode.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"]}  # noqa: RUF012 - gymnasium declares it per instance
     env_spec: EnvSpec
 
     observation_space = TextSpace()

@@ -353,7 +353,8 @@ def get_registry(kind: str) -> Registry[Any]:
         raise ValueError(f"unknown registry kind {kind!r}; kinds are {', '.join(KINDS)}")
     system = plugin_system()
     system.ensure_loaded()
-    return getattr(system, kind)
+    found: Registry[Any] = getattr(system, kind)
+    return found
 
 
 def register_plugin(plugin: Any, name: str | None = None, distribution: str = LOCAL_DIST) -> None:

@@ -19,6 +19,12 @@ Implementation details:
 5. A KL penalty to the reference policy (``algorithm.kl``; the base model with adapters off for
    LoRA, a frozen copy of the stage's starting weights otherwise) is either subtracted from the
    token rewards (``mode: reward``) or added as a second loss term (``mode: loss``).
+6. A multi-agent env (its spec has ``roles``, e.g. ``games/tictactoe-v0``) is played through
+   :mod:`tinker_algos.multiagent`: self-play by default (every role's trajectory trains the
+   policy; groups are (task, role)), or the policy in one role against a scripted opponent, set
+   by ``algorithm.params.multi_agent: {mode: self_play | opponent, opponent: random | minimax,
+   learner_role: x, eval_opponent: random | minimax}``. Held-out evaluation then plays greedily
+   against ``eval_opponent`` (default: ``opponent``), alternating the policy's role.
 """
 
 from __future__ import annotations
@@ -29,13 +35,19 @@ from typing import Any
 import numpy as np
 
 import tinker_core
-from tinker_core.algos import AdvantageInputs
-from tinker_core.types import Batch
-
-from tinker_algos.algorithms.base import Algorithm, StageContext
+from tinker_algos.algorithms.base import Algorithm, StageContext, derive_seed
 from tinker_algos.kl import kl_estimate
+from tinker_algos.multiagent import (
+    MultiAgentParams,
+    MultiAgentRolloutResult,
+    collect_for_grpo,
+    evaluate_multi_agent,
+    stage_env_spec,
+)
 from tinker_algos.rollout import RolloutResult, rollout
 from tinker_algos.sampler import SamplingParams, logprob_agreement
+from tinker_core.algos import AdvantageInputs
+from tinker_core.types import Batch
 
 
 class ReferencePolicy:
@@ -89,9 +101,23 @@ class GRPO(Algorithm):
         self.loss = ctx.algo.loss or self.default_loss
         tinker_core.get_loss(self.loss)  # fail early, with a did-you-mean
         self.reference = ReferencePolicy(ctx) if ctx.algo.kl.coef > 0 else None
+        self.multi_agent: MultiAgentParams | None = None
+        self.env_spec = stage_env_spec(ctx)
+        if self.env_spec is not None and self.env_spec.roles:
+            self.multi_agent = MultiAgentParams.from_params(ctx.algo.params.get("multi_agent"), self.env_spec)
+        elif "multi_agent" in ctx.algo.params:
+            from tinker_core.errors import ConfigError
+
+            raise ConfigError([
+                f"algorithm.params.multi_agent: the env {getattr(self.env_spec, 'id', '?')!r} is single-agent "
+                "(its spec has no roles); remove multi_agent or use a multi-agent env"
+            ])
 
     # ---- one step -----------------------------------------------------------------------------
-    def collect(self, step: int) -> RolloutResult:
+    def collect(self, step: int) -> RolloutResult | MultiAgentRolloutResult:
+        if self.multi_agent is not None:
+            assert self.env_spec is not None
+            return collect_for_grpo(self.ctx, step, self.multi_agent, self.env_spec)
         r = self.ctx.rollout_cfg
         P, G = r.prompts_per_step, r.group_size
         seeds = [self.ctx.step_seed(step, "task", p) for p in range(P) for _ in range(G)]
@@ -114,6 +140,23 @@ class GRPO(Algorithm):
             adapter=self.ctx.adapter,
             turn_timeout_s=r.turn_timeout_s,
             max_error_rate=r.max_error_rate,
+        )
+
+    def evaluate(self) -> dict[str, float]:
+        if self.multi_agent is None:
+            return super().evaluate()
+        r = self.ctx.rollout_cfg
+        return evaluate_multi_agent(
+            self.ctx.policy,
+            self.ctx.eval_env_factory or self.env_factory,
+            self.ctx.algo.eval_size,
+            seed=derive_seed(self.ctx.job.seed, "eval"),
+            max_new_tokens=r.max_new_tokens,
+            stop=r.stop,
+            opponent_name=self.multi_agent.eval_opponent or self.multi_agent.opponent,
+            adapter=self.ctx.adapter,
+            turn_timeout_s=r.turn_timeout_s,
+            max_steps=r.max_turns,
         )
 
     def advantages(self, batch: Batch, token_rewards_B_T: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:

@@ -74,7 +74,7 @@ def _inputs(needs_critic: bool, *, rewards_B: np.ndarray | None = None, groups_B
 def _call(rep: Reporter, fn: Callable[..., Any], inputs: AdvantageInputs, config: Mapping[str, Any],
           case: str) -> AdvantageOutputs:
     with rep.guard("call", f"on {case}", "accept AdvantageInputs and **config; see tinker_core.algos"):
-        out = fn(inputs, **config)
+        out: AdvantageOutputs = fn(inputs, **config)
     _validate(rep, out, inputs, case)
     return out
 
