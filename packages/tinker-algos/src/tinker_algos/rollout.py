@@ -13,6 +13,7 @@ Above ``max_error_rate`` the whole rollout fails with :class:`RolloutError`.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -138,11 +139,6 @@ def rollout(
     def fail(i: int, reason: str) -> None:
         errors[reason] += 1
         episodes[i] = Episode(None, 0.0, fsms[i].num_turns, False, reason, transcripts[i])
-        if envs[i] is not None:
-            try:
-                envs[i].close()
-            except Exception:
-                pass
 
     try:
         for i, seed in enumerate(seeds):
@@ -219,10 +215,8 @@ def rollout(
     finally:
         for e in envs:
             if e is not None:
-                try:
+                with contextlib.suppress(Exception):  # a broken env must not hide the result
                     e.close()
-                except Exception:
-                    pass
     done = [e for e in episodes if e is not None]
     assert len(done) == n
     result = RolloutResult(done, errors, new_tokens, time.perf_counter() - t0)
