@@ -7,10 +7,9 @@ import json
 import pytest
 
 import tinker_core
-from tinker_core.errors import ConfigError
-
 from tinker_algos import train
 from tinker_algos.metrics import is_timing, read_metrics
+from tinker_core.errors import ConfigError
 
 
 def job(**over):

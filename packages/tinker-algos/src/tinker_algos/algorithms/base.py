@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tinker_core.config import JobConfig, StageConfig
-
 from tinker_algos.models import PolicyModel
 from tinker_algos.trainer import Trainer
+from tinker_core.config import JobConfig, StageConfig
 
 
 def derive_seed(*parts: Any) -> int:

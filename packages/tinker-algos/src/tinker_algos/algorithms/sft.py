@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from tinker_algos.algorithms.base import Algorithm, StageContext, derive_seed
 from tinker_core.errors import ConfigError
 from tinker_core.types import Batch, Trajectory
-
-from tinker_algos.algorithms.base import Algorithm, StageContext, derive_seed
 
 
 def load_sft_records(path: str | Path) -> list[tuple[str, str]]:
