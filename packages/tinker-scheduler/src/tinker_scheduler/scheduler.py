@@ -45,6 +45,7 @@ logger = logging.getLogger("tinker_scheduler")
 
 DEFAULT_RUNNER = "tinker_algos.train"
 SERVICE_NAME = "opentinker.v1.JobService"
+TRAINING_SERVICE_NAME = "opentinker.v1.TrainingService"
 GIB = 1024**3
 
 
@@ -94,6 +95,13 @@ class Scheduler:
     :param shutdown_timeout: seconds :meth:`stop` waits for running jobs to checkpoint.
     :param cancel_timeout: seconds a cancelled job may take to stop before its actor is killed.
     :param tick_s: the scheduling loop's period.
+    :param training_host_backend: where TrainingService sessions run: ``"ray"`` (model hosts are
+        Ray actors, the default) or ``"local"`` (hosts live in the scheduler process).
+    :param training_host_cpus: CPUs each model host reserves (subtracted from what jobs may use).
+    :param session_idle_timeout_s: a training session unused this long is checkpointed and
+        released from its host (restored on its next request).
+    :param host_idle_timeout_s: a model host without sessions this long shuts down.
+    :param max_message_bytes: the gRPC send/receive message limit (tensors travel in messages).
     """
 
     def __init__(
@@ -117,6 +125,11 @@ class Scheduler:
         cancel_timeout: float = 60.0,
         tick_s: float = 0.1,
         max_workers: int = 64,
+        training_host_backend: str = "ray",
+        training_host_cpus: float = 1.0,
+        session_idle_timeout_s: float = 600.0,
+        host_idle_timeout_s: float = 60.0,
+        max_message_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both for TLS, or neither")
@@ -140,6 +153,12 @@ class Scheduler:
         self.cancel_timeout = cancel_timeout
         self.tick_s = tick_s
         self.max_workers = max_workers
+        self.training_host_backend = training_host_backend
+        self.training_host_cpus = training_host_cpus
+        self.session_idle_timeout_s = session_idle_timeout_s
+        self.host_idle_timeout_s = host_idle_timeout_s
+        self.max_message_bytes = int(max_message_bytes)
+        self.training: Any = None  # the TrainingManager (sessions and model hosts), set by start()
 
         self.store = JobStore(self.db_path)
         self.capacity = Resources()
@@ -244,6 +263,8 @@ class Scheduler:
         if self._metrics_httpd is not None:
             self._metrics_httpd.shutdown()
             self._metrics_httpd.server_close()
+        if self.training is not None:  # TrainingService: kill the model hosts
+            self.training.close()
         if self._owns_ray:
             import ray
 
@@ -326,14 +347,28 @@ class Scheduler:
         import grpc
         from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-        from tinker_core.proto import jobs_pb2_grpc
+        from tinker_core.proto import jobs_pb2_grpc, training_pb2_grpc
         from tinker_scheduler.service import JobService
+        from tinker_scheduler.training_service import TrainingManager, TrainingService
 
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="opentinker-grpc"),
-            options=[("grpc.so_reuseport", 0)],  # a port in use is an error, not a shared port
+            options=[
+                ("grpc.so_reuseport", 0),  # a port in use is an error, not a shared port
+                # tensors travel in TrainingService messages: explicit limits, both ways
+                ("grpc.max_receive_message_length", self.max_message_bytes),
+                ("grpc.max_send_message_length", self.max_message_bytes),
+            ],
         )
         jobs_pb2_grpc.add_JobServiceServicer_to_server(JobService(self), self._server)
+        # TrainingService (session-based primitives) on the same server, keys and tenants
+        self.training = TrainingManager(
+            self.runs_dir, backend=self.training_host_backend, host_cpus=self.training_host_cpus,
+            session_idle_timeout_s=self.session_idle_timeout_s, host_idle_timeout_s=self.host_idle_timeout_s,
+        )
+        training_pb2_grpc.add_TrainingServiceServicer_to_server(
+            TrainingService(self, self.training, free=self._free), self._server
+        )
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         bind = f"{self.host}:{self.requested_port}"
@@ -349,7 +384,7 @@ class Scheduler:
             raise OSError(f"could not bind the gRPC server to {bind}; is the port in use? pass another --port")
         self.port = int(port)
         self._server.start()
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, TRAINING_SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
 
     # ---- the scheduling loop ----------------------------------------------------------------
@@ -375,6 +410,8 @@ class Scheduler:
 
     def _free(self) -> Resources:
         free = self.capacity
+        if self.training is not None:  # model hosts of TrainingService sessions hold resources too
+            free = free - self.training.reserved()
         with self._runs_lock:
             for run in self._runs.values():
                 free = free - run.demand

@@ -1,0 +1,227 @@
+"""TrainingService over a real in-process gRPC server: primitives, idempotence, tenants, hosts.
+
+Most tests keep model hosts in the test process (``training_host_backend="local"``) so they are
+fast; one test runs the hosts as Ray actors (the default in production).
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import numpy as np
+import pytest
+
+from tinker_core.proto import common_pb2, tensors, training_pb2, training_pb2_grpc
+
+pytest.importorskip("torch")
+
+
+def code_of(call, *args, **kwargs) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as info:
+        result = call(*args, **kwargs)
+        if hasattr(result, "__next__"):
+            list(result)
+    return info.value.code(), info.value.details()
+
+
+def stub_for(scheduler, key: str | None = None):
+    channel = grpc.insecure_channel(scheduler.address)
+    stub = training_pb2_grpc.TrainingServiceStub(channel)
+    md = [("authorization", f"Bearer {key}")] if key else []
+    return channel, stub, md
+
+
+SEQ = [1, 20, 21, 22, 30, 31, 2]
+
+
+def sft_datum(seq=SEQ, prompt_len=4) -> training_pb2.Datum:
+    T = len(seq) - 1
+    w = [0.0] * (prompt_len - 1) + [1.0] * (T - prompt_len + 1)
+    return training_pb2.Datum(tokens=seq[:-1], target_tokens=seq[1:], loss_weights=w)
+
+
+def create(stub, md, **kw) -> training_pb2.TrainingSession:
+    req = training_pb2.CreateTrainingSessionRequest(base_model="tiny", lora_rank=kw.pop("lora_rank", 4), **kw)
+    return stub.CreateSession(req, metadata=md, timeout=120)
+
+
+def trainable(stub, md, sid) -> dict[str, np.ndarray]:
+    return tensors.join_tensor_chunks(
+        stub.GetWeights(training_pb2.GetWeightsRequest(session_id=sid, trainable_only=True), metadata=md, timeout=60)
+    )
+
+
+@pytest.fixture
+def local_scheduler(make_scheduler):
+    return make_scheduler(paused=True, training_host_backend="local")
+
+
+def test_primitives_cross_entropy_is_a_token_sum_and_a_retried_optim_step_applies_once(local_scheduler):
+    channel, stub, md = stub_for(local_scheduler)
+    with channel:
+        session = create(stub, md, seed=3, request_id="create-1")
+        again = create(stub, md, seed=3, request_id="create-1")
+        assert again.session_id == session.session_id  # CreateSession is idempotent too
+        sid = session.session_id
+        assert session.info.base_model == "tiny" and session.info.lora_rank == 4 and session.info.step == 0
+        assert session.info.model_type == "llama" and session.info.trainable_parameters > 0
+
+        d = sft_datum()
+        fb = stub.ForwardBackward(training_pb2.ForwardBackwardRequest(
+            session_id=sid, request_id="fb-1", data=[d], loss_fn="cross_entropy"), metadata=md, timeout=60)
+        lp = np.array(fb.outputs[0].logprobs)
+        assert lp.shape == (len(d.tokens),) and (lp < 0).all()
+        assert fb.metrics["loss:sum"] == pytest.approx(-float(np.dot(d.loss_weights, lp)), rel=1e-5)
+
+        before = trainable(stub, md, sid)
+        step = training_pb2.OptimStepRequest(session_id=sid, request_id="step-1",
+                                             adam=training_pb2.AdamParams(learning_rate=1e-2))
+        # the first try times out on the client (the server may or may not have run it) ...
+        with pytest.raises(grpc.RpcError) as info:
+            stub.OptimStep(step, metadata=md, timeout=0.0001)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        # ... the retry with the same request id is applied once either way
+        first = stub.OptimStep(step, metadata=md, timeout=60)
+        second = stub.OptimStep(step, metadata=md, timeout=60)
+        assert first.step == second.step == 1
+        after = trainable(stub, md, sid)
+        assert any(not np.array_equal(before[k], after[k]) for k in before)
+        info_now = stub.GetInfo(training_pb2.GetInfoRequest(session_id=sid), metadata=md, timeout=10)
+        assert info_now.step == 1
+        # no gradients left: a *new* OptimStep is a precondition failure, naming the fix
+        code, details = code_of(stub.OptimStep, training_pb2.OptimStepRequest(
+            session_id=sid, request_id="step-2", adam=training_pb2.AdamParams(learning_rate=1e-2)), metadata=md)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "ForwardBackward" in details
+
+
+def test_sample_returns_tokens_logprobs_and_stop_reasons_and_save_load_restore(local_scheduler):
+    channel, stub, md = stub_for(local_scheduler)
+    with channel:
+        sid = create(stub, md, seed=1).session_id
+        req = training_pb2.SampleRequest(
+            session_id=sid, prompts=[common_pb2.TokenList(tokens=[1, 20, 21])], num_samples=3,
+            sampling_params=training_pb2.SamplingParams(max_tokens=5, seed=7))
+        out = stub.Sample(req, metadata=md, timeout=60)
+        assert len(out.results) == 1 and len(out.results[0].samples) == 3
+        for s in out.results[0].samples:
+            assert len(s.tokens) == len(s.logprobs) >= 1
+            assert s.stop_reason in (training_pb2.STOP_REASON_LENGTH, training_pb2.STOP_REASON_STOP_TOKEN)
+            assert len(s.tokens) == 5 or s.stop_reason == training_pb2.STOP_REASON_STOP_TOKEN
+        again = stub.Sample(req, metadata=md, timeout=60)
+        assert again == out  # same seed, same samples
+        seq = [1, 20, 21, *out.results[0].samples[0].tokens]
+        lps = stub.ComputeLogprobs(training_pb2.ComputeLogprobsRequest(
+            session_id=sid, sequences=[common_pb2.TokenList(tokens=seq)]), metadata=md, timeout=60)
+        np.testing.assert_allclose(np.array(lps.logprobs[0].values)[2:], out.results[0].samples[0].logprobs, atol=1e-4)
+
+        saved = stub.SaveState(training_pb2.SaveStateRequest(session_id=sid, request_id="s", name="step-0"),
+                               metadata=md, timeout=60).path
+        w0 = trainable(stub, md, sid)
+        stub.ForwardBackward(training_pb2.ForwardBackwardRequest(session_id=sid, data=[sft_datum()], loss_fn="cross_entropy"), metadata=md)
+        stub.OptimStep(training_pb2.OptimStepRequest(session_id=sid, adam=training_pb2.AdamParams(learning_rate=0.05)), metadata=md)
+        assert stub.LoadState(training_pb2.LoadStateRequest(session_id=sid, path=saved, with_optimizer=True), metadata=md).step == 0
+        w1 = trainable(stub, md, sid)
+        for k in w0:
+            np.testing.assert_array_equal(w0[k], w1[k])
+        code, details = code_of(stub.LoadState, training_pb2.LoadStateRequest(session_id=sid, path="/etc"), metadata=md)
+        assert code == grpc.StatusCode.NOT_FOUND and "SaveState" in details
+        tok = tensors.join_tensor_chunks(stub.GetWeights(training_pb2.GetWeightsRequest(session_id=sid, path="tokenizer"), metadata=md))
+        assert "tokenizer.json" in tok and tok["tokenizer.json"].dtype == np.uint8
+
+
+def test_lora_sessions_of_one_base_model_share_a_host_and_full_fine_tuning_gets_its_own(local_scheduler):
+    channel, stub, md = stub_for(local_scheduler)
+    manager = local_scheduler.training
+    with channel:
+        a = create(stub, md).session_id
+        b = create(stub, md, lora_rank=2).session_id
+        assert manager.host_count() == 1
+        full = create(stub, md, lora_rank=0)
+        assert manager.host_count() == 2 and full.info.lora_rank == 0
+        stub.CloseSession(training_pb2.CloseTrainingSessionRequest(session_id=a), metadata=md)
+        stub.CloseSession(training_pb2.CloseTrainingSessionRequest(session_id=a), metadata=md)  # idempotent
+        code, _ = code_of(stub.GetInfo, training_pb2.GetInfoRequest(session_id=a), metadata=md)
+        assert code == grpc.StatusCode.NOT_FOUND
+        assert stub.GetInfo(training_pb2.GetInfoRequest(session_id=b), metadata=md).lora_rank == 2
+
+
+def test_bad_requests_name_the_field(local_scheduler):
+    channel, stub, md = stub_for(local_scheduler)
+    with channel:
+        sid = create(stub, md).session_id
+        cases = [
+            (stub.CreateSession, training_pb2.CreateTrainingSessionRequest(base_model="", lora_rank=4), "base_model"),
+            (stub.CreateSession, training_pb2.CreateTrainingSessionRequest(base_model="tiny", options_json='{"dtype": 1}'), "options_json"),
+            (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(session_id=sid, data=[sft_datum()], loss_fn="cross_entropi"), "cross_entropy"),
+            (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(session_id=sid, data=[], loss_fn="cross_entropy"), "data"),
+            (stub.Sample, training_pb2.SampleRequest(session_id=sid, prompts=[common_pb2.TokenList(tokens=[1])]), "max_tokens"),
+            (stub.SaveState, training_pb2.SaveStateRequest(session_id=sid, name="../escape"), "name"),
+        ]
+        for method, request, field in cases:
+            code, details = code_of(method, request, metadata=md)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, (field, details)
+            assert field in details, details
+
+
+def test_a_tenant_cannot_see_another_tenants_session(local_scheduler):
+    alice = local_scheduler.store.add_tenant("alice")
+    bob = local_scheduler.store.add_tenant("bob")
+    channel, stub, md_a = stub_for(local_scheduler, alice)
+    with channel:
+        sid = create(stub, md_a).session_id
+        md_b = [("authorization", f"Bearer {bob}")]
+        for method, request in [
+            (stub.GetInfo, training_pb2.GetInfoRequest(session_id=sid)),
+            (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(session_id=sid, data=[sft_datum()], loss_fn="cross_entropy")),
+            (stub.GetWeights, training_pb2.GetWeightsRequest(session_id=sid)),
+        ]:
+            code, details = code_of(method, request, metadata=md_b)
+            assert code == grpc.StatusCode.NOT_FOUND and sid in details
+        stub.CloseSession(training_pb2.CloseTrainingSessionRequest(session_id=sid), metadata=md_b)  # no effect
+        assert stub.GetInfo(training_pb2.GetInfoRequest(session_id=sid), metadata=md_a).lora_rank == 4
+        code, _ = code_of(stub.GetInfo, training_pb2.GetInfoRequest(session_id=sid))
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_an_idle_session_is_checkpointed_released_and_restored_on_its_next_request(make_scheduler):
+    scheduler = make_scheduler(paused=True, training_host_backend="local", session_idle_timeout_s=0.3,
+                               host_idle_timeout_s=0.3)
+    channel, stub, md = stub_for(scheduler)
+    with channel:
+        sid = create(stub, md, seed=5).session_id
+        stub.ForwardBackward(training_pb2.ForwardBackwardRequest(session_id=sid, data=[sft_datum()], loss_fn="cross_entropy"), metadata=md)
+        stub.OptimStep(training_pb2.OptimStepRequest(session_id=sid, adam=training_pb2.AdamParams(learning_rate=0.05)), metadata=md)
+        w_before = trainable(stub, md, sid)
+        session = scheduler.training._sessions[sid]
+        deadline = time.monotonic() + 60
+        while (session.state != "released" or scheduler.training.host_count()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session.state == "released" and scheduler.training.host_count() == 0
+        info = stub.GetInfo(training_pb2.GetInfoRequest(session_id=sid), metadata=md)
+        assert info.step == 1 and session.state == "active"
+        w_after = trainable(stub, md, sid)
+        for k in w_before:
+            np.testing.assert_array_equal(w_before[k], w_after[k])
+
+
+def test_sessions_on_a_ray_model_host(make_scheduler):
+    scheduler = make_scheduler(paused=True, training_host_cpus=1)
+    channel, stub, md = stub_for(scheduler)
+    with channel:
+        health = __import__("grpc_health.v1.health_pb2", fromlist=["x"])
+        health_grpc = __import__("grpc_health.v1.health_pb2_grpc", fromlist=["x"])
+        status = health_grpc.HealthStub(channel).Check(health.HealthCheckRequest(service="opentinker.v1.TrainingService"))
+        assert status.status == health.HealthCheckResponse.SERVING
+        a = create(stub, md, seed=1).session_id
+        b = create(stub, md, seed=2).session_id
+        assert scheduler.training.host_count() == 1
+        assert scheduler.training.reserved().cpus == 1  # jobs see one CPU less
+        for sid in (a, b):
+            fb = stub.ForwardBackward(training_pb2.ForwardBackwardRequest(
+                session_id=sid, data=[sft_datum()], loss_fn="cross_entropy"), metadata=md, timeout=120)
+            assert fb.metrics["loss"] > 0
+            assert stub.OptimStep(training_pb2.OptimStepRequest(
+                session_id=sid, adam=training_pb2.AdamParams(learning_rate=1e-2)), metadata=md).step == 1
+        wa, wb = trainable(stub, md, a), trainable(stub, md, b)
+        assert all(k.endswith(".weight") for k in wa) and wa.keys().isdisjoint(wb.keys())
