@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tinker_client.new import register as register_new_command
 from tinker_core.errors import ConfigError, OpenTinkerError
 
 EXIT_BAD_INPUT = 2
@@ -363,6 +364,9 @@ def train(
         typer.echo(f"  {k} = {v:.4g}")
     if result.plot:
         typer.echo(f"learning curve: {result.plot}")
+
+
+register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
 
 
 # ---- plugin commands and entry --------------------------------------------------------------
