@@ -187,13 +187,16 @@ def train(
             trainer = Trainer(policy, tcfg, adapter=adapter, lora=lora, adapter_seed=job.seed)
             start = progress["stage_step"] if si == progress["stage_index"] else 0
             env_factory, eval_factory = _env_factories(stage)
+            resuming_here = resume_from is not None and si == progress["stage_index"]
+            if resuming_here:
+                # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights only.
+                # Loaded before the algorithm is built, so what it copies at construction (a
+                # reference policy) is the stage's real starting point.
+                load_state(resume_from / "trainer", trainer, with_optimizer=start > 0)
             ctx = StageContext(job, stage, si, policy, trainer, run, adapter, env_factory, eval_factory, cb.on_log)
             algo = get_algorithm(algo_cfg.name)(ctx)
-            if resume_from is not None and si == progress["stage_index"]:
-                # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights only
-                load_state(resume_from / "trainer", trainer, with_optimizer=start > 0)
-                if start > 0:
-                    algo.load_state_dict(torch.load(resume_from / "algorithm.pt", weights_only=False))
+            if resuming_here and start > 0:
+                algo.load_state_dict(torch.load(resume_from / "algorithm.pt", weights_only=False))
             cb.on_log(f"stage {si} '{stage.name}': {algo_cfg.name}, steps {start}..{algo_cfg.steps}")
             for k in range(start, algo_cfg.steps):
                 if cb.should_stop():

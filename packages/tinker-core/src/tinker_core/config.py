@@ -97,8 +97,10 @@ class AlgorithmConfig(_Model):
         "token-mean", description="How per-token losses become one number."
     )
     kl: KLConfig = Field(default_factory=KLConfig, description="KL penalty to the reference policy.")
-    batch_size: int = Field(32, ge=1, description="Sequences per optimizer step (sft, dpo).")
-    micro_batch_size: int | None = Field(None, ge=1, description="Sequences per forward_backward; None = whole batch.")
+    batch_size: int = Field(32, ge=1, description="Examples per optimizer step: sequences for sft, chosen/rejected pairs for dpo.")
+    micro_batch_size: int | None = Field(
+        None, ge=1, description="Sequences per forward_backward (the minibatch of each ppo update); None = the whole batch."
+    )
     epochs_per_step: int = Field(1, ge=1, description="Passes over each rollout batch (ppo).")
     data: str | None = Field(None, description="Data file: SFT examples or DPO pairs (JSONL).")
     eval_every: int = Field(0, ge=0, description="Held-out evaluation every N steps; 0 = only at the end.")

@@ -1,0 +1,333 @@
+"""Direct preference optimisation (``algorithm.name: dpo``), with the IPO and cDPO variants.
+
+Pairs come from one of two places:
+
+* **offline** -- ``algorithm.data``, a JSONL file of ``{"prompt", "chosen", "rejected"}``
+  records; each step takes the next ``algorithm.batch_size`` pairs of a per-epoch shuffled order.
+* **on-policy** -- without a data file, from the environment: each step samples
+  ``rollout.group_size`` completions for each of ``rollout.prompts_per_step`` env tasks, scores
+  them with the env (the verifier) and pairs the best with the worst of every group whose
+  rewards differ (by more than ``params.min_reward_gap``).
+
+The loss is ``algorithm.loss`` -- ``dpo`` (default), ``ipo`` or ``cdpo`` -- with ``beta`` and
+``label_smoothing`` in ``loss_config``, on rows interleaved as the preference-loss contract says
+(row ``2k`` chosen, ``2k + 1`` rejected). The reference is the stage's starting policy: the base
+model with adapters off for LoRA, a frozen copy for full fine-tuning.
+
+``algorithm.params`` (all optional):
+
+====================  =========  =================================================================
+``eval_data``         none       a JSONL of held-out pairs: ``eval/preference_accuracy``,
+                                 ``eval/reward_margin`` and ``eval/preference_loss`` at each eval
+``min_reward_gap``    ``0.0``    on-policy: pair best and worst only when their rewards differ by
+                                 more than this
+====================  =========  =================================================================
+
+Implementation details:
+
+1. A pair's log-ratio is summed over its response tokens (the prompt is masked): the prompt is
+   encoded with special tokens (``<bos>``), the response without, exactly as SFT does.
+2. Aggregation is ``seq-mean-token-mean`` unless ``algorithm.aggregation`` is set: every token of
+   a pair carries the pair's loss, so this is the mean over pairs whatever the lengths.
+3. ``micro_batch_size`` must be even, so that a pair never straddles two micro-batches.
+4. ``dpo/accuracy`` and ``dpo/reward_margin`` come from the policy before the step's update, over
+   the whole batch (implicit reward ``beta * (log pi(y) - log pi_ref(y))``).
+5. On-policy groups reset their env with the same seed, so both responses answer one prompt;
+   ties pick the earliest sample; a step without any pair makes no update (``dpo/pairs = 0``).
+6. The reference copy is taken lazily, once the stage's starting weights are in place, and
+   travels in the checkpoint, so a resumed run is exact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import tinker_core
+from tinker_algos.algorithms.base import Algorithm, StageContext, derive_seed
+from tinker_algos.algorithms.grpo import ReferencePolicy
+from tinker_algos.algorithms.sft import example_trajectory
+from tinker_algos.rollout import RolloutResult, rollout
+from tinker_algos.sampler import SamplingParams
+from tinker_core.errors import ConfigError, did_you_mean
+from tinker_core.types import Batch, Trajectory
+
+PAIR_FIELDS = ("prompt", "chosen", "rejected")
+DEFAULT_AGGREGATION = "seq-mean-token-mean"
+EVAL_CHUNK_PAIRS = 64
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    prompt: str
+    chosen: str
+    rejected: str
+
+
+def load_preference_pairs(path: str | Path, where: str = "algorithm.data") -> list[PreferencePair]:
+    """Pairs from a JSONL file of ``{"prompt", "chosen", "rejected"}`` records.
+
+    Raises :class:`ConfigError` naming the file, the line and the field for a missing file, a
+    line that is not a JSON object, a field that is missing or not a non-empty string (the
+    prompt may be empty), identical ``chosen`` and ``rejected``, or a file without records.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError([f"{where}: file {p} does not exist; give a JSONL file of {{\"prompt\", \"chosen\", \"rejected\"}} records"])
+    pairs: list[PreferencePair] = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError([f"{where}: {p}:{n} is not JSON ({e.msg} at column {e.colno})"]) from None
+        if not isinstance(rec, dict):
+            raise ConfigError([f"{where}: {p}:{n} must be a JSON object with fields {', '.join(PAIR_FIELDS)}, got {type(rec).__name__}"])
+        for field in PAIR_FIELDS:
+            if field not in rec:
+                hint = did_you_mean(field, [k for k in rec if k not in PAIR_FIELDS])
+                raise ConfigError([f"{where}: {p}:{n} has no field {field!r}" + (f"; did you mean {hint!r}?" if hint else f" (fields: {', '.join(PAIR_FIELDS)})")])
+            value = rec[field]
+            if not isinstance(value, str):
+                raise ConfigError([f"{where}: {p}:{n} field {field!r} must be a string, got {type(value).__name__}"])
+            if field != "prompt" and not value:
+                raise ConfigError([f"{where}: {p}:{n} field {field!r} is empty; every response needs at least one token"])
+        if rec["chosen"] == rec["rejected"]:
+            raise ConfigError([f"{where}: {p}:{n} fields 'chosen' and 'rejected' are the same text; a pair must differ"])
+        pairs.append(PreferencePair(rec["prompt"], rec["chosen"], rec["rejected"]))
+    if not pairs:
+        raise ConfigError([f"{where}: {p} holds no records"])
+    return pairs
+
+
+def pair_logratios(policy_logprobs_B_T: np.ndarray, ref_logprobs_B_T: np.ndarray, mask_B_T: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(chosen_P, rejected_P)``: ``sum_t (log pi - log pi_ref)`` over each row's response tokens."""
+    seq_B = ((np.asarray(policy_logprobs_B_T, np.float64) - np.asarray(ref_logprobs_B_T, np.float64)) * mask_B_T).sum(-1)
+    return seq_B[0::2], seq_B[1::2]
+
+
+def preference_metrics(chosen_P: np.ndarray, rejected_P: np.ndarray, beta: float) -> dict[str, float]:
+    """Implicit-reward statistics of a batch of pairs (rewards are ``beta * log-ratio``)."""
+    delta_P = chosen_P - rejected_P
+    return {
+        "accuracy": float((delta_P > 0).mean()),
+        "reward_margin": float(beta * delta_P.mean()),
+        "chosen_reward": float(beta * chosen_P.mean()),
+        "rejected_reward": float(beta * rejected_P.mean()),
+    }
+
+
+@dataclass(frozen=True)
+class DPOParams:
+    """``algorithm.params`` of a DPO stage (see the module docstring)."""
+
+    eval_data: str | None = None
+    min_reward_gap: float = 0.0
+
+    @classmethod
+    def parse(cls, params: dict[str, Any], where: str) -> DPOParams:
+        known = [f.name for f in dataclasses.fields(cls)]
+        problems = []
+        for key in params:
+            if key not in known:
+                hint = did_you_mean(key, known)
+                problems.append(f"{where}.{key}: unknown dpo option" + (f"; did you mean {hint!r}?" if hint else f"; options are {', '.join(known)}"))
+        out = cls(**{k: v for k, v in params.items() if k in known})
+        if out.eval_data is not None and not isinstance(out.eval_data, str):
+            problems.append(f"{where}.eval_data: must be a path to a JSONL file, got {out.eval_data!r}")
+        if not isinstance(out.min_reward_gap, int | float) or out.min_reward_gap < 0:
+            problems.append(f"{where}.min_reward_gap: must be a number >= 0, got {out.min_reward_gap!r}")
+        if problems:
+            raise ConfigError(problems)
+        return out
+
+
+def best_worst_pairs(rewards_B: list[float], group_ids_B: list[int], min_gap: float = 0.0) -> list[tuple[int, int]]:
+    """``(best, worst)`` indices per group whose top and bottom rewards differ by more than ``min_gap``.
+
+    Groups come in order of first appearance; ties go to the earliest index.
+    """
+    groups: dict[int, list[int]] = {}
+    for i, g in enumerate(group_ids_B):
+        groups.setdefault(int(g), []).append(i)
+    out = []
+    for members in groups.values():
+        best = max(members, key=lambda i: (rewards_B[i], -i))
+        worst = min(members, key=lambda i: (rewards_B[i], i))
+        if rewards_B[best] - rewards_B[worst] > min_gap:
+            out.append((best, worst))
+    return out
+
+
+class DPO(Algorithm):
+    name = "dpo"
+    default_loss = "dpo"
+
+    def __init__(self, ctx: StageContext) -> None:
+        super().__init__(ctx)
+        algo = ctx.algo
+        prefix = "algorithm" if not ctx.job.stages else f"stages[{ctx.stage_index}].algorithm"
+        self.params = DPOParams.parse(dict(algo.params), f"{prefix}.params")
+        self.pairs = load_preference_pairs(algo.data, f"{prefix}.data") if algo.data else None
+        self.eval_pairs = load_preference_pairs(self.params.eval_data, f"{prefix}.params.eval_data") if self.params.eval_data else None
+        if self.pairs is None:
+            if ctx.env_factory is None:
+                raise ConfigError([f"stages[{ctx.stage_index}]: dpo needs '{prefix}.data' (a JSONL of prompt/chosen/rejected pairs) or an 'env' whose rewards rank the model's own samples"])
+            if ctx.rollout_cfg.group_size < 2:
+                raise ConfigError([f"rollout.group_size: on-policy dpo pairs samples of one prompt, so it needs group_size >= 2, got {ctx.rollout_cfg.group_size}"])
+        self.loss = algo.loss or self.default_loss
+        entry = tinker_core.get_loss(self.loss)
+        if entry.options.get("kind") != "preference":
+            raise ConfigError([f"{prefix}.loss: dpo needs a preference loss (dpo, ipo, cdpo), got {self.loss!r} ({entry.options.get('kind')})"])
+        if algo.micro_batch_size is not None and algo.micro_batch_size % 2:
+            raise ConfigError([f"{prefix}.micro_batch_size: dpo keeps each chosen/rejected pair in one micro-batch, so it must be even, got {algo.micro_batch_size}"])
+        self.aggregation = algo.aggregation if "aggregation" in algo.model_fields_set else DEFAULT_AGGREGATION
+        self.beta = float(algo.loss_config.get("beta", 0.1))
+        self._check_loss_config(prefix)
+        self.reference: ReferencePolicy | None = None
+
+    def _check_loss_config(self, prefix: str) -> None:
+        import torch
+
+        from tinker_core.algos import LossInputs
+
+        z = torch.zeros(2, 1)
+        try:
+            tinker_core.get_loss(self.loss).obj(LossInputs(z, torch.ones(2, 1), ref_logprobs_B_T=z), **self.ctx.algo.loss_config)
+        except (TypeError, ValueError) as e:
+            raise ConfigError([f"{prefix}.loss_config: {e}"]) from None
+
+    def _setup(self) -> ReferencePolicy:
+        if self.reference is None:
+            self.reference = ReferencePolicy(self.ctx)
+        return self.reference
+
+    # ---- pairs -------------------------------------------------------------------------------
+    def offline_pairs(self, step: int) -> list[PreferencePair]:
+        assert self.pairs is not None
+        bs, n = self.ctx.algo.batch_size, len(self.pairs)
+        out = []
+        for k in range(step * bs, (step + 1) * bs):
+            epoch, i = divmod(k, n)
+            order = np.random.default_rng(derive_seed(self.ctx.job.seed, self.ctx.stage_index, "epoch", epoch)).permutation(n)
+            out.append(self.pairs[int(order[i])])
+        return out
+
+    def pair_batch(self, pairs: list[PreferencePair]) -> Batch:
+        tok = self.ctx.policy.tokenizer
+        trajs = []
+        for pair in pairs:
+            trajs.append(example_trajectory(tok, pair.prompt, pair.chosen))
+            trajs.append(example_trajectory(tok, pair.prompt, pair.rejected))
+        return Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
+
+    def collect(self, step: int) -> RolloutResult:
+        r = self.ctx.rollout_cfg
+        P, G = r.prompts_per_step, r.group_size
+        params = SamplingParams(
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            stop=tuple(r.stop),
+            seed=self.ctx.step_seed(step, "sample"),
+        )
+        return rollout(
+            self.ctx.policy,
+            self.ctx.require_env(),
+            [self.ctx.step_seed(step, "task", p) for p in range(P) for _ in range(G)],
+            params,
+            group_ids=[p for p in range(P) for _ in range(G)],
+            max_turns=r.max_turns,
+            adapter=self.ctx.adapter,
+            turn_timeout_s=r.turn_timeout_s,
+            max_error_rate=r.max_error_rate,
+        )
+
+    def on_policy_pairs(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        result = self.collect(step)
+        metrics = result.metrics()
+        episodes = [e for e in result.episodes if e.trajectory is not None and e.trajectory.num_generated > 0]
+        trajs = [e.trajectory for e in episodes]
+        chosen = best_worst_pairs([e.reward for e in episodes], [t.group_id for t in trajs], self.params.min_reward_gap)  # type: ignore[union-attr]
+        metrics["dpo/pair_rate"] = len(chosen) / max(self.ctx.rollout_cfg.prompts_per_step, 1)
+        if chosen:
+            metrics["dpo/pair_reward_gap"] = float(np.mean([episodes[b].reward - episodes[w].reward for b, w in chosen]))
+        rows: list[Trajectory] = []
+        for best, worst in chosen:
+            rows += [trajs[best], trajs[worst]]  # type: ignore[list-item]
+        return rows, metrics
+
+    # ---- one step -----------------------------------------------------------------------------
+    def step(self, step: int) -> dict[str, float]:
+        reference = self._setup()
+        if self.pairs is not None:
+            batch = self.pair_batch(self.offline_pairs(step))
+            metrics: dict[str, float] = {}
+        else:
+            rows, metrics = self.on_policy_pairs(step)
+            if not rows:
+                metrics.update({"dpo/pairs": 0.0, "optim/skipped_steps": float(self.ctx.trainer.skipped_steps)})
+                return metrics
+            batch = Batch.from_trajectories(rows, pad_token_id=self.ctx.policy.pad_token_id)
+        trainer, algo = self.ctx.trainer, self.ctx.algo
+        mask = batch.loss_mask_B_T * batch.attention_mask_B_T
+        ref = reference.logprobs(batch)
+        before = trainer.forward(batch)
+        chosen_P, rejected_P = pair_logratios(before, ref, mask)
+        metrics.update({f"dpo/{k}": v for k, v in preference_metrics(chosen_P, rejected_P, self.beta).items()})
+        metrics["dpo/pairs"] = float(len(chosen_P))
+        fb = trainer.forward_backward(batch, self.loss, agg=self.aggregation, ref_logprobs_B_T=ref, **algo.loss_config)
+        metrics["losses/dpo"] = fb["loss"]
+        metrics["losses/total"] = fb["loss"]
+        metrics["data/tokens"] = float(fb["num_tokens"])
+        opt = trainer.optim_step()
+        metrics.update({"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])})
+        return metrics
+
+    # ---- held-out metrics ---------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        out = super().evaluate()
+        if self.eval_pairs:
+            out.update(self.evaluate_pairs(self.eval_pairs))
+        return out
+
+    def evaluate_pairs(self, pairs: list[PreferencePair]) -> dict[str, float]:
+        """``eval/preference_accuracy``, ``eval/reward_margin``, ``eval/preference_loss`` on ``pairs``."""
+        import torch
+
+        from tinker_algos.aggregation import aggregate
+        from tinker_core.algos import LossInputs
+
+        reference = self._setup()
+        loss_fn = tinker_core.get_loss(self.loss).obj
+        chosen, rejected, losses = [], [], []
+        for start in range(0, len(pairs), EVAL_CHUNK_PAIRS):
+            batch = self.pair_batch(pairs[start : start + EVAL_CHUNK_PAIRS])
+            mask = batch.loss_mask_B_T * batch.attention_mask_B_T
+            ref = reference.logprobs(batch)
+            pol = self.ctx.trainer.forward(batch)
+            c, r = pair_logratios(pol, ref, mask)
+            chosen.append(c)
+            rejected.append(r)
+            out = loss_fn(LossInputs(torch.as_tensor(pol), torch.as_tensor(mask), ref_logprobs_B_T=torch.as_tensor(ref)), **self.ctx.algo.loss_config)
+            losses.append(float(aggregate(out.loss_B_T, torch.as_tensor(mask), DEFAULT_AGGREGATION)) * len(c))
+        m = preference_metrics(np.concatenate(chosen), np.concatenate(rejected), self.beta)
+        return {
+            "eval/preference_accuracy": m["accuracy"],
+            "eval/reward_margin": m["reward_margin"],
+            "eval/preference_loss": sum(losses) / len(pairs),
+        }
+
+    # ---- checkpoint state ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return self._setup().state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._setup().load_state_dict(state)
