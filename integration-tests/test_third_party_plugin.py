@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -64,12 +65,11 @@ def venv(tmp_path_factory) -> Path:
     (pkg / "README.md").write_text("# tinker-env-shout\n")
     (pkg / "src" / "tinker_env_shout" / "__init__.py").write_text("")
     (pkg / "src" / "tinker_env_shout" / "plugin.py").write_text(PLUGIN)
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("UV_") and k != "VIRTUAL_ENV"}
     venv = tmp / ".venv"
-    subprocess.run([uv, "venv", "-q", str(venv)], check=True, env=env)
-    env["VIRTUAL_ENV"] = str(venv)
+    subprocess.run([uv, "venv", "-q", "--python", sys.executable, str(venv)], check=True, env=env)
     subprocess.run(
-        [uv, "pip", "install", "-q", "-e", str(ROOT / "packages" / "tinker-core"),
+        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "-e", str(ROOT / "packages" / "tinker-core"),
          "-e", str(ROOT / "packages" / "tinker-client"), str(pkg)],
         check=True, env=env, timeout=600,
     )
