@@ -181,6 +181,16 @@ def _print_job(job: Any) -> None:
     typer.echo(line)
 
 
+HEADLINE_METRICS = (
+    "env/reward_mean",
+    "eval/accuracy",
+    "losses/total",
+    "kl/sample_train",
+    "optim/grad_norm",
+    "rollout/tokens_per_s",
+)
+
+
 def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int:
     """Print a job's events until it ends; the exit code follows its final state."""
     from tinker_client.jobs import pb, state_name
@@ -197,8 +207,9 @@ def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int:
             typer.echo(f"[{state_name(sc.state)}] {sc.reason}".rstrip())
             final = sc.state
         elif kind == "metrics":
-            keys = sorted(event.metrics.values)
-            shown = "  ".join(f"{k}={event.metrics.values[k]:.4g}" for k in keys[:8])
+            values = event.metrics.values
+            keys = [k for k in HEADLINE_METRICS if k in values] or sorted(values)[:6]
+            shown = "  ".join(f"{k}={values[k]:.4g}" for k in keys)
             typer.echo(f"step {event.metrics.step}: {shown}")
     job = client.get(job_id)
     final = job.state if final is None else final
