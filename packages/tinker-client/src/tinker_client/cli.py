@@ -7,8 +7,10 @@ Built-in commands live here; other packages add theirs through the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -153,10 +155,20 @@ ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", help="Tenant API key
 TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", help="PEM certificate to trust for a TLS scheduler.")]
 
 
-def _client(scheduler: str | None, api_key: str | None, tls_ca: Path | None) -> Any:
+@contextlib.contextmanager
+def _scheduler(scheduler: str | None, api_key: str | None, tls_ca: Path | None) -> Iterator[Any]:
+    """A JobClient; a gRPC error inside the block becomes a one-line reason and an exit code."""
+    import grpc
+
     from tinker_client.jobs import JobClient
 
-    return JobClient(scheduler, api_key, tls_ca=tls_ca)
+    client = JobClient(scheduler, api_key, tls_ca=tls_ca)
+    try:
+        yield client
+    except grpc.RpcError as e:
+        _rpc_fail(e, client.address)
+    finally:
+        client.close()
 
 
 def _rpc_fail(e: Any, address: str) -> NoReturn:
@@ -244,17 +256,12 @@ def submit(
     watch_: Annotated[bool, typer.Option("--watch", help="Follow the job until it ends.")] = False,
 ) -> None:
     """Submit a job to a scheduler; prints its id."""
-    import grpc
-
     text = _read_config_text(file)
-    client = _client(scheduler, api_key, tls_ca)
-    try:
+    with _scheduler(scheduler, api_key, tls_ca) as client:
         job = client.submit(text, request_id=request_id, priority=priority)
         typer.echo(job.id)
         if watch_:
             raise typer.Exit(_follow(client, job.id))
-    except grpc.RpcError as e:
-        _rpc_fail(e, client.address)
 
 
 @app.command()
@@ -265,13 +272,8 @@ def watch(
     tls_ca: TlsCaOpt = None,
 ) -> None:
     """Follow a job's state changes, metrics and logs until it ends (exit 0 when it succeeded)."""
-    import grpc
-
-    client = _client(scheduler, api_key, tls_ca)
-    try:
+    with _scheduler(scheduler, api_key, tls_ca) as client:
         raise typer.Exit(_follow(client, job_id))
-    except grpc.RpcError as e:
-        _rpc_fail(e, client.address)
 
 
 @app.command()
@@ -282,13 +284,8 @@ def logs(
     tls_ca: TlsCaOpt = None,
 ) -> None:
     """Print a job's log lines (following it while it runs)."""
-    import grpc
-
-    client = _client(scheduler, api_key, tls_ca)
-    try:
+    with _scheduler(scheduler, api_key, tls_ca) as client:
         _follow(client, job_id, logs_only=True)
-    except grpc.RpcError as e:
-        _rpc_fail(e, client.address)
 
 
 @app.command("list")
@@ -299,20 +296,15 @@ def list_jobs(
     tls_ca: TlsCaOpt = None,
 ) -> None:
     """List your jobs, newest first."""
-    import grpc
-
     from tinker_client.jobs import parse_state
 
     try:
         states = [parse_state(s) for s in state or []]
     except ValueError as e:
         fail(str(e))
-    client = _client(scheduler, api_key, tls_ca)
-    try:
+    with _scheduler(scheduler, api_key, tls_ca) as client:
         for job in client.list(states):
             _print_job(job)
-    except grpc.RpcError as e:
-        _rpc_fail(e, client.address)
 
 
 @app.command()
@@ -323,13 +315,8 @@ def cancel(
     tls_ca: TlsCaOpt = None,
 ) -> None:
     """Cancel a queued or running job (a running job checkpoints first)."""
-    import grpc
-
-    client = _client(scheduler, api_key, tls_ca)
-    try:
+    with _scheduler(scheduler, api_key, tls_ca) as client:
         _print_job(client.cancel(job_id))
-    except grpc.RpcError as e:
-        _rpc_fail(e, client.address)
 
 
 @app.command()

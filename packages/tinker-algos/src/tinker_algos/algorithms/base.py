@@ -54,6 +54,38 @@ class StageContext:
     def step_seed(self, step: int, *what: Any) -> int:
         return derive_seed(self.job.seed, self.stage_index, step, *what)
 
+    def sampling_params(self, step: int) -> Any:
+        """The rollout section's sampling parameters, seeded for ``step``."""
+        from tinker_algos.sampler import SamplingParams
+
+        r = self.rollout_cfg
+        return SamplingParams(
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            stop=tuple(r.stop),
+            seed=self.step_seed(step, "sample"),
+        )
+
+    def group_rollout(self, step: int) -> Any:
+        """``prompts_per_step`` groups of ``group_size`` episodes; a group's episodes share a task seed."""
+        from tinker_algos.rollout import rollout
+
+        r = self.rollout_cfg
+        P, G = r.prompts_per_step, r.group_size
+        return rollout(
+            self.policy,
+            self.require_env(),
+            [self.step_seed(step, "task", p) for p in range(P) for _ in range(G)],
+            self.sampling_params(step),
+            group_ids=[p for p in range(P) for _ in range(G)],
+            max_turns=r.max_turns,
+            adapter=self.adapter,
+            turn_timeout_s=r.turn_timeout_s,
+            max_error_rate=r.max_error_rate,
+        )
+
     def require_env(self) -> Callable[[], Any]:
         if self.env_factory is None:
             from tinker_core.errors import ConfigError

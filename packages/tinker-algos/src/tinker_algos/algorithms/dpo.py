@@ -52,8 +52,7 @@ import tinker_core
 from tinker_algos.algorithms.base import Algorithm, StageContext, derive_seed
 from tinker_algos.algorithms.grpo import ReferencePolicy
 from tinker_algos.algorithms.sft import example_trajectory
-from tinker_algos.rollout import RolloutResult, rollout
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.rollout import RolloutResult
 from tinker_core.errors import ConfigError, did_you_mean
 from tinker_core.types import Batch, Trajectory
 
@@ -228,27 +227,7 @@ class DPO(Algorithm):
         return Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
 
     def collect(self, step: int) -> RolloutResult:
-        r = self.ctx.rollout_cfg
-        P, G = r.prompts_per_step, r.group_size
-        params = SamplingParams(
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            stop=tuple(r.stop),
-            seed=self.ctx.step_seed(step, "sample"),
-        )
-        return rollout(
-            self.ctx.policy,
-            self.ctx.require_env(),
-            [self.ctx.step_seed(step, "task", p) for p in range(P) for _ in range(G)],
-            params,
-            group_ids=[p for p in range(P) for _ in range(G)],
-            max_turns=r.max_turns,
-            adapter=self.ctx.adapter,
-            turn_timeout_s=r.turn_timeout_s,
-            max_error_rate=r.max_error_rate,
-        )
+        return self.ctx.group_rollout(step)
 
     def on_policy_pairs(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
         result = self.collect(step)

@@ -44,8 +44,8 @@ from tinker_algos.multiagent import (
     evaluate_multi_agent,
     stage_env_spec,
 )
-from tinker_algos.rollout import RolloutResult, rollout
-from tinker_algos.sampler import SamplingParams, logprob_agreement
+from tinker_algos.rollout import RolloutResult
+from tinker_algos.sampler import logprob_agreement
 from tinker_core.algos import AdvantageInputs
 from tinker_core.types import Batch
 
@@ -118,29 +118,7 @@ class GRPO(Algorithm):
         if self.multi_agent is not None:
             assert self.env_spec is not None
             return collect_for_grpo(self.ctx, step, self.multi_agent, self.env_spec)
-        r = self.ctx.rollout_cfg
-        P, G = r.prompts_per_step, r.group_size
-        seeds = [self.ctx.step_seed(step, "task", p) for p in range(P) for _ in range(G)]
-        group_ids = [p for p in range(P) for _ in range(G)]
-        params = SamplingParams(
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            stop=tuple(r.stop),
-            seed=self.ctx.step_seed(step, "sample"),
-        )
-        return rollout(
-            self.ctx.policy,
-            self.env_factory,
-            seeds,
-            params,
-            group_ids=group_ids,
-            max_turns=r.max_turns,
-            adapter=self.ctx.adapter,
-            turn_timeout_s=r.turn_timeout_s,
-            max_error_rate=r.max_error_rate,
-        )
+        return self.ctx.group_rollout(step)
 
     def evaluate(self) -> dict[str, float]:
         if self.multi_agent is None:

@@ -63,8 +63,8 @@ from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.critic import CRITIC_MODES, Critic, explained_variance
 from tinker_algos.algorithms.grpo import ReferencePolicy
 from tinker_algos.kl import kl_estimate
-from tinker_algos.rollout import RolloutResult, rollout
-from tinker_algos.sampler import SamplingParams, logprob_agreement
+from tinker_algos.rollout import RolloutResult
+from tinker_algos.sampler import logprob_agreement
 from tinker_algos.trainer import lr_multiplier
 from tinker_core.algos import AdvantageInputs
 from tinker_core.errors import ConfigError, did_you_mean
@@ -189,27 +189,7 @@ class PPO(Algorithm):
 
     # ---- one step -----------------------------------------------------------------------------
     def collect(self, step: int) -> RolloutResult:
-        r = self.ctx.rollout_cfg
-        P, G = r.prompts_per_step, r.group_size
-        params = SamplingParams(
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            stop=tuple(r.stop),
-            seed=self.ctx.step_seed(step, "sample"),
-        )
-        return rollout(
-            self.ctx.policy,
-            self.env_factory,
-            [self.ctx.step_seed(step, "task", p) for p in range(P) for _ in range(G)],
-            params,
-            group_ids=[p for p in range(P) for _ in range(G)],
-            max_turns=r.max_turns,
-            adapter=self.ctx.adapter,
-            turn_timeout_s=r.turn_timeout_s,
-            max_error_rate=r.max_error_rate,
-        )
+        return self.ctx.group_rollout(step)
 
     def lr_factor(self, step: int) -> float:
         c = self.ctx.trainer.config
