@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from tinker_algos.models import LoraSpec, _atomic_dir
+from tinker_algos.models import LoraSpec, atomic_dir
 
 if TYPE_CHECKING:
     from tinker_algos.trainer import Trainer
@@ -137,17 +137,17 @@ def save_state(
             policy.tokenizer.save_pretrained(tmp / "model")
             manifest["contents"].append("model")
         else:
-            _save_adapter(policy, adapter, tmp / "adapter")
+            save_adapter(policy, adapter, tmp / "adapter")
             manifest["contents"].append("adapter")
         torch.save(trainer.state_dict(), tmp / "trainer_state.pt")
         torch.save(get_rng_state(), tmp / "rng_state.pt")
         manifest["contents"] += ["optimizer", "scheduler", "rng", "data_cursor"]
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
 
-    return _atomic_dir(Path(path), write, overwrite=overwrite)
+    return atomic_dir(Path(path), write, overwrite=overwrite)
 
 
-def _save_adapter(policy: Any, adapter: str, target: Path) -> None:
+def save_adapter(policy: Any, adapter: str, target: Path) -> None:
     """peft saves non-``default`` adapters into ``<dir>/<name>/``; put the files at ``target``."""
     staging = target.parent / ".adapter-staging"
     policy.model.save_pretrained(str(staging), selected_adapters=[adapter])

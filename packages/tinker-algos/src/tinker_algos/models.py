@@ -97,7 +97,7 @@ def tiny_fingerprint(seed: int = 0) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def _atomic_dir(final: Path, write: Any, *, overwrite: bool) -> Path:
+def atomic_dir(final: Path, write: Any, *, overwrite: bool) -> Path:
     """Run ``write(tmp_dir)`` then rename the temp dir (same parent) to ``final``."""
     final.parent.mkdir(parents=True, exist_ok=True)
     if final.exists() and not overwrite:
@@ -140,7 +140,7 @@ def build_tiny_model(path: str | Path, *, seed: int = 0, overwrite: bool = False
             json.dumps({"preset": TINY, "seed": seed, "fingerprint": tiny_fingerprint(seed)}, indent=2)
         )
 
-    return _atomic_dir(Path(path), write, overwrite=overwrite)
+    return atomic_dir(Path(path), write, overwrite=overwrite)
 
 
 def resolve_model(name_or_path: str | Path, *, seed: int = 0) -> str:

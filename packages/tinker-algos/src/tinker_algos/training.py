@@ -21,7 +21,6 @@ the job checkpoints and returns with status ``"interrupted"``).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -98,24 +97,14 @@ def _write_checkpoint(run_dir: Path, trainer: Any, algo: Any, progress: dict[str
     import torch
 
     from tinker_algos.checkpoint import save_state
+    from tinker_algos.models import atomic_dir
 
-    root = run_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{progress['global_step']:06d}"
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    try:
+    def write(tmp: Path) -> None:
         save_state(tmp / "trainer", trainer, data_cursor=progress)
         torch.save(algo.state_dict(), tmp / "algorithm.pt")
         (tmp / "progress.json").write_text(json.dumps(progress, sort_keys=True, indent=1), encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    final = atomic_dir(run_dir / "checkpoints" / f"step-{progress['global_step']:06d}", write, overwrite=True)
     for old in _checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final

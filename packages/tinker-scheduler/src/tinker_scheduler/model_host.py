@@ -577,8 +577,8 @@ class ModelHost:
         return {"step": int(session.trainer.step)}
 
     def _op_save_weights_for_sampler(self, session: _Session, path: str) -> dict[str, Any]:
-        from tinker_algos.checkpoint import _save_adapter
-        from tinker_algos.models import _atomic_dir
+        from tinker_algos.checkpoint import save_adapter
+        from tinker_algos.models import atomic_dir
 
         policy, adapter = self.policy, session.spec.adapter
 
@@ -587,9 +587,9 @@ class ModelHost:
                 policy.model.save_pretrained(tmp / "model")
                 policy.tokenizer.save_pretrained(tmp / "model")
             else:
-                _save_adapter(policy, adapter, tmp / "adapter")
+                save_adapter(policy, adapter, tmp / "adapter")
 
-        _atomic_dir(Path(path), write, overwrite=True)
+        atomic_dir(Path(path), write, overwrite=True)
         return {"path": path}
 
     def _op_get_weights(self, session: _Session, path: str, trainable_only: bool) -> dict[str, np.ndarray]:
