@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,22 @@ def test_bad_input_is_a_config_error_before_anything_runs(tmp_path):
         train(job(stages=[{"algorithm": {"name": "sft", "steps": 0}}]), run_dir=tmp_path)
     with pytest.raises(ConfigError, match="needs a critic"):
         train(job(stages=[{"algorithm": {"name": "grpo", "estimator": "gae"}}]), run_dir=tmp_path / "x")
+
+
+def test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error(tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    from tinker_algos.models import ModelLoadError
+    from tinker_algos.tokenizer import build_char_tokenizer
+
+    big = build_char_tokenizer()
+    big.add_tokens([f"<extra{i}>" for i in range(500)])
+    assert isinstance(big, PreTrainedTokenizerFast)
+    big.save_pretrained(tmp_path / "tok")
+    import shutil
+
+    from tinker_algos.models import resolve_model
+
+    shutil.copy(Path(resolve_model("tiny")) / "config.json", tmp_path / "tok")  # says which model family
+    with pytest.raises(ModelLoadError, match="tokenizer has .* tokens but model .* embeds only"):
+        train(job(model={"name": "tiny", "tokenizer": str(tmp_path / "tok")}), run_dir=tmp_path / "run")

@@ -300,14 +300,19 @@ class PolicyModel:
         device: str | None = None,
         precision: str | None = None,
         spec: DeviceSpec | None = None,
+        tokenizer: str | Path | None = None,
+        revision: str | None = None,
     ) -> PolicyModel:
-        """Load model and tokenizer (``"tiny"``, a local directory or a hub id)."""
+        """Load model and tokenizer (``"tiny"``, a local directory or a hub id).
+
+        ``tokenizer`` loads the tokenizer from elsewhere; ``revision`` pins a hub revision.
+        """
         from tinker_algos.tokenizer import load_tokenizer
 
         spec = spec or resolve_device(device, precision)
-        tokenizer = load_tokenizer(name_or_path)
-        model = load_model(name_or_path, spec=spec)
-        return cls(model=model, tokenizer=tokenizer, model_id=str(name_or_path), spec=spec)
+        tok = load_tokenizer(tokenizer or name_or_path)
+        model = load_model(name_or_path, spec=spec, **({"revision": revision} if revision else {}))
+        return cls(model=model, tokenizer=tok, model_id=str(name_or_path), spec=spec)
 
     # ---- properties -------------------------------------------------------------------------
     @property

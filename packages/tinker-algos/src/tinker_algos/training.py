@@ -142,7 +142,9 @@ def train(
     seed_everything(job.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
     spec = resolve_device(job.model.device, PRECISION_OF[job.model.dtype])
-    policy = PolicyModel.load(job.model.tokenizer and job.model.name or job.model.name, device=spec.device, precision=spec.precision)
+    policy = PolicyModel.load(
+        job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision
+    )
     lora = (
         LoraSpec(rank=job.lora.rank, alpha=job.lora.alpha, dropout=job.lora.dropout, target_modules=list(job.lora.target_modules))
         if job.lora
