@@ -36,7 +36,13 @@ def group_advantages(rewards_G: Sequence[float], eps: float = 1e-6) -> list[floa
     return [(r - mean) / (std + eps) for r in rewards_G]
 
 
-def sft_step(trainer: TrainingClient, tokenizer, seeds: Sequence[int], lr: float) -> float:
+def adam(lr: float, step: int, warmup: int, args: argparse.Namespace) -> AdamParams:
+    """Adam with a linear learning-rate warm-up over ``warmup`` steps (``step`` counts from 0)."""
+    factor = min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+    return AdamParams(learning_rate=lr * factor, beta2=args.beta2, eps=1e-8, grad_clip_norm=args.grad_clip)
+
+
+def sft_step(trainer: TrainingClient, tokenizer, seeds: Sequence[int], optim: AdamParams) -> float:
     """One supervised step on the correct answers of ``seeds``' problems; returns the mean NLL/token."""
     data = []
     for seed in seeds:
@@ -46,11 +52,13 @@ def sft_step(trainer: TrainingClient, tokenizer, seeds: Sequence[int], lr: float
         full = prompt_ids + tokenizer.encode(info["target"], add_special_tokens=False)
         data.append(Datum.from_sequence(full, prompt_len=len(prompt_ids)))
     out = trainer.forward_backward(data, "cross_entropy").result()
-    trainer.optim_step(AdamParams(learning_rate=lr)).result()
+    trainer.optim_step(optim).result()
     return out.metrics["loss"] / out.metrics["num_tokens"]
 
 
-def grpo_step(trainer: TrainingClient, tokenizer, seeds: Sequence[int], args: argparse.Namespace) -> dict[str, float]:
+def grpo_step(
+    trainer: TrainingClient, tokenizer, seeds: Sequence[int], args: argparse.Namespace, optim: AdamParams
+) -> dict[str, float]:
     """Rollout, rewards, advantages, importance_sampling, optim_step."""
     envs, prompts = [], []
     for seed in seeds:
@@ -78,7 +86,7 @@ def grpo_step(trainer: TrainingClient, tokenizer, seeds: Sequence[int], args: ar
     metrics = {"reward_mean": statistics.fmean(rewards), "trained_sequences": float(len(data))}
     if data:
         fb = trainer.forward_backward(data, "importance_sampling").result()
-        step = trainer.optim_step(AdamParams(learning_rate=args.lr)).result()
+        step = trainer.optim_step(optim).result()
         metrics.update(loss=fb.metrics["loss"], grad_norm=step.metrics.get("optim/grad_norm", 0.0))
     return metrics
 
@@ -114,6 +122,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     p.add_argument("--group-size", type=int, default=8, help="samples per problem")
     p.add_argument("--max-tokens", type=int, default=5)
     p.add_argument("--lr", type=float, default=2e-4)
+    p.add_argument("--sft-warmup", type=int, default=50, help="linear warm-up steps of the SFT learning rate")
+    p.add_argument("--warmup", type=int, default=5, help="linear warm-up steps of the GRPO learning rate")
+    p.add_argument("--beta2", type=float, default=0.999, help="Adam beta2 (Tinker's default is 0.95)")
+    p.add_argument("--grad-clip", type=float, default=0.0, help="max global grad norm; 0 disables")
     p.add_argument("--eval-every", type=int, default=10)
     p.add_argument("--eval-size", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
@@ -130,13 +142,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             print(f"session {trainer.session_id}: {trainer.info.base_model}, "
                   f"{trainer.info.trainable_parameters} trainable parameters")
             for step in range(args.sft_steps):
-                nll = sft_step(trainer, tokenizer, [rng.randrange(1 << 30) for _ in range(args.sft_batch)], args.sft_lr)
+                seeds = [rng.randrange(1 << 30) for _ in range(args.sft_batch)]
+                nll = sft_step(trainer, tokenizer, seeds, adam(args.sft_lr, step, args.sft_warmup, args))
                 if (step + 1) % 25 == 0 or step + 1 == args.sft_steps:
                     print(f"sft {step + 1:4d}  nll/token {nll:.3f}")
             result = {"eval/accuracy_start": evaluate(trainer, tokenizer, args.eval_size)}
             print(f"held-out accuracy before GRPO: {result['eval/accuracy_start']:.3f}")
             for step in range(1, args.steps + 1):
-                metrics = grpo_step(trainer, tokenizer, [rng.randrange(1 << 30) for _ in range(args.prompts)], args)
+                seeds = [rng.randrange(1 << 30) for _ in range(args.prompts)]
+                metrics = grpo_step(trainer, tokenizer, seeds, args, adam(args.lr, step - 1, args.warmup, args))
                 print(f"grpo {step:4d}  " + "  ".join(f"{k} {v:.3f}" for k, v in metrics.items()))
                 result.update({f"train/{k}": v for k, v in metrics.items()})
                 if step % args.eval_every == 0 or step == args.steps:
