@@ -33,8 +33,9 @@ telling you to install tinker-algos when it is missing.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tinker_core.lazy import lazy_exports
 
 # Loaded on first use, so that the pytest plugin (a submodule, imported into every pytest run
 # where tinker-core is installed) does not pull numpy and gymnasium in.
@@ -67,17 +68,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tinker_core.testing' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
