@@ -15,7 +15,6 @@ so a caller sees every event exactly once.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,10 +23,10 @@ from typing import Any
 
 import grpc
 
+from tinker_client.connection import SchedulerConnection
 from tinker_core.proto import jobs_pb2 as pb
 from tinker_core.proto import jobs_pb2_grpc as pb_grpc
 
-DEFAULT_ADDRESS = "localhost:50051"
 TERMINAL = {pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED}
 STATE_NAMES = {v: k.removeprefix("JOB_STATE_") for k, v in pb.JobState.items()}
 
@@ -44,7 +43,7 @@ def parse_state(name: str) -> int:
     return int(pb.JobState.Value(key))
 
 
-class JobClient:
+class JobClient(SchedulerConnection):
     """Submit, follow and cancel jobs on a scheduler.
 
     ``api_key`` (or ``$OPENTINKER_API_KEY``) is sent as ``authorization: Bearer <key>``;
@@ -60,29 +59,9 @@ class JobClient:
         tls_ca: str | Path | None = None,
         timeout_s: float = 30.0,
     ) -> None:
-        self.address = address or os.environ.get("OPENTINKER_SCHEDULER") or DEFAULT_ADDRESS
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENTINKER_API_KEY")
+        super().__init__(address, api_key, tls=tls, tls_ca=tls_ca)
         self.timeout_s = timeout_s
-        if tls or tls_ca:
-            root = Path(tls_ca).read_bytes() if tls_ca else None
-            self.channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(root))
-        else:
-            self.channel = grpc.insecure_channel(self.address)
         self.stub = pb_grpc.JobServiceStub(self.channel)
-
-    # context manager
-    def __enter__(self) -> JobClient:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.channel.close()
-
-    @property
-    def metadata(self) -> list[tuple[str, str]]:
-        return [("authorization", f"Bearer {self.api_key}")] if self.api_key else []
 
     def submit(
         self, config_text: str, *, request_id: str | None = None, priority: int | None = None

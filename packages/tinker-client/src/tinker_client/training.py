@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -46,12 +45,12 @@ from typing import Any, Generic, TypeVar
 import grpc
 import numpy as np
 
+from tinker_client.connection import SchedulerConnection
 from tinker_core.proto import common_pb2, tensors, training_pb2
 from tinker_core.proto import training_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 
-DEFAULT_ADDRESS = "localhost:50051"
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: gRPC codes a request is retried on (with the same request_id: the server applies it once).
 RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -272,7 +271,7 @@ class Tokenizer:
 # ---------------------------------------------------------------------------------------------
 # clients
 # ---------------------------------------------------------------------------------------------
-class ServiceClient:
+class ServiceClient(SchedulerConnection):
     """A connection to a scheduler's TrainingService; creates training clients (sessions).
 
     ``api_key`` (or ``$OPENTINKER_API_KEY``) is sent as ``authorization: Bearer <key>``;
@@ -290,32 +289,20 @@ class ServiceClient:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         retries: int = 5,
     ) -> None:
-        self.address = address or os.environ.get("OPENTINKER_SCHEDULER") or DEFAULT_ADDRESS
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENTINKER_API_KEY")
-        self.timeout_s = timeout_s
         self.max_message_bytes = int(max_message_bytes)
+        super().__init__(
+            address,
+            api_key,
+            tls=tls,
+            tls_ca=tls_ca,
+            options=[
+                ("grpc.max_receive_message_length", self.max_message_bytes),
+                ("grpc.max_send_message_length", self.max_message_bytes),
+            ],
+        )
+        self.timeout_s = timeout_s
         self.retries = retries
-        options = [("grpc.max_receive_message_length", self.max_message_bytes),
-                   ("grpc.max_send_message_length", self.max_message_bytes)]
-        if tls or tls_ca:
-            root = Path(tls_ca).read_bytes() if tls_ca else None
-            self.channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(root), options=options)
-        else:
-            self.channel = grpc.insecure_channel(self.address, options=options)
         self.stub = pb_grpc.TrainingServiceStub(self.channel)
-
-    def __enter__(self) -> ServiceClient:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.channel.close()
-
-    @property
-    def metadata(self) -> list[tuple[str, str]]:
-        return [("authorization", f"Bearer {self.api_key}")] if self.api_key else []
 
     def call(self, method: str, request: Any, *, timeout_s: float | None = None) -> Any:
         """One unary RPC with size check and retries on UNAVAILABLE / DEADLINE_EXCEEDED."""

@@ -1,0 +1,50 @@
+"""What every client of a scheduler shares: the address, the API key, the channel, auth metadata."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+DEFAULT_ADDRESS = "localhost:50051"
+
+
+class SchedulerConnection:
+    """A gRPC channel to a scheduler.
+
+    ``address`` defaults to ``$OPENTINKER_SCHEDULER`` else ``localhost:50051``; ``api_key`` (or
+    ``$OPENTINKER_API_KEY``) is sent as ``authorization: Bearer <key>``; ``tls_ca`` is a PEM file
+    to trust for a TLS scheduler (``tls=True`` uses the system roots). Closes as a context manager.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        api_key: str | None = None,
+        *,
+        tls: bool = False,
+        tls_ca: str | Path | None = None,
+        options: list[tuple[str, Any]] | None = None,
+    ) -> None:
+        self.address = address or os.environ.get("OPENTINKER_SCHEDULER") or DEFAULT_ADDRESS
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENTINKER_API_KEY")
+        if tls or tls_ca:
+            root = Path(tls_ca).read_bytes() if tls_ca else None
+            self.channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(root), options=options)
+        else:
+            self.channel = grpc.insecure_channel(self.address, options=options)
+
+    @property
+    def metadata(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.api_key}")] if self.api_key else []
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
