@@ -16,6 +16,8 @@ Semantics:
   ``optim_step``. To average over ``k`` calls pass ``loss_scale=1/k``; ``agg="token-sum"``
   (``sum(l * m)``, a trainer-level mode beside :data:`tinker_core.AGGREGATION_MODES`) makes
   calls on parts of a batch add up exactly to one call on the whole.
+  With ``return_logprobs=True`` it returns ``(metrics, logprobs_B_T)``: the detached logprobs
+  of the forward pass it ran for the gradient (no second forward), aligned like ``forward``'s.
 * ``optim_step(lr=None)`` clips gradients (``max_grad_norm``), applies one optimizer update at the
   scheduled LR (or ``lr``) and clears the gradients. If any loss since the last step was NaN/inf,
   or the gradient norm is, the update is **skipped** (weights and optimizer state untouched,
@@ -34,7 +36,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import torch
@@ -246,6 +248,42 @@ class Trainer:
             module.train(was_training)
         return lp.float().cpu().numpy()
 
+    @overload
+    def forward_backward(
+        self,
+        batch: Batch,
+        loss: str = ...,
+        *,
+        agg: str = ...,
+        loss_scale: float = ...,
+        advantages_B_T: Any = ...,
+        ref_logprobs_B_T: Any = ...,
+        weights_B_T: Any = ...,
+        values_B_T: Any = ...,
+        old_values_B_T: Any = ...,
+        returns_B_T: Any = ...,
+        return_logprobs: Literal[False] = ...,
+        **loss_config: Any,
+    ) -> dict[str, float]: ...
+
+    @overload
+    def forward_backward(
+        self,
+        batch: Batch,
+        loss: str = ...,
+        *,
+        agg: str = ...,
+        loss_scale: float = ...,
+        advantages_B_T: Any = ...,
+        ref_logprobs_B_T: Any = ...,
+        weights_B_T: Any = ...,
+        values_B_T: Any = ...,
+        old_values_B_T: Any = ...,
+        returns_B_T: Any = ...,
+        return_logprobs: Literal[True],
+        **loss_config: Any,
+    ) -> tuple[dict[str, float], np.ndarray]: ...
+
     def forward_backward(
         self,
         batch: Batch,
@@ -259,8 +297,9 @@ class Trainer:
         values_B_T: Any = None,
         old_values_B_T: Any = None,
         returns_B_T: Any = None,
+        return_logprobs: bool = False,
         **loss_config: Any,
-    ) -> dict[str, float]:
+    ) -> dict[str, float] | tuple[dict[str, float], np.ndarray]:
         """Add the gradient of ``loss_scale * aggregate(loss(batch))`` to the parameters.
 
         Args:
@@ -274,7 +313,19 @@ class Trainer:
             advantages_B_T: defaults to ``batch.advantages_B_T``.
             ref_logprobs_B_T, weights_B_T, values_B_T, old_values_B_T, returns_B_T: passed to
                 the loss as :class:`tinker_core.algos.LossInputs` fields.
+            return_logprobs: also hand back the logprobs of the forward pass this call runs
+                anyway (what a caller would otherwise get from a second ``forward(batch)``).
             **loss_config: the loss's own keys (``eps_low``, ``beta`` ...).
+
+        Returns:
+            The metrics dict (see the module docstring); with ``return_logprobs=True`` the pair
+            ``(metrics, logprobs_B_T)``, ``logprobs_B_T`` a detached float32 ``[B, T]`` numpy
+            array aligned exactly like :meth:`forward`'s output (position 0 and padding 0),
+            gathered over the micro-batches. They come from the training-mode pass, so they
+            equal ``forward(batch)`` (up to float rounding) unless dropout is active (a LoRA
+            ``dropout > 0``). Rows that the gradient pass skips (micro-batches with no trained
+            token, or those after a NaN/inf loss) are scored under ``no_grad`` so that every row
+            is filled.
         """
         import tinker_core
         from tinker_core.algos import LossInputs
@@ -326,12 +377,20 @@ class Trainer:
         agg_total = 0.0
         nonfinite = False
         loss_metrics: dict[str, float] = {}
+        logprobs_B_T = np.zeros((B, T), dtype=np.float32) if return_logprobs else None
         for start in range(0, B, mb):
             sl = slice(start, min(B, start + mb))
             m_mb = mask[sl]
-            if float(m_mb.sum()) == 0:
-                continue  # contributes nothing in any mode
+            if nonfinite or float(m_mb.sum()) == 0:
+                # no gradient from these rows (none trained, or a NaN/inf loss came before)
+                if logprobs_B_T is not None:
+                    with torch.no_grad():
+                        lp_nograd = sequence_logprobs(module, tokens[sl], attn[sl], spec=self.policy.spec)
+                    logprobs_B_T[sl] = lp_nograd.float().cpu().numpy()
+                continue
             lp = sequence_logprobs(module, tokens[sl], attn[sl], spec=self.policy.spec)
+            if logprobs_B_T is not None:
+                logprobs_B_T[sl] = lp.detach().float().cpu().numpy()
             inputs = LossInputs(
                 logprobs_B_T=lp,
                 mask_B_T=m_mb,
@@ -347,7 +406,7 @@ class Trainer:
             if not math.isfinite(value):
                 nonfinite = True
                 agg_total = float("nan")
-                break  # never backpropagate a NaN/inf
+                continue  # never backpropagate a NaN/inf; later chunks are skipped above
             if not contribution.requires_grad:
                 raise ValueError(
                     f"loss {loss!r} does not depend on the policy's logprobs (no gradient); "
@@ -365,6 +424,8 @@ class Trainer:
             "nonfinite": 1.0 if nonfinite else 0.0,
         }
         metrics.update({f"{loss}/{k}": v for k, v in loss_metrics.items()})
+        if logprobs_B_T is not None:
+            return metrics, logprobs_B_T
         return metrics
 
     @staticmethod

@@ -16,16 +16,27 @@ from the newest one, and the metrics from there on are exactly those of an unint
 ``callbacks`` may define ``on_metrics(step, metrics)``, ``on_log(line)``,
 ``on_checkpoint(step, path)`` and ``should_stop()`` (polled between steps: when it returns true,
 the job checkpoints and returns with status ``"interrupted"``).
+
+``shared`` runs a LoRA job on a model that other jobs use at the same time (the scheduler's
+shared model hosts): instead of loading ``config.model`` the job trains adapter
+``shared.adapter`` on ``shared.policy``, and every piece of work that touches the model or the
+random generators -- set-up, each step with its evaluation, logging and checkpoint -- runs inside
+``with shared.turn():``. The host grants turns one job at a time and swaps in each job's own
+random state and adapter, so a job's metrics are exactly those of a run alone. Callbacks are
+called outside turns (``on_checkpoint`` may block until the scheduler stored the reports).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tinker_core.config import JobConfig, StageConfig, load_config, parse_config
 
@@ -45,6 +56,19 @@ class TrainResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+class SharedModel(Protocol):
+    """A base model shared with other jobs (see the module docstring): what ``train(shared=...)`` needs."""
+
+    #: the loaded :class:`tinker_algos.models.PolicyModel` (the host's; other jobs' adapters are on it)
+    policy: Any
+    #: the name of this job's LoRA adapter on ``policy`` (created by the job's first stage)
+    adapter: str
+
+    def turn(self) -> AbstractContextManager[Any]:
+        """Hold the model: blocks until it is this job's turn; the job's RNG state is installed."""
+        ...
 
 
 class _Callbacks:
@@ -115,8 +139,12 @@ def train(
     *,
     run_dir: str | Path,
     callbacks: Any = None,
+    shared: SharedModel | None = None,
 ) -> TrainResult:
-    """Run (or resume) the job ``config`` with everything written under ``run_dir``."""
+    """Run (or resume) the job ``config`` with everything written under ``run_dir``.
+
+    ``shared``: train on a model shared with other jobs (LoRA jobs only; see the module docstring).
+    """
     import torch
 
     from tinker_algos.algorithms import get_algorithm
@@ -139,18 +167,25 @@ def train(
     if resume_from:
         cb.on_log(f"resuming from {resume_from} (step {progress['global_step']})")
 
-    seed_everything(job.seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    spec = resolve_device(job.model.device, PRECISION_OF[job.model.dtype])
-    policy = PolicyModel.load(
-        job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision
-    )
+    turn: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
+    if shared is not None:
+        if job.lora is None:
+            raise ValueError("train(shared=...) trains a LoRA adapter; this job fine-tunes the whole model (lora: null)")
+        policy, turn = shared.policy, shared.turn
+    else:
+        spec = resolve_device(job.model.device, PRECISION_OF[job.model.dtype])
+        policy = PolicyModel.load(
+            job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision
+        )
+    with turn():  # seeded after the model is loaded: a shared model is loaded once, earlier
+        seed_everything(job.seed)
+        torch.use_deterministic_algorithms(True, warn_only=True)
     lora = (
         LoraSpec(rank=job.lora.rank, alpha=job.lora.alpha, dropout=job.lora.dropout, target_modules=list(job.lora.target_modules))
         if job.lora
         else None
     )
-    adapter = ADAPTER if lora else None
+    adapter = (shared.adapter if shared is not None else ADAPTER) if lora else None
     log = MetricsLog(run, jsonl=job.logging.jsonl, tensorboard=job.logging.tensorboard, resume_step=progress["global_step"])
     global_step = progress["global_step"]
     last_metrics: dict[str, float] = {}
@@ -175,59 +210,68 @@ def train(
                 max_grad_norm=opt.grad_clip,
                 micro_batch_size=algo_cfg.micro_batch_size,
             )
-            trainer = Trainer(policy, tcfg, adapter=adapter, lora=lora, adapter_seed=job.seed)
             start = progress["stage_step"] if si == progress["stage_index"] else 0
             env_factory, eval_factory = _env_factories(stage)
             resuming_here = resume_from is not None and si == progress["stage_index"]
-            if resuming_here:
-                # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights only.
-                # Loaded before the algorithm is built, so what it copies at construction (a
-                # reference policy) is the stage's real starting point.
-                load_state(resume_from / "trainer", trainer, with_optimizer=start > 0)
-            ctx = StageContext(job, stage, si, policy, trainer, run, adapter, env_factory, eval_factory, cb.on_log)
-            algo = get_algorithm(algo_cfg.name)(ctx)
-            if resuming_here and start > 0:
-                algo.load_state_dict(torch.load(resume_from / "algorithm.pt", weights_only=False))
+            with turn():
+                trainer = Trainer(policy, tcfg, adapter=adapter, lora=lora, adapter_seed=job.seed)
+                if resuming_here:
+                    # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights only.
+                    # Loaded before the algorithm is built, so what it copies at construction (a
+                    # reference policy) is the stage's real starting point.
+                    load_state(resume_from / "trainer", trainer, with_optimizer=start > 0)
+                ctx = StageContext(job, stage, si, policy, trainer, run, adapter, env_factory, eval_factory, cb.on_log)
+                algo = get_algorithm(algo_cfg.name)(ctx)
+                if resuming_here and start > 0:
+                    algo.load_state_dict(torch.load(resume_from / "algorithm.pt", weights_only=False))
             cb.on_log(f"stage {si} '{stage.name}': {algo_cfg.name}, steps {start}..{algo_cfg.steps}")
             for k in range(start, algo_cfg.steps):
                 if cb.should_stop():
                     status = "interrupted"
                     break
-                t0 = time.perf_counter()
-                metrics = algo.step(k)
-                metrics["time/step_s"] = time.perf_counter() - t0
-                global_step += 1
-                last_step = k == algo_cfg.steps - 1
-                every = algo_cfg.eval_every
-                if last_step or (every and (k + 1) % every == 0):
-                    t1 = time.perf_counter()
-                    ev = algo.evaluate()
-                    metrics.update(ev)
-                    metrics["time/eval_s"] = time.perf_counter() - t1
-                    if ev:
-                        final_eval = ev
-                        cb.on_log(f"step {global_step}: " + ", ".join(f"{k2}={v:.3f}" for k2, v in sorted(ev.items())))
-                last_metrics = metrics
-                if last_step or global_step % job.logging.every == 0:
-                    log.log(global_step, stage.name or algo_cfg.name, metrics)
+                saved: Path | None = None
+                with turn():
+                    t0 = time.perf_counter()
+                    metrics = algo.step(k)
+                    metrics["time/step_s"] = time.perf_counter() - t0
+                    global_step += 1
+                    last_step = k == algo_cfg.steps - 1
+                    every = algo_cfg.eval_every
+                    if last_step or (every and (k + 1) % every == 0):
+                        t1 = time.perf_counter()
+                        ev = algo.evaluate()
+                        metrics.update(ev)
+                        metrics["time/eval_s"] = time.perf_counter() - t1
+                        if ev:
+                            final_eval = ev
+                            cb.on_log(f"step {global_step}: " + ", ".join(f"{k2}={v:.3f}" for k2, v in sorted(ev.items())))
+                    last_metrics = metrics
+                    report = last_step or global_step % job.logging.every == 0
+                    if report:
+                        log.log(global_step, stage.name or algo_cfg.name, metrics)
+                    ck = job.checkpoint.every
+                    if last_step or (ck and (k + 1) % ck == 0):
+                        nxt = {"stage_index": si + 1, "stage_step": 0} if last_step else {"stage_index": si, "stage_step": k + 1}
+                        checkpoint = saved = _write_checkpoint(run, trainer, algo, {**nxt, "global_step": global_step}, job.checkpoint.keep)
+                # callbacks outside the turn: on_checkpoint may wait for the scheduler
+                if report:
                     cb.on_metrics(global_step, metrics)
-                ck = job.checkpoint.every
-                if last_step or (ck and (k + 1) % ck == 0):
-                    nxt = {"stage_index": si + 1, "stage_step": 0} if last_step else {"stage_index": si, "stage_step": k + 1}
-                    checkpoint = _write_checkpoint(run, trainer, algo, {**nxt, "global_step": global_step}, job.checkpoint.keep)
-                    cb.on_checkpoint(global_step, str(checkpoint))
+                if saved is not None:
+                    cb.on_checkpoint(global_step, str(saved))
             if status == "interrupted":
                 if checkpoint is None or not checkpoint.name.endswith(f"{global_step:06d}"):
-                    checkpoint = _write_checkpoint(
-                        run, trainer, algo, {"stage_index": si, "stage_step": k, "global_step": global_step}, job.checkpoint.keep
-                    )
+                    with turn():
+                        checkpoint = _write_checkpoint(
+                            run, trainer, algo, {"stage_index": si, "stage_step": k, "global_step": global_step}, job.checkpoint.keep
+                        )
                     cb.on_checkpoint(global_step, str(checkpoint))
                 break
     finally:
         log.close()
     plot = None
     if job.logging.plot and log.rows:
-        plot = plot_curves(log.rows, run / "curve.png", title=f"{job.name} (seed {job.seed})")
+        with turn():  # matplotlib is not thread-safe: jobs sharing a process plot one at a time
+            plot = plot_curves(log.rows, run / "curve.png", title=f"{job.name} (seed {job.seed})")
     result = TrainResult(
         status=status,
         step=global_step,

@@ -75,6 +75,9 @@ def start(
     runner: Annotated[
         str, typer.Option(help="Importable 'module:function' jobs run (advanced; tests use a test workload).")
     ] = "tinker_algos.train",
+    max_jobs_per_host: Annotated[
+        int, typer.Option(help="LoRA jobs on the same base model share one model host, up to N per host; 0: one model copy per job.")
+    ] = 8,
 ) -> None:
     """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
     import logging
@@ -94,6 +97,8 @@ def start(
             _fail(f"{name}: {path} does not exist", "pass a PEM file")
     if max_retries < 0:
         _fail(f"--max-retries: must be >= 0 (got {max_retries})")
+    if max_jobs_per_host < 0:
+        _fail(f"--max-jobs-per-host: must be >= 0 (got {max_jobs_per_host})", "0 gives every job its own model copy")
     if not 0 <= port <= 65535:
         _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
     if mode == AuthMode.NONE and not _is_loopback(host):
@@ -108,6 +113,7 @@ def start(
             host=host, port=port, db=db, runs_dir=runs_dir, ray_address=ray_address, num_cpus=num_cpus,
             num_gpus=num_gpus, metrics_port=None if metrics_port < 0 else metrics_port, tls_cert=tls_cert,
             tls_key=tls_key, max_retries=max_retries, auth=mode, runner=runner, shutdown_timeout=shutdown_timeout,
+            max_jobs_per_host=max_jobs_per_host,
         )
         scheduler.start()
     except (StoreError, ValueError) as e:

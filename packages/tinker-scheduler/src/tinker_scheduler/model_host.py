@@ -18,6 +18,14 @@ Execution model:
   trainers this makes a session's results (losses, samples, weights) bit-identical to running
   it alone on the host (tested on CPU).
 
+**Jobs.** A whole LoRA job (``tinker_algos.train``) can run on the host too
+(:meth:`ModelHost.run_job`, used by the scheduler to route JobService jobs onto shared hosts).
+The job runs in a thread of the host and trains its own adapter on the host's model; every unit
+of its work -- set-up, each training step with its evaluation and checkpoint -- is a *turn*
+that waits in the same round-robin as session requests. During a turn the job's own python,
+numpy and torch random states and its adapter are installed, so its metrics equal those of the
+job run alone with the same seed (tested). A job's turn is a whole step, a session's a request.
+
 Requests are plain Python values (numpy arrays, dicts, strings): :meth:`ModelHost.call` returns
 ``("ok", result)`` or ``("error", code, message)`` where ``code`` is a gRPC status code name, so
 the caller (:mod:`tinker_scheduler.training_service`) maps errors without unpickling exceptions.
@@ -38,7 +46,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -93,6 +101,32 @@ def derive_seed(*parts: int) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
+class JobAborted(Exception):
+    """Raised in a job's thread at its next turn after :meth:`ModelHost.abort_job`."""
+
+
+def job_adapter_name(job_id: str) -> str:
+    """The peft adapter name of a job on a shared host."""
+    return "j-" + "".join(c if c.isalnum() or c in "_-" else "_" for c in job_id)
+
+
+class HostedJob:
+    """What a job on a host receives as ``shared`` (``tinker_algos.training.SharedModel``)."""
+
+    def __init__(self, host: ModelHost, job_id: str) -> None:
+        self.host = host
+        self.job_id = job_id
+        self.sid = f"job:{job_id}"
+        self.adapter = job_adapter_name(job_id)
+        self.policy = host.policy
+        self.rng: Any = None  # the job's RNG states between turns (None: not started)
+        self.aborted = False
+        self.worker: Any = None  # its tinker_scheduler.worker.JobWorker (reports, stop flag)
+
+    def turn(self) -> contextlib.AbstractContextManager[None]:
+        return self.host._job_turn(self)
+
+
 @dataclass
 class _Session:
     spec: SessionSpec
@@ -108,7 +142,7 @@ class ModelHost:
 
     Args:
         base_model: ``"tiny"``, a local directory or a hub id (``PolicyModel.load``).
-        device / precision: passed to ``PolicyModel.load``.
+        device / precision / revision / tokenizer: passed to ``PolicyModel.load``.
         full: host one full fine-tuning session instead of LoRA adapters.
         num_threads: torch intra-op threads of this process (None: leave as is).
     """
@@ -121,6 +155,8 @@ class ModelHost:
         precision: str | None = None,
         full: bool = False,
         num_threads: int | None = None,
+        revision: str | None = None,
+        tokenizer: str | None = None,
     ) -> None:
         import torch
 
@@ -130,8 +166,9 @@ class ModelHost:
             torch.set_num_threads(int(num_threads))
         self.base_model = base_model
         self.full = full
-        self.policy = PolicyModel.load(base_model, device=device, precision=precision)
+        self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
         self._sessions: dict[str, _Session] = {}
+        self._jobs: dict[str, HostedJob] = {}
         self._order: deque[str] = deque()  # round-robin order of session ids
         self._cv = threading.Condition()
         self._closed = False
@@ -218,7 +255,19 @@ class ModelHost:
     def close(self) -> None:
         with self._cv:
             self._closed = True
+            pending = [fut for session in self._sessions.values() for _, fut in session.queue]
+            for session in self._sessions.values():
+                session.queue.clear()
             self._cv.notify_all()
+        for fut in pending:
+            if not fut.done():
+                fut.set_exception(HostError("UNAVAILABLE", "the model host is shutting down"))
+
+    def pid(self) -> int:
+        """The host's process id (benchmarks read its memory)."""
+        import os
+
+        return os.getpid()
 
     # ---- requests ---------------------------------------------------------------------------
     def call(self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
@@ -229,21 +278,121 @@ class ModelHost:
         method = getattr(self, f"_op_{op}", None)
         if method is None:
             return ("error", "UNIMPLEMENTED", f"model host has no operation {op!r}")
-        fut: Future[Any] = Future()
         with self._cv:
             session = self._sessions.get(session_id)
-            if session is None:
+            if session is None or session.trainer is None:  # (a job's queue is not a session)
                 return ("error", "NOT_FOUND", f"session {session_id!r} is not on this host")
-            if not session.queue and session_id not in self._order:
-                self._order.append(session_id)
-            session.queue.append((lambda: method(session, **dict(kwargs or {})), fut))
-            self._cv.notify_all()
+            fut = self._enqueue(session, lambda: method(session, **dict(kwargs or {})))
         try:
             return ("ok", fut.result())
         except HostError as e:
             return ("error", e.code, str(e))
         except Exception as e:  # noqa: BLE001 - reported to the caller
             return ("error", *_classify(e))
+
+    def _enqueue(self, session: _Session, work: Callable[[], Any]) -> Future[Any]:
+        """Queue ``work`` behind the session's earlier requests (caller holds ``self._cv``)."""
+        fut: Future[Any] = Future()
+        if self._closed:
+            fut.set_exception(HostError("UNAVAILABLE", "the model host is shutting down"))
+            return fut
+        sid = session.spec.session_id
+        if not session.queue and sid not in self._order:
+            self._order.append(sid)
+        session.queue.append((work, fut))
+        self._cv.notify_all()
+        return fut
+
+    # ---- jobs -------------------------------------------------------------------------------
+    def run_job(self, job_id: str, runner: str, config: Any, run_dir: str) -> dict[str, Any]:
+        """Run a LoRA job on this host's model until it ends; never raises.
+
+        Calls ``runner(config, run_dir=..., callbacks=..., shared=HostedJob)`` in this thread
+        (a runner with ``tinker_algos.train``'s signature), reporting through a
+        :class:`tinker_scheduler.worker.JobWorker` (:meth:`drain_job`, :meth:`stop_job`).
+        When the job ends its adapter is unloaded from the model.
+        """
+        from tinker_scheduler.worker import JobWorker
+
+        job = HostedJob(self, job_id)
+        job.worker = JobWorker(job_id)
+        with self._cv:
+            if job_id in self._jobs or job.sid in self._sessions:
+                return {"status": "failed", "error": f"job {job_id} is already running on this host", "config_error": False}
+            self._jobs[job_id] = job
+            self._sessions[job.sid] = _Session(spec=SessionSpec(session_id=job.sid), trainer=None, rng_state=None)
+            others = len(self._jobs) - 1
+        job.worker._push({"kind": "log", "source": "scheduler", "level": "INFO", "text": (
+            f"on a shared model host for {self.base_model} (adapter {job.adapter}; "
+            f"{others} other job(s) and {len(self._sessions) - len(self._jobs)} session(s) on it)")})
+        try:
+            return cast(dict[str, Any], job.worker.run(runner, config, run_dir, capture="thread", shared=job))
+        finally:
+            try:
+                with self._job_turn(job, final=True):
+                    if job.adapter in self.policy.adapter_names:
+                        self.policy.remove_adapter(job.adapter)
+            except Exception:  # noqa: BLE001 - the host is closing; nothing left to unload
+                logger.debug("unloading the adapter of job %s", job_id, exc_info=True)
+            with self._cv:
+                self._jobs.pop(job_id, None)
+                self._sessions.pop(job.sid, None)
+                with contextlib.suppress(ValueError):
+                    self._order.remove(job.sid)
+
+    def drain_job(self, job_id: str, stored: int = 0) -> list[dict[str, Any]]:
+        """The job's reports since the last drain (see ``JobWorker.drain``); [] once it is gone."""
+        job = self._jobs.get(job_id)
+        return job.worker.drain(stored) if job is not None else []
+
+    def stop_job(self, job_id: str) -> None:
+        """Ask the job to checkpoint and stop (``should_stop()`` becomes true)."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            job.worker.stop()
+
+    def abort_job(self, job_id: str) -> None:
+        """Stop the job at its next turn without a checkpoint (a cancel that timed out)."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            job.aborted = True
+
+    def job_ids(self) -> list[str]:
+        with self._cv:
+            return list(self._jobs)
+
+    @contextlib.contextmanager
+    def _job_turn(self, job: HostedJob, *, final: bool = False) -> Iterator[None]:
+        """Hold the model for one unit of a job's work, fairly between jobs and sessions."""
+        from tinker_algos.checkpoint import get_rng_state, set_rng_state
+
+        if job.aborted and not final:
+            raise JobAborted(f"job {job.job_id} was aborted: it did not stop in time after a cancel")
+        granted, done = threading.Event(), threading.Event()
+
+        def hold() -> None:  # runs on the executor thread, which holds the model lock meanwhile
+            granted.set()
+            done.wait()
+
+        with self._cv:
+            session = self._sessions.get(job.sid)
+            if session is None:
+                raise HostError("NOT_FOUND", f"job {job.job_id} is not on this host")
+            fut = self._enqueue(session, hold)
+        while not granted.wait(0.5):
+            if fut.done():
+                fut.result()  # the host closed: raise its error in the job's thread
+        outer = get_rng_state()
+        try:
+            if job.rng is not None:
+                set_rng_state(job.rng)
+            if job.adapter in self.policy.adapter_names:
+                self.policy.set_adapter(job.adapter)
+            yield
+        finally:
+            job.rng = get_rng_state()
+            set_rng_state(outer)
+            done.set()
 
     def _next(self) -> tuple[str, Callable[[], Any], Future[Any]] | None:
         with self._cv:
@@ -416,10 +565,12 @@ class ModelHost:
         batch, extra = self._batch(data, loss_fn)
         with self._session_rng(session):
             try:
-                metrics = session.trainer.forward_backward(batch, loss_fn, agg=TOKEN_SUM, **extra, **cfg)
+                # the logprobs of the gradient pass itself: no second forward
+                metrics, logprobs_B_T = session.trainer.forward_backward(
+                    batch, loss_fn, agg=TOKEN_SUM, return_logprobs=True, **extra, **cfg
+                )
             except (TypeError, ValueError) as e:
                 raise invalid(f"loss {loss_fn!r}: {e}") from None
-            logprobs_B_T = session.trainer.forward(batch)
         out = {f"{k}" if "/" in k else k: float(v) for k, v in metrics.items()}
         out["loss:sum"] = out["loss"]
         return {"logprobs": _per_datum(logprobs_B_T, self._lengths(data)), "metrics": out}

@@ -44,6 +44,8 @@ from tinker_scheduler.store import JobRecord, JobState, JobStore, PendingEvent
 logger = logging.getLogger("tinker_scheduler")
 
 DEFAULT_RUNNER = "tinker_algos.train"
+#: ``model.dtype`` -> the precision a model host loads with (as ``tinker_algos.train`` maps it)
+PRECISION_OF = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
 SERVICE_NAME = "opentinker.v1.JobService"
 TRAINING_SERVICE_NAME = "opentinker.v1.TrainingService"
 GIB = 1024**3
@@ -71,6 +73,20 @@ class _Run:
     stop_reason: str | None = None
     stop_sent_at: float | None = None
     last_step: tuple[int, float] | None = None
+    #: The model host key when the job runs on a shared host (``actor`` is then the host).
+    host_key: tuple[Any, ...] | None = None
+    aborted: bool = False
+
+    def drain(self, stored: int) -> Any:
+        if self.host_key is not None:
+            return self.actor.drain_job.remote(self.job_id, stored)
+        return self.actor.drain.remote(stored)
+
+    def stop(self) -> None:
+        if self.host_key is not None:
+            self.actor.stop_job.remote(self.job_id)
+        else:
+            self.actor.stop.remote()
 
 
 class Scheduler:
@@ -102,6 +118,10 @@ class Scheduler:
         released from its host (restored on its next request).
     :param host_idle_timeout_s: a model host without sessions this long shuts down.
     :param max_message_bytes: the gRPC send/receive message limit (tensors travel in messages).
+    :param max_jobs_per_host: LoRA jobs whose base model (name, revision, tokenizer, dtype,
+        device) matches run together on one shared model host, up to this many per host (they
+        take turns, a training step each); 0 gives every job its own worker and model copy.
+        Needs the ``ray`` host backend and a runner that accepts ``shared=`` (``tinker_algos.train``).
     """
 
     def __init__(
@@ -130,11 +150,14 @@ class Scheduler:
         session_idle_timeout_s: float = 600.0,
         host_idle_timeout_s: float = 60.0,
         max_message_bytes: int = 64 * 1024 * 1024,
+        max_jobs_per_host: int = 8,
     ) -> None:
         if (tls_cert is None) != (tls_key is None):
             raise ValueError("tls_cert and tls_key go together: give both for TLS, or neither")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0 (got {max_retries})")
+        if max_jobs_per_host < 0:
+            raise ValueError(f"max_jobs_per_host must be >= 0 (0: no shared hosts), got {max_jobs_per_host}")
         self.host = host
         self.requested_port = port
         self.db_path = Path(db) if db is not None else default_home() / "scheduler.db"
@@ -158,6 +181,9 @@ class Scheduler:
         self.session_idle_timeout_s = session_idle_timeout_s
         self.host_idle_timeout_s = host_idle_timeout_s
         self.max_message_bytes = int(max_message_bytes)
+        self.max_jobs_per_host = int(max_jobs_per_host)
+        self._runner_shares = False  # whether the runner accepts shared= (set by start())
+        self._host_keys: dict[str, tuple[tuple[Any, ...], dict[str, Any]] | None] = {}
         self.training: Any = None  # the TrainingManager (sessions and model hosts), set by start()
 
         self.store = JobStore(self.db_path)
@@ -233,12 +259,18 @@ class Scheduler:
         from tinker_scheduler.worker import resolve_runner
 
         try:
-            resolve_runner(self.runner)
+            runner = resolve_runner(self.runner)
         except (ImportError, AttributeError, ValueError) as e:
             raise ValueError(
                 f"runner {self.runner!r} cannot be used ({type(e).__name__}: {e}); "
                 "install tinker-algos, or pass an importable 'module:function'"
             ) from None
+        import inspect
+
+        try:
+            self._runner_shares = "shared" in inspect.signature(runner).parameters
+        except (TypeError, ValueError):
+            self._runner_shares = False
 
     def _lock_db(self) -> None:
         """Hold an exclusive lock on ``<db>.lock`` while serving: two schedulers on one job
@@ -414,13 +446,13 @@ class Scheduler:
             free = free - self.training.reserved()
         with self._runs_lock:
             for run in self._runs.values():
-                free = free - run.demand
+                free = free - run.demand  # (zero for jobs on a shared host: the host holds it)
         return free
 
     def _request_reports(self) -> None:
         for run in list(self._runs.values()):
             if run.drain_ref is None:
-                run.drain_ref = run.actor.drain.remote(run.stored_seq)
+                run.drain_ref = run.drain(run.stored_seq)
 
     def _collect_reports(self) -> None:
         import ray
@@ -481,14 +513,14 @@ class Scheduler:
             try:  # the last reports the job made before returning
                 if run.drain_ref is not None:
                     self._record(run, ray.get(run.drain_ref, timeout=30))
-                self._record(run, ray.get(run.actor.drain.remote(run.stored_seq), timeout=30))
+                self._record(run, ray.get(run.drain(run.stored_seq), timeout=30))
             except ray.exceptions.RayError:
                 pass
             self._finish(run, result, None)
 
     def _finish(self, run: _Run, result: dict[str, Any] | None, died: str | None) -> None:
         """Settle a job whose ``run()`` returned (``result``) or whose actor died (``died``)."""
-        self._discard(run)
+        self._discard(run, died=died is not None)
         job = self.store.get(run.job_id)
         if job is None:
             return
@@ -504,7 +536,7 @@ class Scheduler:
                     "metrics", {"step": result.get("step") or 0, "values": result["eval"], "final": True})])
             steps = result.get("step") if result else None
             self._end(job, JobState.SUCCEEDED, f"completed {steps} steps" if steps is not None else "completed")
-        elif status == "failed":
+        elif status == "failed" and not run.aborted:  # (an aborted cancel ends CANCELLED below)
             error = str(result.get("error")) if result else "failed"
             if result and result.get("config_error"):
                 error = f"invalid config: {error}"
@@ -537,15 +569,19 @@ class Scheduler:
             logger.info("job %s (tenant %s): %s, %s", job.id, job.tenant, state.name, reason)
             self.metrics.jobs_finished.labels(state.name).inc()
 
-    def _discard(self, run: _Run) -> None:
-        """Forget a run; kill its actor and free its placement group."""
+    def _discard(self, run: _Run, *, died: bool = False) -> None:
+        """Forget a run; kill its actor and free its placement group (a shared host stays)."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
         with self._runs_lock:
             self._runs.pop(run.job_id, None)
+        self._host_keys.pop(run.job_id, None)
         if self.metrics is not None:
             self.metrics.job_stopped(run.job_id)
+        if run.host_key is not None:
+            self.training.detach_job(run.host_key, run.job_id, host_died=died)
+            return
         for action in (lambda: ray.kill(run.actor, no_restart=True), lambda: remove_placement_group(run.placement_group)):
             try:
                 action()
@@ -570,10 +606,19 @@ class Scheduler:
                     self.store.append_events(run.job_id, [PendingEvent(
                         "log", _scheduler_line(f"cancel requested ({job.cancel_reason}); asking the job to stop"))])
                 run.stop_sent_at = now
-                run.actor.stop.remote()
+                run.stop()
             elif run.stop_reason == "cancel" and run.stop_sent_at is not None and now - run.stop_sent_at > self.cancel_timeout:
+                if run.host_key is not None and not run.aborted:
+                    # other jobs share the process: end this one at its next turn instead
+                    self.store.append_events(run.job_id, [PendingEvent(
+                        "log", _scheduler_line(f"the job did not stop within {self.cancel_timeout:g}s; aborting it"))])
+                    run.aborted = True
+                    run.stop_sent_at = now
+                    run.actor.abort_job.remote(run.job_id)
+                    continue
+                what = "its model host (stuck in a step)" if run.host_key is not None else "it"
                 self.store.append_events(run.job_id, [PendingEvent(
-                    "log", _scheduler_line(f"the job did not stop within {self.cancel_timeout:g}s; killing it"))])
+                    "log", _scheduler_line(f"the job did not stop within {self.cancel_timeout:g}s; killing {what}"))])
                 run.stop_sent_at = None
                 ray.kill(run.actor, no_restart=True)
 
@@ -581,6 +626,14 @@ class Scheduler:
         queued = self.store.in_state(JobState.QUEUED)
         if not queued:
             return
+        # 1. LoRA jobs whose base model a running host already serves join it: no new resources
+        for job in sorted(queued, key=lambda j: (-j.priority, j.seq)):
+            shared = self._shared_host_key(job)
+            if shared is not None and self._launch_shared(job, *shared, demand=None):
+                queued = [j for j in queued if j.id != job.id]
+        if not queued:
+            return
+        # 2. the rest by the queue policy; a LoRA job there starts a new shared host
         by_tenant: dict[str, Resources] = {}
         with self._runs_lock:
             for run in self._runs.values():
@@ -590,7 +643,67 @@ class Scheduler:
         ]
         records = {j.id: j for j in queued}
         for choice in plan(candidates, self._free(), self.capacity, by_tenant):
-            self._launch(records[choice.job_id], choice.demand)
+            job = records[choice.job_id]
+            shared = self._shared_host_key(job)
+            if shared is not None:  # joins a host started earlier in this loop, or starts one
+                self._launch_shared(job, *shared, demand=choice.demand)
+            else:
+                self._launch(job, choice.demand)
+
+    def _shared_host_key(self, job: JobRecord) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        """The model host key and ``ModelHost`` arguments of a job that may share a host, else None."""
+        if not (self._runner_shares and self.max_jobs_per_host > 0 and self.training is not None
+                and self.training.backend == "ray"):
+            return None
+        if job.id not in self._host_keys:
+            from tinker_core.config import JobConfig
+            from tinker_scheduler.training_service import host_key
+
+            try:
+                config = JobConfig.model_validate_json(job.config_json)
+            except ValueError:
+                self._host_keys[job.id] = None  # _launch reports the error
+                return None
+            model = config.model
+            if config.lora is None:
+                self._host_keys[job.id] = None
+            else:
+                precision = PRECISION_OF.get(model.dtype, model.dtype)
+                self._host_keys[job.id] = (
+                    host_key(model.name, precision, model.device, revision=model.revision, tokenizer=model.tokenizer),
+                    {"base_model": model.name, "precision": precision, "device": model.device,
+                     "revision": model.revision, "tokenizer": model.tokenizer},
+                )
+        return self._host_keys[job.id]
+
+    def _launch_shared(self, job: JobRecord, key: tuple[Any, ...], host_kwargs: dict[str, Any], *, demand: Resources | None) -> bool:
+        """Start a LoRA job on a shared model host (an existing one, or a new one reserving ``demand``)."""
+        from tinker_core.config import JobConfig
+
+        host = self.training.job_host(job.id, key, host_kwargs, demand, self.max_jobs_per_host)
+        if host is None:
+            return False
+        now = time.time()
+        attempt = f" (restart {job.restarts})" if job.restarts else ""
+        started = self.store.transition(
+            job.id, JobState.RUNNING, f"started{attempt} on a shared model host", expect=[JobState.QUEUED],
+            started_at=job.started_at if job.started_at is not None else now,
+        )
+        if started is None:  # cancelled meanwhile
+            self.training.detach_job(key, job.id)
+            return True
+        self.metrics.queue_wait.observe(max(0.0, now - job.queued_at))
+        try:
+            config = JobConfig.model_validate_json(job.config_json)
+            result_ref = host.actor.run_job.remote(job.id, self.runner, config, job.run_dir)
+        except Exception as e:  # noqa: BLE001 - any failure to start is the job's failure
+            self.training.detach_job(key, job.id)
+            self._end(job, JobState.FAILED, f"could not start the job on its model host: {type(e).__name__}: {e}")
+            return True
+        with self._runs_lock:
+            self._runs[job.id] = _Run(job.id, job.tenant, Resources(), host.actor, None, result_ref, host_key=key)
+        logger.info("job %s (tenant %s): started%s on shared model host %s", job.id, job.tenant, attempt, key)
+        return True
 
     def _launch(self, job: JobRecord, demand: Resources) -> None:
         import ray

@@ -77,12 +77,19 @@ class ServiceError(Exception):
 class HostHandle:
     """A model host: a Ray actor (``backend="ray"``) or an object in this process (``"local"``)."""
 
-    def __init__(self, key: tuple[Any, ...], backend: str, kwargs: dict[str, Any], cpus: float) -> None:
+    def __init__(
+        self, key: tuple[Any, ...], backend: str, kwargs: dict[str, Any], cpus: float, *,
+        gpus: float = 0.0, memory_gb: float = 0.0,
+    ) -> None:
         self.key = key
         self.backend = backend
         self.cpus = cpus if backend == "ray" else 0.0
+        self.gpus = gpus if backend == "ray" else 0.0
+        self.memory_gb = memory_gb if backend == "ray" else 0.0
         self.sessions: set[str] = set()
+        self.jobs: set[str] = set()  # JobService jobs running on this host (ray backend only)
         self.idle_since: float | None = time.monotonic()
+        self.dead = False
         self.lock = threading.Lock()
         if backend == "local":
             from tinker_scheduler.model_host import ModelHost
@@ -97,9 +104,25 @@ class HostHandle:
             self._host = None
             self._actor = (
                 cast(Any, ray.remote(ModelHost))
-                .options(num_cpus=cpus, max_concurrency=64, max_restarts=0)
+                .options(
+                    num_cpus=cpus, num_gpus=gpus or None, memory=int(memory_gb * 1024**3) or None,
+                    max_concurrency=64, max_restarts=0,
+                )
                 .remote(num_threads=max(1, int(cpus)), **kwargs)
             )
+
+    @property
+    def actor(self) -> Any:
+        """The Ray actor (``None`` for the local backend); the scheduler runs jobs on it."""
+        return self._actor
+
+    @property
+    def reserved(self) -> Resources:
+        return Resources(self.cpus, self.gpus, self.memory_gb)
+
+    @property
+    def idle(self) -> bool:
+        return not self.sessions and not self.jobs
 
     def _invoke(self, method: str, *args: Any) -> tuple[Any, ...]:
         if self._actor is None:
@@ -110,6 +133,8 @@ class HostHandle:
             return cast(tuple[Any, ...], ray.get(getattr(self._actor, method).remote(*args)))
         except ray.exceptions.RayError as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            if isinstance(e, ray.exceptions.RayActorError):
+                self.dead = True
             return ("error", "UNAVAILABLE", f"the model host died ({type(e).__name__}: {first[:200]}); retry the request")
 
     def call(self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None) -> Any:
@@ -131,6 +156,17 @@ class HostHandle:
                 logger.debug("killing model host", exc_info=True)
         elif self._host is not None:
             self._host.close()
+
+
+def host_key(
+    base_model: str, precision: str | None, device: str | None, *,
+    revision: str | None = None, tokenizer: str | None = None, own: str | None = None,
+) -> tuple[Any, ...]:
+    """Which model host a LoRA session or job uses: the same key means the same base weights.
+
+    ``own`` (a session or job id) gives a full fine-tuning session a host of its own.
+    """
+    return (base_model, revision or None, tokenizer or None, precision or "auto", device or "auto", own or "lora")
 
 
 def _unwrap(result: tuple[Any, ...]) -> Any:
@@ -191,8 +227,48 @@ class TrainingManager:
     # ---- resources --------------------------------------------------------------------------
     def reserved(self) -> Resources:
         """What the model hosts hold (the scheduler subtracts it from what jobs may use)."""
+        total = Resources()
         with self._lock:
-            return Resources(cpus=sum(h.cpus for h in self._hosts.values()))
+            for h in self._hosts.values():
+                total = total + h.reserved
+        return total
+
+    # ---- jobs (JobService) on shared hosts --------------------------------------------------
+    def job_host(
+        self, job_id: str, key: tuple[Any, ...], host_kwargs: dict[str, Any], demand: Resources | None, max_jobs: int
+    ) -> HostHandle | None:
+        """A Ray model host for a LoRA job: one already serving ``key`` with room for another job,
+        else (when ``demand`` is given) a new host that reserves ``demand``; None otherwise."""
+        if self.backend != "ray":
+            return None
+        with self._lock:
+            host = self._hosts.get(key)
+            if host is not None and host.dead:
+                self._hosts.pop(key, None)
+                host = None
+            if host is None and demand is not None:
+                host = HostHandle(key, "ray", host_kwargs, demand.cpus, gpus=demand.gpus, memory_gb=demand.memory_gb)
+                self._hosts[key] = host
+                logger.info("model host %s started for job %s with %s", key, job_id, demand)
+            if host is None or len(host.jobs) >= max_jobs:
+                return None
+            host.jobs.add(job_id)
+            host.idle_since = None
+            return host
+
+    def detach_job(self, key: tuple[Any, ...], job_id: str, *, host_died: bool = False) -> None:
+        """The job ended (its adapter is unloaded by the host); a dead host is dropped."""
+        with self._lock:
+            host = self._hosts.get(key)
+            if host is None:
+                return
+            host.jobs.discard(job_id)
+            if host_died:
+                host.dead = True
+            if host.dead:
+                self._hosts.pop(key, None)
+            elif host.idle:
+                host.idle_since = time.monotonic()
 
     def host_count(self) -> int:
         with self._lock:
@@ -227,7 +303,7 @@ class TrainingManager:
         base = request.base_model.strip()
         host_kwargs = {"base_model": base, "device": options.get("device"), "precision": options.get("precision"),
                        "full": spec.lora_rank == 0}
-        key = (base, options.get("precision"), options.get("device"), session_id if spec.lora_rank == 0 else "lora")
+        key = host_key(base, options.get("precision"), options.get("device"), own=session_id if spec.lora_rank == 0 else None)
         session = Session(session_id, tenant, spec, key, host_kwargs, self.runs_dir / tenant / "sessions" / session_id)
         session.info = self._attach(session, free)
         session.dir.mkdir(parents=True, exist_ok=True)
@@ -245,6 +321,9 @@ class TrainingManager:
     def _host_for(self, session: Session, free: Resources | None) -> HostHandle:
         with self._lock:
             host = self._hosts.get(session.host_key)
+            if host is not None and host.dead:
+                self._hosts.pop(session.host_key, None)
+                host = None
             if host is None:
                 cpus = self.host_cpus if self.backend == "ray" else 0.0
                 if free is not None and cpus > free.cpus + 1e-9:
@@ -273,7 +352,7 @@ class TrainingManager:
             if host is None:
                 return
             host.sessions.discard(session.id)
-            if not host.sessions:
+            if host.idle:
                 host.idle_since = time.monotonic()
         try:
             host.remove_session(session.id)
@@ -324,7 +403,14 @@ class TrainingManager:
                 raise ServiceError("NOT_FOUND", f"session_id: training session {session.id!r} was closed")
             if session.state == "released":
                 self._restore(session)
-            host = self._hosts[session.host_key]
+            host = self._hosts.get(session.host_key)
+            if host is None or host.dead:  # e.g. a job on the same host crashed its process
+                session.state = "closed"
+                raise ServiceError(
+                    "UNAVAILABLE",
+                    f"session_id: the model host of training session {session.id!r} died and the session's "
+                    "state since its last SaveState is lost; create a new session and LoadState the last saved path",
+                )
             try:
                 return fn(host)
             finally:
@@ -395,7 +481,7 @@ class TrainingManager:
         with self._lock:
             idle = [
                 k for k, h in self._hosts.items()
-                if not h.sessions and h.idle_since is not None and now - h.idle_since > self.host_idle_timeout_s
+                if h.idle and h.idle_since is not None and now - h.idle_since > self.host_idle_timeout_s
             ]
             hosts = [self._hosts.pop(k) for k in idle]
         for h in hosts:

@@ -23,11 +23,12 @@ import importlib
 import io
 import math
 import os
+import sys
 import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -167,21 +168,26 @@ class JobWorker:
             self._events.clear()
         return events
 
-    def run(self, runner: str, config: Any, run_dir: str) -> dict[str, Any]:
+    def run(self, runner: str, config: Any, run_dir: str, *, capture: str = "process", **runner_kwargs: Any) -> dict[str, Any]:
         """Run the job to completion, interruption or failure; never raises.
 
+        :param capture: ``"process"``: everything written to ``sys.stdout``/``sys.stderr`` in
+            this process becomes the job's log (one job per process); ``"thread"``: only what
+            this thread writes (several jobs share the process, see ``model_host``).
+        :param runner_kwargs: passed on to the runner (``shared=`` on a model host).
         :returns: ``{"status": "completed" | "interrupted", "step", "metrics", "checkpoint",
             "plot", "eval"}`` from the runner's result, or ``{"status": "failed", "error",
             "config_error"}`` when it raised.
         """
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self._push({"kind": "log", "source": "scheduler", "level": "INFO", "text": _placement_line()})
-        out = _LineCapture(self, "stdout", _stream("stdout"))
-        err = _LineCapture(self, "stderr", _stream("stderr"))
+        redirect = _thread_redirect if capture == "thread" else _process_redirect
+        out = _LineCapture(self, "stdout", _stream("stdout", capture))
+        err = _LineCapture(self, "stderr", _stream("stderr", capture))
         try:
             fn = resolve_runner(runner)
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                result = fn(config, run_dir=Path(run_dir), callbacks=_Callbacks(self))
+            with redirect("stdout", out), redirect("stderr", err):
+                result = fn(config, run_dir=Path(run_dir), callbacks=_Callbacks(self), **runner_kwargs)
             return _summary(result)
         except BaseException as exc:  # a failing job must not kill the actor: report it
             from tinker_core.errors import ConfigError
@@ -205,6 +211,8 @@ def _placement_line() -> str:
     try:
         import ray
 
+        if not ray.is_initialized():  # in-process (tests, the local host backend): do not start Ray
+            return f"job started ({where})"
         context = ray.get_runtime_context()
         assigned = {k: round(v, 4) for k, v in sorted(context.get_assigned_resources().items())}
         where = f"Ray node {context.get_node_id()[:12]}, {where}, resources {assigned}"
@@ -213,10 +221,68 @@ def _placement_line() -> str:
     return f"job started ({where})"
 
 
-def _stream(name: str) -> Any:
-    import sys
+def _stream(name: str, capture: str = "process") -> Any:
+    """The stream a capture echoes to: the real one, not another job's capture."""
+    stream = getattr(sys, name, None)
+    return stream.default if capture == "thread" and isinstance(stream, _ThreadRouter) else stream
 
-    return getattr(sys, name, None)
+
+@contextlib.contextmanager
+def _process_redirect(name: str, target: Any) -> Iterator[None]:
+    previous = getattr(sys, name)
+    setattr(sys, name, target)
+    try:
+        yield
+    finally:
+        setattr(sys, name, previous)
+
+
+class _ThreadRouter(io.TextIOBase):
+    """A ``sys.stdout``/``sys.stderr`` that sends each thread's writes to that thread's target.
+
+    Installed by :func:`_thread_redirect` while any thread has a route (removed when the last
+    one ends); threads without a route write to the stream that was there before.
+    """
+
+    def __init__(self, default: Any) -> None:
+        self.default = default
+        self.routes: dict[int, Any] = {}
+
+    def _target(self) -> Any:
+        return self.routes.get(threading.get_ident(), self.default)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        target = self._target()
+        return int(target.write(text)) if target is not None else len(text)
+
+    def flush(self) -> None:
+        target = self._target()
+        if target is not None:
+            target.flush()
+
+
+_router_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _thread_redirect(name: str, target: Any) -> Iterator[None]:
+    with _router_lock:
+        router = getattr(sys, name)
+        if not isinstance(router, _ThreadRouter):
+            router = _ThreadRouter(router)
+            setattr(sys, name, router)
+        me = threading.get_ident()
+        router.routes[me] = target
+    try:
+        yield
+    finally:
+        with _router_lock:
+            router.routes.pop(me, None)
+            if not router.routes and getattr(sys, name) is router:  # the last job left
+                setattr(sys, name, router.default)
 
 
 def _summary(result: Any) -> dict[str, Any]:

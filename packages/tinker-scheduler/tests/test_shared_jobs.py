@@ -1,0 +1,156 @@
+"""Whole LoRA jobs on one shared model host: interleaved, each exactly as if it ran alone.
+
+``ModelHost.run_job`` runs ``tinker_algos.train(..., shared=...)`` in a thread of the host; the
+jobs take turns (a training step each) in the host's round-robin. These tests run the host in
+this process; ``test_shared_jobs_e2e`` (below) routes jobs through the scheduler onto a Ray host.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import tinker_core
+from tinker_algos import train
+from tinker_algos.metrics import is_timing
+from tinker_scheduler.model_host import ModelHost, job_adapter_name
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _plugins(monkeypatch):
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
+    tinker_core.reset_plugins()
+    yield
+    tinker_core.reset_plugins()
+
+
+def lora_job(seed: int, *, two_stages: bool = True, **over) -> dict:
+    stages = [{"name": "warm", "algorithm": {"name": "sft", "steps": 2, "batch_size": 8, "eval_size": 4}}]
+    if two_stages:
+        stages.append({"name": "rl", "algorithm": {"name": "grpo", "steps": 2, "eval_size": 4, "eval_every": 1}})
+    cfg = {
+        "name": f"shared-{seed}",
+        "seed": seed,
+        "model": {"name": "tiny", "device": "cpu"},
+        "lora": {"rank": 4, "alpha": 8},
+        "env": {"id": "echo/echo-v0", "kwargs": {"words": ["ab", "cd", "ef"]}},
+        "stages": stages,
+        "rollout": {"prompts_per_step": 3, "group_size": 4, "max_new_tokens": 4, "stop": ["\n"]},
+        "optimizer": {"lr": 0.003},
+        "checkpoint": {"every": 2, "keep": 5},
+        "logging": {"tensorboard": False, "plot": False},
+    }
+    cfg.update(over)
+    return cfg
+
+
+def metrics_of(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not is_timing(k)} for r in rows]
+
+
+class StopAfter:
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, 0
+
+    def on_metrics(self, step, metrics):
+        self.seen = step
+
+    def should_stop(self):
+        return self.seen >= self.n
+
+
+def run_together(host: ModelHost, jobs: dict[str, tuple[dict, Path]]) -> dict[str, dict]:
+    results: dict[str, dict] = {}
+
+    def run(job_id: str, config: dict, run_dir: Path) -> None:
+        results[job_id] = host.run_job(job_id, "tinker_algos.train", config, str(run_dir))
+
+    threads = [threading.Thread(target=run, args=(jid, cfg, rd)) for jid, (cfg, rd) in jobs.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    return results
+
+
+def test_jobs_sharing_a_host_get_exactly_their_solo_metrics(tmp_path):
+    configs = {"a": lora_job(1), "b": lora_job(2), "c": lora_job(3, two_stages=False)}
+    solo = {}
+    for jid, cfg in configs.items():
+        train(cfg, run_dir=tmp_path / "solo" / jid)
+        solo[jid] = metrics_of(tmp_path / "solo" / jid)
+
+    host = ModelHost("tiny", device="cpu")
+    try:
+        results = run_together(host, {jid: (cfg, tmp_path / "shared" / jid) for jid, cfg in configs.items()})
+        assert {jid: r["status"] for jid, r in results.items()} == dict.fromkeys(configs, "completed")
+        for jid in configs:
+            assert metrics_of(tmp_path / "shared" / jid) == solo[jid], jid
+        # they really were interleaved: turns of different jobs alternate while all run
+        turns = [sid for sid in host.served if sid.startswith("job:")]
+        switches = sum(1 for x, y in zip(turns, turns[1:], strict=False) if x != y)
+        assert switches >= 2 * len(configs), turns
+        # finished jobs leave nothing on the host: adapters unloaded, queues gone
+        assert host.job_ids() == []
+        assert host.policy.adapter_names == []
+        # each job's report stream starts with where it ran
+        assert host.drain_job("a") == []  # gone once finished
+    finally:
+        host.close()
+
+
+def test_a_job_resumed_on_a_shared_host_continues_exactly(tmp_path):
+    """Checkpoints do not depend on the adapter's name: stop a solo run, resume it on a host."""
+    cfg = lora_job(5)
+    train(cfg, run_dir=tmp_path / "full")
+    part = train(cfg, run_dir=tmp_path / "resumed", callbacks=StopAfter(2))
+    assert part.status == "interrupted"
+    host = ModelHost("tiny", device="cpu")
+    try:
+        results = run_together(host, {"r": (cfg, tmp_path / "resumed"), "other": (lora_job(6), tmp_path / "other")})
+        assert results["r"]["status"] == "completed", results
+        assert metrics_of(tmp_path / "resumed") == metrics_of(tmp_path / "full")
+    finally:
+        host.close()
+
+
+def test_stop_and_abort_a_job_on_a_host(tmp_path):
+    host = ModelHost("tiny", device="cpu")
+    try:
+        long = lora_job(7, two_stages=False)
+        long["stages"][0]["algorithm"]["steps"] = 500
+        done: dict[str, dict] = {}
+        t = threading.Thread(target=lambda: done.update(r=host.run_job("long", "tinker_algos.train", long, str(tmp_path / "long"))))
+        t.start()
+        while not any(e["kind"] == "metrics" for e in _events(host, "long")):
+            time.sleep(0.05)
+        host.stop_job("long")
+        t.join(timeout=120)
+        assert done["r"]["status"] == "interrupted" and done["r"]["checkpoint"]
+        assert job_adapter_name("long") not in host.policy.adapter_names
+
+        t = threading.Thread(target=lambda: done.update(r=host.run_job("long2", "tinker_algos.train", long, str(tmp_path / "long2"))))
+        t.start()
+        while not any(e["kind"] == "metrics" for e in _events(host, "long2")):
+            time.sleep(0.05)
+        host.abort_job("long2")  # a cancel that timed out: ends at the next turn, no checkpoint
+        t.join(timeout=120)
+        assert done["r"]["status"] == "failed" and "JobAborted" in done["r"]["error"]
+        assert host.job_ids() == [] and host.policy.adapter_names == []
+    finally:
+        host.close()
+
+
+_seen: dict[str, list[dict]] = {}
+
+
+def _events(host: ModelHost, job_id: str) -> list[dict]:
+    _seen.setdefault(job_id, []).extend(host.drain_job(job_id))
+    return _seen[job_id]
