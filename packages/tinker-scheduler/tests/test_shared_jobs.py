@@ -154,3 +154,33 @@ _seen: dict[str, list[dict]] = {}
 def _events(host: ModelHost, job_id: str) -> list[dict]:
     _seen.setdefault(job_id, []).extend(host.drain_job(job_id))
     return _seen[job_id]
+
+
+def test_the_scheduler_routes_lora_jobs_with_one_base_model_onto_one_host(make_scheduler, tmp_path):
+    from tinker_core.proto import jobs_pb2
+    from tinker_scheduler.scheduler import DEFAULT_RUNNER
+    from tinker_scheduler.testing import JobClient
+
+    configs = {"x": lora_job(11, two_stages=False), "y": lora_job(12, two_stages=False)}
+    full = lora_job(13, two_stages=False, lora=None)  # full fine-tuning: a worker of its own
+    scheduler = make_scheduler(runner=DEFAULT_RUNNER, host_idle_timeout_s=0.5)
+    logs: dict[str, list[str]] = {}
+    with JobClient(scheduler.address) as client:
+        ids = {name: client.submit(json.dumps({**cfg, "resources": {"cpus": 1}})).id for name, cfg in configs.items()}
+        ids["full"] = client.submit(json.dumps({**full, "resources": {"cpus": 1}})).id
+        for name, job_id in ids.items():
+            events = list(client.watch(job_id, timeout=600))
+            logs[name] = [e.log.text for e in events if e.WhichOneof("event") == "log"]
+            final = client.get(job_id)
+            assert final.state == jobs_pb2.JOB_STATE_SUCCEEDED, (name, final.reason, logs[name][-20:])
+    pids = {name: next(t.split("pid ")[1].split(",")[0] for t in lines if t.startswith("job started")) for name, lines in logs.items()}
+    assert pids["x"] == pids["y"] != pids["full"]  # one host process for both LoRA jobs
+    assert all(any("on a shared model host" in t for t in logs[n]) for n in ("x", "y"))
+    assert not any("on a shared model host" in t for t in logs["full"])
+    for name, cfg in configs.items():  # each equals its run alone
+        train(cfg, run_dir=tmp_path / "solo" / name)
+        assert metrics_of(scheduler.runs_dir / "local" / ids[name]) == metrics_of(tmp_path / "solo" / name), name
+    deadline = time.monotonic() + 30
+    while scheduler.training.host_count() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert scheduler.training.host_count() == 0  # the idle host shut down, its CPU is free again
