@@ -80,6 +80,7 @@ def test_add_tenant_refuses_a_bad_name_with_exit_2(cli, tmp_path):
         (["--tls-cert", "cert.pem"], "--tls-cert and --tls-key go together"),
         (["--tls-cert", "missing.pem", "--tls-key", "missing.key"], "--tls-cert: missing.pem does not exist"),
         (["--max-retries", "-1"], "--max-retries: must be >= 0"),
+        (["--max-jobs-per-host", "-2"], "--max-jobs-per-host: must be >= 0"),
         (["--port", "70000"], "--port: 70000 is not a port number"),
         (["--runner", "no_such_module:train", "--port", "0"], "runner 'no_such_module:train' cannot be used"),
     ],
