@@ -89,9 +89,18 @@ def test_the_same_seed_gives_bit_identical_metrics(tmp_path):
     assert deterministic(read_metrics(tmp_path / "c" / "metrics.jsonl")) != deterministic(ra) and c.step == a.step
 
 
-@pytest.mark.parametrize("stop_after", [2, 4])  # inside the SFT stage; inside the GRPO stage
-def test_resume_continues_exactly_as_if_never_stopped(tmp_path, stop_after):
-    quiet = {"logging": {"tensorboard": False, "plot": False}}
+@pytest.mark.parametrize(
+    ("stop_after", "lora"),
+    [
+        (2, None),  # inside the SFT stage
+        (4, None),  # inside the GRPO stage
+        # at the stage boundary, with LoRA dropout drawing from the global torch RNG: the random
+        # stream continues across the boundary as in the run that never stopped
+        (3, {"rank": 4, "alpha": 8, "dropout": 0.1}),
+    ],
+)
+def test_resume_continues_exactly_as_if_never_stopped(tmp_path, stop_after, lora):
+    quiet = {"logging": {"tensorboard": False, "plot": False}, "lora": lora}
     full = train(job(**quiet), run_dir=tmp_path / "full")
     cb = StopAfter(stop_after)
     part = train(job(**quiet), run_dir=tmp_path / "part", callbacks=cb)

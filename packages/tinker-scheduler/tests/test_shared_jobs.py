@@ -38,7 +38,7 @@ def lora_job(seed: int, *, two_stages: bool = True, **over) -> dict:
         "name": f"shared-{seed}",
         "seed": seed,
         "model": {"name": "tiny", "device": "cpu"},
-        "lora": {"rank": 4, "alpha": 8},
+        "lora": {"rank": 4, "alpha": 8, "dropout": 0.1},  # dropout draws from the global torch RNG
         "env": {"id": "echo/echo-v0", "kwargs": {"words": ["ab", "cd", "ef"]}},
         "stages": stages,
         "rollout": {"prompts_per_step": 3, "group_size": 4, "max_new_tokens": 4, "stop": ["\n"]},
@@ -66,17 +66,46 @@ class StopAfter:
         return self.seen >= self.n
 
 
+class Drainer:
+    """Plays the scheduler's part: drains each job's reports and acknowledges them (a job waits
+    at each checkpoint until its reports up to there are acknowledged)."""
+
+    def __init__(self, host: ModelHost) -> None:
+        self.host = host
+        self.events: dict[str, list[dict]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            for job_id in self.host.job_ids():
+                seen = self.events.setdefault(job_id, [])
+                stored = seen[-1]["seq"] if seen else 0
+                seen.extend(self.host.drain_job(job_id, stored))
+
+    def wait_for_metrics(self, job_id: str) -> None:
+        while not any(e["kind"] == "metrics" for e in self.events.get(job_id, [])):
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def run_together(host: ModelHost, jobs: dict[str, tuple[dict, Path]]) -> dict[str, dict]:
     results: dict[str, dict] = {}
 
     def run(job_id: str, config: dict, run_dir: Path) -> None:
         results[job_id] = host.run_job(job_id, "tinker_algos.train", config, str(run_dir))
 
+    drainer = Drainer(host)
     threads = [threading.Thread(target=run, args=(jid, cfg, rd)) for jid, (cfg, rd) in jobs.items()]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=600)
+    drainer.close()
     return results
 
 
@@ -123,37 +152,32 @@ def test_a_job_resumed_on_a_shared_host_continues_exactly(tmp_path):
 
 def test_stop_and_abort_a_job_on_a_host(tmp_path):
     host = ModelHost("tiny", device="cpu")
+    drainer = Drainer(host)
     try:
         long = lora_job(7, two_stages=False)
         long["stages"][0]["algorithm"]["steps"] = 500
         done: dict[str, dict] = {}
         t = threading.Thread(target=lambda: done.update(r=host.run_job("long", "tinker_algos.train", long, str(tmp_path / "long"))))
         t.start()
-        while not any(e["kind"] == "metrics" for e in _events(host, "long")):
-            time.sleep(0.05)
+        drainer.wait_for_metrics("long")
         host.stop_job("long")
         t.join(timeout=120)
         assert done["r"]["status"] == "interrupted" and done["r"]["checkpoint"]
         assert job_adapter_name("long") not in host.policy.adapter_names
+        first, second = (e["text"] for e in drainer.events["long"][:2])
+        assert first.startswith("on a shared model host for tiny (adapter j-long; 0 other job(s)")
+        assert second.startswith("job started")
 
         t = threading.Thread(target=lambda: done.update(r=host.run_job("long2", "tinker_algos.train", long, str(tmp_path / "long2"))))
         t.start()
-        while not any(e["kind"] == "metrics" for e in _events(host, "long2")):
-            time.sleep(0.05)
+        drainer.wait_for_metrics("long2")
         host.abort_job("long2")  # a cancel that timed out: ends at the next turn, no checkpoint
         t.join(timeout=120)
         assert done["r"]["status"] == "failed" and "JobAborted" in done["r"]["error"]
         assert host.job_ids() == [] and host.policy.adapter_names == []
     finally:
+        drainer.close()
         host.close()
-
-
-_seen: dict[str, list[dict]] = {}
-
-
-def _events(host: ModelHost, job_id: str) -> list[dict]:
-    _seen.setdefault(job_id, []).extend(host.drain_job(job_id))
-    return _seen[job_id]
 
 
 def test_the_scheduler_routes_lora_jobs_with_one_base_model_onto_one_host(make_scheduler, tmp_path):

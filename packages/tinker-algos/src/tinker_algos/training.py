@@ -149,7 +149,7 @@ def train(
 
     from tinker_algos.algorithms import get_algorithm
     from tinker_algos.algorithms.base import StageContext
-    from tinker_algos.checkpoint import load_state
+    from tinker_algos.checkpoint import load_state, set_rng_state
     from tinker_algos.device import resolve_device, seed_everything
     from tinker_algos.metrics import MetricsLog, plot_curves
     from tinker_algos.models import LoraSpec, PolicyModel
@@ -216,10 +216,13 @@ def train(
             with turn():
                 trainer = Trainer(policy, tcfg, adapter=adapter, lora=lora, adapter_seed=job.seed)
                 if resuming_here:
-                    # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights only.
+                    # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights and
+                    # the RNG (the new stage's optimizer starts fresh, its random draws continue).
                     # Loaded before the algorithm is built, so what it copies at construction (a
                     # reference policy) is the stage's real starting point.
                     load_state(resume_from / "trainer", trainer, with_optimizer=start > 0)
+                    if start == 0:
+                        set_rng_state(torch.load(resume_from / "trainer" / "rng_state.pt", weights_only=False))
                 ctx = StageContext(job, stage, si, policy, trainer, run, adapter, env_factory, eval_factory, cb.on_log)
                 algo = get_algorithm(algo_cfg.name)(ctx)
                 if resuming_here and start > 0:
