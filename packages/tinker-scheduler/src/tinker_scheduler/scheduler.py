@@ -16,8 +16,10 @@ One background thread, the *scheduling loop*, owns everything that touches Ray. 
 2. reaps finished jobs: SUCCEEDED, FAILED (with the error), CANCELLED, or -- when the actor
    died -- re-queued to resume from its last checkpoint, up to ``max_retries`` times;
 3. asks jobs with a pending cancel to stop (``should_stop()`` becomes true);
-4. starts the jobs :func:`tinker_scheduler.policy.plan` picks, each in a Ray actor placed in a
-   placement group of the job's ``resources``.
+4. starts jobs: LoRA jobs whose base model a running model host serves join that host (no new
+   resources; see :mod:`tinker_scheduler.model_host`), then the jobs
+   :func:`tinker_scheduler.policy.plan` picks -- each in a Ray actor placed in a placement group
+   of the job's ``resources``, or, for a LoRA job, on a new shared model host reserving them.
 
 Resources are accounted by the scheduler itself: capacity is the Ray cluster's total CPUs, GPUs
 and memory (capped by ``num_cpus`` / ``num_gpus``), free is capacity minus what running jobs
