@@ -106,11 +106,34 @@ def remote_env(doc: dict[str, Any]) -> str:
     ])
 
 
+def training_service(doc: dict[str, Any]) -> str:
+    rows = [
+        [
+            r["threads"], c["case"], c["call"]["median_s"] * 1e3, c["call"]["min_s"] * 1e3, c["call"]["max_s"] * 1e3,
+            f"{c['ratio_to_in_process']:.3f}x", f"{c['paired_ratio_median']:.3f}x", c["overhead_ms"],
+        ]
+        for r in doc["runs"] for c in r["cases"]
+    ]
+    lora = doc["lora"]
+    return "\n\n".join([
+        f"`forward_backward`, `{doc['loss']}`, LoRA r={lora['rank']} on `{doc['model']}`, batch "
+        f"{doc['batch']} x {doc['seq_len']} tokens ({doc['repeats']} interleaved repeats, median):",
+        table(
+            ["threads", "case", "ms per call", "min ms", "max ms", "vs in-process", "paired ratio", "overhead ms"],
+            rows,
+        ),
+        conditions(doc),
+    ])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
     ns = parser.parse_args()
-    for name, render in (("trainer", trainer), ("sampler", sampler), ("imports", imports), ("remote_env", remote_env)):
+    for name, render in (
+        ("trainer", trainer), ("sampler", sampler), ("imports", imports), ("remote_env", remote_env),
+        ("training_service", training_service),
+    ):
         doc = load(ns.results, name)
         print(f"### {name}\n")
         print(render(doc) if doc else f"(no {name}.json in {ns.results})")
