@@ -19,27 +19,28 @@ the job checkpoints and returns with status ``"interrupted"``).
 
 ``shared`` runs a LoRA job on a model that other jobs use at the same time (the scheduler's
 shared model hosts): instead of loading ``config.model`` the job trains adapter
-``shared.adapter`` on ``shared.policy``, and every piece of work that touches the model or the
-random generators -- set-up, each step with its evaluation, logging and checkpoint -- runs inside
-``with shared.turn():``. The host grants turns one job at a time and swaps in each job's own
-random state and adapter, so a job's metrics are exactly those of a run alone. Callbacks are
-called outside turns (``on_checkpoint`` may block until the scheduler stored the reports).
+``shared.adapter`` on ``shared.policy``, and hands every piece of work that touches the model or
+the random generators -- set-up, each step with its evaluation, logging and checkpoint -- to
+``shared.run(fn)``. The host runs those functions one job at a time, on one thread (torch's
+OpenMP thread teams slow each other down when several threads take turns), with each job's own
+random state and adapter installed, so a job's metrics are exactly those of a run alone.
+Callbacks are called between those pieces (``on_checkpoint`` may block until the scheduler
+stored the reports).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from tinker_core.config import JobConfig, StageConfig, load_config, parse_config
 
+_T = TypeVar("_T")
 ADAPTER = "policy"
 PRECISION_OF = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
 
@@ -66,8 +67,9 @@ class SharedModel(Protocol):
     #: the name of this job's LoRA adapter on ``policy`` (created by the job's first stage)
     adapter: str
 
-    def turn(self) -> AbstractContextManager[Any]:
-        """Hold the model: blocks until it is this job's turn; the job's RNG state is installed."""
+    def run(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn()`` when it is this job's turn, with the job's RNG state and adapter
+        installed; return its result (or raise its exception)."""
         ...
 
 
@@ -80,6 +82,10 @@ class _Callbacks:
         if fn is None:
             return (lambda *a, **k: False) if name == "should_stop" else (lambda *a, **k: None)
         return fn
+
+
+def _call(fn: Callable[[], _T]) -> _T:
+    return fn()
 
 
 def _as_config(config: JobConfig | dict[str, Any] | str | Path) -> JobConfig:
@@ -167,19 +173,22 @@ def train(
     if resume_from:
         cb.on_log(f"resuming from {resume_from} (step {progress['global_step']})")
 
-    turn: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
+    in_turn: Callable[[Callable[[], Any]], Any] = _call
     if shared is not None:
         if job.lora is None:
             raise ValueError("train(shared=...) trains a LoRA adapter; this job fine-tunes the whole model (lora: null)")
-        policy, turn = shared.policy, shared.turn
+        policy, in_turn = shared.policy, shared.run
     else:
         spec = resolve_device(job.model.device, PRECISION_OF[job.model.dtype])
         policy = PolicyModel.load(
             job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision
         )
-    with turn():  # seeded after the model is loaded: a shared model is loaded once, earlier
+
+    def seed() -> None:  # after the model is loaded: a shared model was loaded once, earlier
         seed_everything(job.seed)
         torch.use_deterministic_algorithms(True, warn_only=True)
+
+    in_turn(seed)
     lora = (
         LoraSpec(rank=job.lora.rank, alpha=job.lora.alpha, dropout=job.lora.dropout, target_modules=list(job.lora.target_modules))
         if job.lora
@@ -213,9 +222,13 @@ def train(
             start = progress["stage_step"] if si == progress["stage_index"] else 0
             env_factory, eval_factory = _env_factories(stage)
             resuming_here = resume_from is not None and si == progress["stage_index"]
-            with turn():
+
+            def build(si: int = si, stage: StageConfig = stage, tcfg: TrainerConfig = tcfg,
+                      start: int = start, resuming_here: bool = resuming_here,
+                      env_factory: Any = env_factory, eval_factory: Any = eval_factory) -> tuple[Any, Any]:
                 trainer = Trainer(policy, tcfg, adapter=adapter, lora=lora, adapter_seed=job.seed)
                 if resuming_here:
+                    assert resume_from is not None
                     # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights and
                     # the RNG (the new stage's optimizer starts fresh, its random draws continue).
                     # Loaded before the algorithm is built, so what it copies at construction (a
@@ -224,57 +237,67 @@ def train(
                     if start == 0:
                         set_rng_state(torch.load(resume_from / "trainer" / "rng_state.pt", weights_only=False))
                 ctx = StageContext(job, stage, si, policy, trainer, run, adapter, env_factory, eval_factory, cb.on_log)
-                algo = get_algorithm(algo_cfg.name)(ctx)
+                algo = get_algorithm(stage.algorithm.name)(ctx)
                 if resuming_here and start > 0:
                     algo.load_state_dict(torch.load(resume_from / "algorithm.pt", weights_only=False))
+                return trainer, algo
+
+            trainer, algo = in_turn(build)
             cb.on_log(f"stage {si} '{stage.name}': {algo_cfg.name}, steps {start}..{algo_cfg.steps}")
             for k in range(start, algo_cfg.steps):
                 if cb.should_stop():
                     status = "interrupted"
                     break
-                saved: Path | None = None
-                with turn():
+                global_step += 1
+                last_step = k == algo_cfg.steps - 1
+                every, ck = algo_cfg.eval_every, job.checkpoint.every
+                evaluate = last_step or bool(every and (k + 1) % every == 0)
+                report = last_step or global_step % job.logging.every == 0
+                nxt = None
+                if last_step or (ck and (k + 1) % ck == 0):
+                    nxt = {"stage_index": si + 1, "stage_step": 0} if last_step else {"stage_index": si, "stage_step": k + 1}
+                    nxt["global_step"] = global_step
+
+                def one_step(k: int = k, gs: int = global_step, evaluate: bool = evaluate, report: bool = report,
+                             nxt: dict[str, int] | None = nxt, name: str = stage.name or algo_cfg.name,
+                             algo: Any = algo, trainer: Any = trainer) -> tuple[dict[str, float], dict[str, float], Path | None]:
                     t0 = time.perf_counter()
                     metrics = algo.step(k)
                     metrics["time/step_s"] = time.perf_counter() - t0
-                    global_step += 1
-                    last_step = k == algo_cfg.steps - 1
-                    every = algo_cfg.eval_every
-                    if last_step or (every and (k + 1) % every == 0):
+                    ev: dict[str, float] = {}
+                    if evaluate:
                         t1 = time.perf_counter()
                         ev = algo.evaluate()
                         metrics.update(ev)
                         metrics["time/eval_s"] = time.perf_counter() - t1
-                        if ev:
-                            final_eval = ev
-                            cb.on_log(f"step {global_step}: " + ", ".join(f"{k2}={v:.3f}" for k2, v in sorted(ev.items())))
-                    last_metrics = metrics
-                    report = last_step or global_step % job.logging.every == 0
                     if report:
-                        log.log(global_step, stage.name or algo_cfg.name, metrics)
-                    ck = job.checkpoint.every
-                    if last_step or (ck and (k + 1) % ck == 0):
-                        nxt = {"stage_index": si + 1, "stage_step": 0} if last_step else {"stage_index": si, "stage_step": k + 1}
-                        checkpoint = saved = _write_checkpoint(run, trainer, algo, {**nxt, "global_step": global_step}, job.checkpoint.keep)
-                # callbacks outside the turn: on_checkpoint may wait for the scheduler
+                        log.log(gs, name, metrics)
+                    saved = _write_checkpoint(run, trainer, algo, nxt, job.checkpoint.keep) if nxt else None
+                    return metrics, ev, saved
+
+                metrics, ev, saved = in_turn(one_step)
+                if ev:
+                    final_eval = ev
+                    cb.on_log(f"step {global_step}: " + ", ".join(f"{k2}={v:.3f}" for k2, v in sorted(ev.items())))
+                last_metrics = metrics
+                # callbacks between turns: on_checkpoint may wait for the scheduler
                 if report:
                     cb.on_metrics(global_step, metrics)
                 if saved is not None:
+                    checkpoint = saved
                     cb.on_checkpoint(global_step, str(saved))
             if status == "interrupted":
                 if checkpoint is None or not checkpoint.name.endswith(f"{global_step:06d}"):
-                    with turn():
-                        checkpoint = _write_checkpoint(
-                            run, trainer, algo, {"stage_index": si, "stage_step": k, "global_step": global_step}, job.checkpoint.keep
-                        )
+                    here = {"stage_index": si, "stage_step": k, "global_step": global_step}
+                    checkpoint = in_turn(lambda here=here, trainer=trainer, algo=algo: _write_checkpoint(run, trainer, algo, here, job.checkpoint.keep))
                     cb.on_checkpoint(global_step, str(checkpoint))
                 break
     finally:
         log.close()
     plot = None
     if job.logging.plot and log.rows:
-        with turn():  # matplotlib is not thread-safe: jobs sharing a process plot one at a time
-            plot = plot_curves(log.rows, run / "curve.png", title=f"{job.name} (seed {job.seed})")
+        # in a turn: matplotlib is not thread-safe, jobs sharing a process plot one at a time
+        plot = in_turn(lambda: plot_curves(log.rows, run / "curve.png", title=f"{job.name} (seed {job.seed})"))
     result = TrainResult(
         status=status,
         step=global_step,

@@ -21,10 +21,11 @@ Execution model:
 **Jobs.** A whole LoRA job (``tinker_algos.train``) can run on the host too
 (:meth:`ModelHost.run_job`, used by the scheduler to route JobService jobs onto shared hosts).
 The job runs in a thread of the host and trains its own adapter on the host's model; every unit
-of its work -- set-up, each training step with its evaluation and checkpoint -- is a *turn*
-that waits in the same round-robin as session requests. During a turn the job's own python,
-numpy and torch random states and its adapter are installed, so its metrics equal those of the
-job run alone with the same seed (tested). A job's turn is a whole step, a session's a request.
+of its work -- set-up, each training step with its evaluation and checkpoint -- is a *turn*: a
+function queued in the same round-robin as session requests and run on the executor thread (so
+all torch work of the host happens on one thread). During a turn the job's own python, numpy and
+torch random states and its adapter are installed, so its metrics equal those of the job run
+alone with the same seed (tested). A job's turn is a whole step, a session's a request.
 
 Requests are plain Python values (numpy arrays, dicts, strings): :meth:`ModelHost.call` returns
 ``("ok", result)`` or ``("error", code, message)`` where ``code`` is a gRPC status code name, so
@@ -123,8 +124,9 @@ class HostedJob:
         self.aborted = False
         self.worker: Any = None  # its tinker_scheduler.worker.JobWorker (reports, stop flag)
 
-    def turn(self) -> contextlib.AbstractContextManager[None]:
-        return self.host._job_turn(self)
+    def run(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn()`` on the host's executor thread at this job's turn (``SharedModel.run``)."""
+        return self.host._job_call(self, fn)
 
 
 @dataclass
@@ -328,10 +330,12 @@ class ModelHost:
         try:
             return cast(dict[str, Any], job.worker.run(runner, config, run_dir, capture="thread", shared=job))
         finally:
+            def unload() -> None:
+                if job.adapter in self.policy.adapter_names:
+                    self.policy.remove_adapter(job.adapter)
+
             try:
-                with self._job_turn(job, final=True):
-                    if job.adapter in self.policy.adapter_names:
-                        self.policy.remove_adapter(job.adapter)
+                self._job_call(job, unload, final=True)
             except Exception:  # noqa: BLE001 - the host is closing; nothing left to unload
                 logger.debug("unloading the adapter of job %s", job_id, exc_info=True)
             with self._cv:
@@ -361,38 +365,37 @@ class ModelHost:
         with self._cv:
             return list(self._jobs)
 
-    @contextlib.contextmanager
-    def _job_turn(self, job: HostedJob, *, final: bool = False) -> Iterator[None]:
-        """Hold the model for one unit of a job's work, fairly between jobs and sessions."""
+    def _job_call(self, job: HostedJob, fn: Callable[[], Any], *, final: bool = False) -> Any:
+        """Run one unit of a job's work on the executor thread, fairly between jobs and sessions.
+
+        All torch work of a host runs on that one thread: torch's OpenMP thread teams, one per
+        calling thread, slow each other down when several threads take turns (measured: steps
+        took twice as long at two threads).
+        """
         from tinker_algos.checkpoint import get_rng_state, set_rng_state
 
         if job.aborted and not final:
             raise JobAborted(f"job {job.job_id} was aborted: it did not stop in time after a cancel")
-        granted, done = threading.Event(), threading.Event()
 
-        def hold() -> None:  # runs on the executor thread, which holds the model lock meanwhile
-            granted.set()
-            done.wait()
+        def work() -> Any:
+            outer = get_rng_state()
+            try:
+                if job.rng is not None:
+                    set_rng_state(job.rng)
+                if job.adapter in self.policy.adapter_names:
+                    self.policy.set_adapter(job.adapter)
+                with job.worker.capture_here():  # what the work prints goes to the job's log
+                    return fn()
+            finally:
+                job.rng = get_rng_state()
+                set_rng_state(outer)
 
         with self._cv:
             session = self._sessions.get(job.sid)
             if session is None:
                 raise HostError("NOT_FOUND", f"job {job.job_id} is not on this host")
-            fut = self._enqueue(session, hold)
-        while not granted.wait(0.5):
-            if fut.done():
-                fut.result()  # the host closed: raise its error in the job's thread
-        outer = get_rng_state()
-        try:
-            if job.rng is not None:
-                set_rng_state(job.rng)
-            if job.adapter in self.policy.adapter_names:
-                self.policy.set_adapter(job.adapter)
-            yield
-        finally:
-            job.rng = get_rng_state()
-            set_rng_state(outer)
-            done.set()
+            fut = self._enqueue(session, work)
+        return fut.result()
 
     def _next(self) -> tuple[str, Callable[[], Any], Future[Any]] | None:
         with self._cv:

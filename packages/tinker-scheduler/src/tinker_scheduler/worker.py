@@ -131,6 +131,7 @@ class JobWorker:
         self._seq = 0
         self._stored = 0
         self._stop = threading.Event()
+        self._captures: tuple[_LineCapture, _LineCapture] | None = None
 
     def _push(self, event: dict[str, Any]) -> int:
         event.setdefault("time", time.time())
@@ -184,6 +185,7 @@ class JobWorker:
         redirect = _thread_redirect if capture == "thread" else _process_redirect
         out = _LineCapture(self, "stdout", _stream("stdout", capture))
         err = _LineCapture(self, "stderr", _stream("stderr", capture))
+        self._captures = (out, err)
         try:
             fn = resolve_runner(runner)
             with redirect("stdout", out), redirect("stderr", err):
@@ -201,8 +203,20 @@ class JobWorker:
                 "config_error": isinstance(exc, ConfigError),
             }
         finally:
+            self._captures = None
             out.close_partial()
             err.close_partial()
+
+    @contextlib.contextmanager
+    def capture_here(self) -> Iterator[None]:
+        """While :meth:`run` runs: what the *current* thread writes goes to this job's log too
+        (a model host runs the job's work on its executor thread)."""
+        captures = self._captures
+        if captures is None:
+            yield
+            return
+        with _thread_redirect("stdout", captures[0]), _thread_redirect("stderr", captures[1]):
+            yield
 
 
 def _placement_line() -> str:
