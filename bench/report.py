@@ -110,7 +110,7 @@ def training_service(doc: dict[str, Any]) -> str:
     rows = [
         [
             r["threads"], c["case"], c["call"]["median_s"] * 1e3, c["call"]["min_s"] * 1e3, c["call"]["max_s"] * 1e3,
-            f"{c['ratio_to_in_process']:.3f}x", f"{c['paired_ratio_median']:.3f}x", c["overhead_ms"],
+            c["ratio_to_in_process"], c["paired_ratio_median"], c["overhead_ms"],
         ]
         for r in doc["runs"] for c in r["cases"]
     ]
@@ -119,7 +119,7 @@ def training_service(doc: dict[str, Any]) -> str:
         f"`forward_backward`, `{doc['loss']}`, LoRA r={lora['rank']} on `{doc['model']}`, batch "
         f"{doc['batch']} x {doc['seq_len']} tokens ({doc['repeats']} interleaved repeats, median):",
         table(
-            ["threads", "case", "ms per call", "min ms", "max ms", "vs in-process", "paired ratio", "overhead ms"],
+            ["threads", "case", "ms per call", "min ms", "max ms", "x in-process", "paired ratio", "overhead ms"],
             rows,
         ),
         conditions(doc),
