@@ -126,13 +126,29 @@ def training_service(doc: dict[str, Any]) -> str:
     ])
 
 
+def shared_hosts(doc: dict[str, Any]) -> str:
+    runs = doc["runs"]
+    one = next(r["peak_rss_mib_total"] for r in runs if r["mode"] == "shared" and r["jobs"] == 1)
+    rows = [
+        [r["mode"], r["jobs"], r["processes"], r["peak_rss_mib_total"], r["peak_rss_mib_total"] / one, r["wall_s"]]
+        for r in runs
+    ]
+    model = doc["model"]
+    return "\n\n".join([
+        f"Peak resident memory, LoRA r={doc['jobs']['lora_rank']} {doc['jobs']['algorithm']} jobs on a "
+        f"{model['params'] / 1e6:.1f}M-parameter model ({model['dtype']}):",
+        table(["mode", "jobs", "processes", "peak RSS MiB (sum)", "x one job", "wall s"], rows),
+        conditions(doc),
+    ])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
     ns = parser.parse_args()
     for name, render in (
         ("trainer", trainer), ("sampler", sampler), ("imports", imports), ("remote_env", remote_env),
-        ("training_service", training_service),
+        ("training_service", training_service), ("shared_hosts", shared_hosts),
     ):
         doc = load(ns.results, name)
         print(f"### {name}\n")
