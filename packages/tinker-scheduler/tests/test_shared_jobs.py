@@ -93,7 +93,8 @@ class Drainer:
         self._thread.join()
 
 
-def run_together(host: ModelHost, jobs: dict[str, tuple[dict, Path]]) -> dict[str, dict]:
+def run_together(host: ModelHost, jobs: dict[str, tuple[dict, Path]], events: dict | None = None) -> dict[str, dict]:
+    """Run the jobs at once on the host; ``events`` (if given) receives what was drained."""
     results: dict[str, dict] = {}
 
     def run(job_id: str, config: dict, run_dir: Path) -> None:
@@ -106,6 +107,8 @@ def run_together(host: ModelHost, jobs: dict[str, tuple[dict, Path]]) -> dict[st
     for t in threads:
         t.join(timeout=600)
     drainer.close()
+    if events is not None:
+        events.update(drainer.events)
     return results
 
 
@@ -118,7 +121,8 @@ def test_jobs_sharing_a_host_get_exactly_their_solo_metrics(tmp_path):
 
     host = ModelHost("tiny", device="cpu")
     try:
-        results = run_together(host, {jid: (cfg, tmp_path / "shared" / jid) for jid, cfg in configs.items()})
+        drained: dict[str, list[dict]] = {}
+        results = run_together(host, {jid: (cfg, tmp_path / "shared" / jid) for jid, cfg in configs.items()}, drained)
         assert {jid: r["status"] for jid, r in results.items()} == dict.fromkeys(configs, "completed")
         for jid in configs:
             assert metrics_of(tmp_path / "shared" / jid) == solo[jid], jid
@@ -129,8 +133,10 @@ def test_jobs_sharing_a_host_get_exactly_their_solo_metrics(tmp_path):
         # finished jobs leave nothing on the host: adapters unloaded, queues gone
         assert host.job_ids() == []
         assert host.policy.adapter_names == []
-        # each job's report stream starts with where it ran
-        assert host.drain_job("a") == []  # gone once finished
+        # a finished job's last reports are kept for one final drain, then it is forgotten
+        last = drained.get("a", []) + host.drain_job("a")
+        assert any(e.get("text", "").startswith("completed after 4 steps") for e in last), last[-3:]
+        assert host.drain_job("a") == []
     finally:
         host.close()
 
@@ -200,6 +206,8 @@ def test_the_scheduler_routes_lora_jobs_with_one_base_model_onto_one_host(make_s
     pids = {name: next(t.split("pid ")[1].split(",")[0] for t in lines if t.startswith("job started")) for name, lines in logs.items()}
     assert pids["x"] == pids["y"] != pids["full"]  # one host process for both LoRA jobs
     assert all(any("on a shared model host" in t for t in logs[n]) for n in ("x", "y"))
+    for name in ("x", "y"):  # nothing the job reported at its very end is lost
+        assert any(t.startswith("completed after 2 steps") for t in logs[name]), logs[name][-5:]
     assert not any("on a shared model host" in t for t in logs["full"])
     for name, cfg in configs.items():  # each equals its run alone
         train(cfg, run_dir=tmp_path / "solo" / name)

@@ -42,7 +42,7 @@ import contextlib
 import logging
 import math
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -58,6 +58,8 @@ TINKER_CLIP_LOW = 0.8
 TINKER_CLIP_HIGH = 1.2
 #: Tinker's AdamParams defaults (used where a field is 0).
 ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.95, "eps": 1e-12}
+#: Finished jobs whose last reports a host keeps until the scheduler drains them.
+FINISHED_JOBS_KEPT = 256
 STOP_REASONS = {"length": "length", "eos": "stop_token", "stop_id": "stop_token", "stop_string": "stop_string"}
 
 
@@ -171,6 +173,7 @@ class ModelHost:
         self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
         self._sessions: dict[str, _Session] = {}
         self._jobs: dict[str, HostedJob] = {}
+        self._finished: OrderedDict[str, Any] = OrderedDict()  # job id -> JobWorker not drained yet
         self._order: deque[str] = deque()  # round-robin order of session ids
         self._cv = threading.Condition()
         self._closed = False
@@ -340,6 +343,10 @@ class ModelHost:
                 logger.debug("unloading the adapter of job %s", job_id, exc_info=True)
             with self._cv:
                 self._jobs.pop(job_id, None)
+                # its last reports wait for the scheduler's final drain_job
+                self._finished[job_id] = job.worker
+                while len(self._finished) > FINISHED_JOBS_KEPT:
+                    self._finished.popitem(last=False)
                 self._sessions.pop(job.sid, None)
                 with contextlib.suppress(ValueError):
                     self._order.remove(job.sid)
@@ -347,7 +354,11 @@ class ModelHost:
     def drain_job(self, job_id: str, stored: int = 0) -> list[dict[str, Any]]:
         """The job's reports since the last drain (see ``JobWorker.drain``); [] once it is gone."""
         job = self._jobs.get(job_id)
-        return job.worker.drain(stored) if job is not None else []
+        if job is not None:
+            return cast(list[dict[str, Any]], job.worker.drain(stored))
+        with self._cv:
+            worker = self._finished.pop(job_id, None)  # the last drain of a finished job
+        return cast(list[dict[str, Any]], worker.drain(stored)) if worker is not None else []
 
     def stop_job(self, job_id: str) -> None:
         """Ask the job to checkpoint and stop (``should_stop()`` becomes true)."""
