@@ -46,8 +46,6 @@ from tinker_scheduler.store import JobRecord, JobState, JobStore, PendingEvent
 logger = logging.getLogger("tinker_scheduler")
 
 DEFAULT_RUNNER = "tinker_algos.train"
-#: ``model.dtype`` -> the precision a model host loads with (as ``tinker_algos.train`` maps it)
-PRECISION_OF = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
 SERVICE_NAME = "opentinker.v1.JobService"
 TRAINING_SERVICE_NAME = "opentinker.v1.TrainingService"
 GIB = 1024**3
@@ -658,6 +656,7 @@ class Scheduler:
                 and self.training.backend == "ray"):
             return None
         if job.id not in self._host_keys:
+            from tinker_algos.training import PRECISION_OF  # light: no torch at import
             from tinker_core.config import JobConfig
             from tinker_scheduler.training_service import host_key
 

@@ -182,13 +182,16 @@ class JobWorker:
         """
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self._push({"kind": "log", "source": "scheduler", "level": "INFO", "text": _placement_line()})
-        redirect = _thread_redirect if capture == "thread" else _process_redirect
         out = _LineCapture(self, "stdout", _stream("stdout", capture))
         err = _LineCapture(self, "stderr", _stream("stderr", capture))
         self._captures = (out, err)
+        if capture == "thread":
+            redirects: tuple[Any, Any] = (_thread_redirect("stdout", out), _thread_redirect("stderr", err))
+        else:
+            redirects = (contextlib.redirect_stdout(out), contextlib.redirect_stderr(err))
         try:
             fn = resolve_runner(runner)
-            with redirect("stdout", out), redirect("stderr", err):
+            with redirects[0], redirects[1]:
                 result = fn(config, run_dir=Path(run_dir), callbacks=_Callbacks(self), **runner_kwargs)
             return _summary(result)
         except BaseException as exc:  # a failing job must not kill the actor: report it
@@ -239,16 +242,6 @@ def _stream(name: str, capture: str = "process") -> Any:
     """The stream a capture echoes to: the real one, not another job's capture."""
     stream = getattr(sys, name, None)
     return stream.default if capture == "thread" and isinstance(stream, _ThreadRouter) else stream
-
-
-@contextlib.contextmanager
-def _process_redirect(name: str, target: Any) -> Iterator[None]:
-    previous = getattr(sys, name)
-    setattr(sys, name, target)
-    try:
-        yield
-    finally:
-        setattr(sys, name, previous)
 
 
 class _ThreadRouter(io.TextIOBase):
