@@ -13,3 +13,23 @@ Modules (each ``<name>.proto`` has ``<name>_pb2`` messages, ``<name>_pb2.pyi`` t
 Importing this package imports nothing else: the ``*_pb2`` modules need protobuf, the
 ``*_pb2_grpc`` modules need grpcio.
 """
+
+from __future__ import annotations
+
+PACKAGE = "opentinker.v1"
+"""The protobuf package every OpenTinker service lives in."""
+
+ENV_SERVICE = f"{PACKAGE}.EnvService"
+JOB_SERVICE = f"{PACKAGE}.JobService"
+TRAINING_SERVICE = f"{PACKAGE}.TrainingService"
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Default limit on one gRPC message, both ways (tensors and weights travel in messages)."""
+
+
+def message_size_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tuple[str, int]]:
+    """gRPC channel/server options that raise both message-size limits to ``max_message_bytes``."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
