@@ -264,7 +264,7 @@ def check_adapter_name(name: Any) -> str:
     return name
 
 
-def _adapter_of(param_name: str) -> str | None:
+def adapter_of(param_name: str) -> str | None:
     """The adapter a peft parameter belongs to (``...lora_A.<adapter>.weight``), else None."""
     parts = param_name.split(".")
     for i, p in enumerate(parts[:-1]):
@@ -448,7 +448,7 @@ class PolicyModel:
 
     def adapter_parameters(self, name: str) -> list[torch.nn.Parameter]:
         """The parameters of adapter ``name`` (in a stable order)."""
-        return [p for n, p in self.model.named_parameters() if _adapter_of(n) == name]
+        return [p for n, p in self.model.named_parameters() if adapter_of(n) == name]
 
     def trainable_parameters(self, adapter: str | None = None) -> list[tuple[str, torch.nn.Parameter]]:
         """``(name, param)`` to optimise: adapter ``adapter``'s, or every weight without adapters."""
@@ -461,7 +461,7 @@ class PolicyModel:
             return list(self.model.named_parameters())
         if adapter not in self.adapter_names:
             raise ValueError(f"unknown adapter {adapter!r}; this model has {self.adapter_names}")
-        return [(n, p) for n, p in self.model.named_parameters() if _adapter_of(n) == adapter]
+        return [(n, p) for n, p in self.model.named_parameters() if adapter_of(n) == adapter]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -454,6 +454,11 @@ class Trainer:
             total_steps=c.total_steps, min_lr_ratio=c.min_lr_ratio,
         )
 
+    @property
+    def pending_calls(self) -> int:
+        """``forward_backward`` calls whose gradients wait for the next ``optim_step``."""
+        return self._pending_calls
+
     def optim_step(self, lr: float | None = None, **param_overrides: Any) -> dict[str, float]:
         """Apply the accumulated gradients (see module docstring); clears them either way.
 

@@ -42,7 +42,6 @@ from tinker_core.config import JobConfig, StageConfig, load_config, parse_config
 
 _T = TypeVar("_T")
 ADAPTER = "policy"
-PRECISION_OF = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
 
 
 @dataclass
@@ -179,7 +178,7 @@ def train(
             raise ValueError("train(shared=...) trains a LoRA adapter; this job fine-tunes the whole model (lora: null)")
         policy, in_turn = shared.policy, shared.run
     else:
-        spec = resolve_device(job.model.device, PRECISION_OF[job.model.dtype])
+        spec = resolve_device(job.model.device, job.model.precision)
         policy = PolicyModel.load(
             job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision
         )

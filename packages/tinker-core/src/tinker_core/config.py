@@ -27,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
 
 ALGORITHMS = ("sft", "grpo", "ppo", "dpo")
+PRECISION_OF_DTYPE = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
+"""``model.dtype`` -> the precision the trainer runs in."""
 
 
 class _Model(BaseModel):
@@ -43,6 +45,11 @@ class ModelConfig(_Model):
     )
     device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'.")
     tokenizer: str | None = Field(None, description="Tokenizer location when it differs from the model's.")
+
+    @property
+    def precision(self) -> str:
+        """The trainer precision this ``dtype`` asks for (see ``tinker_algos.device``)."""
+        return PRECISION_OF_DTYPE[self.dtype]
 
 
 class LoraConfig(_Model):

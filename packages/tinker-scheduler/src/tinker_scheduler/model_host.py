@@ -626,7 +626,7 @@ class ModelHost:
         lr = float(adam.get("learning_rate", 0.0))
         if not (lr > 0 and math.isfinite(lr)):
             raise invalid(f"adam.learning_rate: must be > 0 (got {lr})")
-        if trainer._pending_calls == 0:
+        if trainer.pending_calls == 0:
             raise HostError(
                 "FAILED_PRECONDITION",
                 "OptimStep: no gradients accumulated since the last step; call ForwardBackward first",
@@ -772,13 +772,13 @@ class ModelHost:
             return out
         import torch
 
-        from tinker_algos.models import _adapter_of
+        from tinker_algos.models import adapter_of
 
         if trainable_only:
             named = list(zip(session.trainer.param_names, session.trainer.params, strict=True))
         else:  # the base weights and this session's adapter -- never another session's
             own = session.spec.adapter
-            named = [(n, p) for n, p in self.policy.module.state_dict().items() if _adapter_of(n) in (None, own)]
+            named = [(n, p) for n, p in self.policy.module.state_dict().items() if adapter_of(n) in (None, own)]
         return {n: p.detach().to(torch.float32).cpu().numpy() for n, p in named}
 
 

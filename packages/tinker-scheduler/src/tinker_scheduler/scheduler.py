@@ -656,7 +656,6 @@ class Scheduler:
                 and self.training.backend == "ray"):
             return None
         if job.id not in self._host_keys:
-            from tinker_algos.training import PRECISION_OF  # light: no torch at import
             from tinker_core.config import JobConfig
             from tinker_scheduler.training_service import host_key
 
@@ -669,7 +668,7 @@ class Scheduler:
             if config.lora is None:
                 self._host_keys[job.id] = None
             else:
-                precision = PRECISION_OF.get(model.dtype, model.dtype)
+                precision = model.precision
                 self._host_keys[job.id] = (
                     host_key(model.name, precision, model.device, revision=model.revision, tokenizer=model.tokenizer),
                     {"base_model": model.name, "precision": precision, "device": model.device,
