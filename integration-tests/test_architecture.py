@@ -1,0 +1,90 @@
+"""The repository's shape: layers, private names, import cycles, module sizes.
+
+``scripts/check_architecture.py`` holds the rules; here it runs on the real tree (which must be
+clean) and on a copy of it with deliberately bad imports added (which it must catch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_checker():
+    spec = importlib.util.spec_from_file_location("check_architecture", ROOT / "scripts" / "check_architecture.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+checker = _load_checker()
+
+
+@pytest.fixture
+def tree_copy(tmp_path: Path) -> Path:
+    """A copy of every package's source (tests and templates left out), to break on purpose."""
+    for src in (ROOT / "packages").glob("*/src"):
+        shutil.copytree(src, tmp_path / "packages" / src.parent.name / "src",
+                        ignore=shutil.ignore_patterns("templates", "__pycache__", "*.pyc"))
+    return tmp_path
+
+
+def _append(path: Path, text: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + text + "\n", encoding="utf-8")
+
+
+def test_the_repository_is_clean() -> None:
+    problems = checker.check(ROOT)
+    assert problems == [], "\n".join(problems)
+
+
+def test_a_copy_of_the_tree_is_judged_like_the_tree(tree_copy: Path) -> None:
+    assert checker.check(tree_copy) == checker.check(ROOT)
+
+
+def test_an_upward_import_inside_a_function_is_caught(tree_copy: Path) -> None:
+    cli = tree_copy / "packages/tinker-client/src/tinker_client/cli.py"
+    _append(cli, "def _sneaky():\n    from tinker_algos import training\n    return training")
+    problems = checker.check(tree_copy)
+    assert any("tinker_client/cli.py" in p and "tinker_client imports tinker_algos" in p for p in problems), problems
+
+
+def test_core_importing_another_package_is_caught(tree_copy: Path) -> None:
+    _append(tree_copy / "packages/tinker-core/src/tinker_core/errors.py", "import tinker_client")
+    problems = checker.check(tree_copy)
+    assert any("tinker_core imports tinker_client" in p for p in problems), problems
+
+
+def test_algos_importing_an_env_package_is_caught(tree_copy: Path) -> None:
+    _append(tree_copy / "packages/tinker-algos/src/tinker_algos/kl.py",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tinker_env_games import tictactoe")
+    problems = checker.check(tree_copy)
+    assert any("tinker_algos imports tinker_env_games" in p for p in problems), problems
+
+
+def test_a_private_name_of_another_package_is_caught(tree_copy: Path) -> None:
+    _append(tree_copy / "packages/tinker-scheduler/src/tinker_scheduler/policy.py",
+            "from tinker_algos.models import _hidden_helper")
+    problems = checker.check(tree_copy)
+    assert any("private name(s) _hidden_helper of tinker_algos" in p for p in problems), problems
+
+
+def test_an_import_cycle_is_caught(tree_copy: Path) -> None:
+    _append(tree_copy / "packages/tinker-core/src/tinker_core/fsm.py", "from tinker_core import types as _types")
+    _append(tree_copy / "packages/tinker-core/src/tinker_core/types.py", "from tinker_core.fsm import TurnFSM as _T")
+    problems = checker.check(tree_copy)
+    assert any("import cycle" in p and "tinker_core.fsm" in p and "tinker_core.types" in p for p in problems), problems
+
+
+def test_a_long_module_is_caught(tree_copy: Path) -> None:
+    _append(tree_copy / "packages/tinker-core/src/tinker_core/fsm.py", "\n".join(f"x{i} = {i}" for i in range(600)))
+    problems = checker.check(tree_copy)
+    assert any("tinker_core/fsm.py" in p and "over 500" in p for p in problems), problems

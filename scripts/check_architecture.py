@@ -1,0 +1,200 @@
+"""Check the monorepo's layering, private-name use, import cycles and module sizes.
+
+Run ``python scripts/check_architecture.py`` (exit 1 and one line per problem when anything is
+wrong); ``integration-tests/test_architecture.py`` runs it on every test run. It reads the source
+as text (``ast``), so it needs none of the packages installed and sees every import: at module
+level, inside functions (lazy imports count) and under ``if TYPE_CHECKING:`` (a type-only import
+is still a dependency; import-linter counts them too).
+
+The rules (see docs/explanation/architecture.md):
+
+1. Layers depend only downward: core <- client, envs; core <- algos <- scheduler
+   (:data:`ALLOWED`).
+2. No package imports a ``_private`` name or module of another package.
+3. No import cycle between the modules of one package.
+4. No source module longer than :data:`MAX_LINES` lines, except those in :data:`LONG_MODULES`
+   (each with the reason it is one cohesive thing). Generated protobuf stubs are not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ENVS = ("tinker_env_echo", "tinker_env_math", "tinker_env_games")
+
+ALLOWED: dict[str, set[str]] = {
+    "tinker_core": set(),
+    "tinker_client": {"tinker_core"},
+    "tinker_algos": {"tinker_core"},
+    "tinker_scheduler": {"tinker_core", "tinker_algos"},
+    **{env: {"tinker_core"} for env in ENVS},
+}
+"""Import package -> the other first-party packages its source may import."""
+
+MAX_LINES = 500
+
+LONG_MODULES: dict[str, str] = {}
+"""Source files (relative to packages/) allowed past MAX_LINES, with the reason."""
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement: ``module`` imported (with ``names`` from it) at ``path:line``."""
+
+    path: Path
+    line: int
+    module: str
+    names: tuple[str, ...]
+
+
+def source_roots(packages_dir: Path) -> dict[str, Path]:
+    """Import package name -> its source directory, for every package under ``packages_dir``."""
+    roots: dict[str, Path] = {}
+    for src in sorted(packages_dir.glob("*/src")):
+        for pkg in src.iterdir():
+            if (pkg / "__init__.py").is_file():
+                roots[pkg.name] = pkg
+    return roots
+
+
+def _module_name(path: Path, pkg_root: Path) -> str:
+    parts = [pkg_root.name, *path.relative_to(pkg_root).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path, pkg_root: Path) -> Iterator[Import]:
+    """Every import in ``path``, wherever it stands (relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    here = _module_name(path, pkg_root).split(".")
+    is_package = path.name == "__init__.py"
+
+    def visit(node: ast.AST) -> Iterator[Import]:
+        for child in ast.iter_child_nodes(node):
+            yield from visit_one(child)
+
+    def visit_one(node: ast.AST) -> Iterator[Import]:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(path, node.lineno, alias.name, ())
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here if is_package else here[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            yield Import(path, node.lineno, module, tuple(a.name for a in node.names))
+        else:
+            yield from visit(node)
+
+    yield from visit(tree)
+
+
+def _modules(pkg_root: Path) -> dict[str, Path]:
+    """Module name -> file; cookiecutter template sources (paths with ``{{``) are not modules."""
+    return {_module_name(p, pkg_root): p for p in sorted(pkg_root.rglob("*.py")) if "{{" not in str(p)}
+
+
+def _where(imp: Import, root: Path) -> str:
+    try:
+        return f"{imp.path.relative_to(root)}:{imp.line}"
+    except ValueError:
+        return f"{imp.path}:{imp.line}"
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def strong(v: str) -> None:
+        nonlocal counter
+        index[v] = low[v] = counter
+        counter += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(10_000, sys.getrecursionlimit()))
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return found
+
+
+def check(root: Path = ROOT) -> list[str]:
+    """Every violation of the rules in the repository at ``root``, one line each."""
+    packages_dir = root / "packages"
+    roots = source_roots(packages_dir)
+    problems: list[str] = []
+    for pkg, pkg_root in roots.items():
+        modules = _modules(pkg_root)
+        graph: dict[str, set[str]] = {m: set() for m in modules}
+        for module, path in modules.items():
+            if "_pb2" not in path.name and path.suffix == ".py":
+                n = len(path.read_text(encoding="utf-8").splitlines())
+                rel = str(path.relative_to(packages_dir))
+                if n > MAX_LINES and rel not in LONG_MODULES:
+                    problems.append(f"{rel}: {n} lines (over {MAX_LINES}); split it along its seams")
+            for imp in imports_of(path, pkg_root):
+                top = imp.module.split(".")[0]
+                where = _where(imp, root)
+                if top in roots and top != pkg:
+                    if top not in ALLOWED.get(pkg, set()):
+                        problems.append(f"{where}: {pkg} imports {imp.module} (layers: {pkg} may import "
+                                        f"{', '.join(sorted(ALLOWED.get(pkg, ()))) or 'no other package'})")
+                    private = [p for p in imp.module.split(".")[1:] if p.startswith("_") and p != "__init__"]
+                    private += [n for n in imp.names if n.startswith("_") and not n.startswith("__")]
+                    if private:
+                        problems.append(f"{where}: {pkg} imports the private name(s) {', '.join(private)} "
+                                        f"of {top}; make it public there or do without")
+                elif top == pkg:
+                    submodules = [f"{imp.module}.{n}" for n in imp.names if f"{imp.module}.{n}" in modules]
+                    for target in submodules or [imp.module]:
+                        if target in modules and target != module:
+                            graph[module].add(target)
+        for component in _cycle(graph):
+            problems.append(f"{pkg}: import cycle between {', '.join(component)}")
+    return problems
+
+
+def main() -> int:
+    problems = check(ROOT)
+    for line in problems:
+        print(line)
+    if problems:
+        print(f"{len(problems)} architecture problem(s)", file=sys.stderr)
+        return 1
+    print("architecture: layers, private names, cycles and module sizes are clean")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
