@@ -117,3 +117,37 @@ def test_mkdocs_builds_strict(tmp_path):
         pytest.skip("mkdocs is not installed in this environment (it is in the workspace dev group)")
     result = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_the_oracle_page_derives_the_values_the_tests_cite():
+    """docs/reference/oracles.md: each worked value follows from its formula (numpy, no project code)."""
+    import math
+
+    import numpy as np
+
+    text = (DOCS / "reference" / "oracles.md").read_text(encoding="utf-8")
+    r, v, lam = [0.0, 0.0, 1.0], [0.5, 0.6, 0.7], 0.95
+    adv, nxt_a, nxt_v = [0.0] * 3, 0.0, 0.0
+    for t in reversed(range(3)):
+        nxt_a = r[t] + nxt_v - v[t] + lam * nxt_a
+        adv[t], nxt_v = nxt_a, v[t]
+    R = np.array([1.0, 0.0, 0.0, 1.0])
+    x = math.log(0.25) - math.log(0.5)
+    sig = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    l_ = np.array([[1.0, 2, 3], [4, 0, 0]])
+    m = np.array([[1.0, 1, 1], [1, 0, 0]])
+    values = {
+        "gae": adv,
+        "returns": [a + b for a, b in zip(adv, v, strict=True)],
+        "grpo": (R - R.mean()) / (R.std(ddof=1) + 1e-6),
+        "rloo": R - (R.sum() - R) / 3,
+        "dpo": [-math.log(sig(0.2))],
+        "cdpo": [-0.9 * math.log(sig(0.2)) - 0.1 * math.log(sig(-0.2))],
+        "ipo": [(2 - 1 / 0.2) ** 2],
+        "kl": [-x, x * x / 2, math.exp(x) - x - 1],
+        "agg": [(l_ * m).sum() / m.sum(), ((l_ * m).sum(1) / m.sum(1)).mean(), (l_ * m).sum(1).mean(), (l_ * m).sum(1).mean() / 3],
+    }
+    for name, numbers in values.items():
+        for number in numbers:
+            shown = f"{abs(float(number)):.6f}".rstrip("0").rstrip(".")
+            assert shown in text or f"{abs(float(number)):.1f}" in text, f"{name}: {number} is not on the oracle page"
