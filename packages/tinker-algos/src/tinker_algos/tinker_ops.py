@@ -1,0 +1,251 @@
+"""Tinker's training API in tinker_algos terms: its data alignment, loss keys, Adam and sampling
+defaults and stop reasons, as pure functions.
+
+A Tinker ``Datum`` is next-token aligned: ``tokens = seq[:-1]``, ``target_tokens = seq[1:]``, and
+every per-position field (``loss_weights``, ``advantages``, ``sampling_logprobs``) has one entry
+per target. tinker_algos trains on right-padded :class:`tinker_core.types.Batch` rows over the
+whole sequence, where position ``t`` of a ``*_B_T`` array belongs to token ``t`` (predicted from
+``t - 1``). :func:`datum_batch` and :func:`per_datum_logprobs` convert between the two;
+:func:`loss_config`, :func:`adam_step_args` and :func:`sampling_params` map Tinker's request
+fields onto the registered losses, :meth:`tinker_algos.trainer.Trainer.optim_step` and
+:class:`tinker_algos.sampler.SamplingParams`.
+
+Bad input raises :class:`ValueError` naming the field (``data[1].target_tokens: ...``), so a
+server can return it as an invalid-argument error unchanged. The model host of tinker-scheduler
+(``tinker_scheduler.model_host``) serves the TrainingService with these.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tinker_core.types import Batch
+
+#: Tinker's default PPO clip thresholds on the ratio (``eps_low = 1 - low``, ``eps_high = high - 1``).
+TINKER_CLIP_LOW = 0.8
+TINKER_CLIP_HIGH = 1.2
+#: Tinker's ``AdamParams`` defaults, used where a field is 0 (unset on the wire).
+ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.95, "eps": 1e-12}
+#: :class:`tinker_algos.sampler.Sample` stop reasons -> Tinker's (``length``, ``stop_token``, ``stop_string``).
+STOP_REASONS = {"length": "length", "eos": "stop_token", "stop_id": "stop_token", "stop_string": "stop_string"}
+#: The per-position fields of a datum and their value where a datum leaves one out.
+PER_POSITION_DEFAULTS = {"loss_weights": 1.0, "advantages": 0.0, "sampling_logprobs": 0.0}
+
+
+def per_position(datum: Mapping[str, Any], i: int, T: int, name: str, default: float) -> np.ndarray:
+    """Datum ``i``'s per-position field ``name`` (length ``T``), or ``default`` everywhere if absent."""
+    value = np.asarray(datum.get(name, ()), dtype=np.float32)
+    if value.size == 0:
+        return np.full(T, default, dtype=np.float32)
+    if value.shape != (T,):
+        raise ValueError(f"data[{i}].{name}: has {value.size} entries for {T} tokens; send one per token or none")
+    return value
+
+
+def datum_batch(
+    data: Sequence[Mapping[str, Any]], loss_fn: str | None, pad_token_id: int
+) -> tuple[Batch, dict[str, np.ndarray]]:
+    """Tinker-aligned data -> a right-padded :class:`Batch` over ``tokens + [last target]``.
+
+    Returns the batch and the extra loss inputs (``weights_B_T`` for ``cross_entropy``, whose
+    loss is ``-w * logprob`` summed with the weights as the mask: weights of 1 avoid ``w**2``).
+    """
+    if not data:
+        raise ValueError("data: is empty; send at least one Datum")
+    rows: list[tuple[np.ndarray, ...]] = []
+    for i, d in enumerate(data):
+        tokens = np.asarray(d.get("tokens", ()), dtype=np.int64)
+        targets = np.asarray(d.get("target_tokens", ()), dtype=np.int64)
+        T = len(tokens)
+        if T == 0:
+            raise ValueError(f"data[{i}].tokens: is empty")
+        if len(targets) != T:
+            raise ValueError(
+                f"data[{i}].target_tokens: has {len(targets)} entries for {T} tokens; for "
+                "next-token training send tokens = seq[:-1] and target_tokens = seq[1:]"
+            )
+        if T > 1 and not np.array_equal(targets[:-1], tokens[1:]):
+            bad = int(np.nonzero(targets[:-1] != tokens[1:])[0][0])
+            raise ValueError(
+                f"data[{i}].target_tokens[{bad}] = {targets[bad]} but tokens[{bad + 1}] = {tokens[bad + 1]}; "
+                "target_tokens must be tokens shifted left by one (seq[1:] for tokens = seq[:-1])"
+            )
+        fields = [per_position(d, i, T, name, default) for name, default in PER_POSITION_DEFAULTS.items()]
+        rows.append((np.concatenate([tokens, targets[-1:]]), *fields))
+    B, L = len(rows), max(len(r[0]) for r in rows)
+    tokens_B_L = np.full((B, L), pad_token_id, dtype=np.int64)
+    attn_B_L = np.zeros((B, L), dtype=np.float32)
+    mask_B_L = np.zeros((B, L), dtype=np.float32)
+    adv_B_L = np.zeros((B, L), dtype=np.float32)
+    slp_B_L = np.zeros((B, L), dtype=np.float32)
+    for b, (full, w, a, s) in enumerate(rows):
+        n = len(full)
+        tokens_B_L[b, :n] = full
+        attn_B_L[b, :n] = 1.0
+        mask_B_L[b, 1:n] = w  # position t of the datum predicts full[t + 1]
+        adv_B_L[b, 1:n] = a
+        slp_B_L[b, 1:n] = s
+    batch = Batch(
+        tokens_B_T=tokens_B_L, attention_mask_B_T=attn_B_L, loss_mask_B_T=mask_B_L,
+        sampler_logprobs_B_T=slp_B_L, rewards_B=np.zeros(B, np.float32), group_ids_B=np.arange(B),
+        advantages_B_T=adv_B_L,
+    )
+    extra: dict[str, np.ndarray] = {}
+    if loss_fn == "cross_entropy":
+        extra["weights_B_T"] = (mask_B_L != 0).astype(np.float32)
+    return batch, extra
+
+
+def per_datum_logprobs(logprobs_B_T: np.ndarray, lengths: Sequence[int]) -> list[list[float]]:
+    """Logprobs of a :func:`datum_batch` in the Tinker alignment: datum ``b`` position ``t`` is
+    log p(target ``t``), ``lengths[b]`` of them."""
+    return [logprobs_B_T[b, 1 : n + 1].astype(np.float32).tolist() for b, n in enumerate(lengths)]
+
+
+def sequence_batch(sequences: Sequence[Sequence[int]], pad_token_id: int) -> Batch:
+    """Whole token sequences -> a right-padded :class:`Batch` (every real token in the mask)."""
+    if not sequences:
+        raise ValueError("sequences: is empty")
+    B, L = len(sequences), max(len(s) for s in sequences)
+    if L == 0:
+        raise ValueError("sequences: every sequence is empty")
+    tokens_B_L = np.full((B, L), pad_token_id, dtype=np.int64)
+    attn_B_L = np.zeros((B, L), dtype=np.float32)
+    for b, s in enumerate(sequences):
+        tokens_B_L[b, : len(s)] = s
+        attn_B_L[b, : len(s)] = 1
+    return Batch(tokens_B_L, attn_B_L, attn_B_L.copy(), np.zeros_like(attn_B_L), np.zeros(B, np.float32), np.arange(B))
+
+
+def sequence_logprobs(logprobs_B_T: np.ndarray, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+    """Logprobs of a :func:`sequence_batch`: ``len(seq) - 1`` per sequence (the first token has none)."""
+    return [logprobs_B_T[b, 1 : len(s)].astype(np.float32).tolist() for b, s in enumerate(sequences)]
+
+
+def loss_config(loss_fn: str, config: Mapping[str, float]) -> dict[str, Any]:
+    """Tinker's ``loss_fn_config`` -> keyword arguments of the registered loss ``loss_fn``.
+
+    ``ppo`` without explicit ``eps_low``/``eps_high``/``dual_clip`` gets Tinker's clip thresholds
+    (:data:`TINKER_CLIP_LOW`, :data:`TINKER_CLIP_HIGH`) and no dual clip; ``clip_low_threshold``
+    and ``clip_high_threshold`` become ``eps_low = 1 - low`` and ``eps_high = high - 1`` for
+    ``ppo`` and ``cispo``; ``dual_clip = 0`` means none. Other keys pass through as floats.
+    """
+    import tinker_core
+
+    try:
+        tinker_core.get_loss(loss_fn)
+    except Exception as e:  # noqa: BLE001 - UnknownNameError names close matches
+        raise ValueError(f"loss_fn: {e}") from None
+    cfg: dict[str, Any] = {k: float(v) for k, v in config.items()}
+    if loss_fn in ("ppo", "cispo"):
+        tinker_keys = {"clip_low_threshold", "clip_high_threshold"}
+        if loss_fn == "ppo" and not ({"eps_low", "eps_high", "dual_clip"} & set(cfg)):
+            low = cfg.pop("clip_low_threshold", TINKER_CLIP_LOW)
+            high = cfg.pop("clip_high_threshold", TINKER_CLIP_HIGH)
+            cfg.update(eps_low=1.0 - low, eps_high=high - 1.0, dual_clip=None)
+        elif tinker_keys & set(cfg):
+            if "clip_low_threshold" in cfg:
+                cfg["eps_low"] = 1.0 - cfg.pop("clip_low_threshold")
+            if "clip_high_threshold" in cfg:
+                cfg["eps_high"] = cfg.pop("clip_high_threshold") - 1.0
+        if loss_fn == "ppo" and cfg.get("dual_clip") == 0.0:
+            cfg["dual_clip"] = None
+    return cfg
+
+
+def evaluate_loss(
+    logprobs_B_T: np.ndarray, batch: Batch, extra: Mapping[str, np.ndarray], loss_fn: str, cfg: Mapping[str, Any]
+) -> dict[str, float]:
+    """The registered loss ``loss_fn`` over a :func:`datum_batch` without gradients, summed over
+    tokens: ``loss``, ``loss:sum``, ``num_tokens`` and the loss's own metrics as ``<loss_fn>/<name>``.
+
+    Raises :class:`ValueError` when the loss rejects ``cfg``.
+    """
+    import torch
+
+    import tinker_core
+    from tinker_core.algos import LossInputs
+
+    mask_B_T = torch.as_tensor(batch.loss_mask_B_T * batch.attention_mask_B_T)
+    inputs = LossInputs(
+        logprobs_B_T=torch.as_tensor(logprobs_B_T), mask_B_T=mask_B_T,
+        sampling_logprobs_B_T=torch.as_tensor(batch.sampler_logprobs_B_T),
+        advantages_B_T=torch.as_tensor(batch.advantages_B_T),
+        **{k: torch.as_tensor(v) for k, v in extra.items()},
+    )
+    try:
+        with torch.no_grad():
+            out = tinker_core.get_loss(loss_fn).obj(inputs, **cfg)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"loss {loss_fn!r}: {e}") from None
+    on_B_T = mask_B_T != 0
+    total = float(torch.where(on_B_T, out.loss_B_T * mask_B_T, torch.zeros(())).sum())
+    metrics = {"loss": total, "loss:sum": total, "num_tokens": float(mask_B_T.sum())}
+    metrics.update({f"{loss_fn}/{k}": float(v) for k, v in (out.metrics or {}).items()})
+    return metrics
+
+
+def adam_step_args(adam: Mapping[str, float]) -> tuple[dict[str, Any], float | None]:
+    """Tinker's ``AdamParams`` -> (keyword arguments of ``Trainer.optim_step``, max grad norm).
+
+    0 (unset) means :data:`ADAM_DEFAULTS` for ``beta1``, ``beta2`` and ``eps``, no weight decay
+    and no gradient clipping (``None``); ``learning_rate`` must be set.
+    """
+    lr = float(adam.get("learning_rate", 0.0))
+    if not (lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"adam.learning_rate: must be > 0 (got {lr})")
+    b1 = float(adam.get("beta1") or ADAM_DEFAULTS["beta1"])
+    b2 = float(adam.get("beta2") or ADAM_DEFAULTS["beta2"])
+    eps = float(adam.get("eps") or ADAM_DEFAULTS["eps"])
+    wd = float(adam.get("weight_decay") or 0.0)
+    clip = float(adam.get("grad_clip_norm") or 0.0)
+    for name, value, ok in (("beta1", b1, 0 <= b1 < 1), ("beta2", b2, 0 <= b2 < 1), ("eps", eps, eps > 0),
+                            ("weight_decay", wd, wd >= 0), ("grad_clip_norm", clip, clip >= 0)):
+        if not ok:
+            raise ValueError(f"adam.{name}: {value} is out of range")
+    return {"lr": lr, "betas": (b1, b2), "eps": eps, "weight_decay": wd}, (clip if clip > 0 else None)
+
+
+def sampling_params(params: Mapping[str, Any], num_samples: int) -> Any:
+    """Tinker's ``SamplingParams`` fields -> a validated :class:`tinker_algos.sampler.SamplingParams`."""
+    from tinker_algos.sampler import SamplingParams
+
+    sp = SamplingParams(
+        max_new_tokens=int(params.get("max_tokens", 0)),
+        temperature=float(params.get("temperature", 1.0)),
+        top_p=float(params.get("top_p", 1.0)),
+        top_k=int(params.get("top_k", 0)),
+        n=max(1, int(num_samples)),
+        stop=list(params.get("stop", ())),
+        stop_token_ids=list(params.get("stop_token_ids", ())),
+        seed=params.get("seed"),
+    )
+    try:
+        sp.validate()
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"sampling_params: {e}".replace("SamplingParams.max_new_tokens", "max_tokens")) from None
+    return sp
+
+
+def sampled_sequences(rows: Sequence[Sequence[Any]]) -> list[list[dict[str, Any]]]:
+    """``sample()`` output (per prompt, per sample) -> Tinker's sequences with Tinker's stop reasons."""
+    return [
+        [{"tokens": s.tokens, "logprobs": s.logprobs, "stop_reason": STOP_REASONS[s.stop_reason]} for s in row]
+        for row in rows
+    ]
+
+
+def tokenizer_files(tokenizer: Any) -> dict[str, np.ndarray]:
+    """A tokenizer's saved files (``tokenizer.json`` ...) as uint8 arrays, by file name."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tokenizer.save_pretrained(tmp)
+        return {
+            f.name: np.frombuffer(f.read_bytes(), dtype=np.uint8).copy()
+            for f in sorted(Path(tmp).iterdir()) if f.is_file()
+        }

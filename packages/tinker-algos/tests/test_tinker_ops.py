@@ -1,0 +1,141 @@
+"""tinker_ops: Tinker's data alignment, loss keys, Adam and sampling fields on tinker_algos."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tinker_algos import tinker_ops
+from tinker_algos.tinker_ops import (
+    ADAM_DEFAULTS,
+    TINKER_CLIP_HIGH,
+    TINKER_CLIP_LOW,
+    adam_step_args,
+    datum_batch,
+    evaluate_loss,
+    loss_config,
+    per_datum_logprobs,
+    per_position,
+    sampled_sequences,
+    sampling_params,
+    sequence_batch,
+    sequence_logprobs,
+    tokenizer_files,
+)
+
+pytestmark = pytest.mark.usefixtures("only_tinker_algos_plugins")
+
+
+def datum(seq: list[int], weights: list[float] | None = None, **fields: list[float]) -> dict:
+    d = {"tokens": seq[:-1], "target_tokens": seq[1:], **fields}
+    if weights is not None:
+        d["loss_weights"] = weights
+    return d
+
+
+def test_datum_batch_puts_the_last_target_at_the_end_and_shifts_per_position_fields_by_one():
+    data = [datum([1, 5, 6, 7], [0, 1, 1], advantages=[0, 2, 3]), datum([1, 9, 2])]
+    batch, extra = datum_batch(data, "importance_sampling", pad_token_id=0)
+    np.testing.assert_array_equal(batch.tokens_B_T, [[1, 5, 6, 7], [1, 9, 2, 0]])
+    np.testing.assert_array_equal(batch.attention_mask_B_T, [[1, 1, 1, 1], [1, 1, 1, 0]])
+    # position t of a datum predicts target t = token t + 1 of the batch row
+    np.testing.assert_array_equal(batch.loss_mask_B_T, [[0, 0, 1, 1], [0, 1, 1, 0]])  # absent weights: 1
+    np.testing.assert_array_equal(batch.advantages_B_T, [[0, 0, 2, 3], [0, 0, 0, 0]])  # absent: 0
+    assert extra == {}
+
+
+def test_cross_entropy_gets_unit_weights_on_the_mask():
+    batch, extra = datum_batch([datum([1, 5, 6, 7], [0, 0.5, 2])], "cross_entropy", pad_token_id=0)
+    np.testing.assert_array_equal(extra["weights_B_T"], [[0, 0, 1, 1]])
+    np.testing.assert_array_equal(batch.loss_mask_B_T, [[0, 0, 0.5, 2]])
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        ([], "data: is empty"),
+        ([{"tokens": [], "target_tokens": []}], "data[0].tokens"),
+        ([{"tokens": [1, 2], "target_tokens": [2]}], "data[0].target_tokens: has 1 entries for 2 tokens"),
+        ([{"tokens": [1, 2, 3], "target_tokens": [5, 3, 4]}], "data[0].target_tokens[0] = 5 but tokens[1] = 2"),
+        ([datum([1, 2, 3], [1.0])], "data[0].loss_weights: has 1 entries for 2 tokens"),
+    ],
+)
+def test_bad_data_names_the_field(data, named):
+    with pytest.raises(ValueError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        datum_batch(data, "cross_entropy", pad_token_id=0)
+
+
+def test_per_position_defaults_when_absent():
+    np.testing.assert_array_equal(per_position({}, 0, 3, "advantages", 0.0), [0, 0, 0])
+    np.testing.assert_array_equal(per_position({"x": [1, 2]}, 0, 2, "x", 9.0), [1, 2])
+
+
+def test_logprobs_come_back_in_tinker_alignment():
+    lp_B_T = np.array([[9, -1, -2, -3], [9, -4, -5, 0]], dtype=np.float32)
+    assert per_datum_logprobs(lp_B_T, [3, 2]) == [[-1, -2, -3], [-4, -5]]
+    batch = sequence_batch([[1, 2, 3], [4]], pad_token_id=0)
+    np.testing.assert_array_equal(batch.tokens_B_T, [[1, 2, 3], [4, 0, 0]])
+    assert sequence_logprobs(lp_B_T, [[1, 2, 3], [4]]) == [[-1, -2], []]
+    with pytest.raises(ValueError, match="sequences"):
+        sequence_batch([[]], pad_token_id=0)
+
+
+def test_ppo_gets_tinkers_clip_defaults_and_threshold_keys():
+    assert loss_config("ppo", {}) == pytest.approx(
+        {"eps_low": 1 - TINKER_CLIP_LOW, "eps_high": TINKER_CLIP_HIGH - 1, "dual_clip": None}
+    )
+    assert loss_config("ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}) == pytest.approx(
+        {"eps_low": 0.1, "eps_high": 0.1, "dual_clip": None}
+    )
+    assert loss_config("ppo", {"eps_low": 0.3, "dual_clip": 0.0}) == {"eps_low": 0.3, "dual_clip": None}
+    assert loss_config("cispo", {"clip_high_threshold": 1.5}) == pytest.approx({"eps_high": 0.5})
+    assert loss_config("cross_entropy", {}) == {}
+
+
+def test_an_unknown_loss_is_named_with_a_suggestion():
+    with pytest.raises(ValueError, match="loss_fn: .*importance_sampling"):
+        loss_config("importance_samplin", {})
+
+
+def test_evaluate_loss_sums_cross_entropy_over_the_weighted_targets():
+    data = [datum([1, 5, 6, 7], [0, 1, 1])]
+    batch, extra = datum_batch(data, "cross_entropy", pad_token_id=0)
+    lp_B_T = np.array([[0, -1, -2, -4]], dtype=np.float32)
+    metrics = evaluate_loss(lp_B_T, batch, extra, "cross_entropy", {})
+    assert metrics["loss"] == pytest.approx(6.0) and metrics["loss:sum"] == metrics["loss"]
+    assert metrics["num_tokens"] == 2
+    with pytest.raises(ValueError, match="loss 'cross_entropy'"):
+        evaluate_loss(lp_B_T, batch, extra, "cross_entropy", {"nonsense": 1.0})
+
+
+def test_adam_fields_default_like_tinker_and_are_checked():
+    kwargs, clip = adam_step_args({"learning_rate": 1e-3})
+    assert kwargs == {"lr": 1e-3, "betas": (ADAM_DEFAULTS["beta1"], ADAM_DEFAULTS["beta2"]),
+                      "eps": ADAM_DEFAULTS["eps"], "weight_decay": 0.0}
+    assert clip is None
+    assert adam_step_args({"learning_rate": 1e-3, "grad_clip_norm": 1.0})[1] == 1.0
+    with pytest.raises(ValueError, match="adam.learning_rate"):
+        adam_step_args({})
+    with pytest.raises(ValueError, match="adam.beta2"):
+        adam_step_args({"learning_rate": 1.0, "beta2": 1.5})
+
+
+def test_sampling_params_speak_tinkers_names():
+    sp = sampling_params({"max_tokens": 5, "temperature": 0.5, "stop": ["\n"], "seed": 3}, num_samples=0)
+    assert (sp.max_new_tokens, sp.temperature, sp.n, sp.stop, sp.seed) == (5, 0.5, 1, ["\n"], 3)
+    with pytest.raises(ValueError, match=r"sampling_params: max_tokens"):
+        sampling_params({"max_tokens": 0}, num_samples=1)
+
+
+def test_stop_reasons_map_onto_tinkers_three():
+    rows = [[SimpleNamespace(tokens=[1], logprobs=[-0.5], stop_reason=r) for r in ("length", "eos", "stop_id", "stop_string")]]
+    assert [s["stop_reason"] for s in sampled_sequences(rows)[0]] == ["length", "stop_token", "stop_token", "stop_string"]
+    assert set(tinker_ops.STOP_REASONS.values()) == {"length", "stop_token", "stop_string"}
+
+
+def test_tokenizer_files_are_the_saved_files_as_bytes(policy):
+    files = tokenizer_files(policy.tokenizer)
+    assert files and all(a.dtype == np.uint8 for a in files.values())
+    assert any(name.startswith("tokenizer") for name in files)
