@@ -509,3 +509,16 @@ def test_an_info_that_is_not_json_is_an_internal_error_naming_the_fix():
         err = rpc_error(stub.Step, env_pb2.StepRequest(session_id=sid, action="x"))
         assert err.code() == grpc.StatusCode.INTERNAL
         assert "not JSON-serialisable" in err.details() and "must use JSON types" in err.details()
+
+
+def test_the_remote_package_keeps_its_public_names_and_uses_the_wire_constants():
+    import tinker_core.proto
+    import tinker_core.remote as remote
+
+    for name in remote.__all__:
+        assert getattr(remote, name) is not None, name
+    assert remote.SERVICE_NAME == tinker_core.proto.ENV_SERVICE == "opentinker.v1.EnvService"
+    assert remote.MAX_MESSAGE_BYTES == tinker_core.proto.MAX_MESSAGE_BYTES
+    assert (tinker_core.RemoteEnv, tinker_core.RemoteMultiAgentEnv, tinker_core.serve_env) == (
+        remote.RemoteEnv, remote.RemoteMultiAgentEnv, remote.serve_env,
+    )

@@ -1,0 +1,53 @@
+"""Environments served over gRPC: :func:`serve_env` and the clients :class:`RemoteEnv`,
+:class:`RemoteMultiAgentEnv`.
+
+A server runs registered environments (anything :func:`tinker_core.make_env` builds) for many
+clients at once. Each client session owns one env instance, isolated from every other; a
+session is closed by its client, or by the server once it has been idle for ``idle_timeout_s``;
+the server holds at most ``max_sessions`` at a time. The standard gRPC health service reports
+``SERVING`` for ``""`` and ``"opentinker.v1.EnvService"``::
+
+    server = serve_env("echo/echo-v0", port=50051)   # returns at once; serves in threads
+    server.wait_for_termination()                    # a CLI blocks here (Ctrl-C: server.stop())
+
+    with RemoteEnv("127.0.0.1:50051", "echo/echo-v0") as env:   # elsewhere
+        obs, info = env.reset(seed=0)                # exactly what the local env returns
+        obs, reward, terminated, truncated, info = env.step("apple")
+
+What changes over the wire: ``info`` dicts and reset options travel as JSON (tuples come back as
+lists, numpy scalars as Python numbers), rewards come back as ``float``, and ``Step`` before the
+first ``Reset`` of a session fails (``FAILED_PRECONDITION``) as gymnasium's order checks do.
+
+Modules: :mod:`.codec` (JSON fields and observations in messages), :mod:`.servicer` (the
+``EnvService`` sessions), :mod:`.server` (:func:`serve_env`, :class:`EnvServer`),
+:mod:`.client` (:class:`RemoteEnv`, :class:`RemoteMultiAgentEnv`, :class:`RemoteEnvError`).
+This package imports grpc; ``import tinker_core`` does not import it.
+"""
+
+from __future__ import annotations
+
+from tinker_core.proto import ENV_SERVICE as SERVICE_NAME
+from tinker_core.proto import MAX_MESSAGE_BYTES
+from tinker_core.remote.client import (
+    RemoteEnv,
+    RemoteEnvError,
+    RemoteEnvInvalidArgument,
+    RemoteEnvNotFound,
+    RemoteMultiAgentEnv,
+)
+from tinker_core.remote.codec import observation_from_proto, observation_to_proto
+from tinker_core.remote.server import EnvServer, serve_env
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "SERVICE_NAME",
+    "EnvServer",
+    "RemoteEnv",
+    "RemoteEnvError",
+    "RemoteEnvInvalidArgument",
+    "RemoteEnvNotFound",
+    "RemoteMultiAgentEnv",
+    "observation_from_proto",
+    "observation_to_proto",
+    "serve_env",
+]

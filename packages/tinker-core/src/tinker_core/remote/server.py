@@ -1,0 +1,197 @@
+"""The env server: :func:`serve_env` starts one, :class:`EnvServer` is its handle.
+
+It serves ``EnvService`` (see :mod:`tinker_core.remote.servicer`) and the standard gRPC health
+service, and closes sessions idle for longer than ``idle_timeout_s`` from a background thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Sequence
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from tinker_core.proto import ENV_SERVICE, message_size_options
+from tinker_core.proto import env_pb2_grpc as pb_grpc
+from tinker_core.remote.servicer import EnvServicer
+
+log = logging.getLogger(__name__)
+
+
+class EnvServer:
+    """A running env server (returned by :func:`serve_env`); serves until :meth:`stop`.
+
+    Attributes:
+        host: the interface it listens on.
+        port: the port it listens on (the real one when it was started with port 0).
+        address: ``host:port``, what clients connect to.
+        env_ids: the env ids it serves, or None for every registered env.
+    """
+
+    def __init__(
+        self,
+        server: grpc.Server,
+        servicer: EnvServicer,
+        health_servicer: health.HealthServicer,
+        host: str,
+        port: int,
+    ) -> None:
+        self._server = server
+        self._servicer = servicer
+        self._health = health_servicer
+        self.host = host
+        self.port = port
+        self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self.env_ids = servicer.env_ids
+        self._stopped = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._reaper: threading.Thread | None = None
+        if servicer.idle_timeout_s is not None:
+            self._reaper = threading.Thread(target=self._reap_loop, name="opentinker-env-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap_loop(self) -> None:
+        timeout = self._servicer.idle_timeout_s
+        assert timeout is not None
+        interval = min(max(timeout / 4, 0.01), 5.0)
+        while not self._stopped.wait(interval):
+            try:
+                self._servicer.reap_idle()
+            except Exception:  # pragma: no cover - keep reaping whatever happens
+                log.exception("reaping idle env sessions failed")
+
+    @property
+    def max_sessions(self) -> int:
+        return self._servicer.max_sessions
+
+    @property
+    def idle_timeout_s(self) -> float | None:
+        return self._servicer.idle_timeout_s
+
+    @property
+    def num_sessions(self) -> int:
+        """How many sessions are open now."""
+        return len(self._servicer.session_ids())
+
+    def session_ids(self) -> list[str]:
+        return self._servicer.session_ids()
+
+    def reap_idle(self, now: float | None = None) -> int:
+        """Close sessions idle for longer than ``idle_timeout_s`` as of ``now``
+        (``time.monotonic()`` by default); return how many. A background thread calls this."""
+        return self._servicer.reap_idle(now)
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop serving (calls in flight get ``grace`` seconds) and close every session's env.
+
+        Idempotent; safe to call from another thread or a signal handler's caller.
+        """
+        with self._stop_lock:
+            if self._stopped.is_set():
+                return
+            self._stopped.set()
+            self._health.enter_graceful_shutdown()
+            self._server.stop(grace).wait()
+            self._servicer.close_all()
+            if self._reaper is not None and self._reaper is not threading.current_thread():
+                self._reaper.join()
+            log.info("env server on %s stopped", self.address)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def wait_for_termination(self, timeout: float | None = None) -> bool:
+        """Block until the server stops (or ``timeout`` seconds pass); True once it stopped.
+
+        A CLI serves with ``server.wait_for_termination()`` and calls ``server.stop()`` on
+        KeyboardInterrupt.
+        """
+        timed_out = self._server.wait_for_termination(timeout)
+        return not timed_out
+
+    def __enter__(self) -> EnvServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        served = "every registered env" if self.env_ids is None else ", ".join(self.env_ids)
+        state = "stopped" if self.stopped else "serving"
+        return f"<EnvServer {self.address} {state} {served}>"
+
+
+def serve_env(
+    env_id: str | Sequence[str] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    max_sessions: int = 64,
+    idle_timeout_s: float | None = 300.0,
+    max_workers: int = 8,
+) -> EnvServer:
+    """Serve registered environments over gRPC (``EnvService`` plus gRPC health); return at once.
+
+    Args:
+        env_id: the env id to serve, several ids, or None for every registered env. Unknown ids
+            raise :class:`~tinker_core.errors.UnknownNameError` (with a did-you-mean) here,
+            before anything listens.
+        host: the interface to listen on; the default serves this machine only.
+        port: the port; 0 picks a free one (read it from the returned ``.port``).
+        max_sessions: the most sessions open at once; one more is refused with
+            ``RESOURCE_EXHAUSTED`` (after closing idle ones).
+        idle_timeout_s: a session with no call for this long is closed; None never closes one.
+        max_workers: threads serving calls; calls on different sessions run concurrently,
+            calls on one session run one at a time.
+
+    Returns:
+        An :class:`EnvServer`: ``.port``, ``.address``, ``.stop()``, ``.wait_for_termination()``;
+        also a context manager that stops it.
+    """
+    from tinker_core.registry import env_spec, make_env
+
+    if max_sessions < 1:
+        raise ValueError(f"serve_env: max_sessions must be >= 1, got {max_sessions}")
+    if max_workers < 1:
+        raise ValueError(f"serve_env: max_workers must be >= 1, got {max_workers}")
+    if idle_timeout_s is not None and not (idle_timeout_s > 0 and math.isfinite(idle_timeout_s)):
+        raise ValueError(
+            f"serve_env: idle_timeout_s must be a positive number of seconds (or None to keep "
+            f"idle sessions forever), got {idle_timeout_s}"
+        )
+    env_ids: tuple[str, ...] | None
+    if env_id is None:
+        env_ids = None
+    else:
+        env_ids = (env_id,) if isinstance(env_id, str) else tuple(env_id)
+        if not env_ids:
+            raise ValueError("serve_env: env_id is an empty list; pass an env id, or None for every registered env")
+        for one in env_ids:
+            env_spec(one)  # UnknownNameError with a did-you-mean
+
+    servicer = EnvServicer(env_ids, max_sessions, idle_timeout_s, make_env)
+    health_servicer = health.HealthServicer()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="opentinker-env"),
+        options=[*message_size_options(), ("grpc.so_reuseport", 0)],
+    )
+    pb_grpc.add_EnvServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(bind)
+    except RuntimeError as e:
+        raise OSError(f"serve_env: could not listen on {bind}: {e}; pick another port or host") from e
+    if bound == 0:
+        raise OSError(f"serve_env: could not listen on {bind}; pick another port or host")
+    server.start()
+    for service in ("", ENV_SERVICE):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    handle = EnvServer(server, servicer, health_servicer, host, bound)
+    log.info("serving %r on %s", "every registered env" if env_ids is None else env_ids, handle.address)
+    return handle
