@@ -19,23 +19,22 @@ Keep plugin modules light: import heavy libraries inside the factories, not at m
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import pluggy
-
-if TYPE_CHECKING:
-    from tinker_core.registry import (
-        EnvRegister,
-        EstimatorRegister,
-        LossRegister,
-        OptimizerRegister,
-    )
 
 PROJECT_NAME = "opentinker"
 ENTRY_POINT_GROUP = "opentinker"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+# The ``register`` callbacks the hooks receive (their arguments are documented on each hook).
+EnvRegister = Callable[..., None]
+EstimatorRegister = Callable[..., None]
+OptimizerRegister = Callable[..., None]
+LossRegister = Callable[..., None]
 
 
 @hookspec

@@ -110,11 +110,6 @@ class Registry(Generic[T]):
         return [self._entries[n] for n in self.names()]
 
 
-EnvRegister = Callable[..., None]
-EstimatorRegister = Callable[..., None]
-OptimizerRegister = Callable[..., None]
-LossRegister = Callable[..., None]
-
 KINDS = ("envs", "advantage_estimators", "losses", "optimizers")
 
 
