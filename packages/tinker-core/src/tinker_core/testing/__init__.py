@@ -25,10 +25,10 @@ check                           plugin                                          
 :func:`check_all_registered`    everything in the plugin registries                   some
 ==============================  ====================================================  ======
 
-What each check requires is documented in its module (:mod:`.envs`, :mod:`.estimators`,
-:mod:`.losses`, :mod:`.optimizers`). Importing this package never imports torch: the two torch
-checks import it when called and raise :class:`TorchNotInstalledError` (an ImportError too)
-telling you to install tinker-algos when it is missing.
+What each check requires is documented in its module (:mod:`.envs`, :mod:`.multi_agent_envs`,
+:mod:`.estimators`, :mod:`.losses`, :mod:`.optimizers`). Importing this package never imports
+torch: the two torch checks import it when called and raise :class:`TorchNotInstalledError`
+(an ImportError too) telling you to install tinker-algos when it is missing.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _EXPORTS: dict[str, str] = {
     "TorchNotInstalledError": "tinker_core.testing._common",
     "DEFAULT_ACTIONS": "tinker_core.testing.envs",
     "check_env": "tinker_core.testing.envs",
-    "check_multi_agent_env": "tinker_core.testing.envs",
+    "check_multi_agent_env": "tinker_core.testing.multi_agent_envs",
     "check_advantage_estimator": "tinker_core.testing.estimators",
     "check_loss": "tinker_core.testing.losses",
     "check_optimizer": "tinker_core.testing.optimizers",
@@ -77,8 +77,9 @@ if TYPE_CHECKING:  # pragma: no cover
         ConformanceWarning,
         TorchNotInstalledError,
     )
-    from tinker_core.testing.envs import DEFAULT_ACTIONS, check_env, check_multi_agent_env
+    from tinker_core.testing.envs import DEFAULT_ACTIONS, check_env
     from tinker_core.testing.estimators import check_advantage_estimator
     from tinker_core.testing.losses import check_loss
+    from tinker_core.testing.multi_agent_envs import check_multi_agent_env
     from tinker_core.testing.optimizers import check_optimizer
     from tinker_core.testing.registered import check_all_registered, registered_checks

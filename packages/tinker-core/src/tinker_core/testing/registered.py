@@ -6,7 +6,13 @@ import importlib.util
 import warnings
 from collections.abc import Callable
 
+from tinker_core.registry import get_registry
 from tinker_core.testing._common import ConformanceError, ConformanceWarning
+from tinker_core.testing.envs import check_env
+from tinker_core.testing.estimators import check_advantage_estimator
+from tinker_core.testing.losses import check_loss
+from tinker_core.testing.multi_agent_envs import check_multi_agent_env
+from tinker_core.testing.optimizers import check_optimizer
 
 __all__ = ["check_all_registered", "registered_checks"]
 
@@ -41,15 +47,6 @@ def registered_checks(kind: str | None = None) -> list[tuple[str, str, Callable[
         def test_conformance(kind, name, check):
             check()
     """
-    from tinker_core.registry import get_registry
-    from tinker_core.testing import (
-        check_advantage_estimator,
-        check_env,
-        check_loss,
-        check_multi_agent_env,
-        check_optimizer,
-    )
-
     out: list[tuple[str, str, Callable[[], None]]] = []
     for k in _kinds(kind):
         for entry in get_registry(k).entries():
