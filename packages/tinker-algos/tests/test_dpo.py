@@ -116,7 +116,7 @@ def test_bad_data_and_options_fail_before_training(tmp_path: Path, pair_files: t
         train(job(data=str(pair_files[0]), micro_batch_size=3), run_dir=tmp_path / "e")
     with pytest.raises(ConfigError, match=r"algorithm.loss_config: .*'gamma'"):
         train(job(data=str(pair_files[0]), loss_config={"gamma": 1.0}), run_dir=tmp_path / "f")
-    with pytest.raises(ConfigError, match=r"did you mean 'eval_data'"):
+    with pytest.raises(ConfigError, match=r"algorithm.params.evaldata: unknown key; did you mean 'eval_data'"):
         train(job(data=str(pair_files[0]), params={"evaldata": "x"}), run_dir=tmp_path / "g")
     with pytest.raises(ConfigError, match=r"needs 'algorithm.data' .* or an 'env'"):
         train(job(), run_dir=tmp_path / "h")

@@ -222,7 +222,7 @@ def test_preference_oracles(name, config, expected):
     assert aggregate(out.loss_B_T, inputs.mask_B_T, "seq-mean-token-mean").item() == pytest.approx(
         expected, abs=1e-6
     )
-    assert out.metrics["reward_accuracy"] == 1.0
+    assert out.metrics["accuracy"] == 1.0
     assert out.metrics["reward_margin"] == pytest.approx(config["beta"] * 2.0)
 
 
@@ -245,7 +245,7 @@ def test_dpo_gradient_through_seq_mean_token_mean_is_the_pair_gradient():
         chosen, rejected = lp.grad[2 * pair], lp.grad[2 * pair + 1]
         torch.testing.assert_close(chosen, -g * inputs.mask_B_T[2 * pair])
         torch.testing.assert_close(rejected, g * inputs.mask_B_T[2 * pair + 1])
-    assert out.metrics["reward_accuracy"] == 0.5
+    assert out.metrics["accuracy"] == 0.5
 
 
 def test_preference_losses_check_their_batch_layout():

@@ -121,8 +121,9 @@ def test_explained_variance() -> None:
     [
         ({"estimator": "grpo"}, r"algorithm.estimator: .*use algorithm 'grpo'"),
         ({"loss": "dpo"}, r"algorithm.loss: ppo needs a policy loss"),
-        ({"params": {"critic": "shared"}}, r"algorithm.params.critic: must be 'head' or 'separate'"),
-        ({"params": {"vf_coeff": 0.5}}, r"did you mean 'vf_coef'"),
+        ({"params": {"critic": "shared"}}, r"algorithm.params.critic: Input should be 'head' or 'separate'"),
+        ({"params": {"vf_coeff": 0.5}}, r"algorithm.params.vf_coeff: unknown key; did you mean 'vf_coef'"),
+        ({"params": {"vf_coef": -1}}, r"algorithm.params.vf_coef: Input should be greater than or equal to 0"),
         ({"params": {"estimator_config": {"gama": 0.9}}}, r"estimator_config: .*'gama'"),
         ({"loss_config": {"eps": 0.2}}, r"algorithm.loss_config: .*'eps'"),
     ],
@@ -139,7 +140,7 @@ def test_bad_ppo_options_are_config_errors(tmp_path: Path, over: dict[str, Any],
 def gold_probability(model_dir: Path) -> float:
     """Mean probability of the exact gold completion over all 100 one-digit sums (= the expected
     reward of sampling at temperature 1, up to other spellings of the same number)."""
-    from tinker_algos.algorithms.sft import example_trajectory
+    from tinker_algos.algorithms.common import example_trajectory
     from tinker_core.types import Batch
     from tinker_env_math.arithmetic import arithmetic_problems
 

@@ -103,3 +103,62 @@ def test_config_round_trips_through_json():
     config = load_config(GOOD, check_plugins=False)
     again = JobConfig.model_validate_json(config.model_dump_json())
     assert again == config
+
+
+def test_algorithm_params_are_typed_per_algorithm_with_their_defaults():
+    env = {"env": {"id": "echo/echo-v0"}}
+    ppo = parse_config({**env, "algorithm": {"name": "ppo", "params": {"critic": "separate"}}}, check_plugins=False)
+    assert ppo.algorithm.params.critic == "separate" and ppo.algorithm.params.vf_coef == 0.1
+    assert ppo.algorithm.params.value_clip == 0.2 and ppo.algorithm.params.critic_lr is None
+    dpo = parse_config({"algorithm": {"name": "dpo"}}, check_plugins=False)
+    assert dpo.algorithm.params.min_reward_gap == 0.0 and dpo.algorithm.params.eval_data is None
+    grpo = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "opponent"}}}}, check_plugins=False)
+    assert grpo.algorithm.params.multi_agent.opponent == "random" and grpo.algorithm.params.estimator_config == {}
+    assert parse_config({**env, "algorithm": {"name": "grpo"}}, check_plugins=False).algorithm.params.multi_agent is None
+
+
+@pytest.mark.parametrize(
+    "algorithm, needle",
+    [
+        ({"name": "ppo", "params": {"critic": "shared"}}, "algorithm.params.critic: Input should be 'head' or 'separate'"),
+        ({"name": "ppo", "params": {"vf_coef": -1}}, "algorithm.params.vf_coef: Input should be greater than or equal to 0"),
+        ({"name": "ppo", "params": {"value_clip": -0.1}}, "algorithm.params.value_clip: Input should be greater than or equal to 0"),
+        ({"name": "ppo", "params": {"critic_lr": 0}}, "algorithm.params.critic_lr: Input should be greater than 0"),
+        ({"name": "ppo", "params": {"detach_head": "maybe"}}, "algorithm.params.detach_head: Input should be a valid boolean"),
+        ({"name": "ppo", "params": {"estimator_config": 3}}, "algorithm.params.estimator_config: Input should be a valid dictionary"),
+        ({"name": "ppo", "params": {"vf_coeff": 0.5}}, "algorithm.params.vf_coeff: unknown key; did you mean 'vf_coef'?"),
+        ({"name": "ppo", "params": {"clip_ratio": 0.5}}, "algorithm.params.clip_ratio: unknown key; allowed keys: critic, vf_coef"),
+        ({"name": "dpo", "params": {"evaldata": "x"}}, "algorithm.params.evaldata: unknown key; did you mean 'eval_data'?"),
+        ({"name": "dpo", "params": {"min_reward_gap": -1}}, "algorithm.params.min_reward_gap: Input should be greater than or equal to 0"),
+        ({"name": "dpo", "params": {"eval_data": 3}}, "algorithm.params.eval_data: Input should be a valid string"),
+        ({"name": "sft", "params": {"lr": 1}}, "algorithm.params.lr: unknown key; this section takes no keys"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "team"}}}, "algorithm.params.multi_agent.mode: Input should be 'self_play' or 'opponent'"),
+        ({"name": "grpo", "params": {"multi_agent": {"opponent": "alphazero"}}}, "algorithm.params.multi_agent.opponent: Input should be 'random' or 'minimax'"),
+        ({"name": "grpo", "params": {"multi_agent": {"colour": 1}}}, "algorithm.params.multi_agent.colour: unknown key; allowed keys: mode,"),
+        ({"name": "grpo", "params": {"multi_agent": {"learner_role": "x"}}}, "algorithm.params.multi_agent.learner_role: only used with mode: opponent"),
+        ({"name": "grpo", "params": {"multi_agent": "self_play"}}, "algorithm.params.multi_agent: Input should be a valid dictionary"),
+        ({"steps": 3}, "algorithm.name: Field required; give one of 'sft', 'grpo', 'ppo' or 'dpo'"),
+    ],
+)
+def test_bad_algorithm_params_name_their_field_path(algorithm, needle):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"env": {"id": "echo/echo-v0"}, "algorithm": algorithm}, check_plugins=False)
+    assert any(p.startswith(needle) for p in info.value.problems), info.value.problems
+
+
+def test_a_stage_params_error_names_the_stage_without_the_union_tag():
+    data = {
+        "env": {"id": "echo/echo-v0"},
+        "stages": [{"algorithm": {"name": "sft"}}, {"algorithm": {"name": "ppo", "params": {"vf_coef": "x", "critci": "head"}}}],
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, check_plugins=False)
+    assert sorted(p.split(":")[0] for p in info.value.problems) == ["stages[1].algorithm.params.critci", "stages[1].algorithm.params.vf_coef"]
+    assert "stages[1].algorithm.params.critci: unknown key; did you mean 'critic'?" in info.value.problems
+
+
+def test_json_schema_holds_every_algorithm_option():
+    text = json.dumps(json_schema())
+    for option in ("vf_coef", "value_clip", "critic_lr", "detach_head", "min_reward_gap", "eval_data", "multi_agent", "learner_role", "eval_opponent"):
+        assert f'"{option}"' in text, option
+    assert '"discriminator"' in text

@@ -54,15 +54,17 @@ carries ``L_k``**. Hence
 * the ``seq-mean-token-sum`` modes scale each pair by its length: avoid them for preference
   losses.
 
-The exact ``mean_k L_k`` is always reported as the ``loss`` metric, alongside
-``reward_accuracy`` (share of pairs with ``Delta > 0``), ``reward_margin`` (mean
-``beta * Delta``), ``chosen_reward`` and ``rejected_reward``.
+The exact ``mean_k L_k`` is always reported as the ``loss`` metric, alongside the keys of
+:func:`preference_metrics`: ``accuracy`` (share of pairs with ``Delta > 0``), ``reward_margin``
+(mean ``beta * Delta``), ``chosen_reward`` and ``rejected_reward``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -313,18 +315,30 @@ def _spread(pair_loss_P: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
     return _select(on, per_row_B[:, None].expand_as(on))
 
 
-def _preference_metrics(
-    pair_loss_P: torch.Tensor, chosen_P: torch.Tensor, rejected_P: torch.Tensor, beta: float
-) -> dict[str, float]:
-    with torch.no_grad():
-        delta_P = chosen_P - rejected_P
-        return {
-            "loss": float(pair_loss_P.mean()),
-            "reward_accuracy": float((delta_P > 0).to(torch.float64).mean()),
-            "reward_margin": float(beta * delta_P.mean()),
-            "chosen_reward": float(beta * chosen_P.mean()),
-            "rejected_reward": float(beta * rejected_P.mean()),
-        }
+def preference_metrics(chosen_P: Any, rejected_P: Any, beta: float) -> dict[str, float]:
+    """Implicit-reward statistics of pairs whose summed log-ratios ``log pi - log pi_ref`` are
+    ``chosen_P`` and ``rejected_P`` (numpy or torch); a response's implicit reward is ``beta``
+    times its log-ratio.
+
+    ``accuracy``: share of pairs whose chosen response has the higher reward; ``reward_margin``:
+    mean reward of chosen minus rejected; ``chosen_reward``, ``rejected_reward``: mean rewards.
+    """
+    chosen, rejected = (
+        x.detach().double().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float64)
+        for x in (chosen_P, rejected_P)
+    )
+    delta_P = chosen - rejected
+    return {
+        "accuracy": float((delta_P > 0).mean()),
+        "reward_margin": float(beta * delta_P.mean()),
+        "chosen_reward": float(beta * chosen.mean()),
+        "rejected_reward": float(beta * rejected.mean()),
+    }
+
+
+def _preference_outputs(pair_loss_P: torch.Tensor, chosen_P: torch.Tensor, rejected_P: torch.Tensor, on: torch.Tensor, beta: float) -> LossOutputs:
+    metrics = {"loss": float(pair_loss_P.detach().mean()), **preference_metrics(chosen_P, rejected_P, beta)}
+    return LossOutputs(_spread(pair_loss_P, on), metrics)
 
 
 def _dpo(inputs: LossInputs, name: str, beta: float, label_smoothing: float) -> LossOutputs:
@@ -339,9 +353,7 @@ def _dpo(inputs: LossInputs, name: str, beta: float, label_smoothing: float) -> 
     pair_loss_P = -(1.0 - label_smoothing) * F.logsigmoid(z_P) - label_smoothing * F.logsigmoid(
         -z_P
     )
-    return LossOutputs(
-        _spread(pair_loss_P, on), _preference_metrics(pair_loss_P, chosen_P, rejected_P, beta)
-    )
+    return _preference_outputs(pair_loss_P, chosen_P, rejected_P, on, beta)
 
 
 @strict_config("loss")
@@ -363,9 +375,7 @@ def ipo(inputs: LossInputs, *, beta: float = 0.1) -> LossOutputs:
         raise ValueError(f"loss 'ipo': beta must be > 0, got {beta}")
     chosen_P, rejected_P, on, _ = _pair_logratios(inputs, "ipo")
     pair_loss_P = (chosen_P - rejected_P - 1.0 / (2.0 * beta)) ** 2
-    return LossOutputs(
-        _spread(pair_loss_P, on), _preference_metrics(pair_loss_P, chosen_P, rejected_P, beta)
-    )
+    return _preference_outputs(pair_loss_P, chosen_P, rejected_P, on, beta)
 
 
 LOSSES: dict[str, tuple[Callable[..., LossOutputs], str]] = {

@@ -20,9 +20,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
 
@@ -90,10 +98,79 @@ class KLConfig(_Model):
     mode: Literal["loss", "reward"] = Field("loss", description="Add it to the loss, or subtract it from rewards.")
 
 
-class AlgorithmConfig(_Model):
-    """How the policy learns."""
+# ---- algorithm-specific options (``algorithm.params``) ---------------------------------------
 
-    name: Literal["sft", "grpo", "ppo", "dpo"] = Field(..., description="Algorithm.")
+
+class SFTParams(_Model):
+    """Options of sft (algorithm.params): it takes none."""
+
+
+class MultiAgentConfig(_Model):
+    """How grpo plays an env with roles, a game (algorithm.params.multi_agent)."""
+
+    mode: Literal["self_play", "opponent"] = Field(
+        "self_play",
+        description="self_play: the policy plays every role and learns from all; opponent: it plays learner_role against a scripted opponent.",
+    )
+    opponent: Literal["random", "minimax"] = Field(
+        "random", description="The scripted opponent in 'opponent' mode (minimax plays only games/tictactoe-v0)."
+    )
+    learner_role: str | None = Field(None, description="The policy's role in 'opponent' mode; None = the env's first role.")
+    eval_opponent: Literal["random", "minimax"] | None = Field(
+        None, description="Who the greedy policy plays in held-out evaluation; None = 'opponent'."
+    )
+
+    @field_validator("learner_role")
+    @classmethod
+    def _role_needs_opponent_mode(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and info.data.get("mode") == "self_play":
+            raise ValueError("only used with mode: opponent (self-play trains every role)")
+        return v
+
+
+class GRPOParams(_Model):
+    """Options of grpo (algorithm.params)."""
+
+    estimator_config: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the advantage estimator (e.g. {normalize: true})."
+    )
+    multi_agent: MultiAgentConfig | None = Field(
+        None, description="How a multi-agent env is played; only for envs with roles (default: self-play)."
+    )
+
+
+class PPOParams(_Model):
+    """Options of ppo (algorithm.params): the critic and the estimator."""
+
+    critic: Literal["head", "separate"] = Field(
+        "head",
+        description="head: a value head on the policy's last hidden state; separate: a copy of the starting policy with a head.",
+    )
+    vf_coef: float = Field(0.1, ge=0.0, description="Weight of the value loss.")
+    value_clip: float | None = Field(0.2, ge=0.0, description="Clip range of the value loss; None = unclipped.")
+    critic_lr: float | None = Field(None, gt=0.0, description="Learning rate of the critic's optimizer; None = the optimizer's lr.")
+    detach_head: bool = Field(False, description="head mode: stop the value gradient at the hidden state.")
+    estimator_config: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments of the estimator: gamma (1.0), lam (0.95), whiten."
+    )
+
+
+class DPOParams(_Model):
+    """Options of dpo (algorithm.params)."""
+
+    eval_data: str | None = Field(None, description="A JSONL of held-out prompt/chosen/rejected pairs, scored at each evaluation.")
+    min_reward_gap: float = Field(
+        0.0, ge=0.0, description="On-policy pairs: pair best and worst only when their rewards differ by more than this."
+    )
+
+
+# ---- the algorithm section: one model per algorithm, chosen by ``name`` -------------------------
+
+
+class AlgorithmConfig(_Model):
+    """How the policy learns: the fields every algorithm has (each name has its own params)."""
+
+    name: Literal["sft", "grpo", "ppo", "dpo"] = Field(..., description="Algorithm; it selects the model of 'params'.")
     steps: int = Field(100, ge=1, description="Optimizer steps in this stage.")
     estimator: str | None = Field(
         None, description="Advantage estimator (grpo: grpo|dr_grpo|rloo|reinforce_pp_baseline...; ppo: gae)."
@@ -112,7 +189,39 @@ class AlgorithmConfig(_Model):
     data: str | None = Field(None, description="Data file: SFT examples or DPO pairs (JSONL).")
     eval_every: int = Field(0, ge=0, description="Held-out evaluation every N steps; 0 = only at the end.")
     eval_size: int = Field(64, ge=1, description="Held-out problems per evaluation.")
-    params: dict[str, Any] = Field(default_factory=dict, description="Algorithm-specific options (documented per algorithm).")
+
+
+class SFTAlgorithm(AlgorithmConfig):
+    """``algorithm`` with ``name: sft``."""
+
+    name: Literal["sft"] = Field(..., description="Algorithm.")
+    params: SFTParams = Field(default_factory=SFTParams, description="sft takes none.")
+
+
+class GRPOAlgorithm(AlgorithmConfig):
+    """``algorithm`` with ``name: grpo``."""
+
+    name: Literal["grpo"] = Field(..., description="Algorithm.")
+    params: GRPOParams = Field(default_factory=GRPOParams, description="grpo options (see algorithm.params (grpo)).")
+
+
+class PPOAlgorithm(AlgorithmConfig):
+    """``algorithm`` with ``name: ppo``."""
+
+    name: Literal["ppo"] = Field(..., description="Algorithm.")
+    params: PPOParams = Field(default_factory=PPOParams, description="ppo options (see algorithm.params (ppo)).")
+
+
+class DPOAlgorithm(AlgorithmConfig):
+    """``algorithm`` with ``name: dpo``."""
+
+    name: Literal["dpo"] = Field(..., description="Algorithm.")
+    params: DPOParams = Field(default_factory=DPOParams, description="dpo options (see algorithm.params (dpo)).")
+
+
+AnyAlgorithm = Annotated[SFTAlgorithm | GRPOAlgorithm | PPOAlgorithm | DPOAlgorithm, Field(discriminator="name")]
+"""The ``algorithm`` section: the model of its ``name`` (a discriminated union)."""
+ALGORITHM_MODELS: dict[str, type[AlgorithmConfig]] = {"sft": SFTAlgorithm, "grpo": GRPOAlgorithm, "ppo": PPOAlgorithm, "dpo": DPOAlgorithm}
 
 
 class RolloutConfig(_Model):
@@ -171,7 +280,7 @@ class StageConfig(_Model):
     """One stage of a multi-stage job; unset sections are inherited from the job."""
 
     name: str | None = Field(None, description="A label; defaults to '<index>-<algorithm>'.")
-    algorithm: AlgorithmConfig = Field(..., description="This stage's algorithm.")
+    algorithm: AnyAlgorithm = Field(..., description="This stage's algorithm.")
     rollout: RolloutConfig | None = Field(None, description="Overrides the job's rollout section.")
     optimizer: OptimizerConfig | None = Field(None, description="Overrides the job's optimizer section.")
     env: EnvConfig | None = Field(None, description="Overrides the job's env section.")
@@ -185,7 +294,7 @@ class JobConfig(_Model):
     model: ModelConfig = Field(default_factory=ModelConfig, description="The model to train.")
     lora: LoraConfig | None = Field(None, description="LoRA adapters; absent means full fine-tuning.")
     env: EnvConfig | None = Field(None, description="The environment (needed by grpo and ppo).")
-    algorithm: AlgorithmConfig | None = Field(None, description="A one-stage job's algorithm; or use 'stages'.")
+    algorithm: AnyAlgorithm | None = Field(None, description="A one-stage job's algorithm; or use 'stages'.")
     stages: list[StageConfig] = Field(default_factory=list, description="Multi-stage jobs, run in order.")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling episodes.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and schedule.")
@@ -245,43 +354,68 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model class that holds the field at ``loc`` (for did-you-mean)."""
-    model: Any = JobConfig
-    for part in loc:
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models inside a field's annotation (through Optional, unions, lists, Annotated)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
+
+
+def _tag_of(model: type[BaseModel]) -> Any:
+    """The ``name`` literal that selects ``model`` in a discriminated union (None if it has none)."""
+    field = model.model_fields.get("name")
+    if field is None or get_origin(field.annotation) is not Literal:
+        return None
+    return get_args(field.annotation)[0]
+
+
+def _walk(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | None]:
+    """An error location as the user wrote it, and the model at its end (None: not a model).
+
+    pydantic puts the tag of a discriminated union into the location (``algorithm.ppo.params``);
+    the file has no such level, so the tag is dropped and the tagged model followed.
+    """
+    model: type[BaseModel] | None = JobConfig
+    parts, out = list(loc), []
+    while parts:
+        part = parts.pop(0)
+        out.append(part)
         if isinstance(part, int):
-            continue
-        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
-        if field is None:
-            return None
-        ann = field.annotation
-        candidates = [ann, *getattr(ann, "__args__", ())]
-        for c in candidates:
-            inner = getattr(c, "__args__", ())
-            for cc in (c, *inner):
-                if isinstance(cc, type) and issubclass(cc, BaseModel):
-                    model = cc
-                    break
-            else:
-                continue
-            break
+            continue  # a list index: the items' model stays current
+        field = model.model_fields.get(part) if model is not None else None
+        variants = _models_in(field.annotation) if field is not None else []
+        tagged = {_tag_of(m): m for m in variants if _tag_of(m) is not None}
+        if len(variants) > 1 and parts and parts[0] in tagged:
+            model = tagged[parts.pop(0)]
         else:
-            return None
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+            model = variants[0] if len(variants) == 1 else None
+    return tuple(out), model
 
 
 def format_validation_error(err: ValidationError) -> list[str]:
+    """One line per problem: the field path as written in the file, what is wrong, the value."""
     problems: list[str] = []
     for e in err.errors():
-        loc = tuple(e["loc"])
+        loc, _ = _walk(tuple(e["loc"]))
         where = _loc(loc)
         if e["type"] == "extra_forbidden":
-            parent = _model_at(loc[:-1])
+            _, parent = _walk(tuple(e["loc"])[:-1])
             known = list(parent.model_fields) if parent else []
             hint = did_you_mean(str(loc[-1]), known) if known else None
             msg = f"{where}: unknown key"
-            msg += f"; did you mean {hint!r}?" if hint else (f"; allowed keys: {', '.join(known)}" if known else "")
+            if hint:
+                msg += f"; did you mean {hint!r}?"
+            elif parent is not None:
+                msg += f"; allowed keys: {', '.join(known)}" if known else "; this section takes no keys"
             problems.append(msg)
+            continue
+        if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a bad or missing algorithm name
+            expected = ", ".join(repr(a) for a in ALGORITHMS[:-1]) + f" or {ALGORITHMS[-1]!r}"
+            if e["type"] == "union_tag_not_found":
+                problems.append(f"{_loc((*loc, 'name'))}: Field required; give one of {expected}")
+            else:
+                tag = json.dumps(e.get("ctx", {}).get("tag"), default=str)
+                problems.append(f"{_loc((*loc, 'name'))}: Input should be {expected} (got {tag})")
             continue
         got = e.get("input")
         got_s = json.dumps(got, default=str) if not isinstance(got, dict) else "a mapping"
@@ -391,6 +525,10 @@ _SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("env", EnvConfig),
     ("algorithm", AlgorithmConfig),
     ("algorithm.kl", KLConfig),
+    ("algorithm.params (grpo)", GRPOParams),
+    ("algorithm.params.multi_agent (grpo)", MultiAgentConfig),
+    ("algorithm.params (ppo)", PPOParams),
+    ("algorithm.params (dpo)", DPOParams),
     ("stages[]", StageConfig),
     ("rollout", RolloutConfig),
     ("optimizer", OptimizerConfig),
@@ -398,11 +536,18 @@ _SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("checkpoint", CheckpointConfig),
     ("logging", LoggingConfig),
 ]
+_PARAMS_ROW = (
+    "| `params` | mapping | `{}` | The algorithm's own options: the `algorithm.params` sections below; sft takes none. |"
+)
 
 
 def _type_name(annotation: Any) -> str:
+    if set(_models_in(annotation)) >= set(ALGORITHM_MODELS.values()):
+        return "AlgorithmConfig" + (" | None" if type(None) in get_args(annotation) else "")
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     text = text or str(annotation).replace("typing.", "")
+    if text.startswith("Optional[") and text.endswith("]"):
+        text = text[len("Optional["):-1] + " | None"
     for model in (m for _, m in _SECTIONS):
         text = text.replace(f"tinker_core.config.{model.__name__}", model.__name__)
     return text.replace("NoneType", "None")
@@ -436,6 +581,8 @@ def render_reference() -> str:
                 default = f"`{json.dumps(field.default)}`"
             typ = _type_name(field.annotation).replace("|", "\\|")
             lines.append(f"| `{name}` | `{typ}` | {default} | {field.description or ''} |")
+        if model is AlgorithmConfig:
+            lines.append(_PARAMS_ROW)
     return "\n".join(lines) + "\n"
 
 

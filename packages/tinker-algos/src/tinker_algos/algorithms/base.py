@@ -2,7 +2,7 @@
 
 A job runs its stages in order; each stage builds its algorithm with a context holding the
 policy, a trainer for this stage's optimizer, the environment factories and the seeds. The
-training loop (:mod:`tinker_algos.train`) calls ``step(k)`` once per optimizer step and
+training loop (:mod:`tinker_algos.training`) calls ``step(k)`` once per optimizer step and
 ``evaluate()`` on the held-out set; ``state_dict``/``load_state_dict`` carry the algorithm's own
 state (a critic, a data cursor) through checkpoints.
 
@@ -13,7 +13,6 @@ would.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +21,7 @@ from typing import Any, ClassVar
 from tinker_algos.models import PolicyModel
 from tinker_algos.trainer import Trainer
 from tinker_core.config import JobConfig, StageConfig
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 31-bit seed from any parts, stable across processes and Python versions."""
-    digest = hashlib.sha256(repr(parts).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+from tinker_core.seeding import derive_seed
 
 
 @dataclass
@@ -50,6 +44,11 @@ class StageContext:
     @property
     def rollout_cfg(self) -> Any:
         return self.stage.rollout
+
+    @property
+    def where(self) -> str:
+        """The config path of this stage's algorithm section, for error messages."""
+        return "algorithm" if not self.job.stages else f"stages[{self.stage_index}].algorithm"
 
     def step_seed(self, step: int, *what: Any) -> int:
         return derive_seed(self.job.seed, self.stage_index, step, *what)

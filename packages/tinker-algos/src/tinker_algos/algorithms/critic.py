@@ -26,17 +26,18 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, get_args
 
 import numpy as np
 import torch
 
 from tinker_algos.aggregation import aggregate
 from tinker_algos.models import PolicyModel, position_ids_from_mask, to_tensor
+from tinker_core.config import PPOParams
 from tinker_core.types import Batch
 
-CriticMode = Literal["head", "separate"]
-CRITIC_MODES: tuple[str, ...] = ("head", "separate")
+CRITIC_MODES: tuple[str, ...] = get_args(PPOParams.model_fields["critic"].annotation)
+"""``head`` and ``separate``: the values of ``algorithm.params.critic`` (:class:`tinker_core.config.PPOParams`)."""
 
 
 def decoder_of(model: Any) -> torch.nn.Module:

@@ -40,8 +40,6 @@ Implementation details:
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,10 +47,18 @@ from typing import Any
 import numpy as np
 
 import tinker_core
-from tinker_algos.algorithms.base import Algorithm, StageContext, derive_seed
-from tinker_algos.algorithms.grpo import ReferencePolicy
-from tinker_algos.algorithms.sft import example_trajectory
+from tinker_algos.algorithms.base import Algorithm, StageContext
+from tinker_algos.algorithms.common import (
+    ReferencePolicy,
+    check_loss_config,
+    example_trajectory,
+    optim_metrics,
+    read_jsonl,
+    shuffled_batch,
+)
+from tinker_algos.losses import preference_metrics
 from tinker_algos.rollout import RolloutResult
+from tinker_core.config import DPOParams
 from tinker_core.errors import ConfigError, did_you_mean
 from tinker_core.types import Batch, Trajectory
 
@@ -76,16 +82,8 @@ def load_preference_pairs(path: str | Path, where: str = "algorithm.data") -> li
     prompt may be empty), identical ``chosen`` and ``rejected``, or a file without records.
     """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError([f"{where}: file {p} does not exist; give a JSONL file of {{\"prompt\", \"chosen\", \"rejected\"}} records"])
     pairs: list[PreferencePair] = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError([f"{where}: {p}:{n} is not JSON ({e.msg} at column {e.colno})"]) from None
+    for n, rec in read_jsonl(p, where, '{"prompt", "chosen", "rejected"} records'):
         if not isinstance(rec, dict):
             raise ConfigError([f"{where}: {p}:{n} must be a JSON object with fields {', '.join(PAIR_FIELDS)}, got {type(rec).__name__}"])
         for field in PAIR_FIELDS:
@@ -100,8 +98,6 @@ def load_preference_pairs(path: str | Path, where: str = "algorithm.data") -> li
         if rec["chosen"] == rec["rejected"]:
             raise ConfigError([f"{where}: {p}:{n} fields 'chosen' and 'rejected' are the same text; a pair must differ"])
         pairs.append(PreferencePair(rec["prompt"], rec["chosen"], rec["rejected"]))
-    if not pairs:
-        raise ConfigError([f"{where}: {p} holds no records"])
     return pairs
 
 
@@ -109,42 +105,6 @@ def pair_logratios(policy_logprobs_B_T: np.ndarray, ref_logprobs_B_T: np.ndarray
     """``(chosen_P, rejected_P)``: ``sum_t (log pi - log pi_ref)`` over each row's response tokens."""
     seq_B = ((np.asarray(policy_logprobs_B_T, np.float64) - np.asarray(ref_logprobs_B_T, np.float64)) * mask_B_T).sum(-1)
     return seq_B[0::2], seq_B[1::2]
-
-
-def preference_metrics(chosen_P: np.ndarray, rejected_P: np.ndarray, beta: float) -> dict[str, float]:
-    """Implicit-reward statistics of a batch of pairs (rewards are ``beta * log-ratio``)."""
-    delta_P = chosen_P - rejected_P
-    return {
-        "accuracy": float((delta_P > 0).mean()),
-        "reward_margin": float(beta * delta_P.mean()),
-        "chosen_reward": float(beta * chosen_P.mean()),
-        "rejected_reward": float(beta * rejected_P.mean()),
-    }
-
-
-@dataclass(frozen=True)
-class DPOParams:
-    """``algorithm.params`` of a DPO stage (see the module docstring)."""
-
-    eval_data: str | None = None
-    min_reward_gap: float = 0.0
-
-    @classmethod
-    def parse(cls, params: dict[str, Any], where: str) -> DPOParams:
-        known = [f.name for f in dataclasses.fields(cls)]
-        problems = []
-        for key in params:
-            if key not in known:
-                hint = did_you_mean(key, known)
-                problems.append(f"{where}.{key}: unknown dpo option" + (f"; did you mean {hint!r}?" if hint else f"; options are {', '.join(known)}"))
-        out = cls(**{k: v for k, v in params.items() if k in known})
-        if out.eval_data is not None and not isinstance(out.eval_data, str):
-            problems.append(f"{where}.eval_data: must be a path to a JSONL file, got {out.eval_data!r}")
-        if not isinstance(out.min_reward_gap, int | float) or out.min_reward_gap < 0:
-            problems.append(f"{where}.min_reward_gap: must be a number >= 0, got {out.min_reward_gap!r}")
-        if problems:
-            raise ConfigError(problems)
-        return out
 
 
 def best_worst_pairs(rewards_B: list[float], group_ids_B: list[int], min_gap: float = 0.0) -> list[tuple[int, int]]:
@@ -170,37 +130,30 @@ class DPO(Algorithm):
 
     def __init__(self, ctx: StageContext) -> None:
         super().__init__(ctx)
-        algo = ctx.algo
-        prefix = "algorithm" if not ctx.job.stages else f"stages[{ctx.stage_index}].algorithm"
-        self.params = DPOParams.parse(dict(algo.params), f"{prefix}.params")
-        self.pairs = load_preference_pairs(algo.data, f"{prefix}.data") if algo.data else None
-        self.eval_pairs = load_preference_pairs(self.params.eval_data, f"{prefix}.params.eval_data") if self.params.eval_data else None
+        algo, where = ctx.algo, ctx.where
+        self.params: DPOParams = algo.params
+        self.pairs = load_preference_pairs(algo.data, f"{where}.data") if algo.data else None
+        self.eval_pairs = load_preference_pairs(self.params.eval_data, f"{where}.params.eval_data") if self.params.eval_data else None
         if self.pairs is None:
             if ctx.env_factory is None:
-                raise ConfigError([f"stages[{ctx.stage_index}]: dpo needs '{prefix}.data' (a JSONL of prompt/chosen/rejected pairs) or an 'env' whose rewards rank the model's own samples"])
+                raise ConfigError([f"stages[{ctx.stage_index}]: dpo needs '{where}.data' (a JSONL of prompt/chosen/rejected pairs) or an 'env' whose rewards rank the model's own samples"])
             if ctx.rollout_cfg.group_size < 2:
                 raise ConfigError([f"rollout.group_size: on-policy dpo pairs samples of one prompt, so it needs group_size >= 2, got {ctx.rollout_cfg.group_size}"])
         self.loss = algo.loss or self.default_loss
         entry = tinker_core.get_loss(self.loss)
         if entry.options.get("kind") != "preference":
-            raise ConfigError([f"{prefix}.loss: dpo needs a preference loss (dpo, ipo, cdpo), got {self.loss!r} ({entry.options.get('kind')})"])
+            raise ConfigError([f"{where}.loss: dpo needs a preference loss (dpo, ipo, cdpo), got {self.loss!r} ({entry.options.get('kind')})"])
         if algo.micro_batch_size is not None and algo.micro_batch_size % 2:
-            raise ConfigError([f"{prefix}.micro_batch_size: dpo keeps each chosen/rejected pair in one micro-batch, so it must be even, got {algo.micro_batch_size}"])
+            raise ConfigError([f"{where}.micro_batch_size: dpo keeps each chosen/rejected pair in one micro-batch, so it must be even, got {algo.micro_batch_size}"])
         self.aggregation = algo.aggregation if "aggregation" in algo.model_fields_set else DEFAULT_AGGREGATION
         self.beta = float(algo.loss_config.get("beta", 0.1))
-        self._check_loss_config(prefix)
-        self.reference: ReferencePolicy | None = None
-
-    def _check_loss_config(self, prefix: str) -> None:
         import torch
 
         from tinker_core.algos import LossInputs
 
         z = torch.zeros(2, 1)
-        try:
-            tinker_core.get_loss(self.loss).obj(LossInputs(z, torch.ones(2, 1), ref_logprobs_B_T=z), **self.ctx.algo.loss_config)
-        except (TypeError, ValueError) as e:
-            raise ConfigError([f"{prefix}.loss_config: {e}"]) from None
+        check_loss_config(ctx, self.loss, LossInputs(z, torch.ones(2, 1), ref_logprobs_B_T=z))
+        self.reference: ReferencePolicy | None = None
 
     def _setup(self) -> ReferencePolicy:
         if self.reference is None:
@@ -210,13 +163,7 @@ class DPO(Algorithm):
     # ---- pairs -------------------------------------------------------------------------------
     def offline_pairs(self, step: int) -> list[PreferencePair]:
         assert self.pairs is not None
-        bs, n = self.ctx.algo.batch_size, len(self.pairs)
-        out = []
-        for k in range(step * bs, (step + 1) * bs):
-            epoch, i = divmod(k, n)
-            order = np.random.default_rng(derive_seed(self.ctx.job.seed, self.ctx.stage_index, "epoch", epoch)).permutation(n)
-            out.append(self.pairs[int(order[i])])
-        return out
+        return shuffled_batch(self.ctx, self.pairs, step)
 
     def pair_batch(self, pairs: list[PreferencePair]) -> Batch:
         tok = self.ctx.policy.tokenizer
@@ -266,8 +213,7 @@ class DPO(Algorithm):
         metrics["losses/dpo"] = fb["loss"]
         metrics["losses/total"] = fb["loss"]
         metrics["data/tokens"] = float(fb["num_tokens"])
-        opt = trainer.optim_step()
-        metrics.update({"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])})
+        metrics.update(optim_metrics(trainer.optim_step()))
         return metrics
 
     # ---- held-out metrics ---------------------------------------------------------------------

@@ -29,14 +29,19 @@ Implementation details:
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
 
 import tinker_core
-from tinker_algos.algorithms.base import Algorithm, StageContext, derive_seed
-from tinker_algos.kl import kl_estimate
+from tinker_algos.algorithms.base import Algorithm, StageContext
+from tinker_algos.algorithms.common import (
+    ReferencePolicy,
+    kl_to_reference,
+    optim_metrics,
+    resolve_estimator,
+    sampler_agreement,
+)
 from tinker_algos.multiagent import (
     MultiAgentParams,
     MultiAgentRolloutResult,
@@ -45,42 +50,11 @@ from tinker_algos.multiagent import (
     stage_env_spec,
 )
 from tinker_algos.rollout import RolloutResult
-from tinker_algos.sampler import logprob_agreement
 from tinker_core.algos import AdvantageInputs
+from tinker_core.config import GRPOParams
+from tinker_core.errors import ConfigError
+from tinker_core.seeding import derive_seed
 from tinker_core.types import Batch
-
-
-class ReferencePolicy:
-    """Log-probabilities under the reference policy for KL penalties."""
-
-    def __init__(self, ctx: StageContext) -> None:
-        self.ctx = ctx
-        self.module: Any = None
-        if ctx.adapter is None:  # full fine-tuning: freeze a copy of the starting weights
-            self.module = copy.deepcopy(ctx.policy.module).eval()
-            for p in self.module.parameters():
-                p.requires_grad_(False)
-
-    def logprobs(self, batch: Batch) -> np.ndarray:
-        if self.module is None:
-            return self.ctx.trainer.forward(batch, reference=True)
-        import torch
-
-        from tinker_algos.models import sequence_logprobs
-
-        dev = self.ctx.policy.device
-        tokens = torch.as_tensor(batch.tokens_B_T, device=dev)
-        attn = torch.as_tensor(batch.attention_mask_B_T, device=dev)
-        with torch.no_grad():
-            lp = sequence_logprobs(self.module, tokens, attn, spec=self.ctx.policy.spec)
-        return (lp.float() * attn).cpu().numpy()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {} if self.module is None else {"reference": self.module.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.module is not None and "reference" in state:
-            self.module.load_state_dict(state["reference"])
 
 
 class GRPO(Algorithm):
@@ -91,25 +65,20 @@ class GRPO(Algorithm):
     def __init__(self, ctx: StageContext) -> None:
         super().__init__(ctx)
         self.env_factory = ctx.require_env()
-        self.estimator_name = ctx.algo.estimator or self.default_estimator
-        entry = tinker_core.get_advantage_estimator(self.estimator_name)
-        if entry.options.get("needs_critic"):
-            from tinker_core.errors import ConfigError
-
-            raise ConfigError([f"algorithm.estimator: {self.estimator_name!r} needs a critic; use algorithm 'ppo' for it, or a group estimator (grpo, dr_grpo, rloo, reinforce_pp_baseline)"])
-        self.estimator = entry.obj
+        self.params: GRPOParams = ctx.algo.params
+        self.estimator_name, self.estimator = resolve_estimator(ctx, self.default_estimator, critic=False)
         self.loss = ctx.algo.loss or self.default_loss
         tinker_core.get_loss(self.loss)  # fail early, with a did-you-mean
         self.reference = ReferencePolicy(ctx) if ctx.algo.kl.coef > 0 else None
         self.multi_agent: MultiAgentParams | None = None
         self.env_spec = stage_env_spec(ctx)
         if self.env_spec is not None and self.env_spec.roles:
-            self.multi_agent = MultiAgentParams.from_params(ctx.algo.params.get("multi_agent"), self.env_spec)
-        elif "multi_agent" in ctx.algo.params:
-            from tinker_core.errors import ConfigError
-
+            # checks against the env's spec (its roles; minimax plays only tic-tac-toe)
+            raw = self.params.multi_agent.model_dump() if self.params.multi_agent is not None else None
+            self.multi_agent = MultiAgentParams.from_params(raw, self.env_spec, where=f"{ctx.where}.params.multi_agent")
+        elif self.params.multi_agent is not None:
             raise ConfigError([
-                f"algorithm.params.multi_agent: the env {getattr(self.env_spec, 'id', '?')!r} is single-agent "
+                f"{ctx.where}.params.multi_agent: the env {getattr(self.env_spec, 'id', '?')!r} is single-agent "
                 "(its spec has no roles); remove multi_agent or use a multi-agent env"
             ])
 
@@ -138,7 +107,6 @@ class GRPO(Algorithm):
         )
 
     def advantages(self, batch: Batch, token_rewards_B_T: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
-        cfg = dict(self.ctx.algo.params.get("estimator_config", {}))
         out = self.estimator(
             AdvantageInputs(
                 rewards_B=batch.rewards_B,
@@ -146,7 +114,7 @@ class GRPO(Algorithm):
                 group_ids_B=batch.group_ids_B,
                 token_rewards_B_T=token_rewards_B_T,
             ),
-            **cfg,
+            **self.params.estimator_config,
         )
         return np.asarray(out.advantages_B_T, dtype=np.float32), dict(out.metrics)
 
@@ -161,19 +129,14 @@ class GRPO(Algorithm):
         batch = Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
         mask = batch.loss_mask_B_T
         current = self.ctx.trainer.forward(batch, temperature=self.ctx.rollout_cfg.temperature)
-        agree = logprob_agreement(batch.sampler_logprobs_B_T, current, mask)
-        metrics["kl/sample_train"] = float(agree["kl_k3"])
-        metrics["rollout/logprob_mean_abs_diff"] = float(agree["mean_abs_diff"])
+        metrics.update(sampler_agreement(batch, current, mask))
 
         kl = self.ctx.algo.kl
         token_rewards = None
         ref = None
         if self.reference is not None:
             ref = self.reference.logprobs(batch)
-            k = kl_estimate(current, ref, kl.estimator) * mask
-            metrics["kl/policy_ref"] = float(k.sum() / max(mask.sum(), 1.0))
-            if kl.mode == "reward":
-                token_rewards = AdvantageInputs(batch.rewards_B, mask, batch.group_ids_B).token_rewards() - kl.coef * k
+            metrics["kl/policy_ref"], token_rewards = kl_to_reference(current, ref, batch, mask, kl)
         adv, est_metrics = self.advantages(batch, token_rewards)
         metrics.update({f"advantages/{k}": v for k, v in est_metrics.items()})
         metrics["advantages/abs_mean"] = float(np.abs(adv).sum() / max(mask.sum(), 1.0))
@@ -190,8 +153,7 @@ class GRPO(Algorithm):
         for k, v in fb.items():
             if "/" in k:
                 metrics[f"losses/{k}"] = v
-        opt = self.ctx.trainer.optim_step()
-        metrics.update({"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])})
+        metrics.update(optim_metrics(self.ctx.trainer.optim_step()))
         return metrics
 
     def state_dict(self) -> dict[str, Any]:

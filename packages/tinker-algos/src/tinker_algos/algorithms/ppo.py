@@ -53,59 +53,26 @@ returns), ``kl/sample_train``; see ``docs/algorithms/ppo.md`` for the full gloss
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import tinker_core
 from tinker_algos.algorithms.base import Algorithm, StageContext
-from tinker_algos.algorithms.critic import CRITIC_MODES, Critic, explained_variance
-from tinker_algos.algorithms.grpo import ReferencePolicy
-from tinker_algos.kl import kl_estimate
+from tinker_algos.algorithms.common import (
+    ReferencePolicy,
+    check_loss_config,
+    kl_to_reference,
+    resolve_estimator,
+    sampler_agreement,
+)
+from tinker_algos.algorithms.critic import Critic, explained_variance
 from tinker_algos.rollout import RolloutResult
-from tinker_algos.sampler import logprob_agreement
 from tinker_algos.trainer import lr_multiplier
 from tinker_core.algos import AdvantageInputs
-from tinker_core.errors import ConfigError, did_you_mean
+from tinker_core.config import PPOParams
+from tinker_core.errors import ConfigError
 from tinker_core.types import Batch
-
-
-@dataclass(frozen=True)
-class PPOParams:
-    """``algorithm.params`` of a PPO stage (see the module docstring)."""
-
-    critic: str = "head"
-    vf_coef: float = 0.1
-    value_clip: float | None = 0.2
-    critic_lr: float | None = None
-    detach_head: bool = False
-    estimator_config: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, params: dict[str, Any], where: str) -> PPOParams:
-        known = [f.name for f in dataclasses.fields(cls)]
-        problems = []
-        for key in params:
-            if key not in known:
-                hint = did_you_mean(key, known)
-                problems.append(f"{where}.{key}: unknown ppo option" + (f"; did you mean {hint!r}?" if hint else f"; options are {', '.join(known)}"))
-        out = cls(**{k: v for k, v in params.items() if k in known})
-        if out.critic not in CRITIC_MODES:
-            problems.append(f"{where}.critic: must be 'head' or 'separate', got {out.critic!r}")
-        if not isinstance(out.vf_coef, int | float) or out.vf_coef < 0:
-            problems.append(f"{where}.vf_coef: must be a number >= 0, got {out.vf_coef!r}")
-        if out.value_clip is not None and (not isinstance(out.value_clip, int | float) or out.value_clip < 0):
-            problems.append(f"{where}.value_clip: must be >= 0 or null (no clipping), got {out.value_clip!r}")
-        if out.critic_lr is not None and (not isinstance(out.critic_lr, int | float) or out.critic_lr <= 0):
-            problems.append(f"{where}.critic_lr: must be > 0 (or unset: the optimizer's lr), got {out.critic_lr!r}")
-        if not isinstance(out.detach_head, bool):
-            problems.append(f"{where}.detach_head: must be true or false, got {out.detach_head!r}")
-        if not isinstance(out.estimator_config, dict):
-            problems.append(f"{where}.estimator_config: must be a mapping such as {{gamma: 1.0, lam: 0.95}}")
-        if problems:
-            raise ConfigError(problems)
-        return out
 
 
 def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray) -> tuple[Batch, list[np.ndarray]]:
@@ -130,26 +97,17 @@ class PPO(Algorithm):
     def __init__(self, ctx: StageContext) -> None:
         super().__init__(ctx)
         self.env_factory = ctx.require_env()
-        where = "algorithm.params" if not ctx.job.stages else f"stages[{ctx.stage_index}].algorithm.params"
-        algo_where = where.rsplit(".", 1)[0]
-        self.params = PPOParams.parse(dict(ctx.algo.params), where)
-        self.estimator_name = ctx.algo.estimator or self.default_estimator
-        entry = tinker_core.get_advantage_estimator(self.estimator_name)
-        if not entry.options.get("needs_critic"):
-            raise ConfigError([
-                f"{algo_where}.estimator: ppo trains a critic for an estimator that uses one (gae); "
-                f"{self.estimator_name!r} needs none, so use algorithm 'grpo' with loss 'ppo' for it"
-            ])
-        self.estimator = entry.obj
+        self.params: PPOParams = ctx.algo.params
+        self.estimator_name, self.estimator = resolve_estimator(ctx, self.default_estimator, critic=True)
         self.loss = ctx.algo.loss or self.default_loss
         loss_entry = tinker_core.get_loss(self.loss)
         if loss_entry.options.get("kind") != "policy":
-            raise ConfigError([f"{algo_where}.loss: ppo needs a policy loss (ppo, importance_sampling, cispo), got {self.loss!r} ({loss_entry.options.get('kind')})"])
-        self._check_configs(algo_where)
+            raise ConfigError([f"{ctx.where}.loss: ppo needs a policy loss (ppo, importance_sampling, cispo), got {self.loss!r} ({loss_entry.options.get('kind')})"])
+        self._check_configs()
         self.critic: Critic | None = None
         self.reference: ReferencePolicy | None = None
 
-    def _check_configs(self, where: str) -> None:
+    def _check_configs(self) -> None:
         """Fail before any work on estimator/loss config keys the functions do not take."""
         import torch
 
@@ -159,14 +117,9 @@ class PPO(Algorithm):
         try:
             self.estimator(AdvantageInputs(np.zeros(1), one, np.zeros(1), values_B_T=np.zeros((1, 1))), **self.params.estimator_config)
         except (TypeError, ValueError) as e:
-            raise ConfigError([f"{where}.params.estimator_config: {e}"]) from None
+            raise ConfigError([f"{self.ctx.where}.params.estimator_config: {e}"]) from None
         lp = torch.zeros(1, 1)
-        try:
-            tinker_core.get_loss(self.loss).obj(
-                LossInputs(lp, torch.ones(1, 1), sampling_logprobs_B_T=lp, advantages_B_T=lp), **self.ctx.algo.loss_config
-            )
-        except (TypeError, ValueError) as e:
-            raise ConfigError([f"{where}.loss_config: {e}"]) from None
+        check_loss_config(self.ctx, self.loss, LossInputs(lp, torch.ones(1, 1), sampling_logprobs_B_T=lp, advantages_B_T=lp))
 
     # ---- lazily built state (needs the stage's starting weights) ------------------------------
     def _setup(self) -> None:
@@ -214,18 +167,13 @@ class PPO(Algorithm):
         temperature = self.ctx.rollout_cfg.temperature
         old_logprobs = trainer.forward(batch)
         at_temp = old_logprobs if temperature == 1.0 else trainer.forward(batch, temperature=temperature)
-        agree = logprob_agreement(batch.sampler_logprobs_B_T, at_temp, mask)
-        metrics["kl/sample_train"] = float(agree["kl_k3"])
-        metrics["rollout/logprob_mean_abs_diff"] = float(agree["mean_abs_diff"])
+        metrics.update(sampler_agreement(batch, at_temp, mask))
         batch = dataclasses.replace(batch, sampler_logprobs_B_T=old_logprobs * mask)
         ref = None
         token_rewards = None
         if self.reference is not None:
             ref = self.reference.logprobs(batch)
-            k = kl_estimate(old_logprobs, ref, kl.estimator) * mask
-            metrics["kl/policy_ref"] = float(k.sum() / n_tokens)
-            if kl.mode == "reward":
-                token_rewards = AdvantageInputs(batch.rewards_B, mask, batch.group_ids_B).token_rewards() - kl.coef * k
+            metrics["kl/policy_ref"], token_rewards = kl_to_reference(old_logprobs, ref, batch, mask, kl)
 
         # values and advantages
         old_values = self.critic.values(batch) * mask

@@ -17,44 +17,27 @@ Implementation details:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from tinker_algos.algorithms.base import Algorithm, StageContext, derive_seed
+from tinker_algos.algorithms.base import Algorithm, StageContext
+from tinker_algos.algorithms.common import (
+    example_trajectory,
+    optim_metrics,
+    read_jsonl,
+    shuffled_batch,
+)
 from tinker_core.errors import ConfigError
-from tinker_core.types import Batch, Trajectory
+from tinker_core.types import Batch
 
 
-def load_sft_records(path: str | Path) -> list[tuple[str, str]]:
+def load_sft_records(path: str | Path, where: str = "algorithm.data") -> list[tuple[str, str]]:
     """``(prompt, completion)`` pairs from a JSONL file; errors name the line and the fix."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError([f"algorithm.data: file {p} does not exist"])
-    records: list[tuple[str, str]] = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError([f"algorithm.data: {p}:{n} is not JSON ({e.msg})"]) from None
+    records = []
+    for n, rec in read_jsonl(path, where, '{"prompt": ..., "completion": ...} records'):
         if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not isinstance(rec.get("completion"), str):
-            raise ConfigError([f"algorithm.data: {p}:{n} needs string fields 'prompt' and 'completion'"])
+            raise ConfigError([f"{where}: {path}:{n} needs string fields 'prompt' and 'completion'"])
         records.append((rec["prompt"], rec["completion"]))
-    if not records:
-        raise ConfigError([f"algorithm.data: {p} holds no records"])
     return records
-
-
-def example_trajectory(tokenizer: Any, prompt: str, completion: str) -> Trajectory:
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=True)
-    completion_ids = tokenizer.encode(completion, add_special_tokens=False)
-    tokens = [*prompt_ids, *completion_ids]
-    mask = [0.0] * len(prompt_ids) + [1.0] * len(completion_ids)
-    return Trajectory(tokens, [0.0] * len(tokens), mask, [0.0])
 
 
 class SFT(Algorithm):
@@ -62,23 +45,17 @@ class SFT(Algorithm):
 
     def __init__(self, ctx: StageContext) -> None:
         super().__init__(ctx)
-        self.records = load_sft_records(ctx.algo.data) if ctx.algo.data else None
+        self.records = load_sft_records(ctx.algo.data, f"{ctx.where}.data") if ctx.algo.data else None
         if self.records is None and ctx.env_factory is None:
             raise ConfigError([f"stages[{ctx.stage_index}]: sft needs 'algorithm.data' (a JSONL file) or an 'env' that gives info['target']"])
         self.loss = ctx.algo.loss or "cross_entropy"
 
     def examples(self, step: int) -> list[tuple[str, str]]:
-        bs = self.ctx.algo.batch_size
         if self.records is not None:
-            out = []
-            for k in range(step * bs, (step + 1) * bs):
-                epoch, i = divmod(k, len(self.records))
-                order = np.random.default_rng(derive_seed(self.ctx.job.seed, self.ctx.stage_index, "epoch", epoch)).permutation(len(self.records))
-                out.append(self.records[int(order[i])])
-            return out
+            return shuffled_batch(self.ctx, self.records, step)
         factory = self.ctx.require_env()
         out = []
-        for i in range(bs):
+        for i in range(self.ctx.algo.batch_size):
             env = factory()
             try:
                 obs, info = env.reset(seed=self.ctx.step_seed(step, "sft", i))
@@ -99,8 +76,6 @@ class SFT(Algorithm):
         return {
             "losses/total": fb["loss"],
             "losses/sft": fb["loss"],
-            "optim/grad_norm": opt["grad_norm"],
-            "optim/lr": opt["lr"],
-            "optim/skipped_steps": float(opt["skipped_steps"]),
+            **optim_metrics(opt),
             "data/tokens": float(fb["num_tokens"]),
         }

@@ -1,0 +1,167 @@
+"""Pieces several algorithms share, so that each algorithm file reads top to bottom on its own.
+
+* :class:`ReferencePolicy` -- log-probabilities under the stage's starting policy (KL penalties,
+  DPO's implicit reward).
+* :func:`kl_to_reference` -- the KL penalty to it: its mean, and the token rewards shaped by it.
+* :func:`sampler_agreement` -- how far the sampler's logprobs are from the trainer's.
+* :func:`resolve_estimator`, :func:`check_loss_config` -- fail on a wrong name or key before
+  any work.
+* :func:`read_jsonl`, :func:`shuffled_batch`, :func:`example_trajectory` -- offline data files
+  (SFT examples, DPO pairs): read, cycled through in per-epoch shuffled order, tokenized.
+* :func:`optim_metrics` -- the ``optim/*`` keys of one ``optim_step``.
+
+Algorithms import these from here, never from each other.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+import tinker_core
+from tinker_algos.algorithms.base import StageContext
+from tinker_algos.kl import kl_estimate
+from tinker_algos.sampler import logprob_agreement
+from tinker_core.algos import AdvantageInputs, LossInputs
+from tinker_core.config import KLConfig
+from tinker_core.errors import ConfigError
+from tinker_core.seeding import derive_seed
+from tinker_core.types import Batch, Trajectory
+
+_T = TypeVar("_T")
+
+
+class ReferencePolicy:
+    """Log-probabilities under the reference policy: the stage's starting weights.
+
+    LoRA: the base model with every adapter off. Full fine-tuning: a frozen copy of the weights
+    taken at construction, so build it once the stage's starting weights are in place.
+    """
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self.module: Any = None
+        if ctx.adapter is None:
+            self.module = copy.deepcopy(ctx.policy.module).eval()
+            for p in self.module.parameters():
+                p.requires_grad_(False)
+
+    def logprobs(self, batch: Batch) -> np.ndarray:
+        if self.module is None:
+            return self.ctx.trainer.forward(batch, reference=True)
+        import torch
+
+        from tinker_algos.models import sequence_logprobs
+
+        dev = self.ctx.policy.device
+        tokens = torch.as_tensor(batch.tokens_B_T, device=dev)
+        attn = torch.as_tensor(batch.attention_mask_B_T, device=dev)
+        with torch.no_grad():
+            lp = sequence_logprobs(self.module, tokens, attn, spec=self.ctx.policy.spec)
+        return (lp.float() * attn).cpu().numpy()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.module is None else {"reference": self.module.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.module is not None and "reference" in state:
+            self.module.load_state_dict(state["reference"])
+
+
+def kl_to_reference(
+    logprobs_B_T: np.ndarray, ref_logprobs_B_T: np.ndarray, batch: Batch, mask_B_T: np.ndarray, kl: KLConfig
+) -> tuple[float, np.ndarray | None]:
+    """``(kl/policy_ref, token_rewards_B_T)``: the mean KL estimate over the trained tokens, and
+    with ``kl.mode == "reward"`` the episode rewards on their last token minus ``coef * KL``
+    per token (None in ``loss`` mode: the KL is then a loss term)."""
+    k_B_T = kl_estimate(logprobs_B_T, ref_logprobs_B_T, kl.estimator) * mask_B_T
+    mean = float(k_B_T.sum() / max(float(mask_B_T.sum()), 1.0))
+    if kl.mode != "reward":
+        return mean, None
+    rewards_B_T = AdvantageInputs(batch.rewards_B, mask_B_T, batch.group_ids_B).token_rewards()
+    return mean, rewards_B_T - kl.coef * k_B_T
+
+
+def sampler_agreement(batch: Batch, logprobs_B_T: np.ndarray, mask_B_T: np.ndarray) -> dict[str, float]:
+    """``kl/sample_train`` (k3 of KL(sampler || trainer)) and ``rollout/logprob_mean_abs_diff``."""
+    agree = logprob_agreement(batch.sampler_logprobs_B_T, logprobs_B_T, mask_B_T)
+    return {"kl/sample_train": float(agree["kl_k3"]), "rollout/logprob_mean_abs_diff": float(agree["mean_abs_diff"])}
+
+
+def resolve_estimator(ctx: StageContext, default: str, *, critic: bool) -> tuple[str, Any]:
+    """``(name, function)`` of the stage's advantage estimator; it must use a critic iff ``critic``."""
+    name = ctx.algo.estimator or default
+    entry = tinker_core.get_advantage_estimator(name)
+    if bool(entry.options.get("needs_critic")) != critic:
+        if critic:
+            problem = f"ppo trains a critic for an estimator that uses one (gae); {name!r} needs none, so use algorithm 'grpo' with loss 'ppo' for it"
+        else:
+            problem = f"{name!r} needs a critic; use algorithm 'ppo' for it, or a group estimator (grpo, dr_grpo, rloo, reinforce_pp_baseline)"
+        raise ConfigError([f"{ctx.where}.estimator: {problem}"])
+    return name, entry.obj
+
+
+def check_loss_config(ctx: StageContext, loss: str, inputs: LossInputs) -> None:
+    """Call loss ``loss`` once on ``inputs`` with the stage's ``loss_config``: a key the loss does
+    not take (or a bad value) is a config error naming ``loss_config`` before any work."""
+    try:
+        tinker_core.get_loss(loss).obj(inputs, **ctx.algo.loss_config)
+    except (TypeError, ValueError) as e:
+        raise ConfigError([f"{ctx.where}.loss_config: {e}"]) from None
+
+
+def read_jsonl(path: str | Path, where: str, what: str) -> list[tuple[int, Any]]:
+    """``(line number, record)`` of every non-blank line of a JSONL file.
+
+    Errors name ``where`` (the config field), the file and the line; ``what`` says what the file
+    should hold, for a missing file.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError([f"{where}: file {p} does not exist; give a JSONL file of {what}"])
+    records: list[tuple[int, Any]] = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append((n, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise ConfigError([f"{where}: {p}:{n} is not JSON ({e.msg} at column {e.colno})"]) from None
+    if not records:
+        raise ConfigError([f"{where}: {p} holds no records"])
+    return records
+
+
+def shuffled_batch(ctx: StageContext, items: Sequence[_T], step: int) -> list[_T]:
+    """Step ``step``'s ``batch_size`` items: the next slice of a per-epoch shuffled order.
+
+    The order of epoch ``e`` is seeded from ``(seed, stage, "epoch", e)``, so resume needs only
+    the step.
+    """
+    bs, n = ctx.algo.batch_size, len(items)
+    out = []
+    for k in range(step * bs, (step + 1) * bs):
+        epoch, i = divmod(k, n)
+        order = np.random.default_rng(derive_seed(ctx.job.seed, ctx.stage_index, "epoch", epoch)).permutation(n)
+        out.append(items[int(order[i])])
+    return out
+
+
+def example_trajectory(tokenizer: Any, prompt: str, completion: str) -> Trajectory:
+    """A trajectory that trains on ``completion`` only: the prompt with the tokenizer's special
+    tokens (``<bos>``), the completion without -- what the sampler later sees and produces."""
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=True)
+    completion_ids = tokenizer.encode(completion, add_special_tokens=False)
+    tokens = [*prompt_ids, *completion_ids]
+    mask = [0.0] * len(prompt_ids) + [1.0] * len(completion_ids)
+    return Trajectory(tokens, [0.0] * len(tokens), mask, [0.0])
+
+
+def optim_metrics(opt: dict[str, float]) -> dict[str, float]:
+    """``optim/grad_norm``, ``optim/lr``, ``optim/skipped_steps`` of one ``Trainer.optim_step``."""
+    return {"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])}
