@@ -159,13 +159,18 @@ def _find_non_json(value: Any, where: str) -> str | None:
     return f"{where} holds a {type(value).__module__}.{type(value).__qualname__} ({short(value, 40)}), which is not JSON{hint}"
 
 
-def resolve_callable(
-    target: Any, *, kind: str, label: str, getter: Callable[[str], Any]
-) -> tuple[Callable[..., Any], str, dict[str, Any]]:
-    """A registered name or a callable -> (callable, plugin label, registry options)."""
+_LABELS = {"advantage_estimators": "advantage estimator", "losses": "loss", "optimizers": "optimizer"}
+
+
+def resolve_callable(target: Any, kind: str) -> tuple[Callable[..., Any], str, dict[str, Any]]:
+    """A name in the ``kind`` registry (``advantage_estimators``, ``losses``, ``optimizers``) or a
+    callable -> (callable, plugin label, registry options)."""
+    label = _LABELS[kind]
     if isinstance(target, str):
+        from tinker_core.registry import get_registry
+
         try:
-            entry = getter(target)
+            entry = get_registry(kind).get(target)
         except KeyError as e:  # UnknownNameError is a KeyError with a did-you-mean message
             raise ConformanceError(
                 str(e), plugin=f"{label} {target!r}", check="registered",
@@ -176,6 +181,6 @@ def resolve_callable(
         raise ConformanceError(
             f"expected a registered {label} name or a callable, got {type(target).__name__}",
             plugin=f"{label} {short(target, 40)}", check="callable",
-            fix=f"pass the name the {kind} was registered under, or the function itself",
+            fix=f"pass the name the {label} was registered under, or the function itself",
         )
     return target, f"{label} {callable_name(target)}", {}

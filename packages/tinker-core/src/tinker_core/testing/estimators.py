@@ -150,10 +150,7 @@ def check_advantage_estimator(
     Raises:
         ConformanceError: naming the estimator, the failed check and the fix.
     """
-    from tinker_core.registry import get_advantage_estimator
-
-    fn, label, options = resolve_callable(estimator, kind="advantage estimator",
-                                          label="advantage estimator", getter=get_advantage_estimator)
+    fn, label, options = resolve_callable(estimator, "advantage_estimators")
     if needs_critic is None:
         needs_critic = bool(options.get("needs_critic", getattr(fn, "needs_critic", False)))
     config = dict(config or {})

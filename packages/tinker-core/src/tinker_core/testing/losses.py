@@ -194,9 +194,7 @@ def check_loss(
         TorchNotInstalledError: torch is missing (also an ImportError).
         ConformanceError: naming the loss, the failed check and the fix.
     """
-    from tinker_core.registry import get_loss
-
-    fn, label, options = resolve_callable(loss, kind="loss", label="loss", getter=get_loss)
+    fn, label, options = resolve_callable(loss, "losses")
     torch = import_torch(label)
     if kind is None:
         kind = str(options.get("kind", getattr(fn, "kind", "policy")))

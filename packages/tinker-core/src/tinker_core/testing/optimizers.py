@@ -100,9 +100,7 @@ def check_optimizer(
         TorchNotInstalledError: torch is missing (also an ImportError).
         ConformanceError: naming the optimizer, the failed check and the fix.
     """
-    from tinker_core.registry import get_optimizer
-
-    fn, label, _ = resolve_callable(factory, kind="optimizer", label="optimizer", getter=get_optimizer)
+    fn, label, _ = resolve_callable(factory, "optimizers")
     torch = import_torch(label)
     rep = Reporter(label)
     base = {"lr": _LR, "weight_decay": 0.0, **dict(config or {})}
