@@ -13,13 +13,12 @@ from tinker_algos.checkpoint import (
     CheckpointError,
     load_state,
     read_manifest,
-    restore_trainer,
     save_state,
 )
 from tinker_algos.device import seed_everything
 from tinker_algos.models import LoraSpec, PolicyModel
 from tinker_algos.sampler import SamplingParams, sample, sequences_to_batch
-from tinker_algos.trainer import Trainer, TrainerConfig
+from tinker_algos.trainer import Trainer, TrainerConfig, restore_trainer
 
 pytestmark = pytest.mark.usefixtures("only_tinker_algos_plugins")
 

@@ -24,15 +24,13 @@ import random
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from tinker_algos.models import LoraSpec, atomic_dir
-
-if TYPE_CHECKING:
-    from tinker_algos.trainer import Trainer
+from tinker_algos.models import PolicyModel, atomic_dir
+from tinker_algos.trainer_config import TrainerConfig
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -41,6 +39,27 @@ KIND = "opentinker-checkpoint"
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be written or does not fit the trainer it is loaded into."""
+
+
+class Checkpointable(Protocol):
+    """The trainer a checkpoint is written from or loaded into: a :class:`tinker_algos.trainer.Trainer`."""
+
+    policy: PolicyModel
+    adapter: str | None
+    config: TrainerConfig
+    step: int
+    skipped_steps: int
+    params: list[torch.nn.Parameter]
+    param_names: list[str]
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any], *, with_optimizer: bool = True) -> None: ...
+
+    def zero_grad(self) -> None: ...
 
 
 def get_rng_state() -> dict[str, Any]:
@@ -88,7 +107,7 @@ def _versions() -> dict[str, str]:
 
 def save_state(
     path: str | Path,
-    trainer: Trainer,
+    trainer: Checkpointable,
     *,
     data_cursor: Mapping[str, Any] | None = None,
     overwrite: bool = False,
@@ -159,7 +178,7 @@ def save_adapter(policy: Any, adapter: str, target: Path) -> None:
         shutil.rmtree(staging)
 
 
-def load_state(path: str | Path, trainer: Trainer, *, with_optimizer: bool = True) -> dict[str, Any]:
+def load_state(path: str | Path, trainer: Checkpointable, *, with_optimizer: bool = True) -> dict[str, Any]:
     """Restore checkpoint ``path`` into ``trainer`` in place; return the manifest.
 
     Weights are always restored (the full model, or ``trainer.adapter`` -- the checkpoint must be
@@ -193,7 +212,7 @@ def load_state(path: str | Path, trainer: Trainer, *, with_optimizer: bool = Tru
     return manifest
 
 
-def _load_full(model_dir: Path, trainer: Trainer) -> None:
+def _load_full(model_dir: Path, trainer: Checkpointable) -> None:
     from safetensors.torch import load_file
 
     files = sorted(model_dir.glob("*.safetensors"))
@@ -213,7 +232,7 @@ def _load_full(model_dir: Path, trainer: Trainer) -> None:
         )
 
 
-def _load_adapter(adapter_dir: Path, trainer: Trainer) -> None:
+def _load_adapter(adapter_dir: Path, trainer: Checkpointable) -> None:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
@@ -231,24 +250,3 @@ def _load_adapter(adapter_dir: Path, trainer: Trainer) -> None:
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:
         raise CheckpointError(f"adapter weights in {adapter_dir} do not fit: unexpected {unexpected[:5]}")
-
-
-def restore_trainer(path: str | Path, *, policy: Any = None, device: str | None = None) -> tuple[Trainer, dict[str, Any]]:
-    """Rebuild a trainer from a checkpoint alone (e.g. in a restarted worker).
-
-    Loads the base model named in the manifest (or uses ``policy``), re-creates the adapter with
-    the saved LoRA settings and the trainer with the saved config, then :func:`load_state`.
-    Returns ``(trainer, manifest)``.
-    """
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.trainer import Trainer, TrainerConfig
-
-    manifest = read_manifest(path)
-    if policy is None:
-        policy = PolicyModel.load(manifest["base_model"], device=device)
-    config = TrainerConfig.from_dict(manifest["trainer_config"])
-    adapter = manifest.get("adapter_name")
-    lora = LoraSpec.from_dict(manifest["adapter_config"]) if manifest.get("adapter_config") else None
-    trainer = Trainer(policy, config, adapter=adapter, lora=lora)
-    load_state(path, trainer, with_optimizer=True)
-    return trainer, manifest

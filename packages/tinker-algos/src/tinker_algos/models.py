@@ -1,10 +1,7 @@
-"""Models: resolve and load causal LMs, the ``tiny`` preset, LoRA adapters, and logprob math.
+"""Models: load causal LMs, LoRA adapters, and logprob math.
 
-* :func:`resolve_model` turns ``"tiny"``, a local directory or a hub id into something
-  ``from_pretrained`` accepts; ``"tiny"`` is built once and cached under
-  ``$OPENTINKER_CACHE/models/tiny-<hash>`` (default cache: ``~/.cache/opentinker``).
-* :func:`build_tiny_model` writes the tiny preset (a ~1M-parameter Llama-style model with the
-  character tokenizer of :mod:`tinker_algos.tokenizer`) in Hugging Face format.
+* :func:`load_model` loads what :func:`tinker_algos.model_files.resolve_model` resolves
+  (``"tiny"``, a local directory or a hub id; the tiny preset and the cache live there).
 * :class:`PolicyModel` holds a model and its tokenizer on a device and manages named LoRA adapters
   (several on one base model; one active at a time).
 * :func:`sequence_logprobs` is the one place where token logprobs are computed from logits; the
@@ -17,13 +14,9 @@ Hub ids are loaded with ``from_pretrained``; set ``HF_HUB_OFFLINE=1`` to forbid 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import inspect
-import json
 import os
 import re
-import shutil
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,147 +25,20 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tinker_algos.device import DeviceSpec, resolve_device
-from tinker_core.errors import OpenTinkerError
+from tinker_algos.model_files import (  # re-exported: their home was this module
+    TINY,
+    TINY_CONFIG,
+    ModelLoadError,
+    atomic_dir,
+    build_tiny_model,
+    cache_root,
+    resolve_model,
+    tiny_config,
+    tiny_fingerprint,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-TINY = "tiny"
-TINY_FORMAT_VERSION = 1
-CACHE_ENV = "OPENTINKER_CACHE"
-
-TINY_CONFIG: dict[str, Any] = {
-    "hidden_size": 128,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 512,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 1024,
-    "rms_norm_eps": 1e-5,
-    "hidden_act": "silu",
-    "initializer_range": 0.02,
-}
-
-
-class ModelLoadError(OpenTinkerError, ValueError):
-    """A model or tokenizer that cannot be used (missing, or they do not fit together)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# the tiny preset and the cache
-# ---------------------------------------------------------------------------------------------
-def cache_root() -> Path:
-    """``$OPENTINKER_CACHE`` or ``~/.cache/opentinker``."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "opentinker"
-
-
-def tiny_config(**overrides: Any) -> Any:
-    """The tiny preset's ``LlamaConfig`` (vocabulary and special ids of the char tokenizer)."""
-    from transformers import LlamaConfig
-
-    from tinker_algos.tokenizer import CHAR_VOCAB_SIZE
-
-    cfg = {**TINY_CONFIG, **overrides}
-    return LlamaConfig(
-        vocab_size=CHAR_VOCAB_SIZE, pad_token_id=0, bos_token_id=1, eos_token_id=2, **cfg
-    )
-
-
-def tiny_fingerprint(seed: int = 0) -> str:
-    """A short hash of everything that defines the tiny preset (config, vocabulary, seed)."""
-    from tinker_algos.tokenizer import CHAR_CHAT_TEMPLATE, CHARACTERS, SPECIAL_TOKENS
-
-    blob = json.dumps(
-        {
-            "v": TINY_FORMAT_VERSION,
-            "config": TINY_CONFIG,
-            "vocab": [*SPECIAL_TOKENS, *CHARACTERS],
-            "chat": CHAR_CHAT_TEMPLATE,
-            "seed": seed,
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
-
-
-def atomic_dir(final: Path, write: Any, *, overwrite: bool) -> Path:
-    """Run ``write(tmp_dir)`` then rename the temp dir (same parent) to ``final``."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists() and not overwrite:
-        raise FileExistsError(f"{final} already exists; pass overwrite=True or choose another path")
-    tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        write(tmp)
-        old = None
-        if final.exists():
-            old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(final, old)
-        os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
-def build_tiny_model(path: str | Path, *, seed: int = 0, overwrite: bool = False) -> Path:
-    """Write the tiny preset (weights from ``seed``, tokenizer, config) to ``path``; return it.
-
-    Deterministic: the same seed gives the same weights. The global torch RNG is left untouched.
-    """
-    from transformers import LlamaForCausalLM
-
-    from tinker_algos.tokenizer import build_char_tokenizer
-
-    def write(tmp: Path) -> None:
-        tok = build_char_tokenizer()
-        config = tiny_config()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = LlamaForCausalLM(config)
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        (tmp / "opentinker.json").write_text(
-            json.dumps({"preset": TINY, "seed": seed, "fingerprint": tiny_fingerprint(seed)}, indent=2)
-        )
-
-    return atomic_dir(Path(path), write, overwrite=overwrite)
-
-
-def resolve_model(name_or_path: str | Path, *, seed: int = 0) -> str:
-    """Something ``from_pretrained`` accepts.
-
-    ``"tiny"`` (or ``"tiny:SEED"``) is built on first use under
-    ``cache_root()/models/tiny-<fingerprint>`` and that directory is returned; an existing local
-    directory is returned as is; anything else is taken for a hub id.
-    """
-    name = str(name_or_path)
-    if name == TINY or name.startswith(TINY + ":"):
-        if ":" in name:
-            try:
-                seed = int(name.split(":", 1)[1])
-            except ValueError:
-                raise ModelLoadError(f"model {name!r}: use 'tiny' or 'tiny:SEED' with an integer seed") from None
-        target = cache_root() / "models" / f"tiny-{tiny_fingerprint(seed)}"
-        if not (target / "config.json").exists():
-            with contextlib.suppress(FileExistsError):  # another process built it first
-                build_tiny_model(target, seed=seed)
-        return str(target)
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").exists():
-            raise ModelLoadError(
-                f"model directory {path} has no config.json; save the model there with "
-                "save_pretrained, or use a hub id or 'tiny'"
-            )
-        return str(path)
-    if name.startswith((".", "/", "~")):
-        raise ModelLoadError(f"model path {name!r} does not exist; give a directory, a hub id or 'tiny'")
-    return name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,7 +173,7 @@ class PolicyModel:
 
         ``tokenizer`` loads the tokenizer from elsewhere; ``revision`` pins a hub revision.
         """
-        from tinker_algos.tokenizer import load_tokenizer
+        from tinker_algos.tokenizer import load_tokenizer  # transformers: imported on first use
 
         spec = spec or resolve_device(device, precision)
         tok = load_tokenizer(tokenizer or name_or_path)
@@ -529,6 +395,7 @@ __all__: Sequence[str] = (
     "TINY",
     "TINY_CONFIG",
     "LoraSpec",
+    "atomic_dir",
     "ModelLoadError",
     "PolicyModel",
     "build_tiny_model",

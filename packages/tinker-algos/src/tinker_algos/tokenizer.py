@@ -1,10 +1,7 @@
-"""Tokenizers: the tiny preset's character-level tokenizer, loading, and prompt rendering.
+"""Tokenizers: loading, and prompt rendering.
 
-The character tokenizer maps each printable ASCII character, newline and tab to one token, plus the
-special tokens ``<pad>`` (0), ``<bos>`` (1), ``<eos>`` (2) and ``<unk>`` (3); any other character
-encodes as ``<unk>``. Encoding with ``add_special_tokens=True`` (the default) prepends ``<bos>``.
-It is built with the ``tokenizers`` library, wrapped in ``PreTrainedTokenizerFast`` and carries a
-small chat template (``role: content`` lines, then ``assistant: ``).
+The tiny preset's character-level tokenizer is built by
+:func:`tinker_algos.model_files.build_char_tokenizer` (re-exported here with its vocabulary).
 
 Loading pitfall: ``AutoTokenizer`` picks the tokenizer class from the model's ``config.json``; with
 a ``qwen2`` config it returns a ``Qwen2Tokenizer`` that re-derives its own pre-tokenizer and drops
@@ -22,39 +19,23 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from tinker_algos.model_files import (  # re-exported: their home was this module
+    BOS,
+    CHAR_CHAT_TEMPLATE,
+    CHAR_VOCAB_SIZE,
+    CHARACTERS,
+    EOS,
+    PAD,
+    SPECIAL_TOKENS,
+    UNK,
+    build_char_tokenizer,
+    resolve_model,
+)
+
 logger = logging.getLogger(__name__)
 
-PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
-CHARACTERS: tuple[str, ...] = ("\t", "\n", *(chr(i) for i in range(32, 127)))
-CHAR_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(CHARACTERS)  # 101
-
-CHAR_CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant: {% endif %}"
-)
 _GENERIC_CLASSES = {"PreTrainedTokenizerFast", "TokenizersBackend"}
 ROUNDTRIP_PROBE = "a b  c\n\td"
-
-
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """The tiny preset's character-level tokenizer (deterministic: same vocabulary every call)."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-
-    vocab = {tok: i for i, tok in enumerate((*SPECIAL_TOKENS, *CHARACTERS))}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
-    # one pre-token per character, whitespace included ([\s\S] matches newlines too)
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()  # concatenate, no spaces between tokens
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK
-    )
-    fast.chat_template = CHAR_CHAT_TEMPLATE
-    return fast
 
 
 def _tokenizer_class_of(path: str) -> str | None:
@@ -86,8 +67,6 @@ def load_tokenizer(name_or_path: str | Path, **kwargs: Any) -> PreTrainedTokeniz
     docstring); others with ``AutoTokenizer``. A pad token is set (to eos) when missing. Logs a
     warning when the tokenizer does not round-trip spaces and newlines.
     """
-    from tinker_algos.models import resolve_model
-
     path = resolve_model(str(name_or_path))
     cls_name = _tokenizer_class_of(path)
     tok: PreTrainedTokenizerBase
@@ -169,3 +148,20 @@ def encode_prompt(
         templated = False  # plain fallback rendering has no special tokens: add them
     text = render_prompt(tokenizer, prompt, chat=chat, add_generation_prompt=add_generation_prompt)  # type: ignore[arg-type]
     return list(tokenizer.encode(text, add_special_tokens=not templated))
+
+
+__all__ = [
+    "BOS",
+    "CHAR_CHAT_TEMPLATE",
+    "CHAR_VOCAB_SIZE",
+    "CHARACTERS",
+    "EOS",
+    "PAD",
+    "SPECIAL_TOKENS",
+    "UNK",
+    "build_char_tokenizer",
+    "encode_prompt",
+    "load_tokenizer",
+    "render_prompt",
+    "roundtrips",
+]

@@ -34,20 +34,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 import torch
 
+from tinker_algos import checkpoint
 from tinker_algos.models import LoraSpec, PolicyModel, sequence_logprobs, to_tensor
+from tinker_algos.trainer_config import (  # re-exported: their home was this module
+    SCHEDULES,
+    TrainerConfig,
+    lr_multiplier,
+)
 
 if TYPE_CHECKING:
     from tinker_core.types import Batch
 
+__all__ = ["SCHEDULES", "TOKEN_SUM", "Trainer", "TrainerConfig", "aggregation_modes", "lr_multiplier", "restore_trainer"]
+
 TOKEN_SUM = "token-sum"
-SCHEDULES: tuple[str, ...] = ("constant", "linear", "cosine")
 
 
 def aggregation_modes() -> tuple[str, ...]:
@@ -55,93 +61,6 @@ def aggregation_modes() -> tuple[str, ...]:
     from tinker_core.algos import AGGREGATION_MODES
 
     return (*AGGREGATION_MODES, TOKEN_SUM)
-
-
-def lr_multiplier(
-    step: int,
-    *,
-    schedule: str = "constant",
-    warmup_steps: int = 0,
-    total_steps: int | None = None,
-    min_lr_ratio: float = 0.0,
-) -> float:
-    """The factor on the base LR for update number ``step`` (0-based).
-
-    Linear warmup ``(step + 1) / warmup_steps`` over the first ``warmup_steps`` updates, then
-    ``constant`` (1), ``linear`` (1 -> ``min_lr_ratio`` at ``total_steps``) or ``cosine``
-    (half a cosine from 1 to ``min_lr_ratio`` at ``total_steps``); after ``total_steps`` the
-    factor stays at ``min_lr_ratio``.
-    """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown LR schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if schedule == "constant":
-        return 1.0
-    if total_steps is None:
-        raise ValueError(f"LR schedule {schedule!r} needs total_steps (the number of updates)")
-    span = max(1, total_steps - warmup_steps)
-    progress = min(1.0, max(0.0, (step - warmup_steps) / span))
-    if schedule == "linear":
-        return 1.0 - (1.0 - min_lr_ratio) * progress
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-@dataclass
-class TrainerConfig:
-    """Optimizer, LR schedule and clipping of a :class:`Trainer`.
-
-    Attributes:
-        optimizer: a registered optimizer name (``adamw``, ``sgd``, ``lion``, or a plugin's).
-        lr: the base learning rate (the schedule multiplies it).
-        weight_decay: applied to weights with 2+ dims; biases and norm gains get none.
-        optimizer_config: the optimizer's other keys (``betas``, ``eps``, ``momentum`` ...).
-        schedule: ``constant``, ``linear`` or ``cosine`` (see :func:`lr_multiplier`).
-        warmup_steps / total_steps / min_lr_ratio: schedule shape.
-        max_grad_norm: clip the global gradient norm to this (None: no clipping).
-        micro_batch_size: split each ``forward_backward`` into row chunks of this size (bounds
-            memory; the result equals the unsplit call for every aggregation mode, as long as
-            the loss itself has no cross-row statistics). Preference losses need it even.
-    """
-
-    optimizer: str = "adamw"
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    optimizer_config: dict[str, Any] = field(default_factory=dict)
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    total_steps: int | None = None
-    min_lr_ratio: float = 0.0
-    max_grad_norm: float | None = 1.0
-    micro_batch_size: int | None = None
-
-    def validate(self) -> None:
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"TrainerConfig.lr must be > 0, got {self.lr}")
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"TrainerConfig.schedule {self.schedule!r} is unknown; choose one of {', '.join(SCHEDULES)}")
-        if self.schedule != "constant" and self.total_steps is None:
-            raise ValueError(f"TrainerConfig.schedule={self.schedule!r} needs total_steps")
-        if self.warmup_steps < 0:
-            raise ValueError(f"TrainerConfig.warmup_steps must be >= 0, got {self.warmup_steps}")
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ValueError(f"TrainerConfig.max_grad_norm must be > 0 or None, got {self.max_grad_norm}")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise ValueError(f"TrainerConfig.micro_batch_size must be >= 1 or None, got {self.micro_batch_size}")
-        for key in ("lr", "weight_decay", "params"):
-            if key in self.optimizer_config:
-                raise ValueError(f"TrainerConfig.optimizer_config must not set {key!r}; use the TrainerConfig field")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TrainerConfig:
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"TrainerConfig got unknown key(s) {unknown}; known: {sorted(known)}")
-        return cls(**dict(d))
 
 
 class Trainer:
@@ -250,38 +169,12 @@ class Trainer:
 
     @overload
     def forward_backward(
-        self,
-        batch: Batch,
-        loss: str = ...,
-        *,
-        agg: str = ...,
-        loss_scale: float = ...,
-        advantages_B_T: Any = ...,
-        ref_logprobs_B_T: Any = ...,
-        weights_B_T: Any = ...,
-        values_B_T: Any = ...,
-        old_values_B_T: Any = ...,
-        returns_B_T: Any = ...,
-        return_logprobs: Literal[False] = ...,
-        **loss_config: Any,
+        self, batch: Batch, loss: str = ..., *, return_logprobs: Literal[False] = ..., **kwargs: Any
     ) -> dict[str, float]: ...
 
     @overload
     def forward_backward(
-        self,
-        batch: Batch,
-        loss: str = ...,
-        *,
-        agg: str = ...,
-        loss_scale: float = ...,
-        advantages_B_T: Any = ...,
-        ref_logprobs_B_T: Any = ...,
-        weights_B_T: Any = ...,
-        values_B_T: Any = ...,
-        old_values_B_T: Any = ...,
-        returns_B_T: Any = ...,
-        return_logprobs: Literal[True],
-        **loss_config: Any,
+        self, batch: Batch, loss: str = ..., *, return_logprobs: Literal[True], **kwargs: Any
     ) -> tuple[dict[str, float], np.ndarray]: ...
 
     def forward_backward(
@@ -530,12 +423,26 @@ class Trainer:
 
     def save_state(self, path: str | Path, *, data_cursor: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
         """Write a checkpoint; see :func:`tinker_algos.checkpoint.save_state`."""
-        from tinker_algos.checkpoint import save_state
-
-        return save_state(path, self, data_cursor=data_cursor, overwrite=overwrite)
+        return checkpoint.save_state(path, self, data_cursor=data_cursor, overwrite=overwrite)
 
     def load_state(self, path: str | Path, *, with_optimizer: bool = True) -> dict[str, Any]:
         """Restore a checkpoint; returns its manifest. See :func:`tinker_algos.checkpoint.load_state`."""
-        from tinker_algos.checkpoint import load_state
+        return checkpoint.load_state(path, self, with_optimizer=with_optimizer)
 
-        return load_state(path, self, with_optimizer=with_optimizer)
+
+def restore_trainer(path: str | Path, *, policy: Any = None, device: str | None = None) -> tuple[Trainer, dict[str, Any]]:
+    """Rebuild a trainer from a checkpoint alone (e.g. in a restarted worker).
+
+    Loads the base model named in the manifest (or uses ``policy``), re-creates the adapter with
+    the saved LoRA settings and the trainer with the saved config, then
+    :func:`~tinker_algos.checkpoint.load_state`. Returns ``(trainer, manifest)``.
+    """
+    manifest = checkpoint.read_manifest(path)
+    if policy is None:
+        policy = PolicyModel.load(manifest["base_model"], device=device)
+    config = TrainerConfig.from_dict(manifest["trainer_config"])
+    adapter = manifest.get("adapter_name")
+    lora = LoraSpec.from_dict(manifest["adapter_config"]) if manifest.get("adapter_config") else None
+    trainer = Trainer(policy, config, adapter=adapter, lora=lora)
+    checkpoint.load_state(path, trainer, with_optimizer=True)
+    return trainer, manifest

@@ -68,7 +68,7 @@ from tinker_algos.algorithms.common import (
 )
 from tinker_algos.algorithms.critic import Critic, explained_variance
 from tinker_algos.rollout import RolloutResult
-from tinker_algos.trainer import lr_multiplier
+from tinker_algos.trainer_config import lr_multiplier
 from tinker_core.algos import AdvantageInputs
 from tinker_core.config import PPOParams
 from tinker_core.errors import ConfigError
