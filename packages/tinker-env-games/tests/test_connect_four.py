@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tinker_core.coordinator import play_episode
 from tinker_env_games.connect_four import LINES, ConnectFourEnv, parse_board
-from tinker_env_games.coordinator import play_episode
 from tinker_env_games.opponents import RandomAgent
 
 # A full board with no four in a row (found by a seeded search, checked by the test).

@@ -1,4 +1,7 @@
-"""The multi-agent coordinator, driven by scripted agents (no model)."""
+"""The games under tinker-core's multi-agent coordinator, driven by scripted agents (no model).
+
+The coordinator on generic envs (no forfeit(), endless envs) is tested in tinker-core.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from tinker_core.env import EnvSpec, MultiAgentTextEnv
-from tinker_env_games.connect_four import ConnectFourEnv
-from tinker_env_games.coordinator import (
+import tinker_core.coordinator
+from tinker_core.coordinator import (
     Coordinator,
     EpisodeResult,
     Turn,
@@ -20,6 +22,9 @@ from tinker_env_games.coordinator import (
     play_episode_async,
     play_episodes,
 )
+from tinker_core.env import MultiAgentTextEnv
+from tinker_core.opponents import make_opponent, scripted_opponents
+from tinker_env_games.connect_four import ConnectFourEnv
 from tinker_env_games.opponents import MinimaxAgent, RandomAgent
 from tinker_env_games.tictactoe import TicTacToeEnv
 
@@ -53,34 +58,6 @@ def stuck_agent(release: threading.Event) -> Any:
         return "1"
 
     return agent
-
-
-class RelayEnv(MultiAgentTextEnv):
-    """A generic env without forfeit(): roles a, b alternate; each action scores +1 for its
-    author; the episode ends after ``length`` steps (never, when length is 0)."""
-
-    env_spec = EnvSpec(id="test/relay-v0", max_turns=4, reward_range=(-2.0, 1.0), roles=("a", "b"))
-
-    def __init__(self, length: int = 4) -> None:
-        self.possible_agents = ["a", "b"]
-        self.length = length
-
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        super().reset(seed=seed, options=options)
-        self.agent_selection = "a"
-        self.count = 0
-
-    def observe(self, agent: str) -> str:
-        return f"{agent} sees step {self.count}\n"
-
-    def step(self, action: str) -> None:
-        self.rewards = {"a": 0.0, "b": 0.0}
-        self.rewards[self.agent_selection] = 1.0
-        self.count += 1
-        self.agent_selection = "b" if self.agent_selection == "a" else "a"
-        if self.length and self.count >= self.length:
-            self.terminations = {"a": True, "b": True}
-        self._accumulate_rewards()
 
 
 def check_consistency(result: EpisodeResult) -> None:
@@ -227,41 +204,6 @@ def test_async_and_sync_loops_agree() -> None:
     assert sync.to_dict() == asynchronous.to_dict()
 
 
-def test_generic_env_without_forfeit(release: threading.Event) -> None:
-    result = play_episode(
-        RelayEnv(),
-        {"a": Scripted(["go"]), "b": stuck_agent(release)},
-        seed=0,
-        turn_timeout_s=TIMEOUT_S,
-    )
-    assert (result.reason, result.forfeited_by) == ("forfeit-timeout", "b")
-    assert result.rewards == {"a": 1.0, "b": -2.0}  # b gets the low end of the reward range
-    assert result.outcomes == {"a": "win", "b": "loss"}
-    assert result.final_observations == {"a": "a sees step 1\n", "b": "b sees step 1\n"}
-    custom = play_episode(
-        RelayEnv(),
-        {"a": Scripted(["go"]), "b": stuck_agent(release)},
-        seed=0,
-        turn_timeout_s=TIMEOUT_S,
-        forfeit_reward=-5.0,
-    )
-    assert custom.rewards["b"] == -5.0
-
-
-def test_generic_env_that_ends_by_itself() -> None:
-    result = play_episode(RelayEnv(length=4), Scripted(["1", "2", "3", "4"]), seed=0)
-    assert result.reason == "terminated" and result.rewards == {"a": 2.0, "b": 2.0}
-    assert result.outcomes == {"a": "draw", "b": "draw"} and result.winner is None
-    assert result.turn_rewards == {"a": [1.0, 1.0], "b": [1.0, 1.0]}
-
-
-def test_max_steps_truncates_an_endless_env() -> None:
-    env = RelayEnv(length=0)
-    result = play_episode(env, lambda role, obs: "x", seed=0, max_steps=7)
-    assert result.reason == "truncated" and result.num_steps == 7
-    assert env.done and all(env.truncations.values())
-
-
 def test_bad_agents_argument() -> None:
     with pytest.raises(ValueError, match=r"no agent for role\(s\) \['o'\]"):
         play_episode(TicTacToeEnv(), {"x": RandomAgent(0)})
@@ -305,3 +247,34 @@ def test_envs_and_results_pickle(games_plugin_only: None, env_id: str) -> None:
         assert pickle.loads(pickle.dumps(result)) == result
     else:
         assert clone.step("50") == env.step("50")
+
+
+def test_the_old_import_path_re_exports_the_core_coordinator() -> None:
+    import tinker_env_games
+    import tinker_env_games.coordinator as old
+
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(tinker_core.coordinator, name), name
+    assert tinker_env_games.play_episode is play_episode and tinker_env_games.Turn is Turn
+
+
+@pytest.mark.parametrize(
+    ("env_id", "names"),
+    [("games/tictactoe-v0", {"random", "minimax"}), ("games/connect-four-v0", {"random"}), ("games/guess-number-v0", set())],
+)
+def test_games_offer_their_scripted_opponents_by_name(games_plugin_only: None, env_id: str, names: set[str]) -> None:
+    import tinker_core
+
+    assert set(scripted_opponents(env_id)) == names
+    env = tinker_core.make_env(env_id)
+    assert set(scripted_opponents(env)) == names
+    for name in names:  # a fresh, seeded agent: the same seed plays the same moves
+        env.reset(seed=0)
+        obs = env.observe(env.agent_selection)
+        a, b = make_opponent(env, name, seed=3), make_opponent(env, name, seed=3)
+        assert a is not b and a(env.agent_selection, obs) == b(env.agent_selection, obs)
+    assert isinstance(make_opponent("games/tictactoe-v0", "minimax", seed=1), MinimaxAgent)
+    assert isinstance(make_opponent("games/connect-four-v0", "random", seed=1), RandomAgent)
+    if "minimax" not in names:
+        with pytest.raises(ValueError, match=f"{env_id} offers no scripted opponent 'minimax'"):
+            make_opponent(env, "minimax")

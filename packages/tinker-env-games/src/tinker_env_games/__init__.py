@@ -2,9 +2,10 @@
 
 Registers ``games/guess-number-v0``, ``games/tictactoe-v0`` and ``games/connect-four-v0`` (see
 :mod:`tinker_env_games.plugin`), and provides opponents that need no model
-(:mod:`tinker_env_games.opponents`) and the multi-agent episode coordinator
-(:mod:`tinker_env_games.coordinator`). Names below load on first use, so importing the package
-(which plugin discovery does) costs almost nothing.
+(:mod:`tinker_env_games.opponents`; the board games offer them by name in
+``scripted_opponents``). The multi-agent episode coordinator lives in
+:mod:`tinker_core.coordinator`; its names are re-exported here for compatibility. Names below
+load on first use, so importing the package (which plugin discovery does) costs almost nothing.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ _EXPORTS: dict[str, str] = {
     "ConnectFourEnv": "tinker_env_games.connect_four",
     "RandomAgent": "tinker_env_games.opponents",
     "MinimaxAgent": "tinker_env_games.opponents",
-    "Coordinator": "tinker_env_games.coordinator",
-    "EpisodeResult": "tinker_env_games.coordinator",
-    "Turn": "tinker_env_games.coordinator",
-    "play_episode": "tinker_env_games.coordinator",
-    "play_episode_async": "tinker_env_games.coordinator",
-    "play_episodes": "tinker_env_games.coordinator",
+    "Coordinator": "tinker_core.coordinator",
+    "EpisodeResult": "tinker_core.coordinator",
+    "Turn": "tinker_core.coordinator",
+    "play_episode": "tinker_core.coordinator",
+    "play_episode_async": "tinker_core.coordinator",
+    "play_episodes": "tinker_core.coordinator",
 }
 
 __all__ = [
@@ -51,9 +52,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from tinker_env_games.board import BoardGameEnv
-    from tinker_env_games.connect_four import ConnectFourEnv
-    from tinker_env_games.coordinator import (
+    from tinker_core.coordinator import (
         Coordinator,
         EpisodeResult,
         Turn,
@@ -61,6 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover
         play_episode_async,
         play_episodes,
     )
+    from tinker_env_games.board import BoardGameEnv
+    from tinker_env_games.connect_four import ConnectFourEnv
     from tinker_env_games.guess_number import GuessNumberEnv
     from tinker_env_games.opponents import MinimaxAgent, RandomAgent
     from tinker_env_games.tictactoe import TicTacToeEnv

@@ -15,17 +15,24 @@ So an episode always ends, after at most ``cells + 2 * (max_illegal_moves - 1)``
 times out or fails). At the end every role's ``infos[role]`` holds ``outcome`` (``"win"``,
 ``"loss"`` or ``"draw"``), ``winner`` (a role or None) and ``reason`` (``"win"``, ``"draw"``,
 ``"forfeit-illegal"`` or the reason given to :meth:`forfeit`).
+
+Every board game offers the scripted opponent ``random`` (:class:`RandomAgent`, which plays a
+move from the ``Legal moves:`` line of the observation) in ``scripted_opponents``, the contract
+of :mod:`tinker_core.opponents`; a game adds its own (tic-tac-toe: ``minimax``).
 """
 
 from __future__ import annotations
 
+import random
+import re
 from abc import abstractmethod
 from dataclasses import replace
 from typing import Any, ClassVar
 
 from tinker_core.env import EnvSpec, MultiAgentTextEnv
+from tinker_core.opponents import OpponentFactory
 
-__all__ = ["ROLES", "BoardGameEnv"]
+__all__ = ["ROLES", "BoardGameEnv", "RandomAgent", "legal_moves_in"]
 
 ROLES = ("x", "o")
 MARKS = {"x": "X", "o": "O"}
@@ -35,15 +42,37 @@ def other(role: str) -> str:
     return "o" if role == "x" else "x"
 
 
+_LEGAL_RE = re.compile(r"^Legal moves:((?: \d+)*)\s*$", re.MULTILINE)
+
+
+def legal_moves_in(observation: str) -> list[int]:
+    """The moves on the observation's ``Legal moves:`` line (empty when it has none)."""
+    m = _LEGAL_RE.search(observation)
+    return [int(x) for x in m.group(1).split()] if m else []
+
+
+class RandomAgent:
+    """Plays a uniformly random move from the ``Legal moves:`` line (seeded: the same seed gives
+    the same moves for the same observations); with no such line it answers ``"1"``."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = random.Random(seed)
+
+    def __call__(self, role: str, observation: str) -> str:
+        moves = legal_moves_in(observation)
+        return str(self.rng.choice(moves)) if moves else "1"
+
+
 class BoardGameEnv(MultiAgentTextEnv):
     """Turn order, illegal-move handling, forfeits, rewards and infos for a 2-player game.
 
     Subclasses define the board: :meth:`new_board`, :meth:`parse_move`, :meth:`illegal_reason`,
     :meth:`apply_move`, :meth:`legal_moves`, :meth:`winner`, :meth:`render_board`, and the
     class attributes ``title``, ``move_prompt``, ``base_spec``, ``num_cells`` and
-    ``no_move_reason``.
+    ``no_move_reason``. ``scripted_opponents`` names the agents it can be played against.
     """
 
+    scripted_opponents: ClassVar[dict[str, OpponentFactory]] = {"random": RandomAgent}
     title: ClassVar[str]
     move_prompt: ClassVar[str]
     base_spec: ClassVar[EnvSpec]

@@ -14,23 +14,35 @@ What role ``x`` sees on its turn::
 
 Free cells show their number, so the action is one of the numbers on the board: the first
 integer in the action text is taken (``"3"``, ``"I play 3"``). Rewards, illegal moves and
-forfeits follow :mod:`tinker_env_games.board`. The pure rule functions here
-(:func:`winner_of`, :func:`free_cells`, :func:`parse_board`) serve the opponents too.
+forfeits follow :mod:`tinker_env_games.board`.
+
+Scripted opponents (``TicTacToeEnv.scripted_opponents``): ``random`` (:class:`RandomAgent`) and
+``minimax`` (:class:`MinimaxAgent`), perfect play: exhaustive negamax, memoised over the 5478
+reachable positions; among equally good moves it prefers the quickest win or the slowest loss,
+then the lowest cell (or a seeded random one with ``seed=``). Both read only the observation
+text, like a model would.
 """
 
 from __future__ import annotations
 
+import functools
+import random
 import re
 from collections.abc import Sequence
+from typing import ClassVar
 
 from tinker_core.env import EnvSpec
-from tinker_env_games.board import ROLES, BoardGameEnv
+from tinker_core.opponents import OpponentFactory
+from tinker_env_games.board import ROLES, BoardGameEnv, RandomAgent
 
 __all__ = [
     "LINES",
     "TICTACTOE_SPEC",
+    "MinimaxAgent",
     "TicTacToeEnv",
     "free_cells",
+    "minimax_moves",
+    "minimax_value",
     "parse_board",
     "render_board",
     "winner_of",
@@ -103,6 +115,65 @@ def parse_board(observation: str) -> list[str]:
     return cells
 
 
+def _other(mark: str) -> str:
+    return "O" if mark == "X" else "X"
+
+
+@functools.cache
+def _solve(board: str, mark: str) -> tuple[int, tuple[int, ...]]:
+    """Negamax value for ``mark`` to move on ``board`` (9 chars), and the best cells (1-9).
+
+    The value is ``1 + free cells`` for a win (so earlier wins score higher), its negative for
+    a loss, 0 for a draw.
+    """
+    if winner_of(board) is not None:  # the previous mover won
+        return -(1 + board.count(EMPTY)), ()
+    cells = free_cells(board)
+    if not cells:
+        return 0, ()
+    best, best_moves = None, []
+    for cell in cells:
+        child = board[: cell - 1] + mark + board[cell:]
+        value = -_solve(child, _other(mark))[0]
+        if best is None or value > best:
+            best, best_moves = value, [cell]
+        elif value == best:
+            best_moves.append(cell)
+    assert best is not None
+    return best, tuple(best_moves)
+
+
+def minimax_value(board: list[str] | str, mark: str) -> int:
+    """Positive when ``mark`` to move wins with perfect play, 0 for a draw, negative for a loss."""
+    return _solve("".join(board), mark)[0]
+
+
+def minimax_moves(board: list[str] | str, mark: str) -> tuple[int, ...]:
+    """All optimal cells (1-9) for ``mark`` to move."""
+    return _solve("".join(board), mark)[1]
+
+
+class MinimaxAgent:
+    """Perfect tic-tac-toe: never loses. Reads the board from the observation.
+
+    Args:
+        seed: None (default) plays the lowest optimal cell; an int picks among the optimal
+            cells with a seeded RNG, for varied but still perfect games.
+    """
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = random.Random(seed) if seed is not None else None
+
+    def __call__(self, role: str, observation: str) -> str:
+        mark = {"x": "X", "o": "O"}.get(role)
+        if mark is None:
+            raise ValueError(f"MinimaxAgent plays tic-tac-toe roles 'x' or 'o', got {role!r}")
+        moves = minimax_moves(parse_board(observation), mark)
+        if not moves:
+            return "1"  # the game is over; any answer will do
+        return str(self.rng.choice(moves) if self.rng else moves[0])
+
+
 class TicTacToeEnv(BoardGameEnv):
     """Tic-tac-toe; see the module docstring and :mod:`tinker_env_games.board` for the rules.
 
@@ -111,6 +182,10 @@ class TicTacToeEnv(BoardGameEnv):
         illegal_move_penalty: cost of each earlier illegal move (default 0.1).
     """
 
+    scripted_opponents: ClassVar[dict[str, OpponentFactory]] = {
+        "random": RandomAgent,
+        "minimax": MinimaxAgent,
+    }
     title = "Tic-tac-toe"
     move_prompt = "Reply with the number of a free cell (1-9)."
     base_spec = TICTACTOE_SPEC
