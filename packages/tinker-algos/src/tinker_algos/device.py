@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,14 +108,3 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-
-
-@contextlib.contextmanager
-def deterministic_algorithms(enabled: bool = True) -> Iterator[None]:
-    """Temporarily ask torch for deterministic kernels (matters on CUDA; CPU kernels already are)."""
-    before = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(enabled, warn_only=True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(before, warn_only=True)

@@ -35,10 +35,20 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from tinker_core.config import JobConfig, StageConfig, load_config, parse_config
+import torch
+
+from tinker_algos.algorithms import get_algorithm
+from tinker_algos.algorithms.base import Algorithm, StageContext
+from tinker_algos.checkpoint import load_state, save_state, set_rng_state
+from tinker_algos.device import resolve_device, seed_everything
+from tinker_algos.metrics import MetricsLog, plot_curves
+from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
+from tinker_algos.trainer import Trainer, TrainerConfig
+from tinker_core.config import EnvConfig, JobConfig, StageConfig, load_config, parse_config
 
 _T = TypeVar("_T")
 ADAPTER = "policy"
@@ -72,15 +82,265 @@ class SharedModel(Protocol):
         ...
 
 
+def train(
+    config: JobConfig | dict[str, Any] | str | Path,
+    *,
+    run_dir: str | Path,
+    callbacks: Any = None,
+    shared: SharedModel | None = None,
+) -> TrainResult:
+    """Run (or resume) the job ``config`` with everything written under ``run_dir``.
+
+    ``shared``: train on a model shared with other jobs (LoRA jobs only; see the module docstring).
+    """
+    return Run(_as_config(config), Path(run_dir), _Callbacks(callbacks), shared).run()
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run is: the next step of the next stage, and the steps done in all (progress.json)."""
+
+    stage_index: int = 0
+    stage_step: int = 0
+    global_step: int = 0
+
+    @classmethod
+    def read(cls, checkpoint: Path) -> Progress:
+        return cls(**json.loads((checkpoint / "progress.json").read_text()))
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What step ``stage_step`` of a stage does besides learning (decided before it runs)."""
+
+    stage_step: int
+    global_step: int
+    evaluate: bool
+    report: bool
+    #: the progress a checkpoint written after the step records; None: no checkpoint
+    save_as: Progress | None
+
+
+class Run:
+    """One job in one run directory: load, resume, then each stage's steps (sample, score,
+    learn), evaluations, metrics, checkpoints, and the learning-curve plot at the end.
+
+    Work that touches the model or the random generators goes through :attr:`in_turn` (the
+    shared host's ``run``, or a plain call); callbacks are called between those pieces.
+    """
+
+    def __init__(self, job: JobConfig, run_dir: Path, callbacks: _Callbacks, shared: SharedModel | None) -> None:
+        self.job = job
+        self.dir = run_dir
+        self.cb = callbacks
+        self.shared = shared
+        self.in_turn: Callable[[Callable[[], Any]], Any] = shared.run if shared is not None else _call
+        self.stages = job.resolved_stages()
+        self.progress = Progress()
+        self.resume_from: Path | None = None
+        self.global_step = 0
+        self.status = "completed"
+        self.last_metrics: dict[str, float] = {}
+        self.final_eval: dict[str, float] = {}
+        self.checkpoint: Path | None = None
+
+    # ---- the story ----------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        self.load()
+        t_start = time.perf_counter()
+        try:
+            for si in range(self.progress.stage_index, len(self.stages)):
+                if not self.run_stage(si):
+                    self.status = "interrupted"
+                    break
+        finally:
+            self.log.close()
+        plot = self.plot()
+        return self.finish(plot, time.perf_counter() - t_start)
+
+    def load(self) -> None:
+        """Write config.json, find the checkpoint to resume from, load the model, seed every RNG."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "config.json").write_text(self.job.model_dump_json(indent=1), encoding="utf-8")
+        found = _checkpoints(self.dir)
+        if self.job.checkpoint.resume and found:
+            self.resume_from = self.checkpoint = found[-1]
+            self.progress = Progress.read(self.resume_from)
+            self.cb.on_log(f"resuming from {self.resume_from} (step {self.progress.global_step})")
+        self.global_step = self.progress.global_step
+        job = self.job
+        if self.shared is not None:
+            if job.lora is None:
+                raise ValueError("train(shared=...) trains a LoRA adapter; this job fine-tunes the whole model (lora: null)")
+            self.policy = self.shared.policy
+        else:
+            spec = resolve_device(job.model.device, job.model.precision)
+            self.policy = PolicyModel.load(job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision)
+        self.in_turn(self.seed)  # after loading: a shared model was loaded once, earlier
+        self.lora = (
+            LoraSpec(rank=job.lora.rank, alpha=job.lora.alpha, dropout=job.lora.dropout, target_modules=list(job.lora.target_modules))
+            if job.lora
+            else None
+        )
+        self.adapter = (self.shared.adapter if self.shared is not None else ADAPTER) if self.lora else None
+        self.log = MetricsLog(self.dir, jsonl=job.logging.jsonl, tensorboard=job.logging.tensorboard, resume_step=self.global_step)
+
+    def seed(self) -> None:
+        seed_everything(self.job.seed)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+
+    def run_stage(self, si: int) -> bool:
+        """Stage ``si`` from its first step not yet done; False when ``should_stop`` cut it short."""
+        stage = self.stages[si]
+        steps = stage.algorithm.steps
+        start = self.progress.stage_step if si == self.progress.stage_index else 0
+        trainer, algo = self.in_turn(partial(self.start_stage, si, start))
+        self.cb.on_log(f"stage {si} '{stage.name}': {stage.algorithm.name}, steps {start}..{steps}")
+        for k in range(start, steps):
+            if self.cb.should_stop():
+                self.save_interrupted(Progress(si, k, self.global_step), trainer, algo)
+                return False
+            self.global_step += 1
+            plan = self.plan(si, k)
+            metrics, ev, saved = self.in_turn(partial(self.step, stage, trainer, algo, plan))
+            self.report(plan, metrics, ev, saved)
+        return True
+
+    def start_stage(self, si: int, start: int) -> tuple[Trainer, Algorithm]:
+        """The stage's trainer and algorithm, with the checkpoint's state when it resumes here.
+
+        Mid-stage (``start > 0``): weights, optimizer, RNG and algorithm state. At a stage boundary:
+        the weights and the RNG (the new stage's optimizer starts fresh, its random draws continue).
+        The trainer state is loaded before the algorithm is built, so what the algorithm copies at
+        construction (a reference policy) is the stage's real starting point.
+        """
+        stage = self.stages[si]
+        trainer = Trainer(self.policy, trainer_config(stage), adapter=self.adapter, lora=self.lora, adapter_seed=self.job.seed)
+        resuming_here = self.resume_from is not None and si == self.progress.stage_index
+        if resuming_here:
+            assert self.resume_from is not None
+            load_state(self.resume_from / "trainer", trainer, with_optimizer=start > 0)
+            if start == 0:
+                set_rng_state(torch.load(self.resume_from / "trainer" / "rng_state.pt", weights_only=False))
+        env_factory, eval_env_factory = env_factories(stage.env)
+        ctx = StageContext(self.job, stage, si, self.policy, trainer, self.dir, self.adapter, env_factory, eval_env_factory, self.cb.on_log)
+        algo = get_algorithm(stage.algorithm.name)(ctx)
+        if resuming_here and start > 0:
+            assert self.resume_from is not None
+            algo.load_state_dict(torch.load(self.resume_from / "algorithm.pt", weights_only=False))
+        return trainer, algo
+
+    def plan(self, si: int, k: int) -> StepPlan:
+        """Step ``k`` of stage ``si``: evaluate? log? checkpoint, and as what progress?"""
+        algo = self.stages[si].algorithm
+        last = k == algo.steps - 1
+        every = self.job.checkpoint.every
+        save_as = None
+        if last:
+            save_as = Progress(si + 1, 0, self.global_step)
+        elif every and (k + 1) % every == 0:
+            save_as = Progress(si, k + 1, self.global_step)
+        return StepPlan(
+            stage_step=k,
+            global_step=self.global_step,
+            evaluate=last or bool(algo.eval_every and (k + 1) % algo.eval_every == 0),
+            report=last or self.global_step % self.job.logging.every == 0,
+            save_as=save_as,
+        )
+
+    def step(self, stage: StageConfig, trainer: Trainer, algo: Algorithm, plan: StepPlan) -> tuple[dict[str, float], dict[str, float], Path | None]:
+        """One optimizer step (sample, score, learn), then its evaluation, log line and checkpoint."""
+        t0 = time.perf_counter()
+        metrics = algo.step(plan.stage_step)
+        metrics["time/step_s"] = time.perf_counter() - t0
+        ev: dict[str, float] = {}
+        if plan.evaluate:
+            t1 = time.perf_counter()
+            ev = algo.evaluate()
+            metrics.update(ev)
+            metrics["time/eval_s"] = time.perf_counter() - t1
+        if plan.report:
+            self.log.log(plan.global_step, stage.name or stage.algorithm.name, metrics)
+        saved = self.save(plan.save_as, trainer, algo) if plan.save_as is not None else None
+        return metrics, ev, saved
+
+    def report(self, plan: StepPlan, metrics: dict[str, float], ev: dict[str, float], saved: Path | None) -> None:
+        """Callbacks after a step, between turns (``on_checkpoint`` may wait for the scheduler)."""
+        if ev:
+            self.final_eval = ev
+            self.cb.on_log(f"step {plan.global_step}: " + ", ".join(f"{k}={v:.3f}" for k, v in sorted(ev.items())))
+        self.last_metrics = metrics
+        if plan.report:
+            self.cb.on_metrics(plan.global_step, metrics)
+        if saved is not None:
+            self.checkpoint = saved
+            self.cb.on_checkpoint(plan.global_step, str(saved))
+
+    def save_interrupted(self, here: Progress, trainer: Trainer, algo: Algorithm) -> None:
+        """Checkpoint where ``should_stop`` stopped the run, unless the last step just did."""
+        if self.checkpoint is not None and self.checkpoint.name.endswith(f"{here.global_step:06d}"):
+            return
+        self.checkpoint = self.in_turn(partial(self.save, here, trainer, algo))
+        self.cb.on_checkpoint(here.global_step, str(self.checkpoint))
+
+    def save(self, progress: Progress, trainer: Trainer, algo: Algorithm) -> Path:
+        """``checkpoints/step-N``: trainer state, algorithm state, progress; the newest ``keep`` kept."""
+
+        def write(tmp: Path) -> None:
+            save_state(tmp / "trainer", trainer, data_cursor=asdict(progress))
+            torch.save(algo.state_dict(), tmp / "algorithm.pt")
+            (tmp / "progress.json").write_text(json.dumps(asdict(progress), sort_keys=True, indent=1), encoding="utf-8")
+
+        final = atomic_dir(self.dir / "checkpoints" / f"step-{progress.global_step:06d}", write, overwrite=True)
+        for old in _checkpoints(self.dir)[: -self.job.checkpoint.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def plot(self) -> Path | None:
+        if not (self.job.logging.plot and self.log.rows):
+            return None
+        # in a turn: matplotlib is not thread-safe, jobs sharing a process plot one at a time
+        title = f"{self.job.name} (seed {self.job.seed})"
+        return self.in_turn(partial(plot_curves, self.log.rows, self.dir / "curve.png", title=title))
+
+    def finish(self, plot: Path | None, seconds: float) -> TrainResult:
+        """result.json and the result."""
+        result = TrainResult(
+            status=self.status,
+            step=self.global_step,
+            metrics=self.last_metrics,
+            run_dir=str(self.dir),
+            checkpoint=str(self.checkpoint) if self.checkpoint else None,
+            plot=str(plot) if plot else None,
+            eval=self.final_eval,
+        )
+        (self.dir / "result.json").write_text(json.dumps({**result.to_dict(), "seconds": seconds}, indent=1), encoding="utf-8")
+        self.cb.on_log(f"{self.status} after {self.global_step} steps")
+        return result
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+
 class _Callbacks:
+    """The optional callbacks object: a method it lacks does nothing (``should_stop``: False)."""
+
     def __init__(self, obj: Any) -> None:
         self.obj = obj
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self.obj, name, None)
         if fn is None:
-            return (lambda *a, **k: False) if name == "should_stop" else (lambda *a, **k: None)
+            return _never if name == "should_stop" else _nothing
         return fn
+
+
+def _never(*args: Any, **kwargs: Any) -> bool:
+    return False
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
 
 
 def _call(fn: Callable[[], _T]) -> _T:
@@ -95,23 +355,40 @@ def _as_config(config: JobConfig | dict[str, Any] | str | Path) -> JobConfig:
     return load_config(config)
 
 
-def _env_factories(stage: StageConfig) -> tuple[Any, Any]:
-    env = stage.env
+def trainer_config(stage: StageConfig) -> TrainerConfig:
+    """The trainer settings of a stage: its optimizer section, its steps, its micro-batch size."""
+    opt, algo = stage.optimizer, stage.algorithm
+    assert opt is not None
+    return TrainerConfig(
+        optimizer=opt.name,
+        lr=opt.lr,
+        weight_decay=opt.weight_decay,
+        optimizer_config=dict(opt.params),
+        schedule=opt.schedule,
+        warmup_steps=opt.warmup_steps,
+        total_steps=algo.steps,
+        max_grad_norm=opt.grad_clip,
+        micro_batch_size=algo.micro_batch_size,
+    )
+
+
+def make_env(env: EnvConfig, kwargs: dict[str, Any]) -> Any:
+    """An env of the section ``env``: served from ``env.address``, or built in this process."""
+    if env.address:
+        from tinker_core.remote import RemoteEnv
+
+        return RemoteEnv(env.address, env.id, **kwargs)
+    import tinker_core
+
+    return tinker_core.make_env(env.id, **kwargs)
+
+
+def env_factories(env: EnvConfig | None) -> tuple[Callable[[], Any] | None, Callable[[], Any] | None]:
+    """``(train, eval)`` env factories of a stage (``eval_kwargs`` default to ``kwargs``); None without an env."""
     if env is None:
         return None, None
-
-    def build(kwargs: dict[str, Any]) -> Any:
-        if env.address:
-            from tinker_core.remote import RemoteEnv
-
-            return RemoteEnv(env.address, env.id, **kwargs)
-        import tinker_core
-
-        return tinker_core.make_env(env.id, **kwargs)
-
-    train_kwargs = dict(env.kwargs)
-    eval_kwargs = dict(env.eval_kwargs) if env.eval_kwargs is not None else dict(env.kwargs)
-    return (lambda: build(train_kwargs)), (lambda: build(eval_kwargs))
+    eval_kwargs = env.eval_kwargs if env.eval_kwargs is not None else env.kwargs
+    return partial(make_env, env, dict(env.kwargs)), partial(make_env, env, dict(eval_kwargs))
 
 
 def _checkpoints(run_dir: Path) -> list[Path]:
@@ -120,192 +397,3 @@ def _checkpoints(run_dir: Path) -> list[Path]:
         return []
     found = [p for p in root.iterdir() if p.name.startswith("step-") and (p / "progress.json").is_file()]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
-
-
-def _write_checkpoint(run_dir: Path, trainer: Any, algo: Any, progress: dict[str, Any], keep: int) -> Path:
-    import torch
-
-    from tinker_algos.checkpoint import save_state
-    from tinker_algos.models import atomic_dir
-
-    def write(tmp: Path) -> None:
-        save_state(tmp / "trainer", trainer, data_cursor=progress)
-        torch.save(algo.state_dict(), tmp / "algorithm.pt")
-        (tmp / "progress.json").write_text(json.dumps(progress, sort_keys=True, indent=1), encoding="utf-8")
-
-    final = atomic_dir(run_dir / "checkpoints" / f"step-{progress['global_step']:06d}", write, overwrite=True)
-    for old in _checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def train(
-    config: JobConfig | dict[str, Any] | str | Path,
-    *,
-    run_dir: str | Path,
-    callbacks: Any = None,
-    shared: SharedModel | None = None,
-) -> TrainResult:
-    """Run (or resume) the job ``config`` with everything written under ``run_dir``.
-
-    ``shared``: train on a model shared with other jobs (LoRA jobs only; see the module docstring).
-    """
-    import torch
-
-    from tinker_algos.algorithms import get_algorithm
-    from tinker_algos.algorithms.base import StageContext
-    from tinker_algos.checkpoint import load_state, set_rng_state
-    from tinker_algos.device import resolve_device, seed_everything
-    from tinker_algos.metrics import MetricsLog, plot_curves
-    from tinker_algos.models import LoraSpec, PolicyModel
-    from tinker_algos.trainer import Trainer, TrainerConfig
-
-    job = _as_config(config)
-    cb = _Callbacks(callbacks)
-    run = Path(run_dir)
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "config.json").write_text(job.model_dump_json(indent=1), encoding="utf-8")
-    stages = job.resolved_stages()
-
-    resume_from = _checkpoints(run)[-1] if job.checkpoint.resume and _checkpoints(run) else None
-    progress = json.loads((resume_from / "progress.json").read_text()) if resume_from else {"stage_index": 0, "stage_step": 0, "global_step": 0}
-    if resume_from:
-        cb.on_log(f"resuming from {resume_from} (step {progress['global_step']})")
-
-    in_turn: Callable[[Callable[[], Any]], Any] = _call
-    if shared is not None:
-        if job.lora is None:
-            raise ValueError("train(shared=...) trains a LoRA adapter; this job fine-tunes the whole model (lora: null)")
-        policy, in_turn = shared.policy, shared.run
-    else:
-        spec = resolve_device(job.model.device, job.model.precision)
-        policy = PolicyModel.load(
-            job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision
-        )
-
-    def seed() -> None:  # after the model is loaded: a shared model was loaded once, earlier
-        seed_everything(job.seed)
-        torch.use_deterministic_algorithms(True, warn_only=True)
-
-    in_turn(seed)
-    lora = (
-        LoraSpec(rank=job.lora.rank, alpha=job.lora.alpha, dropout=job.lora.dropout, target_modules=list(job.lora.target_modules))
-        if job.lora
-        else None
-    )
-    adapter = (shared.adapter if shared is not None else ADAPTER) if lora else None
-    log = MetricsLog(run, jsonl=job.logging.jsonl, tensorboard=job.logging.tensorboard, resume_step=progress["global_step"])
-    global_step = progress["global_step"]
-    last_metrics: dict[str, float] = {}
-    final_eval: dict[str, float] = {}
-    checkpoint: Path | None = resume_from
-    status = "completed"
-    t_start = time.perf_counter()
-    try:
-        for si in range(progress["stage_index"], len(stages)):
-            stage = stages[si]
-            assert stage.optimizer is not None and stage.rollout is not None
-            algo_cfg = stage.algorithm
-            opt = stage.optimizer
-            tcfg = TrainerConfig(
-                optimizer=opt.name,
-                lr=opt.lr,
-                weight_decay=opt.weight_decay,
-                optimizer_config=dict(opt.params),
-                schedule=opt.schedule,
-                warmup_steps=opt.warmup_steps,
-                total_steps=algo_cfg.steps,
-                max_grad_norm=opt.grad_clip,
-                micro_batch_size=algo_cfg.micro_batch_size,
-            )
-            start = progress["stage_step"] if si == progress["stage_index"] else 0
-            env_factory, eval_factory = _env_factories(stage)
-            resuming_here = resume_from is not None and si == progress["stage_index"]
-
-            def build(si: int = si, stage: StageConfig = stage, tcfg: TrainerConfig = tcfg,
-                      start: int = start, resuming_here: bool = resuming_here,
-                      env_factory: Any = env_factory, eval_factory: Any = eval_factory) -> tuple[Any, Any]:
-                trainer = Trainer(policy, tcfg, adapter=adapter, lora=lora, adapter_seed=job.seed)
-                if resuming_here:
-                    assert resume_from is not None
-                    # mid-stage: weights, optimizer and RNG; at a stage boundary: the weights and
-                    # the RNG (the new stage's optimizer starts fresh, its random draws continue).
-                    # Loaded before the algorithm is built, so what it copies at construction (a
-                    # reference policy) is the stage's real starting point.
-                    load_state(resume_from / "trainer", trainer, with_optimizer=start > 0)
-                    if start == 0:
-                        set_rng_state(torch.load(resume_from / "trainer" / "rng_state.pt", weights_only=False))
-                ctx = StageContext(job, stage, si, policy, trainer, run, adapter, env_factory, eval_factory, cb.on_log)
-                algo = get_algorithm(stage.algorithm.name)(ctx)
-                if resuming_here and start > 0:
-                    algo.load_state_dict(torch.load(resume_from / "algorithm.pt", weights_only=False))
-                return trainer, algo
-
-            trainer, algo = in_turn(build)
-            cb.on_log(f"stage {si} '{stage.name}': {algo_cfg.name}, steps {start}..{algo_cfg.steps}")
-            for k in range(start, algo_cfg.steps):
-                if cb.should_stop():
-                    status = "interrupted"
-                    break
-                global_step += 1
-                last_step = k == algo_cfg.steps - 1
-                every, ck = algo_cfg.eval_every, job.checkpoint.every
-                evaluate = last_step or bool(every and (k + 1) % every == 0)
-                report = last_step or global_step % job.logging.every == 0
-                nxt = None
-                if last_step or (ck and (k + 1) % ck == 0):
-                    nxt = {"stage_index": si + 1, "stage_step": 0} if last_step else {"stage_index": si, "stage_step": k + 1}
-                    nxt["global_step"] = global_step
-
-                def one_step(k: int = k, gs: int = global_step, evaluate: bool = evaluate, report: bool = report,
-                             nxt: dict[str, int] | None = nxt, name: str = stage.name or algo_cfg.name,
-                             algo: Any = algo, trainer: Any = trainer) -> tuple[dict[str, float], dict[str, float], Path | None]:
-                    t0 = time.perf_counter()
-                    metrics = algo.step(k)
-                    metrics["time/step_s"] = time.perf_counter() - t0
-                    ev: dict[str, float] = {}
-                    if evaluate:
-                        t1 = time.perf_counter()
-                        ev = algo.evaluate()
-                        metrics.update(ev)
-                        metrics["time/eval_s"] = time.perf_counter() - t1
-                    if report:
-                        log.log(gs, name, metrics)
-                    saved = _write_checkpoint(run, trainer, algo, nxt, job.checkpoint.keep) if nxt else None
-                    return metrics, ev, saved
-
-                metrics, ev, saved = in_turn(one_step)
-                if ev:
-                    final_eval = ev
-                    cb.on_log(f"step {global_step}: " + ", ".join(f"{k2}={v:.3f}" for k2, v in sorted(ev.items())))
-                last_metrics = metrics
-                # callbacks between turns: on_checkpoint may wait for the scheduler
-                if report:
-                    cb.on_metrics(global_step, metrics)
-                if saved is not None:
-                    checkpoint = saved
-                    cb.on_checkpoint(global_step, str(saved))
-            if status == "interrupted":
-                if checkpoint is None or not checkpoint.name.endswith(f"{global_step:06d}"):
-                    here = {"stage_index": si, "stage_step": k, "global_step": global_step}
-                    checkpoint = in_turn(lambda here=here, trainer=trainer, algo=algo: _write_checkpoint(run, trainer, algo, here, job.checkpoint.keep))
-                    cb.on_checkpoint(global_step, str(checkpoint))
-                break
-    finally:
-        log.close()
-    plot = None
-    if job.logging.plot and log.rows:
-        # in a turn: matplotlib is not thread-safe, jobs sharing a process plot one at a time
-        plot = in_turn(lambda: plot_curves(log.rows, run / "curve.png", title=f"{job.name} (seed {job.seed})"))
-    result = TrainResult(
-        status=status,
-        step=global_step,
-        metrics=last_metrics,
-        run_dir=str(run),
-        checkpoint=str(checkpoint) if checkpoint else None,
-        plot=str(plot) if plot else None,
-        eval=final_eval,
-    )
-    (run / "result.json").write_text(json.dumps({**result.to_dict(), "seconds": time.perf_counter() - t_start}, indent=1), encoding="utf-8")
-    cb.on_log(f"{status} after {global_step} steps")
-    return result
