@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("tinker_env_games", reason="multi-agent rollouts use tinker-env-games' coordinator")
+pytest.importorskip("tinker_env_games", reason="these tests play tinker-env-games' tic-tac-toe and its scripted opponents")
 
 import tinker_core  # noqa: E402
+import tinker_core.registry  # noqa: E402
 from tinker_algos.models import PolicyModel, sequence_logprobs  # noqa: E402
 from tinker_algos.multiagent import (  # noqa: E402
     Learner,
@@ -277,19 +278,44 @@ def test_agents_argument_is_checked(policy: PolicyModel) -> None:
 
 
 def test_multi_agent_params_are_validated() -> None:
-    spec = tinker_core.env_spec("games/tictactoe-v0")
+    spec = tinker_core.registry.env_spec("games/tictactoe-v0")
     assert MultiAgentParams.from_params(None, spec) == MultiAgentParams()
     p = MultiAgentParams.from_params({"mode": "opponent", "opponent": "minimax", "learner_role": "o"}, spec)
     agents = p.agents(spec.roles, "policy")
-    assert agents["o"] == Learner("policy") and isinstance(agents["x"], Scripted)
+    assert agents == {"o": Learner("policy"), "x": opponent("minimax")}
+    assert MultiAgentParams.from_params({"mode": "opponent"}, spec).agents(spec.roles, None) == {
+        "x": Learner(None),
+        "o": opponent("random"),
+    }
     with pytest.raises(ConfigError) as e:
         MultiAgentParams.from_params({"mode": "team", "opponent": "alphazero", "learner_role": "z", "colour": 1}, spec)
     text = str(e.value)
     for fragment in ("unknown key(s) ['colour']", ".mode: 'team'", ".opponent: 'alphazero'", ".learner_role: 'z'"):
         assert fragment in text
-    c4 = tinker_core.env_spec("games/connect-four-v0")
-    with pytest.raises(ConfigError, match="'minimax' plays only games/tictactoe-v0"):
+    c4 = tinker_core.registry.env_spec("games/connect-four-v0")
+    # the env says which opponents it offers: connect four has no minimax
+    with pytest.raises(ConfigError, match=r"'minimax' is not a scripted opponent of games/connect-four-v0 \(it offers: random\)"):
         MultiAgentParams.from_params({"mode": "opponent", "opponent": "minimax"}, c4)
+    with pytest.raises(ConfigError, match=r"\.eval_opponent: 'minimax' is not a scripted opponent"):
+        MultiAgentParams.from_params({"eval_opponent": "minimax"}, c4)
+    # an env that offers none: self-play with the defaults is fine, a named opponent is not
+    duel = tinker_core.registry.env_spec("echo/call-response-v0")
+    assert MultiAgentParams.from_params({"mode": "self_play"}, duel) == MultiAgentParams()
+    with pytest.raises(ConfigError, match=r"\.opponent: 'random' is not a scripted opponent of echo/call-response-v0 \(it offers: none\)"):
+        MultiAgentParams.from_params({"mode": "opponent"}, duel)
+
+
+def test_named_opponents_come_from_the_env_being_played(policy: PolicyModel) -> None:
+    """opponent(name) is looked up on the rollout's env (its scripted_opponents), seeded per episode."""
+    agents = {"x": Learner(), "o": opponent("random")}
+    a = multi_agent_rollout(policy, tictactoe, [0, 1], PARAMS, agents=agents)
+    b = multi_agent_rollout(policy, tictactoe, [0, 1], PARAMS, agents=agents)
+    assert [ep.result.to_dict() for ep in a.episodes] == [ep.result.to_dict() for ep in b.episodes]
+    with pytest.raises(ValueError, match=r"opponent 'minimax': echo/call-response-v0 offers no such scripted opponent \(it offers: none\)"):
+        multi_agent_rollout(
+            policy, lambda: tinker_core.make_env("echo/call-response-v0"), [0], PARAMS,
+            agents={"caller": Learner(), "responder": opponent("minimax")},
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos.models import PolicyModel
 from tinker_algos.rollout import RolloutError, RolloutResult, rollout
 from tinker_algos.sampler import SamplingParams
@@ -171,8 +172,8 @@ class _FaultyPlugin:
 @pytest.fixture
 def faulty_env() -> Iterator[threading.Event]:
     """Registers ``algostest/faulty-v0`` in-process; yields the event that frees hung steps."""
-    if "algostest/faulty-v0" not in tinker_core.get_registry("envs"):
-        tinker_core.register_plugin(_FaultyPlugin(), name="algostest-faulty")
+    if "algostest/faulty-v0" not in tinker_core.registry.get_registry("envs"):
+        tinker_core.registry.register_plugin(_FaultyPlugin(), name="algostest-faulty")
     release = threading.Event()
     yield release
     release.set()

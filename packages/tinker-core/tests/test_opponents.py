@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-import tinker_core
-from tinker_core import EnvSpec, MultiAgentTextEnv, hookimpl
+from tinker_core import hookimpl
+from tinker_core.env import EnvSpec, MultiAgentTextEnv
 from tinker_core.opponents import make_opponent, scripted_opponents
+from tinker_core.registry import register_plugin
 
 
 class FirstWord:
@@ -44,7 +45,7 @@ def test_an_env_offers_its_opponents_from_instance_and_class() -> None:
 def test_a_registered_env_id_is_looked_up_in_the_registry() -> None:
     plugin = types.ModuleType("duel_plugin")
     plugin.opentinker_register_envs = hookimpl(lambda register: register(Duel.env_spec, Duel))  # type: ignore[attr-defined]
-    tinker_core.register_plugin(plugin, distribution="duel-dist")
+    register_plugin(plugin, distribution="duel-dist")
     assert scripted_opponents("loc/duel-v0") == {"first": FirstWord}
     assert make_opponent("loc/duel-v0", "first", seed=1)("a", "") == "a-1"
 

@@ -8,6 +8,7 @@ import zlib
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_env_games.opponents import legal_moves_in
 
 testing = pytest.importorskip(
@@ -19,12 +20,12 @@ MULTI_AGENT = ["games/tictactoe-v0", "games/connect-four-v0"]
 
 
 def test_the_plugin_registers_exactly_these(games_plugin_only: None) -> None:
-    mine = [p for p in tinker_core.list_plugins() if p.distribution == "tinker-env-games"]
+    mine = [p for p in tinker_core.registry.list_plugins() if p.distribution == "tinker-env-games"]
     assert len(mine) == 1 and sorted(mine[0].registers["envs"]) == sorted(
         SINGLE_AGENT + MULTI_AGENT
     )
     assert [
-        i for i in sorted(mine[0].registers["envs"]) if tinker_core.env_spec(i).is_multi_agent
+        i for i in sorted(mine[0].registers["envs"]) if tinker_core.registry.env_spec(i).is_multi_agent
     ] == sorted(MULTI_AGENT)
 
 

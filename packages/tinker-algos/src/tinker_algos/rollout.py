@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -27,6 +26,7 @@ from tinker_algos.models import PolicyModel
 from tinker_algos.sampler import SamplingParams, sample
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
+from tinker_core.timeouts import call_with_timeout
 from tinker_core.types import Trajectory
 
 
@@ -75,29 +75,10 @@ class RolloutResult:
         return out
 
 
-def _call_with_timeout(timeout_s: float | None, fn: Callable[[], Any]) -> Any:
-    """``fn()``; with ``timeout_s`` it runs in a daemon thread and raises ``cf.TimeoutError`` when
-    it overruns. The thread is abandoned, never joined, so a stuck env cannot hang the process
-    (a ``ThreadPoolExecutor`` worker would be joined at interpreter exit)."""
-    if timeout_s is None:
-        return fn()
-    done = threading.Event()
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
-            box["error"] = e
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name="opentinker-env", daemon=True).start()
-    if not done.wait(timeout_s):
-        raise cf.TimeoutError(f"env call took longer than {timeout_s} s")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def _env_call(timeout_s: float | None, fn: Callable[[], Any]) -> Any:
+    """``fn()`` under ``timeout_s`` in a daemon thread (abandoned when stuck, so a stuck env
+    cannot hang the process); an overrun raises a ``TimeoutError`` (``cf.TimeoutError``)."""
+    return call_with_timeout(fn, timeout_s, name="opentinker-env", message=f"env call took longer than {timeout_s} s")
 
 
 def rollout(
@@ -144,7 +125,7 @@ def rollout(
         for i, seed in enumerate(seeds):
             try:
                 envs[i] = env_factory()
-                obs, _info = _call_with_timeout(turn_timeout_s, lambda e=envs[i], s=seed: e.reset(seed=int(s)))
+                obs, _info = _env_call(turn_timeout_s, lambda e=envs[i], s=seed: e.reset(seed=int(s)))
                 if not isinstance(obs, str):
                     from tinker_algos.tokenizer import render_prompt
 
@@ -179,7 +160,7 @@ def rollout(
                 new_tokens += len(seq.tokens)
                 fsm.transition(TurnState.INTERACTING)
                 try:
-                    obs, reward, terminated, truncated, _info = _call_with_timeout(
+                    obs, reward, terminated, truncated, _info = _env_call(
                         turn_timeout_s, lambda e=envs[i], a=seq.text: e.step(a)
                     )
                 except cf.TimeoutError:

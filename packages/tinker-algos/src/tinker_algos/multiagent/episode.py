@@ -1,0 +1,145 @@
+"""The players of one multi-agent episode, and the learners' trajectories it leaves.
+
+:class:`EpisodeAgents` gives the coordinator one ``async`` agent per role: a learner role
+samples through the :class:`~tinker_algos.multiagent.batcher.Batcher` and records its turns in
+its own :class:`~tinker_core.fsm.TurnFSM` (observations masked, actions trained); a scripted
+role calls its agent under ``turn_timeout_s`` (the coordinator's
+:func:`~tinker_core.coordinator.call_agent_async`). After the episode,
+:meth:`EpisodeAgents.trajectories` closes each learner role's FSM with the coordinator's
+per-turn rewards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tinker_algos.multiagent.batcher import Batcher
+from tinker_algos.multiagent.guarded_env import EpisodeError
+from tinker_algos.multiagent.roles import Agent, Learner, Scripted
+from tinker_core.coordinator import EpisodeResult, call_agent_async
+from tinker_core.fsm import TurnFSM, TurnState
+from tinker_core.seeding import derive_seed
+from tinker_core.types import Trajectory
+
+__all__ = ["AsyncAgent", "EpisodeAgents"]
+
+
+class _Seat:
+    """One learner role of one episode: its FSM and adapter."""
+
+    def __init__(self, adapter: str | None) -> None:
+        self.adapter = adapter
+        self.fsm = TurnFSM()
+
+
+class AsyncAgent:
+    """Wraps a coroutine function so the coordinator sees an ``async def __call__`` agent."""
+
+    def __init__(self, fn: Callable[[str, Any], Any]) -> None:
+        self.fn = fn
+
+    async def __call__(self, role: str, observation: Any) -> Any:
+        return await self.fn(role, observation)
+
+
+class EpisodeAgents:
+    """The agents of one episode: the policy's seats (one FSM per learner role) and the
+    scripted agents (built for this episode from ``derive_seed(seed, index, role)``)."""
+
+    def __init__(
+        self,
+        index: int,
+        seed: int,
+        roles: Sequence[str],
+        plan: Mapping[str, Learner | Scripted],
+        batcher: Batcher,
+        tokenizer: Any,
+        context_limit: int,
+        max_new_tokens: int,
+        turn_timeout_s: float | None,
+    ) -> None:
+        self.index = index
+        self.roles = tuple(roles)
+        self.batcher = batcher
+        self.tok = tokenizer
+        self.limit = context_limit
+        self.max_new_tokens = max_new_tokens
+        self.turn_timeout_s = turn_timeout_s
+        self.seats = {r: _Seat(p.adapter) for r, p in plan.items() if isinstance(p, Learner)}
+        self.scripted = {
+            r: p.make(derive_seed(seed, index, r)) for r, p in plan.items() if isinstance(p, Scripted)
+        }
+        self.new_tokens = 0
+        self.overflow: str | None = None
+
+    async def learner(self, role: str, observation: Any) -> str:
+        """The policy's move for ``role``: sample, record in the role's FSM, answer the text."""
+        seat = self.seats[role]
+        fsm = seat.fsm
+        if isinstance(observation, str):
+            text = observation
+        else:
+            from tinker_algos.tokenizer import render_prompt
+
+            text = render_prompt(self.tok, observation)
+        obs_ids = list(self.tok.encode(text, add_special_tokens=fsm.num_turns == 0))
+        if fsm.num_tokens + len(obs_ids) + self.max_new_tokens > self.limit:
+            self.overflow = (
+                f"role {role!r}: context of {fsm.num_tokens + len(obs_ids)} tokens + max_new_tokens="
+                f"{self.max_new_tokens} exceeds the model's window of {self.limit} tokens"
+            )
+            raise EpisodeError("context_overflow", self.overflow)
+        seq = await self.batcher.request((self.index, self.roles.index(role)), seat.adapter, fsm.tokens + obs_ids)
+        # no await from here on: the turn is recorded exactly when the coordinator gets the action
+        fsm.append(obs_ids)  # PENDING (first turn) or INTERACTING: masked
+        fsm.transition(TurnState.GENERATING)
+        fsm.append(seq.tokens, logprobs=seq.logprobs)
+        fsm.transition(TurnState.INTERACTING)
+        self.new_tokens += len(seq.tokens)
+        return seq.text
+
+    def scripted_agent(self, role: str) -> Agent:
+        """The scripted agent of ``role``, each call limited to ``turn_timeout_s``."""
+        agent = self.scripted[role]
+
+        async def call(r: str, observation: Any) -> Any:
+            return await call_agent_async(agent, r, observation, self.turn_timeout_s)
+
+        return call
+
+    def for_coordinator(self, self_play: bool) -> Any:
+        """The ``agents`` argument of the coordinator: one agent (self-play) or one per role."""
+        if self_play:
+            return AsyncAgent(self.learner)
+        return {
+            r: AsyncAgent(self.learner) if r in self.seats else AsyncAgent(self.scripted_agent(r))
+            for r in self.roles
+        }
+
+    def trajectories(self, result: EpisodeResult, group_id: int, seed: int) -> dict[str, Trajectory]:
+        """The trajectory of every learner role that acted, rewarded per turn from ``result``."""
+        out: dict[str, Trajectory] = {}
+        for ri, role in enumerate(self.roles):
+            seat = self.seats.get(role)
+            if seat is None or seat.fsm.num_turns == 0:
+                continue
+            rewards = result.turn_rewards[role]
+            if len(rewards) != seat.fsm.num_turns:  # pragma: no cover - an internal invariant
+                raise RuntimeError(
+                    f"episode {self.index} role {role!r}: the coordinator recorded {len(rewards)} turns, "
+                    f"the FSM {seat.fsm.num_turns}"
+                )
+            for r in rewards:
+                seat.fsm.end_turn(r)
+            seat.fsm.transition(TurnState.TERMINATED)
+            out[role] = seat.fsm.to_trajectory(
+                group_id=group_id * len(self.roles) + ri,
+                role=role,
+                adapter=seat.adapter,
+                episode=self.index,
+                seed=seed,
+                outcome=result.outcomes[role],
+                reason=result.reason,
+            )
+        return out
