@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import tinker_core
+import tinker_core.registry
 from tinker_client.cli import app, build_app
 
 
@@ -27,9 +29,9 @@ def opentinker(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 @pytest.fixture(autouse=True)
 def fresh_plugins():
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
     yield
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
 
 
 def test_plugins_json_lists_the_echo_plugin_with_distribution_version_and_env_ids():
@@ -105,6 +107,24 @@ def test_unknown_command_exits_2():
     assert result.returncode == 2
 
 
+@pytest.mark.parametrize(("command", "distribution"), [("train", "tinker-algos"), ("scheduler", "tinker-scheduler")])
+def test_a_command_of_a_missing_package_names_the_package_and_exits_2(command, distribution):
+    result = opentinker(command, "job.yaml", "--fresh", env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
+    assert result.returncode == 2
+    assert f"'opentinker {command}' needs {distribution}" in result.stderr
+    assert f"hint: pip install {distribution}" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [["watch", "job-1"], ["logs", "job-1"], ["cancel", "job-1"], ["list"]])
+def test_job_commands_report_an_unreachable_scheduler_and_exit_1(args):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    result = CliRunner().invoke(app, [*args, "--scheduler", address])
+    assert result.exit_code == 1
+    assert f"error: cannot reach a scheduler at {address}" in result.stderr and "hint:" in result.stderr
+
+
 def test_the_client_never_imports_torch():
     code = "import sys, tinker_client.cli as c; c.build_app(); assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -112,7 +132,6 @@ def test_the_client_never_imports_torch():
 
 def test_env_serve_serves_a_registered_env_until_terminated():
     import signal
-    import socket
     import time
 
     from tinker_core.remote import RemoteEnv

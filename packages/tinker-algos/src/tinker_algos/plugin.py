@@ -15,7 +15,8 @@ Registered names:
 * losses: ``cross_entropy`` (supervised), ``importance_sampling``, ``ppo``, ``cispo`` (policy),
   ``dpo``, ``cdpo``, ``ipo`` (preference), ``value`` (value), ``k1``, ``k2``, ``k3`` (kl)
   (:mod:`tinker_algos.losses`);
-* optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.optimizers`).
+* optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.optimizers`);
+* the ``opentinker train`` command (:mod:`tinker_algos.cli`).
 """
 
 from __future__ import annotations
@@ -112,3 +113,11 @@ def opentinker_register_optimizers(register: Any) -> None:
         register(
             name, Deferred("tinker_algos.optimizers", name, description), description=description
         )
+
+
+@hookimpl
+def opentinker_register_commands(cli: Any) -> None:
+    """Add ``opentinker train`` (embedded training, or ``submit --watch`` with ``--scheduler``)."""
+    from tinker_algos.cli import register
+
+    register(cli)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -18,10 +18,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
 from tinker_client.new import register as register_new_command
 from tinker_core.errors import ConfigError, OpenTinkerError
-
-EXIT_BAD_INPUT = 2
 
 app = typer.Typer(
     name="opentinker",
@@ -34,16 +33,6 @@ config_app = typer.Typer(help="Validate job configs and print their schema.", no
 env_app = typer.Typer(help="Work with environments.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(env_app, name="env")
-
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def fail(reason: str, hint: str | None = None, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print a one-line reason (and a hint) on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {reason}", markup=True)
-    if hint:
-        err_console.print(f"[dim]hint:[/] {hint}", markup=True)
-    raise typer.Exit(code)
 
 
 # ---- plugins ------------------------------------------------------------------------------
@@ -90,11 +79,7 @@ def config_validate(
     try:
         config = load_config(file, check_plugins=not no_plugins)
     except ConfigError as e:
-        err_console.print(f"[bold red]error:[/] {file}: {len(e.problems)} problem(s)", markup=True)
-        for p in e.problems:
-            err_console.print(f"  - {p}", markup=False)
-        err_console.print("[dim]hint:[/] 'opentinker config schema' prints every allowed key", markup=True)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        fail_config(file, e, "'opentinker config schema' prints every allowed key")
     except OpenTinkerError as e:
         fail(str(e))
     stages = ", ".join(f"{s.name} ({s.algorithm.steps} steps)" for s in config.resolved_stages())
@@ -145,7 +130,7 @@ def env_serve(
         server.stop()
 
 
-# ---- jobs: submit, watch, list, cancel, logs, train ------------------------------------------
+# ---- jobs: submit, watch, list, cancel, logs ------------------------------------------------
 
 SchedulerOpt = Annotated[
     str | None,
@@ -153,6 +138,7 @@ SchedulerOpt = Annotated[
 ]
 ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", help="Tenant API key (default $OPENTINKER_API_KEY).", show_default=False)]
 TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", help="PEM certificate to trust for a TLS scheduler.")]
+JobIdArg = Annotated[str, typer.Argument(help="The job id that submit printed.")]
 
 
 @contextlib.contextmanager
@@ -203,8 +189,9 @@ HEADLINE_METRICS = (
 )
 
 
-def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int:
-    """Print a job's events until it ends; the exit code follows its final state."""
+def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int | None:
+    """Print a job's events until it ends; the exit code follows its final state (None with
+    ``logs_only``: printing the logs succeeds whatever the job's end)."""
     from tinker_client.jobs import pb, state_name
 
     final = None
@@ -223,12 +210,13 @@ def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int:
             keys = [k for k in HEADLINE_METRICS if k in values] or sorted(values)[:6]
             shown = "  ".join(f"{k}={values[k]:.4g}" for k in keys)
             typer.echo(f"step {event.metrics.step}: {shown}")
+    if logs_only:
+        return None
     job = client.get(job_id)
     final = job.state if final is None else final
-    if not logs_only:
-        typer.echo(f"job {job.id} {state_name(job.state)}; run dir: {job.run_dir}")
-        if job.run_dir:
-            typer.echo(f"learning curve: {Path(job.run_dir) / 'curve.png'}")
+    typer.echo(f"job {job.id} {state_name(job.state)}; run dir: {job.run_dir}")
+    if job.run_dir:
+        typer.echo(f"learning curve: {Path(job.run_dir) / 'curve.png'}")
     return 0 if final == pb.JOB_STATE_SUCCEEDED else 1
 
 
@@ -238,10 +226,7 @@ def _read_config_text(file: Path) -> str:
     try:
         load_config(file, check_plugins=False)  # fail early, locally, before the round trip
     except ConfigError as e:
-        err_console.print(f"[bold red]error:[/] {file}: {len(e.problems)} problem(s)", markup=True)
-        for p in e.problems:
-            err_console.print(f"  - {p}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        fail_config(file, e)
     return file.read_text(encoding="utf-8")
 
 
@@ -261,31 +246,33 @@ def submit(
         job = client.submit(text, request_id=request_id, priority=priority)
         typer.echo(job.id)
         if watch_:
-            raise typer.Exit(_follow(client, job.id))
+            raise typer.Exit(_follow(client, job.id) or 0)
 
 
-@app.command()
-def watch(
-    job_id: Annotated[str, typer.Argument(help="The job id that submit printed.")],
-    scheduler: SchedulerOpt = None,
-    api_key: ApiKeyOpt = None,
-    tls_ca: TlsCaOpt = None,
-) -> None:
-    """Follow a job's state changes, metrics and logs until it ends (exit 0 when it succeeded)."""
-    with _scheduler(scheduler, api_key, tls_ca) as client:
-        raise typer.Exit(_follow(client, job_id))
+def _job_command(name: str, action: Callable[[Any, str], int | None], doc: str) -> None:
+    """Add command ``name`` (JOB_ID and the scheduler options) running ``action(client, job_id)``;
+    an int it returns is the exit code."""
+
+    def command(job_id: JobIdArg, scheduler: SchedulerOpt = None, api_key: ApiKeyOpt = None, tls_ca: TlsCaOpt = None) -> None:
+        with _scheduler(scheduler, api_key, tls_ca) as client:
+            code = action(client, job_id)
+        if code is not None:
+            raise typer.Exit(code)
+
+    command.__doc__ = doc
+    app.command(name)(command)
 
 
-@app.command()
-def logs(
-    job_id: Annotated[str, typer.Argument(help="The job id.")],
-    scheduler: SchedulerOpt = None,
-    api_key: ApiKeyOpt = None,
-    tls_ca: TlsCaOpt = None,
-) -> None:
-    """Print a job's log lines (following it while it runs)."""
-    with _scheduler(scheduler, api_key, tls_ca) as client:
-        _follow(client, job_id, logs_only=True)
+_job_command(
+    "watch",
+    _follow,
+    "Follow a job's state changes, metrics and logs until it ends (exit 0 when it succeeded).",
+)
+_job_command(
+    "logs",
+    lambda client, job_id: _follow(client, job_id, logs_only=True),
+    "Print a job's log lines (following it while it runs).",
+)
 
 
 @app.command("list")
@@ -307,67 +294,26 @@ def list_jobs(
             _print_job(job)
 
 
-@app.command()
-def cancel(
-    job_id: Annotated[str, typer.Argument(help="The job id.")],
-    scheduler: SchedulerOpt = None,
-    api_key: ApiKeyOpt = None,
-    tls_ca: TlsCaOpt = None,
-) -> None:
-    """Cancel a queued or running job (a running job checkpoints first)."""
-    with _scheduler(scheduler, api_key, tls_ca) as client:
-        _print_job(client.cancel(job_id))
-
-
-@app.command()
-def train(
-    file: Annotated[Path, typer.Argument(help="A job config in YAML.")],
-    scheduler: SchedulerOpt = None,
-    api_key: ApiKeyOpt = None,
-    tls_ca: TlsCaOpt = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Where metrics, checkpoints and plots go (default runs/<name>).")] = None,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Start over instead of resuming from the run dir's checkpoint.")] = False,
-) -> None:
-    """Run a job: embedded, in this process, unless --scheduler is given (then submit and watch)."""
-    if scheduler:
-        submit(file, scheduler=scheduler, api_key=api_key, tls_ca=tls_ca, priority=None, request_id=None, watch_=True)
-        return
-    from tinker_core.config import load_config
-
-    try:
-        config = load_config(file)
-    except ConfigError as e:
-        err_console.print(f"[bold red]error:[/] {file}: {len(e.problems)} problem(s)", markup=True)
-        for p in e.problems:
-            err_console.print(f"  - {p}", markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    try:
-        from tinker_algos import train as run_training
-    except ImportError as e:
-        fail(f"embedded training needs tinker-algos ({e})", "install tinker-algos, or pass --scheduler HOST:PORT")
-    target = run_dir or Path("runs") / config.name
-    if fresh and target.exists():
-        import shutil
-
-        shutil.rmtree(target)
-    from tinker_client.progress import ProgressCallbacks
-
-    with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
-        try:
-            result = run_training(config, run_dir=target, callbacks=callbacks)
-        except ConfigError as e:
-            fail(str(e))
-    typer.echo(f"{result.status}: {result.step} steps; run dir: {result.run_dir}")
-    for k, v in sorted((result.eval or {}).items()):
-        typer.echo(f"  {k} = {v:.4g}")
-    if result.plot:
-        typer.echo(f"learning curve: {result.plot}")
+_job_command(
+    "cancel",
+    lambda client, job_id: _print_job(client.cancel(job_id)),
+    "Cancel a queued or running job (a running job checkpoints first).",
+)
 
 
 register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
 
 
 # ---- plugin commands and entry --------------------------------------------------------------
+
+
+PLUGIN_COMMANDS = {
+    "train": ("tinker-algos", "or submit to a running scheduler: 'opentinker submit --watch CONFIG --scheduler HOST:PORT'"),
+    "scheduler": ("tinker-scheduler", None),
+}
+"""Commands that other packages add -> (the distribution to install, another way when there is one)."""
+
+_missing_stubs: list[Any] = []
 
 
 def _register_plugin_commands(cli: typer.Typer) -> None:
@@ -378,9 +324,36 @@ def _register_plugin_commands(cli: typer.Typer) -> None:
     system.pm.hook.opentinker_register_commands(cli=cli)
 
 
+def _command_names(cli: typer.Typer) -> set[str]:
+    names = {c.name or c.callback.__name__.replace("_", "-") for c in cli.registered_commands if c.callback}
+    return names | {g.name or g.typer_instance.info.name for g in cli.registered_groups}
+
+
+def _add_install_hints(cli: typer.Typer) -> None:
+    """A hidden command for each of :data:`PLUGIN_COMMANDS` no plugin added: it names the package to install, exit 2."""
+    for stub in _missing_stubs:
+        cli.registered_commands.remove(stub)
+    _missing_stubs.clear()
+    for name in PLUGIN_COMMANDS.keys() - _command_names(cli):
+        settings = {"ignore_unknown_options": True, "allow_extra_args": True}
+        cli.command(name, hidden=True, context_settings=settings)(_install_hint(name))
+        _missing_stubs.append(cli.registered_commands[-1])
+
+
+def _install_hint(name: str) -> Callable[[], None]:
+    distribution, alternative = PLUGIN_COMMANDS[name]
+
+    def missing() -> None:
+        hint = f"pip install {distribution}" + (f"; {alternative}" if alternative else "")
+        fail(f"'opentinker {name}' needs {distribution}, which is not installed (or not allowed by OPENTINKER_LOAD_PLUGINS)", hint)
+
+    return missing
+
+
 def build_app() -> typer.Typer:
     """The root app with every plugin's commands added."""
     _register_plugin_commands(app)
+    _add_install_hints(app)
     return app
 
 

@@ -29,7 +29,6 @@ Bad input raises :class:`TemplateInputError` (the CLI prints its one-line messag
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import re
@@ -41,10 +40,13 @@ from typing import Annotated, Any
 
 import typer
 
+from tinker_client.console import fail
+from tinker_core.errors import did_you_mean
+from tinker_core.names import PLUGIN_NAME_RULE, is_plugin_name
+
 __all__ = [
     "EDIT_FILE",
     "KINDS",
-    "NAME_RE",
     "TEMPLATES_DIR",
     "TemplateInputError",
     "normalize_name",
@@ -67,9 +69,6 @@ KINDS: dict[str, str] = {
 }
 """Template kind -> what its package provides."""
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
-"""A template ``--name``: lower-case words joined by ``-`` (``_`` is accepted and becomes ``-``)."""
-
 MAX_NAME_LENGTH = 40
 _RESERVED_PREFIXES = ("tinker-", "opentinker-")
 
@@ -87,8 +86,8 @@ class TemplateInputError(ValueError):
 
 
 def _suggest(word: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    close = did_you_mean(word, choices)
+    return f"; did you mean {close!r}?" if close else ""
 
 
 def template_dir(kind: str) -> Path:
@@ -116,14 +115,14 @@ def template_options(kind: str) -> dict[str, Any]:
 
 
 def normalize_name(name: str) -> str:
-    """Check a ``--name`` and return its hyphenated form (``word_count`` -> ``word-count``)."""
+    """Check a ``--name`` (:data:`tinker_core.names.PLUGIN_NAME_RE`, ``_`` read as ``-``) and
+    return its hyphenated form (``word_count`` -> ``word-count``)."""
     if not isinstance(name, str) or not name.strip():
         raise TemplateInputError("--name is empty", "give a short name such as 'word-count'")
     hyphenated = name.strip().replace("_", "-")
-    if not NAME_RE.match(hyphenated):
+    if not is_plugin_name(hyphenated):
         raise TemplateInputError(
-            f"bad name {name!r}: use lower-case letters and digits, words joined by '-', "
-            "starting with a letter",
+            f"bad name {name!r}: {PLUGIN_NAME_RULE}",
             "e.g. --name word-count",
         )
     if len(hyphenated) > MAX_NAME_LENGTH:
@@ -319,8 +318,6 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Create a plugin package (env, advantage estimator, optimizer or loss) from a template."""
-        from tinker_client.cli import fail
-
         try:
             template_dir(kind)
             if name is None:

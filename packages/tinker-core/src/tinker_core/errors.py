@@ -61,6 +61,10 @@ class ConfigError(OpenTinkerError, ValueError):
         lines = [f"{len(problems)} problem(s){where}:"] + [f"  - {p}" for p in problems]
         super().__init__("\n".join(lines))
 
+    def report_lines(self, file: object) -> list[str]:
+        """How the CLI reports it: ``'FILE: N problem(s)'``, then ``'  - problem'`` per problem."""
+        return [f"{file}: {len(self.problems)} problem(s)"] + [f"  - {p}" for p in self.problems]
+
 
 def did_you_mean(name: str, known: Iterable[str]) -> str | None:
     """The closest known name to ``name``, or None when nothing is close."""

@@ -1,0 +1,84 @@
+"""``opentinker train``, the command tinker-algos adds to the CLI through ``opentinker_register_commands``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.testing import CliRunner
+
+from tinker_algos import plugin
+
+JOB = """
+name: cli-train
+seed: 0
+model: {name: tiny}
+env: {id: echo/echo-v0}
+stages:
+  - {algorithm: {name: sft, steps: 2, batch_size: 4, eval_size: 2}}
+rollout: {prompts_per_step: 2, group_size: 2, max_new_tokens: 3}
+checkpoint: {every: 2}
+logging: {tensorboard: false}
+"""
+
+
+def cli_with_train() -> typer.Typer:
+    cli = typer.Typer(add_completion=False)
+    cli.command()(lambda: None)  # a second command keeps `train` a subcommand, as in `opentinker`
+    plugin.opentinker_register_commands(cli=cli)
+    return cli
+
+
+def test_hook_adds_train_and_importing_the_command_loads_no_torch():
+    assert "train" in typer.main.get_command(cli_with_train()).commands
+    code = "import sys, tinker_algos.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_train_runs_the_job_in_this_process_and_fresh_starts_over(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
+    config = tmp_path / "job.yaml"
+    config.write_text(JOB)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "stale.txt").write_text("from an earlier run")
+    result = CliRunner().invoke(cli_with_train(), ["train", str(config), "--run-dir", str(run_dir), "--fresh"])
+    assert result.exit_code == 0, result.output
+    assert f"completed: 2 steps; run dir: {run_dir}" in result.stdout
+    assert "  eval/accuracy = " in result.stdout
+    assert f"learning curve: {run_dir / 'curve.png'}" in result.stdout and (run_dir / "curve.png").is_file()
+    assert not (run_dir / "stale.txt").exists()
+
+
+def test_a_bad_config_exits_2_naming_every_problem(tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("name: x\nmodel: {name: tiny}\nenv: {id: echo/echo-v0}\nbogus: 1\nstages: [{algorithm: {name: sft, steps: -1}}]\n")
+    result = CliRunner().invoke(cli_with_train(), ["train", str(config)])
+    assert result.exit_code == 2
+    assert f"error: {config}: 2 problem(s)" in result.stderr
+    assert "  - bogus: unknown key" in result.stderr and "steps" in result.stderr
+
+
+def test_train_with_a_scheduler_is_the_clis_submit_watch(tmp_path):
+    calls = []
+    cli = typer.Typer(add_completion=False)
+
+    @cli.command()
+    def submit(
+        file: Path,
+        scheduler: Annotated[str | None, typer.Option("--scheduler")] = None,
+        api_key: Annotated[str | None, typer.Option("--api-key")] = None,
+        tls_ca: Annotated[Path | None, typer.Option("--tls-ca")] = None,
+        priority: Annotated[int | None, typer.Option()] = None,
+        watch_: Annotated[bool, typer.Option("--watch")] = False,
+    ) -> None:
+        calls.append(dict(file=file, scheduler=scheduler, api_key=api_key, tls_ca=tls_ca, priority=priority, watch_=watch_))
+        raise typer.Exit(1)  # the job failed: train exits like submit --watch
+
+    plugin.opentinker_register_commands(cli=cli)
+    result = CliRunner().invoke(cli, ["train", "job.yaml", "-s", "host:1", "--api-key", "k"])
+    assert result.exit_code == 1, result.output
+    assert calls == [dict(file=Path("job.yaml"), scheduler="host:1", api_key="k", tls_ca=None, priority=None, watch_=True)]
