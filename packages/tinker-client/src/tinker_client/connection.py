@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import grpc
 
 DEFAULT_ADDRESS = "localhost:50051"
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """The TLS keywords every client takes and hands to :class:`SchedulerConnection`."""
+
+    tls: bool
+    tls_ca: str | Path | None
 
 
 class SchedulerConnection:

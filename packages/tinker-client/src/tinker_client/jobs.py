@@ -18,12 +18,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import grpc
 
-from tinker_client.connection import SchedulerConnection
+from tinker_client.connection import ConnectionOptions, SchedulerConnection
 from tinker_core.proto import jobs_pb2 as pb
 from tinker_core.proto import jobs_pb2_grpc as pb_grpc
 
@@ -46,8 +45,7 @@ def parse_state(name: str) -> int:
 class JobClient(SchedulerConnection):
     """Submit, follow and cancel jobs on a scheduler.
 
-    ``api_key`` (or ``$OPENTINKER_API_KEY``) is sent as ``authorization: Bearer <key>``;
-    ``tls_ca`` is a PEM file to trust for a TLS scheduler (``tls=True`` uses the system roots).
+    ``address``, ``api_key``, ``tls`` and ``tls_ca`` as for :class:`SchedulerConnection`.
     """
 
     def __init__(
@@ -55,11 +53,10 @@ class JobClient(SchedulerConnection):
         address: str | None = None,
         api_key: str | None = None,
         *,
-        tls: bool = False,
-        tls_ca: str | Path | None = None,
         timeout_s: float = 30.0,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
-        super().__init__(address, api_key, tls=tls, tls_ca=tls_ca)
+        super().__init__(address, api_key, **connection)
         self.timeout_s = timeout_s
         self.stub = pb_grpc.JobServiceStub(self.channel)
 

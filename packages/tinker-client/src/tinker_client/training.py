@@ -37,28 +37,38 @@ import concurrent.futures
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar, Unpack
 
 import grpc
 import numpy as np
 
-from tinker_client.connection import SchedulerConnection
-from tinker_core.proto import common_pb2, tensors, training_pb2
+from tinker_client.connection import ConnectionOptions, SchedulerConnection
+from tinker_client.training_types import (
+    AdamParams,
+    Datum,
+    ForwardBackwardOutput,
+    ModelInfo,
+    OptimStepOutput,
+    SampledSequence,
+    SampleResult,
+    SamplingParams,
+    Tokenizer,
+    int_list,
+)
+from tinker_core.proto import (
+    MAX_MESSAGE_BYTES,
+    common_pb2,
+    message_size_options,
+    tensors,
+    training_pb2,
+)
 from tinker_core.proto import training_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: gRPC codes a request is retried on (with the same request_id: the server applies it once).
 RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-STOP_REASONS = {
-    training_pb2.STOP_REASON_LENGTH: "length",
-    training_pb2.STOP_REASON_STOP_TOKEN: "stop_token",
-    training_pb2.STOP_REASON_STOP_STRING: "stop_string",
-}
 
 
 class APIFuture(concurrent.futures.Future, Generic[T]):  # type: ignore[type-arg]
@@ -71,211 +81,10 @@ class APIFuture(concurrent.futures.Future, Generic[T]):  # type: ignore[type-arg
         return await asyncio.wrap_future(self)  # type: ignore[no-any-return]
 
 
-# ---------------------------------------------------------------------------------------------
-# data types
-# ---------------------------------------------------------------------------------------------
-def _ints(x: Any, name: str) -> list[int]:
-    arr = np.asarray(x if x is not None else [], dtype=np.int64).reshape(-1)
-    return [int(v) for v in arr]
-
-
-def _floats(x: Any, name: str, n: int) -> list[float]:
-    if x is None:
-        return []
-    arr = np.asarray(x, dtype=np.float32).reshape(-1)
-    if arr.size and arr.size != n:
-        raise ValueError(f"Datum.{name}: has {arr.size} entries for {n} tokens; give one per token or none")
-    return [float(v) for v in arr]
-
-
-@dataclass
-class Datum:
-    """One training example in Tinker's alignment: position ``t`` predicts ``target_tokens[t]``
-    from ``tokens[: t + 1]`` (for next-token training ``tokens = seq[:-1]``, ``target_tokens =
-    seq[1:]``; :meth:`from_sequence` builds that). Per-position fields are optional."""
-
-    tokens: Sequence[int] | np.ndarray
-    target_tokens: Sequence[int] | np.ndarray
-    loss_weights: Sequence[float] | np.ndarray | None = None
-    advantages: Sequence[float] | np.ndarray | None = None
-    sampling_logprobs: Sequence[float] | np.ndarray | None = None
-
-    @classmethod
-    def from_sequence(
-        cls,
-        sequence: Sequence[int] | np.ndarray,
-        *,
-        prompt_len: int,
-        advantage: float | None = None,
-        sampling_logprobs: Sequence[float] | np.ndarray | None = None,
-        weight: float = 1.0,
-    ) -> Datum:
-        """A datum over ``sequence`` (prompt + completion) that trains the completion only.
-
-        ``sampling_logprobs`` are the sampler's logprobs of the completion tokens (as
-        :class:`SampledSequence` returns them); ``advantage`` is broadcast over the completion.
-        """
-        seq = _ints(sequence, "sequence")
-        if not 1 <= prompt_len < len(seq):
-            raise ValueError(f"prompt_len={prompt_len} must be in [1, {len(seq) - 1}] for a sequence of {len(seq)} tokens")
-        n_completion = len(seq) - prompt_len
-        head = [0.0] * (prompt_len - 1)
-        weights = head + [float(weight)] * n_completion
-        out = cls(tokens=seq[:-1], target_tokens=seq[1:], loss_weights=weights)
-        if advantage is not None:
-            out.advantages = head + [float(advantage)] * n_completion
-        if sampling_logprobs is not None:
-            lp = [float(v) for v in np.asarray(sampling_logprobs, dtype=np.float32).reshape(-1)]
-            if len(lp) != n_completion:
-                raise ValueError(f"sampling_logprobs has {len(lp)} entries for {n_completion} completion tokens")
-            out.sampling_logprobs = head + lp
-        return out
-
-    def to_proto(self) -> training_pb2.Datum:
-        tokens = _ints(self.tokens, "tokens")
-        n = len(tokens)
-        return training_pb2.Datum(
-            tokens=tokens,
-            target_tokens=_ints(self.target_tokens, "target_tokens"),
-            loss_weights=_floats(self.loss_weights, "loss_weights", n),
-            advantages=_floats(self.advantages, "advantages", n),
-            sampling_logprobs=_floats(self.sampling_logprobs, "sampling_logprobs", n),
-        )
-
-
-@dataclass
-class AdamParams:
-    """Adam(W) settings of one ``optim_step`` (Tinker's defaults)."""
-
-    learning_rate: float
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-12
-    weight_decay: float = 0.0
-    grad_clip_norm: float = 0.0
-
-    def to_proto(self) -> training_pb2.AdamParams:
-        return training_pb2.AdamParams(**{k: float(v) for k, v in self.__dict__.items()})
-
-
-@dataclass
-class SamplingParams:
-    """How to sample: ``temperature=0`` is greedy; ``seed`` makes samples reproducible."""
-
-    max_tokens: int = 64
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int = 0
-    stop: Sequence[str] = ()
-    stop_token_ids: Sequence[int] = ()
-    seed: int | None = None
-
-    def to_proto(self) -> training_pb2.SamplingParams:
-        if isinstance(self.stop, str):
-            raise TypeError("SamplingParams.stop is a list of strings; wrap a single one: stop=[...]")
-        p = training_pb2.SamplingParams(
-            top_k=int(self.top_k), max_tokens=int(self.max_tokens), stop=list(self.stop),
-            stop_token_ids=_ints(self.stop_token_ids, "stop_token_ids"),
-        )
-        for name in ("temperature", "top_p", "seed"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(p, name, value)
-        return p
-
-
-@dataclass
-class SampledSequence:
-    """New tokens (not the prompt), their sampling logprobs and why sampling stopped
-    (``"length"``, ``"stop_token"`` or ``"stop_string"``)."""
-
-    tokens: list[int]
-    logprobs: list[float]
-    stop_reason: str
-
-
-@dataclass
-class SampleResult:
-    """The samples of one prompt (Tinker's ``SampleResponse.sequences``)."""
-
-    sequences: list[SampledSequence]
-
-
-@dataclass
-class ForwardBackwardOutput:
-    """Per-datum outputs (``{"logprobs": array over target tokens}``) and scalar metrics
-    (``loss`` = ``loss:sum``, ``num_tokens``, the loss's own ``<loss>/<key>``)."""
-
-    loss_fn_outputs: list[dict[str, np.ndarray]]
-    metrics: dict[str, float]
-
-
-@dataclass
-class OptimStepOutput:
-    step: int
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class ModelInfo:
-    base_model: str
-    lora_rank: int
-    lora_alpha: float
-    tokenizer_id: str
-    vocab_size: int
-    step: int
-    model_type: str
-    trainable_parameters: int
-
-
-class Tokenizer:
-    """The session's tokenizer, loaded from its saved ``tokenizer.json`` with ``tokenizers``."""
-
-    def __init__(self, files: dict[str, bytes]) -> None:
-        try:
-            from tokenizers import Tokenizer as HFTokenizer
-        except ImportError:  # pragma: no cover - tokenizers ships with the workspace
-            raise ImportError("get_tokenizer() needs the 'tokenizers' package: pip install tokenizers") from None
-        if "tokenizer.json" not in files:
-            raise ValueError(f"the server sent no tokenizer.json (files: {sorted(files)}); the model's tokenizer is not a fast tokenizer")
-        self.files = files
-        self.backend = HFTokenizer.from_str(files["tokenizer.json"].decode())
-        config = json.loads(files.get("tokenizer_config.json", b"{}").decode() or "{}")
-        special = {**json.loads(files.get("special_tokens_map.json", b"{}").decode() or "{}"), **config}
-
-        def token_id(key: str) -> int | None:
-            value = special.get(key)
-            if isinstance(value, dict):
-                value = value.get("content")
-            return self.backend.token_to_id(value) if isinstance(value, str) else None
-
-        self.eos_token_id = token_id("eos_token")
-        self.bos_token_id = token_id("bos_token")
-        self.pad_token_id = token_id("pad_token")
-
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
-
-    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
-        return str(self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens))
-
-    def save(self, directory: str | Path) -> Path:
-        """Write the tokenizer files (``AutoTokenizer.from_pretrained(directory)`` loads them)."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        for name, data in self.files.items():
-            (d / name).write_bytes(data)
-        return d
-
-
-# ---------------------------------------------------------------------------------------------
-# clients
-# ---------------------------------------------------------------------------------------------
 class ServiceClient(SchedulerConnection):
     """A connection to a scheduler's TrainingService; creates training clients (sessions).
 
-    ``api_key`` (or ``$OPENTINKER_API_KEY``) is sent as ``authorization: Bearer <key>``;
-    ``tls_ca`` is a PEM file to trust for a TLS scheduler.
+    ``address``, ``api_key``, ``tls`` and ``tls_ca`` as for :class:`SchedulerConnection`.
     """
 
     def __init__(
@@ -283,23 +92,13 @@ class ServiceClient(SchedulerConnection):
         address: str | None = None,
         api_key: str | None = None,
         *,
-        tls: bool = False,
-        tls_ca: str | Path | None = None,
         timeout_s: float | None = 600.0,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         retries: int = 5,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
         self.max_message_bytes = int(max_message_bytes)
-        super().__init__(
-            address,
-            api_key,
-            tls=tls,
-            tls_ca=tls_ca,
-            options=[
-                ("grpc.max_receive_message_length", self.max_message_bytes),
-                ("grpc.max_send_message_length", self.max_message_bytes),
-            ],
-        )
+        super().__init__(address, api_key, options=message_size_options(self.max_message_bytes), **connection)
         self.timeout_s = timeout_s
         self.retries = retries
         self.stub = pb_grpc.TrainingServiceStub(self.channel)
@@ -354,14 +153,10 @@ class ServiceClient(SchedulerConnection):
             options_json=json.dumps(options) if options else "",
         )
         session = self.call("CreateSession", request)
-        return TrainingClient(self, session.session_id, _info(session.info))
+        return TrainingClient(self, session.session_id, ModelInfo.from_proto(session.info))
 
     async def create_lora_training_client_async(self, base_model: str, rank: int = 8, **kwargs: Any) -> TrainingClient:
         return await asyncio.to_thread(self.create_lora_training_client, base_model, rank, **kwargs)
-
-
-def _info(m: training_pb2.ModelInfo) -> ModelInfo:
-    return ModelInfo(**{f: getattr(m, f) for f in ModelInfo.__dataclass_fields__})
 
 
 class TrainingClient:
@@ -412,7 +207,7 @@ class TrainingClient:
             session_id=self.session_id, request_id=self._rid(), data=[d.to_proto() for d in data],
             loss_fn=loss_fn, loss_config={k: float(v) for k, v in (loss_fn_config or {}).items()},
         )
-        return self._submit("ForwardBackward", request, _fb_output)
+        return self._submit("ForwardBackward", request, ForwardBackwardOutput.from_proto)
 
     def forward(
         self, data: Sequence[Datum], loss_fn: str = "", loss_fn_config: dict[str, float] | None = None
@@ -422,7 +217,7 @@ class TrainingClient:
             session_id=self.session_id, request_id=self._rid(), data=[d.to_proto() for d in data],
             loss_fn=loss_fn, loss_config={k: float(v) for k, v in (loss_fn_config or {}).items()},
         )
-        return self._submit("Forward", request, _fb_output)
+        return self._submit("Forward", request, ForwardBackwardOutput.from_proto)
 
     def optim_step(self, adam_params: AdamParams | float) -> APIFuture[OptimStepOutput]:
         """Apply the accumulated gradients with Adam(W) (a float is the learning rate)."""
@@ -439,7 +234,7 @@ class TrainingClient:
         from ``sampler_path``); result ``[prompt][sample]``."""
         request = training_pb2.SampleRequest(
             session_id=self.session_id, request_id=self._rid(),
-            prompts=[common_pb2.TokenList(tokens=_ints(p, "prompt")) for p in prompts],
+            prompts=[common_pb2.TokenList(tokens=int_list(p)) for p in prompts],
             sampling_params=sampling_params.to_proto(), num_samples=int(num_samples), sampler_path=sampler_path,
         )
         return self._submit("Sample", request, _samples)
@@ -447,7 +242,7 @@ class TrainingClient:
     def compute_logprobs(self, sequences: Sequence[Sequence[int] | np.ndarray]) -> APIFuture[list[np.ndarray]]:
         """``log p(seq[t] | seq[:t])`` for ``t >= 1`` of each sequence under the current weights."""
         request = training_pb2.ComputeLogprobsRequest(
-            session_id=self.session_id, sequences=[common_pb2.TokenList(tokens=_ints(s, "sequence")) for s in sequences]
+            session_id=self.session_id, sequences=[common_pb2.TokenList(tokens=int_list(s)) for s in sequences]
         )
         return self._submit("ComputeLogprobs", request,
                             lambda r: [np.asarray(x.values, dtype=np.float32) for x in r.logprobs])
@@ -478,7 +273,7 @@ class TrainingClient:
         return self._submit("SaveWeightsForSampler", request, lambda r: str(r.path))
 
     def get_info(self) -> APIFuture[ModelInfo]:
-        return self._submit("GetInfo", training_pb2.GetInfoRequest(session_id=self.session_id), _info)
+        return self._submit("GetInfo", training_pb2.GetInfoRequest(session_id=self.session_id), ModelInfo.from_proto)
 
     def get_weights(self, path: str = "", *, trainable_only: bool = True) -> dict[str, np.ndarray]:
         """Download weights (this session's current trainable ones by default) as numpy arrays."""
@@ -552,18 +347,8 @@ class SamplingClient:
         return self.sample(prompt, num_samples, sampling_params)
 
 
-def _fb_output(r: Any) -> ForwardBackwardOutput:
-    return ForwardBackwardOutput(
-        loss_fn_outputs=[{"logprobs": np.asarray(o.logprobs, dtype=np.float32)} for o in r.outputs],
-        metrics=dict(r.metrics),
-    )
-
-
 def _samples(r: training_pb2.SampleResponse) -> list[list[SampledSequence]]:
-    return [
-        [SampledSequence(list(s.tokens), list(s.logprobs), STOP_REASONS.get(s.stop_reason, "unspecified")) for s in row.samples]
-        for row in r.results
-    ]
+    return [[SampledSequence.from_proto(s) for s in row.samples] for row in r.results]
 
 
 __all__ = [
