@@ -23,6 +23,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import tinker_core  # noqa: E402
+import tinker_core.registry  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -48,9 +49,9 @@ def only_tinker_algos_plugins() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos")
         mp.delenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-        tinker_core.reset_plugins()
+        tinker_core.registry.reset_plugins()
         yield
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
 
 
 @pytest.fixture(scope="session")
@@ -92,3 +93,43 @@ def make_batch(
 @pytest.fixture
 def batch_factory():
     return make_batch
+
+
+class StopAfter:
+    """Callbacks for ``train()``: stop once step ``n`` is logged; keep the log lines and checkpoints."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.seen = n, 0
+        self.logs: list[str] = []
+        self.checkpoints: list[tuple[int, str]] = []
+
+    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+        self.seen = step
+
+    def on_log(self, line: str) -> None:
+        self.logs.append(line)
+
+    def on_checkpoint(self, step: int, path: str) -> None:
+        self.checkpoints.append((step, path))
+
+    def should_stop(self) -> bool:
+        return self.seen >= self.n
+
+
+def run_metrics(run_dir: Path) -> list[dict[str, float]]:
+    """The rows of a run's metrics.jsonl without wall-clock keys (``time/*``, ``*_per_s``)."""
+    from tinker_algos.metrics import is_timing, read_metrics
+
+    return [{k: v for k, v in r.items() if not is_timing(k)} for r in read_metrics(run_dir / "metrics.jsonl")]
+
+
+@pytest.fixture
+def stop_after() -> type[StopAfter]:
+    """``stop_after(n)``: callbacks that interrupt ``train()`` after step ``n``."""
+    return StopAfter
+
+
+@pytest.fixture
+def deterministic_metrics():
+    """``deterministic_metrics(run_dir)``: what a seed fixes of a run's metrics (see :func:`run_metrics`)."""
+    return run_metrics

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos import train
 from tinker_algos.algorithms.dpo import best_worst_pairs, load_preference_pairs
-from tinker_algos.metrics import is_timing, read_metrics
+from tinker_algos.metrics import read_metrics
 from tinker_core.errors import ConfigError
 
 pytest.importorskip("tinker_env_math", reason="DPO's tests build pairs from, and sample on, math/arithmetic-v0 (tinker-env-math)")
@@ -25,9 +26,9 @@ ENV = {"id": "math/arithmetic-v0", "kwargs": {"digits": 1, "ops": ["+"]}, "eval_
 def _plugins() -> Any:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-math")
-        tinker_core.reset_plugins()
+        tinker_core.registry.reset_plugins()
         yield
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
 
 
 def write_pairs(path: Path, split: str, n: int, wrong_per_problem: int, seed: int) -> Path:
@@ -52,24 +53,6 @@ def pair_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def no_files(**over: Any) -> dict[str, Any]:
     return {"logging": {"tensorboard": False, "plot": False}, **over}
-
-
-class StopAfter:
-    """Callbacks that ask train() to stop once ``n`` steps are logged."""
-
-    def __init__(self, n: int) -> None:
-        self.n, self.seen = n, 0
-
-    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self.seen = step
-
-    def should_stop(self) -> bool:
-        return self.seen >= self.n
-
-
-def deterministic(run: Path) -> list[dict[str, Any]]:
-    """The run's metrics without wall-clock keys (``time/*``, ``*_per_s``)."""
-    return [{k: v for k, v in r.items() if not is_timing(k)} for r in read_metrics(run / "metrics.jsonl")]
 
 
 # ---- data files and options ---------------------------------------------------------------------
@@ -186,7 +169,7 @@ def test_loss_variants_start_at_their_oracle_and_go_down(tmp_path: Path, pair_fi
     assert losses[-1] < losses[0], losses
 
 
-def test_on_policy_dpo_pairs_the_best_and_worst_samples(tmp_path: Path) -> None:
+def test_on_policy_dpo_pairs_the_best_and_worst_samples(tmp_path: Path, stop_after: Any, deterministic_metrics: Any) -> None:
     """SFT warm start, then DPO on pairs built from the env's rewards on the model's own samples.
 
     Also resumed at the stage boundary: the reference must be the SFT result there too.
@@ -212,15 +195,15 @@ def test_on_policy_dpo_pairs_the_best_and_worst_samples(tmp_path: Path) -> None:
         assert np.isfinite(r["losses/dpo"]) and r["rollout/episodes"] == 64
     # the reference is the stage's starting policy (the SFT result), so the first loss is log 2
     assert rows[0]["losses/dpo"] == pytest.approx(math.log(2), abs=1e-6)
-    assert train(cfg, run_dir=tmp_path / "split", callbacks=StopAfter(30)).status == "interrupted"
+    assert train(cfg, run_dir=tmp_path / "split", callbacks=stop_after(30)).status == "interrupted"
     assert train(cfg, run_dir=tmp_path / "split").status == "completed"
-    assert deterministic(tmp_path / "split") == deterministic(tmp_path / "whole")
+    assert deterministic_metrics(tmp_path / "split") == deterministic_metrics(tmp_path / "whole")
 
 
-def test_resume_is_bit_identical(tmp_path: Path, pair_files: tuple[Path, Path]) -> None:
+def test_resume_is_bit_identical(tmp_path: Path, pair_files: tuple[Path, Path], stop_after: Any, deterministic_metrics: Any) -> None:
     cfg = offline_job(pair_files, steps=4, batch_size=8, eval_size=4)
     train(cfg, run_dir=tmp_path / "whole")
-    assert train(cfg, run_dir=tmp_path / "split", callbacks=StopAfter(2)).status == "interrupted"
+    assert train(cfg, run_dir=tmp_path / "split", callbacks=stop_after(2)).status == "interrupted"
     assert train(cfg, run_dir=tmp_path / "split").step == 4
 
-    assert deterministic(tmp_path / "whole") == deterministic(tmp_path / "split")
+    assert deterministic_metrics(tmp_path / "whole") == deterministic_metrics(tmp_path / "split")

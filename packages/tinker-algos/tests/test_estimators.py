@@ -8,23 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinker_core
+import tinker_core.registry
 from tinker_core.algos import AdvantageInputs, AdvantageOutputs
 
 ESTIMATOR_NAMES = ["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def only_tinker_algos():
-    """Discover plugins from the tinker-algos distribution only (through its entry point)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos")
-        tinker_core.reset_plugins()
-        yield
-    tinker_core.reset_plugins()
+pytestmark = pytest.mark.usefixtures("only_tinker_algos_plugins")
 
 
 def estimate(name: str, inputs: AdvantageInputs, **config) -> AdvantageOutputs:
-    out = tinker_core.get_advantage_estimator(name).obj(inputs, **config)
+    out = tinker_core.registry.get_advantage_estimator(name).obj(inputs, **config)
     assert isinstance(out, AdvantageOutputs)
     assert out.advantages_B_T.shape == inputs.mask_B_T.shape
     assert out.returns_B_T.shape == inputs.mask_B_T.shape
@@ -56,7 +50,7 @@ def test_gae_oracle():
 
 
 def test_gae_is_registered_as_needing_a_critic_and_says_so_without_values():
-    entry = tinker_core.get_advantage_estimator("gae")
+    entry = tinker_core.registry.get_advantage_estimator("gae")
     assert entry.options["needs_critic"] is True
     with pytest.raises(ValueError, match="values_B_T"):
         entry.obj(seq_inputs([1.0]))

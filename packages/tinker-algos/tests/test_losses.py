@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos.aggregation import aggregate
 from tinker_algos.kl import k1 as kl1
 from tinker_algos.kl import k2 as kl2
@@ -33,18 +34,11 @@ LOSS_NAMES = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def only_tinker_algos():
-    """Discover plugins from the tinker-algos distribution only (through its entry point)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos")
-        tinker_core.reset_plugins()
-        yield
-    tinker_core.reset_plugins()
+pytestmark = pytest.mark.usefixtures("only_tinker_algos_plugins")
 
 
 def run_loss(name: str, inputs: LossInputs, **config) -> LossOutputs:
-    out = tinker_core.get_loss(name).obj(inputs, **config)
+    out = tinker_core.registry.get_loss(name).obj(inputs, **config)
     assert isinstance(out, LossOutputs)
     assert out.loss_B_T.shape == inputs.mask_B_T.shape
     assert all(isinstance(v, float) for v in out.metrics.values())
@@ -209,7 +203,7 @@ def pair_inputs(delta: float = 2.0) -> LossInputs:
 )
 def test_preference_oracles(name, config, expected):
     inputs = pair_inputs(2.0)
-    entry = tinker_core.get_loss(name)
+    entry = tinker_core.registry.get_loss(name)
     assert entry.options["kind"] == "preference"
     out = run_loss(name, inputs, **config)
     assert out.metrics["loss"] == pytest.approx(expected, abs=1e-6)
@@ -272,7 +266,7 @@ KL_ORACLE = {"k1": 0.693147, "k2": 0.240227, "k3": 0.193147}
 def test_kl_oracles_through_the_registry(name):
     lp = torch.full((1, 2), math.log(0.5), dtype=torch.float64, requires_grad=True)
     ref = torch.full((1, 2), math.log(0.25), dtype=torch.float64)
-    entry = tinker_core.get_loss(name)
+    entry = tinker_core.registry.get_loss(name)
     assert entry.options["kind"] == "kl"
     out = run_loss(name, LossInputs(lp, t([[1.0, 0.0]]), ref_logprobs_B_T=ref))
     assert out.loss_B_T[0, 0].item() == pytest.approx(KL_ORACLE[name], abs=1e-6)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import tinker_core
+import tinker_core.registry
 
 OPTIMIZER_CONFIGS = {
     "adamw": {"lr": 0.1, "weight_decay": 0.0},
@@ -16,18 +17,11 @@ OPTIMIZER_CONFIGS = {
 }
 
 
-@pytest.fixture(scope="module", autouse=True)
-def only_tinker_algos():
-    """Discover plugins from the tinker-algos distribution only (through its entry point)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos")
-        tinker_core.reset_plugins()
-        yield
-    tinker_core.reset_plugins()
+pytestmark = pytest.mark.usefixtures("only_tinker_algos_plugins")
 
 
 def make(name: str, params, **config) -> torch.optim.Optimizer:
-    opt = tinker_core.get_optimizer(name).obj(params, **config)
+    opt = tinker_core.registry.get_optimizer(name).obj(params, **config)
     assert isinstance(opt, torch.optim.Optimizer)
     return opt
 

@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos import train
 from tinker_algos.algorithms.critic import Critic, decoder_of, explained_variance
-from tinker_algos.metrics import is_timing, read_metrics
+from tinker_algos.metrics import read_metrics
 from tinker_algos.models import PolicyModel, sequence_logprobs
 from tinker_core.errors import ConfigError
 
@@ -26,9 +27,9 @@ SFT_STEPS, PPO_STEPS = 60, 12
 def _plugins() -> Any:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-math")
-        tinker_core.reset_plugins()
+        tinker_core.registry.reset_plugins()
         yield
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
 
 
 def no_files(**over: Any) -> dict[str, Any]:
@@ -197,24 +198,19 @@ def test_ppo_after_an_sft_warm_start_raises_the_expected_reward(warm_run: tuple[
 # ---- exact resume -------------------------------------------------------------------------------
 
 
-class StopAfter:
-    def __init__(self, n: int) -> None:
-        self.n, self.seen = n, 0
-
-    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self.seen = step
-
-    def should_stop(self) -> bool:
-        return self.seen >= self.n
-
-
 @pytest.mark.parametrize(
     ("critic", "kl", "lora"),
     [("head", {"coef": 0.05, "mode": "loss"}, None), ("separate", {"coef": 0.05, "mode": "reward"}, {"rank": 4})],
     ids=["head-full-ft", "separate-lora"],
 )
 def test_resume_with_the_critic_is_bit_identical(
-    tmp_path: Path, warm_run: tuple[Path, Any], critic: str, kl: dict[str, Any], lora: dict[str, Any] | None
+    tmp_path: Path,
+    warm_run: tuple[Path, Any],
+    critic: str,
+    kl: dict[str, Any],
+    lora: dict[str, Any] | None,
+    stop_after: Any,
+    deterministic_metrics: Any,
 ) -> None:
     start = warm_run[0] / "checkpoints" / f"step-{SFT_STEPS:06d}" / "trainer" / "model"
     cfg = {
@@ -231,15 +227,12 @@ def test_resume_with_the_critic_is_bit_identical(
         **({"lora": lora} if lora else {}),
     }
     whole = train(cfg, run_dir=tmp_path / "whole")
-    first = train(cfg, run_dir=tmp_path / "split", callbacks=StopAfter(2))
+    first = train(cfg, run_dir=tmp_path / "split", callbacks=stop_after(2))
     assert first.status == "interrupted" and first.step == 2
     second = train(cfg, run_dir=tmp_path / "split")
     assert whole.status == second.status == "completed" and second.step == 4
 
-    def deterministic(run: Path) -> list[dict[str, Any]]:
-        return [{k: v for k, v in r.items() if not is_timing(k)} for r in read_metrics(run / "metrics.jsonl")]
-
-    a, b = deterministic(tmp_path / "whole"), deterministic(tmp_path / "split")
+    a, b = deterministic_metrics(tmp_path / "whole"), deterministic_metrics(tmp_path / "split")
     assert a == b
     assert any(r["losses/value"] > 0 for r in a) and any(r["env/reward_mean"] > 0 for r in a)
     assert all(r["optim/updates"] == 4 for r in a)

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos import train
-from tinker_algos.metrics import is_timing, read_metrics
+from tinker_algos.metrics import read_metrics
 from tinker_core.errors import ConfigError
 
 
@@ -32,33 +33,12 @@ def job(**over):
     return cfg
 
 
-def deterministic(rows):
-    return [{k: v for k, v in r.items() if not is_timing(k)} for r in rows]
-
-
 @pytest.fixture(autouse=True)
 def _plugins(monkeypatch):
     monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
     yield
-    tinker_core.reset_plugins()
-
-
-class StopAfter:
-    def __init__(self, n):
-        self.n, self.seen, self.logs, self.checkpoints = n, 0, [], []
-
-    def on_metrics(self, step, metrics):
-        self.seen = step
-
-    def on_log(self, line):
-        self.logs.append(line)
-
-    def on_checkpoint(self, step, path):
-        self.checkpoints.append((step, path))
-
-    def should_stop(self):
-        return self.seen >= self.n
+    tinker_core.registry.reset_plugins()
 
 
 def test_a_two_stage_job_writes_metrics_checkpoints_and_a_curve(tmp_path):
@@ -79,18 +59,18 @@ def test_a_two_stage_job_writes_metrics_checkpoints_and_a_curve(tmp_path):
     assert manifest["data_cursor"] == {"stage_index": 2, "stage_step": 0, "global_step": 6}
 
 
-def test_the_same_seed_gives_bit_identical_metrics(tmp_path):
+def test_the_same_seed_gives_bit_identical_metrics(tmp_path, deterministic_metrics):
     a = train(job(logging={"tensorboard": False, "plot": False}), run_dir=tmp_path / "a")
     b = train(job(logging={"tensorboard": False, "plot": False}), run_dir=tmp_path / "b")
     assert a.step == b.step
-    ra, rb = read_metrics(tmp_path / "a" / "metrics.jsonl"), read_metrics(tmp_path / "b" / "metrics.jsonl")
-    assert deterministic(ra) == deterministic(rb)
+    ra, rb = deterministic_metrics(tmp_path / "a"), deterministic_metrics(tmp_path / "b")
+    assert ra == rb
     c = train(job(seed=8, logging={"tensorboard": False, "plot": False}), run_dir=tmp_path / "c")
-    assert deterministic(read_metrics(tmp_path / "c" / "metrics.jsonl")) != deterministic(ra) and c.step == a.step
+    assert deterministic_metrics(tmp_path / "c") != ra and c.step == a.step
 
 
 @pytest.mark.parametrize(
-    ("stop_after", "lora"),
+    ("stop_at", "lora"),
     [
         (2, None),  # inside the SFT stage
         (4, None),  # inside the GRPO stage
@@ -99,20 +79,18 @@ def test_the_same_seed_gives_bit_identical_metrics(tmp_path):
         (3, {"rank": 4, "alpha": 8, "dropout": 0.1}),
     ],
 )
-def test_resume_continues_exactly_as_if_never_stopped(tmp_path, stop_after, lora):
+def test_resume_continues_exactly_as_if_never_stopped(tmp_path, stop_at, lora, stop_after, deterministic_metrics):
     quiet = {"logging": {"tensorboard": False, "plot": False}, "lora": lora}
     full = train(job(**quiet), run_dir=tmp_path / "full")
-    cb = StopAfter(stop_after)
+    cb = stop_after(stop_at)
     part = train(job(**quiet), run_dir=tmp_path / "part", callbacks=cb)
-    assert part.status == "interrupted" and part.step == stop_after
-    assert cb.checkpoints and cb.checkpoints[-1][0] == stop_after
-    again = StopAfter(10**9)
+    assert part.status == "interrupted" and part.step == stop_at
+    assert cb.checkpoints and cb.checkpoints[-1][0] == stop_at
+    again = stop_after(10**9)
     rest = train(job(**quiet), run_dir=tmp_path / "part", callbacks=again)
     assert rest.status == "completed" and rest.step == full.step
-    assert any(f"resuming from {tmp_path / 'part'}" in line and f"(step {stop_after})" in line for line in again.logs)
-    ra = deterministic(read_metrics(tmp_path / "full" / "metrics.jsonl"))
-    rb = deterministic(read_metrics(tmp_path / "part" / "metrics.jsonl"))
-    assert rb == ra
+    assert any(f"resuming from {tmp_path / 'part'}" in line and f"(step {stop_at})" in line for line in again.logs)
+    assert deterministic_metrics(tmp_path / "part") == deterministic_metrics(tmp_path / "full")
 
 
 def test_lora_job_saves_a_peft_adapter(tmp_path):

@@ -112,12 +112,14 @@ class MultiAgentConfig(_Model):
         "self_play",
         description="self_play: the policy plays every role and learns from all; opponent: it plays learner_role against a scripted opponent.",
     )
-    opponent: Literal["random", "minimax"] = Field(
-        "random", description="The scripted opponent in 'opponent' mode (minimax plays only games/tictactoe-v0)."
+    opponent: str = Field(
+        "random",
+        min_length=1,
+        description="The scripted opponent in 'opponent' mode: one the env offers (random; minimax on games/tictactoe-v0).",
     )
     learner_role: str | None = Field(None, description="The policy's role in 'opponent' mode; None = the env's first role.")
-    eval_opponent: Literal["random", "minimax"] | None = Field(
-        None, description="Who the greedy policy plays in held-out evaluation; None = 'opponent'."
+    eval_opponent: str | None = Field(
+        None, min_length=1, description="The scripted opponent of held-out evaluation (one the env offers); None = 'opponent'."
     )
 
     @field_validator("learner_role")
