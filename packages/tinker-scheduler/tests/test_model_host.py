@@ -90,7 +90,7 @@ def test_round_robin_serves_a_waiting_session_between_requests_of_a_busy_one():
     gate = threading.Event()
     # occupy the executor so that both queues fill up before anything runs
     blocker = threading.Thread(target=lambda: host.call("busy", "info"))
-    with host._model_lock:
+    with host.executor.model_lock:
         blocker.start()
         calls = [threading.Thread(target=lambda: host.call("busy", "info")) for _ in range(4)]
         for t in calls:

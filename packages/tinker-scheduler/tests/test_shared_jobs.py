@@ -188,7 +188,7 @@ def test_stop_and_abort_a_job_on_a_host(tmp_path):
 
 def test_the_scheduler_routes_lora_jobs_with_one_base_model_onto_one_host(make_scheduler, tmp_path):
     from tinker_core.proto import jobs_pb2
-    from tinker_scheduler.scheduler import DEFAULT_RUNNER
+    from tinker_scheduler.config import DEFAULT_RUNNER
     from tinker_scheduler.testing import JobClient
 
     configs = {"x": lora_job(11, two_stages=False), "y": lora_job(12, two_stages=False)}
@@ -213,6 +213,6 @@ def test_the_scheduler_routes_lora_jobs_with_one_base_model_onto_one_host(make_s
         train(cfg, run_dir=tmp_path / "solo" / name)
         assert metrics_of(scheduler.runs_dir / "local" / ids[name]) == metrics_of(tmp_path / "solo" / name), name
     deadline = time.monotonic() + 30
-    while scheduler.training.host_count() and time.monotonic() < deadline:
+    while scheduler.hosts.host_count() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert scheduler.training.host_count() == 0  # the idle host shut down, its CPU is free again
+    assert scheduler.hosts.host_count() == 0  # the idle host shut down, its CPU is free again

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tinker_core.proto import jobs_pb2
-from tinker_scheduler.scheduler import DEFAULT_RUNNER
+from tinker_scheduler.config import DEFAULT_RUNNER
 from tinker_scheduler.testing import JobClient
 from tinker_scheduler.worker import resolve_runner
 

@@ -132,13 +132,13 @@ def test_sample_returns_tokens_logprobs_and_stop_reasons_and_save_load_restore(l
 
 def test_lora_sessions_of_one_base_model_share_a_host_and_full_fine_tuning_gets_its_own(local_scheduler):
     channel, stub, md = stub_for(local_scheduler)
-    manager = local_scheduler.training
+    hosts = local_scheduler.hosts
     with channel:
         a = create(stub, md).session_id
         b = create(stub, md, lora_rank=2).session_id
-        assert manager.host_count() == 1
+        assert hosts.host_count() == 1
         full = create(stub, md, lora_rank=0)
-        assert manager.host_count() == 2 and full.info.lora_rank == 0
+        assert hosts.host_count() == 2 and full.info.lora_rank == 0
         stub.CloseSession(training_pb2.CloseTrainingSessionRequest(session_id=a), metadata=md)
         stub.CloseSession(training_pb2.CloseTrainingSessionRequest(session_id=a), metadata=md)  # idempotent
         code, _ = code_of(stub.GetInfo, training_pb2.GetInfoRequest(session_id=a), metadata=md)
@@ -195,9 +195,9 @@ def test_an_idle_session_is_checkpointed_released_and_restored_on_its_next_reque
         w_before = trainable(stub, md, sid)
         session = scheduler.training._sessions[sid]
         deadline = time.monotonic() + 60
-        while (session.state != "released" or scheduler.training.host_count()) and time.monotonic() < deadline:
+        while (session.state != "released" or scheduler.hosts.host_count()) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert session.state == "released" and scheduler.training.host_count() == 0
+        assert session.state == "released" and scheduler.hosts.host_count() == 0
         info = stub.GetInfo(training_pb2.GetInfoRequest(session_id=sid), metadata=md)
         assert info.step == 1 and session.state == "active"
         w_after = trainable(stub, md, sid)
@@ -215,8 +215,8 @@ def test_sessions_on_a_ray_model_host(make_scheduler):
         assert status.status == health.HealthCheckResponse.SERVING
         a = create(stub, md, seed=1).session_id
         b = create(stub, md, seed=2).session_id
-        assert scheduler.training.host_count() == 1
-        assert scheduler.training.reserved().cpus == 1  # jobs see one CPU less
+        assert scheduler.hosts.host_count() == 1
+        assert scheduler.hosts.reserved().cpus == 1  # jobs see one CPU less
         for sid in (a, b):
             fb = stub.ForwardBackward(training_pb2.ForwardBackwardRequest(
                 session_id=sid, data=[sft_datum()], loss_fn="cross_entropy"), metadata=md, timeout=120)

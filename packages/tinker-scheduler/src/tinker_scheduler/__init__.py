@@ -2,7 +2,8 @@
 
 Importing this package is cheap (no Ray, no gRPC); the names below load on first use:
 
-- :class:`Scheduler` -- the server (``opentinker scheduler start`` runs one);
+- :class:`Scheduler` -- the server (``opentinker scheduler start`` runs one), set up by a
+  :class:`SchedulerConfig`;
 - :class:`JobStore`, :class:`JobState` -- the SQLite job store;
 - :func:`plan`, :class:`Resources`, :class:`QueuedJob` -- the queue policy (pure functions).
 
@@ -16,14 +17,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tinker_scheduler.config import SchedulerConfig
     from tinker_scheduler.policy import QueuedJob, Resources, plan
     from tinker_scheduler.scheduler import Scheduler
     from tinker_scheduler.store import JobState, JobStore
 
-__all__ = ["JobState", "JobStore", "QueuedJob", "Resources", "Scheduler", "plan"]
+__all__ = ["JobState", "JobStore", "QueuedJob", "Resources", "Scheduler", "SchedulerConfig", "plan"]
 
 _LAZY = {
     "Scheduler": "tinker_scheduler.scheduler",
+    "SchedulerConfig": "tinker_scheduler.config",
     "JobStore": "tinker_scheduler.store",
     "JobState": "tinker_scheduler.store",
     "plan": "tinker_scheduler.policy",

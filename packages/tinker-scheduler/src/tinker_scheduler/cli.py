@@ -83,6 +83,7 @@ def start(
     import logging
 
     from tinker_scheduler.auth import AuthMode
+    from tinker_scheduler.config import SchedulerConfig
     from tinker_scheduler.scheduler import Scheduler
     from tinker_scheduler.store import StoreError
 
@@ -109,12 +110,12 @@ def start(
         )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        scheduler = Scheduler(
+        scheduler = Scheduler(SchedulerConfig(
             host=host, port=port, db=db, runs_dir=runs_dir, ray_address=ray_address, num_cpus=num_cpus,
             num_gpus=num_gpus, metrics_port=None if metrics_port < 0 else metrics_port, tls_cert=tls_cert,
             tls_key=tls_key, max_retries=max_retries, auth=mode, runner=runner, shutdown_timeout=shutdown_timeout,
             max_jobs_per_host=max_jobs_per_host,
-        )
+        ))
         scheduler.start()
     except (StoreError, ValueError) as e:
         _fail(str(e))
@@ -152,7 +153,7 @@ def add_tenant(
     db: Annotated[Path | None, typer.Option(help="SQLite job store [default: $OPENTINKER_HOME/scheduler.db].")] = None,
 ) -> None:
     """Create tenant NAME (if new) and a new API key for it; the key is printed once, on stdout."""
-    from tinker_scheduler.scheduler import default_home
+    from tinker_scheduler.config import default_home
     from tinker_scheduler.store import JobStore, StoreError
 
     store = JobStore(db if db is not None else default_home() / "scheduler.db")

@@ -7,7 +7,8 @@ automatic resume from ``run_dir/checkpoints/``) but only sleeps and counts, so s
 per job. Start a scheduler with ``runner="tinker_scheduler.testing:sleep_train"`` to use it. It
 lives in the package (not in ``tests/``) because Ray workers must be able to import it.
 
-Workload knobs, all in ``algorithm.params`` of the job config:
+Workload knobs, all in ``optimizer.params`` of the job config (a free-form section the
+workload does not otherwise use; ``algorithm.params`` is typed per algorithm):
 
 - ``step_s`` (float, default 0.02): seconds each step sleeps;
 - ``crash_at_step`` (int) and ``crash_times`` (int, default 1): the worker process dies
@@ -52,7 +53,8 @@ class SleepTrainResult:
 
 def _params(config: Any) -> dict[str, Any]:
     stages = config.resolved_stages()
-    return dict(stages[0].algorithm.params) if stages else {}
+    optimizer = stages[0].optimizer if stages else None
+    return dict(optimizer.params) if optimizer is not None else {}
 
 
 def _latest_checkpoint(run_dir: Path) -> tuple[int, Path] | None:
@@ -236,7 +238,8 @@ def job_config_text(
     """A small valid job config (YAML) for :func:`sleep_train` (an SFT job, no env needed)."""
     lines = [
         f"name: {name}",
-        f"algorithm: {{name: sft, steps: {steps}, params: {json.dumps({'step_s': step_s, **params})}}}",
+        f"algorithm: {{name: sft, steps: {steps}}}",
+        f"optimizer: {{params: {json.dumps({'step_s': step_s, **params})}}}",
         f"resources: {{cpus: {cpus}}}",
         f"checkpoint: {{every: {checkpoint_every}, keep: 2}}",
     ]

@@ -2,7 +2,8 @@
 
 The handlers authenticate the caller, validate requests, and read or change the store; the
 scheduling loop (:mod:`tinker_scheduler.scheduler`) does everything that involves Ray. A job of
-another tenant is NOT_FOUND, exactly like a job that does not exist.
+another tenant is NOT_FOUND, exactly like a job that does not exist. The servicer sees the
+scheduler only through :class:`JobBackend`, so it does not import it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from pathlib import Path
+from typing import Any, Protocol, cast
 
 import grpc
 import yaml
@@ -19,12 +21,10 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tinker_core.config import JobConfig, parse_config
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
-from tinker_scheduler.auth import AuthError, authenticate
+from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.policy import Resources
-from tinker_scheduler.store import Event, JobRecord, JobState, NewJob, StoreError
-
-if TYPE_CHECKING:
-    from tinker_scheduler.scheduler import Scheduler
+from tinker_scheduler.rpc import abort, caller_tenant
+from tinker_scheduler.store import Event, JobRecord, JobState, JobStore, NewJob, StoreError
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
@@ -119,30 +119,56 @@ def _before_seq(token: str) -> int | None:
     raise ValueError("page_token: not a token this server gave; pass next_page_token from the previous page, or '' for the first")
 
 
-class JobService(jobs_pb2_grpc.JobServiceServicer):
-    """The JobService handlers of one :class:`~tinker_scheduler.scheduler.Scheduler`."""
+class JobBackend(Protocol):
+    """What the servicer needs of the scheduler (:class:`tinker_scheduler.scheduler.Scheduler`)."""
 
-    def __init__(self, scheduler: Scheduler) -> None:
+    @property
+    def store(self) -> JobStore: ...
+
+    @property
+    def auth(self) -> AuthMode: ...
+
+    @property
+    def runs_dir(self) -> Path:
+        """Jobs write to ``runs_dir/<tenant>/<job id>/``."""
+        ...
+
+    @property
+    def capacity(self) -> Resources:
+        """The whole cluster's resources (a job that needs more is refused)."""
+        ...
+
+    @property
+    def closing(self) -> bool:
+        """True once the scheduler is shutting down (watches end; clients resume elsewhere)."""
+        ...
+
+    def wake(self) -> None:
+        """Run the scheduling loop now (after a Submit or Cancel)."""
+        ...
+
+
+class JobService(jobs_pb2_grpc.JobServiceServicer):
+    """The JobService handlers of one scheduler."""
+
+    def __init__(self, scheduler: JobBackend) -> None:
         self.scheduler = scheduler
         self.store = scheduler.store
 
     # ---- helpers ---------------------------------------------------------------------------
 
     def _tenant(self, context: grpc.ServicerContext) -> str:
-        try:
-            return authenticate(self.store, self.scheduler.auth, context.invocation_metadata())
-        except AuthError as e:
-            _abort(context, grpc.StatusCode.UNAUTHENTICATED, str(e))
+        return caller_tenant(self.store, self.scheduler.auth, context)
 
     def _job(self, context: grpc.ServicerContext, tenant: str, job_id: str) -> JobRecord:
         if not job_id:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "job_id: is empty; pass the id Submit returned")
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "job_id: is empty; pass the id Submit returned")
         job = self.store.get(job_id, tenant)
         if job is None:
             message = f"job_id: no job {job_id!r}"
             close = did_you_mean(job_id, self.store.job_ids(tenant))
             message += f"; did you mean {close!r}?" if close else "; 'List' shows your jobs"
-            _abort(context, grpc.StatusCode.NOT_FOUND, message)
+            abort(context, grpc.StatusCode.NOT_FOUND, message)
         return job
 
     # ---- RPCs -------------------------------------------------------------------------------
@@ -152,12 +178,12 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
         try:
             data, detected = parse_config_text(request.config_text, request.config_format)
         except ValueError as e:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
         priority_override: int | None = None
         if request.HasField("priority"):
             priority_override = request.priority
             if not -100 <= priority_override <= 100:
-                _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                        f"priority: must be between -100 and 100 (got {priority_override})")
             if isinstance(data, dict):
                 data = {**data, "priority": priority_override}
@@ -165,11 +191,11 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
             config = parse_config(data, source="config_text")
         except ConfigError as e:
             problems = "; ".join(e.problems)
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                    f"config_text: {len(e.problems)} problem(s): {problems}; "
                    "'opentinker config validate FILE' checks a config locally")
         except OpenTinkerError as e:
-            _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"the scheduler cannot check configs: {e}")
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"the scheduler cannot check configs: {e}")
         demand = demand_of(config)
         too_big = demand.exceeds(self.scheduler.capacity)
         if too_big:
@@ -178,7 +204,7 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
                 f"resources.{name} = {getattr(demand, name):g} but the cluster has {getattr(capacity, name):g} in total"
                 for name in too_big
             )
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                    f"{details}; lower it or add nodes to the Ray cluster")
         try:
             job, created = self.store.submit(
@@ -197,7 +223,7 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
                 )
             )
         except StoreError as e:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
         if created:
             self.scheduler.wake()
         return job_message(job)
@@ -209,19 +235,19 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
     def List(self, request: jobs_pb2.ListJobsRequest, context: grpc.ServicerContext) -> jobs_pb2.ListJobsResponse:
         tenant = self._tenant(context)
         if request.page_size < 0:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                    f"page_size: must be 0 (the default, {DEFAULT_PAGE_SIZE}) or positive (got {request.page_size})")
         size = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         states = []
         for state in request.states:
             if state not in JobState._value2member_map_ or state == JobState.UNSPECIFIED:
-                _abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT,
                        f"states: {state} is not a job state; use QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED")
             states.append(JobState(state))
         try:
             before = _before_seq(request.page_token)
         except ValueError as e:
-            _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
         jobs = self.store.list_jobs(tenant, states, limit=size + 1, before_seq=before)
         token = _page_token(jobs[size - 1].seq) if len(jobs) > size else ""
         return jobs_pb2.ListJobsResponse(jobs=[job_message(j) for j in jobs[:size]], next_page_token=token)
@@ -263,7 +289,3 @@ def demand_of(config: JobConfig) -> Resources:
     r = config.resources
     return Resources(cpus=r.cpus, gpus=r.gpus, memory_gb=r.memory_gb or 0.0)
 
-
-def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
-    context.abort(code, message)
-    raise AssertionError("unreachable")  # context.abort raises

@@ -1,0 +1,63 @@
+"""The scheduler's gRPC server: JobService, TrainingService and standard health on one port.
+
+Message limits (both ways) come from the config (``max_message_bytes``, default
+:data:`tinker_core.proto.MAX_MESSAGE_BYTES`); with ``tls_cert``/``tls_key`` the server speaks
+TLS only. The servicers are built by the scheduler and handed in.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from tinker_core.proto import (
+    JOB_SERVICE,
+    TRAINING_SERVICE,
+    jobs_pb2_grpc,
+    message_size_options,
+    training_pb2_grpc,
+)
+from tinker_scheduler.config import SchedulerConfig
+
+
+class GrpcServer:
+    """A started server bound to ``config.host:config.port`` (:attr:`port` is the bound port)."""
+
+    def __init__(self, config: SchedulerConfig, *, jobs: Any, training: Any) -> None:
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="opentinker-grpc"),
+            # a port in use is an error, not a shared port; tensors travel in TrainingService messages
+            options=[("grpc.so_reuseport", 0), *message_size_options(config.max_message_bytes)],
+        )
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(jobs, self._server)
+        training_pb2_grpc.add_TrainingServiceServicer_to_server(training, self._server)
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        bind = f"{config.host}:{config.port}"
+        try:
+            if config.tls_cert is not None and config.tls_key is not None:
+                credentials = grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())])
+                port = self._server.add_secure_port(bind, credentials)
+            else:
+                port = self._server.add_insecure_port(bind)
+        except RuntimeError:
+            port = 0
+        if not port:
+            raise OSError(f"could not bind the gRPC server to {bind}; is the port in use? pass another --port")
+        self.port = int(port)
+        self._server.start()
+        for name in ("", JOB_SERVICE, TRAINING_SERVICE):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def enter_graceful_shutdown(self) -> None:
+        """Health checks answer NOT_SERVING from now on."""
+        self._health.enter_graceful_shutdown()
+
+    def stop(self, grace: float = 2.0) -> None:
+        self._server.stop(grace=grace).wait()
+
+    def wait_for_termination(self) -> None:
+        self._server.wait_for_termination()

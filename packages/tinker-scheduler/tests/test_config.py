@@ -1,0 +1,64 @@
+"""SchedulerConfig and the keyword options of Scheduler; HostKey (no Ray, no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tinker_core.proto import MAX_MESSAGE_BYTES
+from tinker_scheduler import Scheduler, SchedulerConfig
+from tinker_scheduler.auth import AuthMode
+from tinker_scheduler.host_pool import HostKey
+
+
+def test_defaults_are_the_documented_ones_and_paths_become_paths(tmp_path):
+    config = SchedulerConfig(db=str(tmp_path / "s.db"), auth="none")
+    assert (config.host, config.port, config.max_jobs_per_host, config.max_retries) == ("127.0.0.1", 50051, 8, 3)
+    assert config.max_message_bytes == MAX_MESSAGE_BYTES
+    assert config.db == tmp_path / "s.db" and isinstance(config.db, Path)
+    assert config.auth is AuthMode.NONE
+    with pytest.raises(AttributeError):
+        config.port = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"tls_cert": "c.pem"}, "tls_cert and tls_key"),
+        ({"max_retries": -1}, "max_retries"),
+        ({"max_jobs_per_host": -1}, "max_jobs_per_host"),
+        ({"auth": "sometimes"}, "sometimes"),
+    ],
+)
+def test_bad_options_are_named(options, named):
+    with pytest.raises(ValueError, match=named):
+        SchedulerConfig(**options)
+
+
+def test_scheduler_takes_a_config_and_keyword_options_over_it(tmp_path):
+    base = SchedulerConfig(db=tmp_path / "a.db", runs_dir=tmp_path / "runs", port=0)
+    scheduler = Scheduler(base, paused=True, max_jobs_per_host=0)
+    try:
+        assert scheduler.config == SchedulerConfig(
+            db=tmp_path / "a.db", runs_dir=tmp_path / "runs", port=0, paused=True, max_jobs_per_host=0
+        )
+        assert scheduler.db_path == tmp_path / "a.db" and scheduler.runs_dir == tmp_path / "runs"
+    finally:
+        scheduler.store.close()
+    keywords = Scheduler(db=tmp_path / "b.db", port=0)  # the same as Scheduler(SchedulerConfig(...))
+    try:
+        assert keywords.config == SchedulerConfig(db=tmp_path / "b.db", port=0)
+    finally:
+        keywords.store.close()
+    with pytest.raises(TypeError, match="SchedulerConfig"):
+        Scheduler(db=tmp_path / "c.db", max_jobs=3)
+
+
+def test_host_keys_name_the_same_base_weights_alike():
+    a = HostKey.of("tiny", None, "", revision="", tokenizer=None)
+    assert a == HostKey("tiny") == HostKey.of("tiny", "auto", "auto")
+    assert {a: 1}[HostKey.of("tiny")] == 1  # hashable: hosts are kept by key
+    assert HostKey.of("tiny", "bf16") != a
+    assert HostKey.of("tiny", own="ts-1") != a  # a full fine-tuning session's own host
+    assert str(HostKey.of("tiny", revision="v1")) == "tiny[revision=v1, auto, auto, lora]"
