@@ -16,7 +16,6 @@ something is appended instead of polling.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import hmac
 import json
@@ -27,9 +26,23 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tinker_scheduler.job_records import (
+    TERMINAL_STATES,
+    Event,
+    JobRecord,
+    JobState,
+    NewJob,
+    PendingEvent,
+    StoreError,
+)
+
+__all__ = [
+    "LOCAL_TENANT", "TERMINAL_STATES", "Event", "JobRecord", "JobState", "JobStore", "NewJob", "PendingEvent",
+    "StoreError",
+]
 
 SCHEMA_VERSION = 1
 
@@ -39,24 +52,6 @@ TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 LOCAL_TENANT = "local"
 #: API keys look like ``otk_<key id>_<secret>``; the key id finds the row, the secret is hashed.
 KEY_PREFIX = "otk"
-
-
-class JobState(enum.IntEnum):
-    """A job's state; the values are those of ``opentinker.v1.JobState``."""
-
-    UNSPECIFIED = 0
-    QUEUED = 1
-    RUNNING = 2
-    SUCCEEDED = 3
-    FAILED = 4
-    CANCELLED = 5
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_STATES
-
-
-TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -114,94 +109,6 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (job_id, cursor)
 ) WITHOUT ROWID;
 """
-
-
-class StoreError(Exception):
-    """A request the store refuses; ``field`` names the offending input."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """One row of the ``jobs`` table."""
-
-    seq: int
-    id: str
-    tenant: str
-    name: str
-    state: JobState
-    reason: str
-    priority: int
-    config_text: str
-    config_format: int
-    config_json: str
-    client_request_id: str
-    cpus: float
-    gpus: float
-    memory_gb: float
-    run_dir: str
-    created_at: float
-    queued_at: float
-    started_at: float | None
-    finished_at: float | None
-    checkpoint_path: str
-    checkpoint_step: int | None
-    restarts: int
-    #: Set when a cancel was asked for while the job was running (None: not cancelled).
-    cancel_reason: str | None
-    last_cursor: int
-    metrics_step: int | None
-
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> JobRecord:
-        data = dict(row)
-        data["state"] = JobState(data["state"])
-        return cls(**data)
-
-    @property
-    def cancel_requested(self) -> bool:
-        return self.cancel_reason is not None
-
-
-@dataclass(frozen=True)
-class NewJob:
-    """What :meth:`JobStore.submit` needs to create a job."""
-
-    tenant: str
-    name: str
-    priority: int
-    config_text: str
-    config_format: int
-    config_json: str
-    cpus: float
-    gpus: float
-    memory_gb: float
-    runs_dir: str
-    client_request_id: str = ""
-
-
-@dataclass(frozen=True)
-class Event:
-    """One stored event; ``payload`` is the decoded JSON of its kind (state, metrics or log)."""
-
-    job_id: str
-    cursor: int
-    time: float
-    kind: str
-    payload: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PendingEvent:
-    """An event to append: ``kind`` is ``"metrics"`` or ``"log"`` (state changes go through
-    :meth:`JobStore.transition`)."""
-
-    kind: str
-    payload: dict[str, Any]
-    time: float | None = None
 
 
 def _now() -> float:

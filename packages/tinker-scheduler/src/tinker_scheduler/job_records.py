@@ -1,0 +1,119 @@
+"""The job store's records: job states, jobs, new jobs, events, and the store's error.
+
+Plain frozen values (no SQLite): the servicers, the scheduling loop and the metrics read them;
+:class:`tinker_scheduler.store.JobStore` writes and reads them (and re-exports every name here).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class JobState(enum.IntEnum):
+    """A job's state; the values are those of ``opentinker.v1.JobState``."""
+
+    UNSPECIFIED = 0
+    QUEUED = 1
+    RUNNING = 2
+    SUCCEEDED = 3
+    FAILED = 4
+    CANCELLED = 5
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class StoreError(Exception):
+    """A request the store refuses; ``field`` names the offending input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One row of the ``jobs`` table."""
+
+    seq: int
+    id: str
+    tenant: str
+    name: str
+    state: JobState
+    reason: str
+    priority: int
+    config_text: str
+    config_format: int
+    config_json: str
+    client_request_id: str
+    cpus: float
+    gpus: float
+    memory_gb: float
+    run_dir: str
+    created_at: float
+    queued_at: float
+    started_at: float | None
+    finished_at: float | None
+    checkpoint_path: str
+    checkpoint_step: int | None
+    restarts: int
+    #: Set when a cancel was asked for while the job was running (None: not cancelled).
+    cancel_reason: str | None
+    last_cursor: int
+    metrics_step: int | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> JobRecord:
+        """A record from a ``jobs`` row (a ``sqlite3.Row`` or a dict of its columns)."""
+        data = dict(row)
+        data["state"] = JobState(data["state"])
+        return cls(**data)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_reason is not None
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What :meth:`JobStore.submit` needs to create a job."""
+
+    tenant: str
+    name: str
+    priority: int
+    config_text: str
+    config_format: int
+    config_json: str
+    cpus: float
+    gpus: float
+    memory_gb: float
+    runs_dir: str
+    client_request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One stored event; ``payload`` is the decoded JSON of its kind (state, metrics or log)."""
+
+    job_id: str
+    cursor: int
+    time: float
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An event to append: ``kind`` is ``"metrics"`` or ``"log"`` (state changes go through
+    :meth:`JobStore.transition`)."""
+
+    kind: str
+    payload: dict[str, Any]
+    time: float | None = None
