@@ -294,15 +294,15 @@ def test_multi_agent_params_are_validated() -> None:
         assert fragment in text
     c4 = tinker_core.registry.env_spec("games/connect-four-v0")
     # the env says which opponents it offers: connect four has no minimax
-    with pytest.raises(ConfigError, match=r"'minimax' is not a scripted opponent of games/connect-four-v0 \(it offers: random\)"):
+    with pytest.raises(ConfigError, match=r"'minimax' is not a scripted opponent of games/connect-four-v0 \(it offers: random;"):
         MultiAgentParams.from_params({"mode": "opponent", "opponent": "minimax"}, c4)
     with pytest.raises(ConfigError, match=r"\.eval_opponent: 'minimax' is not a scripted opponent"):
         MultiAgentParams.from_params({"eval_opponent": "minimax"}, c4)
-    # an env that offers none: self-play with the defaults is fine, a named opponent is not
+    assert MultiAgentParams.from_params({"eval_opponent": "random"}, c4).eval_opponent == "random"
+    # an env that offers none cannot be evaluated against an opponent: refused before training
     duel = tinker_core.registry.env_spec("echo/call-response-v0")
-    assert MultiAgentParams.from_params({"mode": "self_play"}, duel) == MultiAgentParams()
-    with pytest.raises(ConfigError, match=r"\.opponent: 'random' is not a scripted opponent of echo/call-response-v0 \(it offers: none\)"):
-        MultiAgentParams.from_params({"mode": "opponent"}, duel)
+    with pytest.raises(ConfigError, match=r"\.opponent: 'random' \(the default\) is not a scripted opponent of echo/call-response-v0 \(it offers: none"):
+        MultiAgentParams.from_params({"mode": "self_play"}, duel)
 
 
 def test_named_opponents_come_from_the_env_being_played(policy: PolicyModel) -> None:

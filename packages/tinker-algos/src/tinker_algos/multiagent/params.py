@@ -51,9 +51,10 @@ class MultiAgentParams:
     def from_params(cls, raw: Any, spec: EnvSpec, *, where: str = "algorithm.params.multi_agent") -> MultiAgentParams:
         """Validate ``raw`` (a dict or None) against the env's spec; raise ``ConfigError`` naming the field.
 
-        An opponent name is checked against what the env offers (its ``scripted_opponents``,
-        found through the registry by ``spec.id``) when it is written, or used for training
-        (``mode: opponent``).
+        The opponents that will be played (``opponent`` in ``opponent`` mode, and the evaluation
+        opponent, ``eval_opponent`` or else ``opponent``) must be offered by the env (its
+        ``scripted_opponents``, found through the registry by ``spec.id``): a multi-agent env
+        that offers none cannot be evaluated, and fails here, before training.
         """
         raw = {} if raw is None else raw
         if not isinstance(raw, Mapping):
@@ -67,15 +68,19 @@ class MultiAgentParams:
             problems.append(f"{where}.mode: {mode!r} is not 'self_play' or 'opponent'")
         opp = raw.get("opponent", "random")
         eval_opp = raw.get("eval_opponent")
-        checked = [("opponent", opp)] if "opponent" in raw or mode == "opponent" else []
-        if eval_opp is not None:
-            checked.append(("eval_opponent", eval_opp))
-        offered = _offered(spec) if checked else []
+        # training (mode: opponent) plays `opponent`; held-out evaluation plays `eval_opponent`,
+        # by default `opponent`: check each name that will be played, or that was written
+        checked = [("eval_opponent", eval_opp)] if eval_opp is not None else []
+        if "opponent" in raw or mode == "opponent" or eval_opp is None:
+            checked.insert(0, ("opponent", opp))
+        offered = _offered(spec)
         for key, value in checked:
             if value not in offered:
+                default = "" if key in raw else " (the default)"
                 problems.append(
-                    f"{where}.{key}: {value!r} is not a scripted opponent of {spec.id} "
-                    f"(it offers: {', '.join(offered) or 'none'})"
+                    f"{where}.{key}: {value!r}{default} is not a scripted opponent of {spec.id} "
+                    f"(it offers: {', '.join(offered) or 'none'}; held-out evaluation plays "
+                    "against eval_opponent, default: opponent)"
                 )
         learner_role = raw.get("learner_role")
         if learner_role is not None and learner_role not in spec.roles:
