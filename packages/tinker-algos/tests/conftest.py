@@ -6,6 +6,7 @@ library is imported and ``OPENTINKER_CACHE`` points into the session's temp dir.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,15 +44,43 @@ def _opentinker_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
         yield cache
 
 
-@pytest.fixture(scope="module")
-def only_tinker_algos_plugins() -> Iterator[None]:
-    """Discover plugins from the tinker-algos distribution only (the real built-in losses/optimizers)."""
+@contextlib.contextmanager
+def plugins_of(distributions: str) -> Iterator[None]:
+    """Discover plugins only from ``distributions`` (comma-separated), through their entry points."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos")
+        mp.setenv("OPENTINKER_LOAD_PLUGINS", distributions)
         mp.delenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", raising=False)
         tinker_core.registry.reset_plugins()
         yield
     tinker_core.registry.reset_plugins()
+
+
+@pytest.fixture(scope="module")
+def only_tinker_algos_plugins() -> Iterator[None]:
+    """The real built-in estimators, losses and optimizers, and nothing else (per module)."""
+    with plugins_of("tinker-algos"):
+        yield
+
+
+@pytest.fixture
+def fresh_tinker_algos_plugins() -> Iterator[None]:
+    """As ``only_tinker_algos_plugins``, discovered afresh for each test (which may register more)."""
+    with plugins_of("tinker-algos"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def algos_and_math_plugins() -> Iterator[None]:
+    """tinker-algos' built-ins and tinker-env-math's envs (math/arithmetic-v0)."""
+    with plugins_of("tinker-algos,tinker-env-math"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def algos_and_echo_plugins() -> Iterator[None]:
+    """tinker-algos' built-ins and tinker-env-echo's envs (echo/echo-v0)."""
+    with plugins_of("tinker-algos,tinker-env-echo"):
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tinker_core
-import tinker_core.registry
 from tinker_algos import train
 from tinker_algos.algorithms.dpo import best_worst_pairs, load_preference_pairs
 from tinker_algos.metrics import read_metrics
@@ -22,13 +20,7 @@ pytest.importorskip("tinker_env_math", reason="DPO's tests build pairs from, and
 ENV = {"id": "math/arithmetic-v0", "kwargs": {"digits": 1, "ops": ["+"]}, "eval_kwargs": {"digits": 1, "ops": ["+"], "split": "all"}}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _plugins() -> Any:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-math")
-        tinker_core.registry.reset_plugins()
-        yield
-    tinker_core.registry.reset_plugins()
+pytestmark = pytest.mark.usefixtures("algos_and_math_plugins")
 
 
 def write_pairs(path: Path, split: str, n: int, wrong_per_problem: int, seed: int) -> Path:

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos import plugin
 from tinker_core.hookspecs import hookimpl
 
@@ -38,28 +39,22 @@ LOSSES = {
 OPTIMIZERS = ["adamw", "lion", "sgd"]
 
 
-@pytest.fixture(autouse=True)
-def only_tinker_algos(monkeypatch):
-    """Discover plugins from the tinker-algos distribution only (through its entry point)."""
-    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos")
-    tinker_core.reset_plugins()
-    yield
-    tinker_core.reset_plugins()
+pytestmark = pytest.mark.usefixtures("fresh_tinker_algos_plugins")
 
 
 def test_every_builtin_is_registered_by_the_tinker_algos_distribution():
     for name, needs_critic in ESTIMATORS.items():
-        entry = tinker_core.get_advantage_estimator(name)
+        entry = tinker_core.registry.get_advantage_estimator(name)
         assert entry.distribution == "tinker-algos"
         assert entry.options == {"needs_critic": needs_critic}
         assert entry.description
     for name, kind in LOSSES.items():
-        entry = tinker_core.get_loss(name)
+        entry = tinker_core.registry.get_loss(name)
         assert (entry.distribution, entry.options["kind"]) == ("tinker-algos", kind)
         assert entry.description
     for name in OPTIMIZERS:
-        assert tinker_core.get_optimizer(name).distribution == "tinker-algos"
-    (info,) = [p for p in tinker_core.list_plugins() if p.distribution == "tinker-algos"]
+        assert tinker_core.registry.get_optimizer(name).distribution == "tinker-algos"
+    (info,) = [p for p in tinker_core.registry.list_plugins() if p.distribution == "tinker-algos"]
     assert info.to_dict()["registers"] == {
         "advantage_estimators": sorted(ESTIMATORS),
         "losses": sorted(LOSSES),
@@ -84,25 +79,25 @@ def test_plugin_tables_match_the_implementations():
 def test_deferred_callables_resolve_expose_signatures_and_pickle():
     from tinker_algos import losses, optimizers
 
-    ppo = tinker_core.get_loss("ppo").obj
+    ppo = tinker_core.registry.get_loss("ppo").obj
     assert ppo.resolve() is losses.ppo
     params = inspect.signature(ppo).parameters
     assert list(params)[1:] == ["eps_low", "eps_high", "dual_clip"]
     assert pickle.loads(pickle.dumps(ppo)).resolve() is losses.ppo
-    lion = tinker_core.get_optimizer("lion").obj
+    lion = tinker_core.registry.get_optimizer("lion").obj
     assert lion.resolve() is optimizers.lion and "lion" in repr(lion)
     assert "lr" in inspect.signature(lion).parameters
 
 
 def test_discovery_and_lookup_do_not_import_torch():
     code = (
-        "import sys, tinker_core\n"
+        "import sys, tinker_core.registry\n"
         "import tinker_algos.plugin\n"
         "for kind in ('advantage_estimators', 'losses', 'optimizers'):\n"
-        "    tinker_core.get_registry(kind).names()\n"
-        "tinker_core.get_loss('ppo'); tinker_core.get_optimizer('lion')\n"
+        "    tinker_core.registry.get_registry(kind).names()\n"
+        "tinker_core.registry.get_loss('ppo'); tinker_core.registry.get_optimizer('lion')\n"
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
-        "tinker_core.get_loss('ppo').obj  # still lazy until called\n"
+        "tinker_core.registry.get_loss('ppo').obj  # still lazy until called\n"
         "assert 'torch' not in sys.modules\n"
     )
     env = dict(os.environ, OPENTINKER_LOAD_PLUGINS="tinker-algos")
@@ -122,14 +117,14 @@ class ThirdPartyGRPO:
 
 
 def test_a_third_party_plugin_cannot_shadow_a_builtin():
-    tinker_core.register_plugin(ThirdPartyGRPO(), distribution="my-estimators")
+    tinker_core.registry.register_plugin(ThirdPartyGRPO(), distribution="my-estimators")
     with pytest.raises(tinker_core.DuplicateNameError, match="'tinker-algos'.*'my-estimators'"):
-        tinker_core.get_advantage_estimator("grpo")
+        tinker_core.registry.get_advantage_estimator("grpo")
 
 
 def test_unknown_names_get_a_suggestion():
     with pytest.raises(tinker_core.UnknownNameError, match="grpo"):
-        tinker_core.get_advantage_estimator("gpro")
+        tinker_core.registry.get_advantage_estimator("gpro")
 
 
 # ---- the conformance kit over every built-in ------------------------------------------------

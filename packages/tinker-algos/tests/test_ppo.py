@@ -9,8 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-import tinker_core
-import tinker_core.registry
 from tinker_algos import train
 from tinker_algos.algorithms.critic import Critic, decoder_of, explained_variance
 from tinker_algos.metrics import read_metrics
@@ -23,13 +21,7 @@ ENV = {"id": "math/arithmetic-v0", "kwargs": {"digits": 1, "ops": ["+"]}, "eval_
 SFT_STEPS, PPO_STEPS = 60, 12
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _plugins() -> Any:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-math")
-        tinker_core.registry.reset_plugins()
-        yield
-    tinker_core.registry.reset_plugins()
+pytestmark = pytest.mark.usefixtures("algos_and_math_plugins")
 
 
 def no_files(**over: Any) -> dict[str, Any]:

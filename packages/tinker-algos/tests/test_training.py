@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import tinker_core
-import tinker_core.registry
 from tinker_algos import train
 from tinker_algos.metrics import read_metrics
 from tinker_core.errors import ConfigError
@@ -33,12 +31,7 @@ def job(**over):
     return cfg
 
 
-@pytest.fixture(autouse=True)
-def _plugins(monkeypatch):
-    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
-    tinker_core.registry.reset_plugins()
-    yield
-    tinker_core.registry.reset_plugins()
+pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")
 
 
 def test_a_two_stage_job_writes_metrics_checkpoints_and_a_curve(tmp_path):

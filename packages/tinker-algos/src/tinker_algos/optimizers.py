@@ -52,6 +52,11 @@ def _non_negative(name: str, key: str, value: float, *, strict: bool = False) ->
     return value
 
 
+def _lr_and_decay(name: str, lr: float, weight_decay: float) -> dict[str, float]:
+    """The ``lr`` (> 0) and ``weight_decay`` (>= 0) that every optimizer takes, checked."""
+    return {"lr": _non_negative(name, "lr", lr, strict=True), "weight_decay": _non_negative(name, "weight_decay", weight_decay)}
+
+
 class Lion(torch.optim.Optimizer):
     """Lion: sign of an interpolated momentum, with decoupled weight decay (see module docs)."""
 
@@ -62,10 +67,7 @@ class Lion(torch.optim.Optimizer):
         betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.0,
     ) -> None:
-        lr = _non_negative("lion", "lr", lr, strict=True)
-        betas = _betas("lion", betas)
-        weight_decay = _non_negative("lion", "weight_decay", weight_decay)
-        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+        super().__init__(params, {**_lr_and_decay("lion", lr, weight_decay), "betas": _betas("lion", betas)})
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -107,10 +109,9 @@ def adamw(
     """AdamW (torch.optim.AdamW) with decoupled weight decay."""
     return torch.optim.AdamW(
         params,
-        lr=_non_negative("adamw", "lr", lr, strict=True),
+        **_lr_and_decay("adamw", lr, weight_decay),
         betas=_betas("adamw", betas),
         eps=_non_negative("adamw", "eps", eps),
-        weight_decay=_non_negative("adamw", "weight_decay", weight_decay),
         amsgrad=bool(amsgrad),
     )
 
@@ -134,12 +135,7 @@ def sgd(
             f"got momentum={momentum}, dampening={dampening}"
         )
     return torch.optim.SGD(
-        params,
-        lr=_non_negative("sgd", "lr", lr, strict=True),
-        momentum=momentum,
-        dampening=dampening,
-        weight_decay=_non_negative("sgd", "weight_decay", weight_decay),
-        nesterov=bool(nesterov),
+        params, **_lr_and_decay("sgd", lr, weight_decay), momentum=momentum, dampening=dampening, nesterov=bool(nesterov)
     )
 
 
