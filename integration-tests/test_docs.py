@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_core import hookspecs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +65,7 @@ def test_every_cli_command_is_documented():
 
     from tinker_client.cli import build_app
 
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
     group = typer.main.get_command(build_app())
     text = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
 
@@ -99,7 +100,7 @@ def test_doc_examples_run(page, monkeypatch):
     if marker:
         pytest.skip(f"{page}: {marker.group(1)}")
     monkeypatch.setenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", "1")
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
     module = types.ModuleType("doc_" + re.sub(r"\W", "_", page))
     sys.modules[module.__name__] = module
     try:
@@ -108,7 +109,7 @@ def test_doc_examples_run(page, monkeypatch):
             exec(code, module.__dict__)
     finally:
         del sys.modules[module.__name__]
-        tinker_core.reset_plugins()
+        tinker_core.registry.reset_plugins()
 
 
 def test_mkdocs_builds_strict(tmp_path):

@@ -306,7 +306,8 @@ DRIVER = textwrap.dedent('''
 
             setattr(module, job["probe"][1], functools.wraps(original)(counting))
 
-    from tinker_core import EnvSpec, TextEnv, hookimpl, register_plugin
+    from tinker_core import EnvSpec, TextEnv, hookimpl
+    from tinker_core.registry import register_plugin
 
     class LettersEnv(TextEnv):
         """Reward: the share of lower-case letters in the answer, which varies from the first step."""
@@ -452,3 +453,22 @@ def test_names_and_version_ranges():
         assert default == tinker_version_range(tinker_core.__version__), kind
         assert "name" not in template_options(kind)
     assert template_options("env")["env_type"] == ["single-turn", "multi-turn", "multi-agent"]
+
+
+def test_templates_and_env_plugins_import_only_the_plugin_author_surface_of_tinker_core():
+    """``from tinker_core import ...`` names only what ``tinker_core.__all__`` offers plugin authors;
+    everything else comes from its submodule."""
+    import re
+
+    import tinker_core
+
+    sources = [*(PACKAGES / "tinker-client/src/tinker_client/templates").rglob("*.py"),
+               *(p for env in ("echo", "math", "games") for p in (PACKAGES / f"tinker-env-{env}/src").rglob("*.py"))]
+    seen = set()
+    for path in sources:
+        for parens, line in re.findall(r"^\s*from tinker_core import (?:\(([^)]*)\)|([^\n]+))", path.read_text(encoding="utf-8"), re.M):
+            imported = {n.split(" as ")[0].strip() for n in (parens or line).split(",") if n.strip()}
+            assert imported <= set(tinker_core.__all__), f"{path}: {sorted(imported - set(tinker_core.__all__))}"
+            seen |= imported
+    assert {"hookimpl", "EnvRegister", "EnvSpec", "TextEnv"} <= seen
+

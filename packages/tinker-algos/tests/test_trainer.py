@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos.models import LoraSpec, PolicyModel
 from tinker_algos.sampler import SamplingParams, sample
 from tinker_algos.trainer import Trainer, TrainerConfig, lr_multiplier
@@ -238,7 +239,7 @@ def test_other_registered_optimizers_train(policy, batch, name):
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.params, strict=True))
     with pytest.raises(UnknownNameError, match="did you mean 'adamw'"):
         Trainer(policy, TrainerConfig(optimizer="adamm"))
-    assert tinker_core.get_optimizer(name).distribution == "tinker-algos"
+    assert tinker_core.registry.get_optimizer(name).distribution == "tinker-algos"
 
 
 def test_sft_learns_to_answer_and_stop_with_eos(policy, batch_factory):

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 import tinker_core
+import tinker_core.registry
 
 
 @pytest.fixture(autouse=True)
@@ -10,6 +11,6 @@ def fresh_plugins(monkeypatch: pytest.MonkeyPatch):
     """Each test discovers plugins anew, with the plugin environment variables unset."""
     for var in ("OPENTINKER_LOAD_PLUGINS", "OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", "OPENTINKER_DEBUG_PLUGINS"):
         monkeypatch.delenv(var, raising=False)
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
     yield
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_core import EnvSpec, MultiAgentTextEnv, TextEnv, hookimpl
 from tinker_core.algos import AdvantageInputs, AdvantageOutputs, LossInputs, LossOutputs
 from tinker_core.testing import (
@@ -136,7 +137,7 @@ class DuelEnv(MultiAgentTextEnv):
 # ---- real plugins pass --------------------------------------------------------------------------
 @pytest.mark.parametrize("env_id", ECHO_IDS)
 def test_the_echo_plugin_envs_pass_by_registered_id(echo_only, env_id):
-    spec = tinker_core.env_spec(env_id)
+    spec = tinker_core.registry.env_spec(env_id)
     (check_multi_agent_env if spec.is_multi_agent else check_env)(env_id)
 
 
@@ -435,7 +436,7 @@ def test_needs_critic_passes_values_and_comes_from_the_registry(monkeypatch):
         register("kit-grpo", grpo)
 
     plugin.opentinker_register_advantage_estimators = opentinker_register_advantage_estimators
-    tinker_core.register_plugin(plugin, distribution="kit-dist")
+    tinker_core.registry.register_plugin(plugin, distribution="kit-dist")
     check_advantage_estimator("kit-critic")
     check_advantage_estimator("kit-grpo", config={"eps": 1e-4})
     with fails("registered", r"did you mean 'kit-grpo'"):
@@ -597,7 +598,7 @@ def test_loss_kind_comes_from_the_registry(monkeypatch):
         register("kit-dpo", dpo, kind="preference")
 
     plugin.opentinker_register_losses = opentinker_register_losses
-    tinker_core.register_plugin(plugin, distribution="kit-dist")
+    tinker_core.registry.register_plugin(plugin, distribution="kit-dist")
     check_loss("kit-dpo", config={"beta": 0.5})
     with fails("call"):  # as a policy loss it gets no ref_logprobs
         check_loss(dpo)
@@ -810,7 +811,7 @@ def broken_plugin_module() -> types.ModuleType:
 
 def test_check_all_registered_collects_every_failure(monkeypatch):
     monkeypatch.setenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", "1")
-    tinker_core.register_plugin(broken_plugin_module(), distribution="kit-dist")
+    tinker_core.registry.register_plugin(broken_plugin_module(), distribution="kit-dist")
     failures = check_all_registered(raise_on_failure=False)
     assert sorted((e.plugin.split("'")[1], e.check) for e in failures) == [
         ("broken/env-v0", "robustness"),
@@ -847,7 +848,8 @@ def test_the_pytest_plugin_provides_the_fixtures_in_a_fresh_run(pytester, monkey
         test_plugin_author="""
         import types
         import numpy as np
-        from tinker_core import EnvSpec, TextEnv, hookimpl, register_plugin
+        from tinker_core import EnvSpec, TextEnv, hookimpl
+        from tinker_core.registry import register_plugin
         from tinker_core.algos import AdvantageOutputs
 
         class Hello(TextEnv):

@@ -5,8 +5,8 @@ import pickle
 import numpy as np
 import pytest
 
-from tinker_core import FSMError, TurnFSM, TurnState
-from tinker_core.fsm import ALLOWED_TRANSITIONS
+from tinker_core import FSMError
+from tinker_core.fsm import ALLOWED_TRANSITIONS, TurnFSM, TurnState
 
 S = TurnState
 

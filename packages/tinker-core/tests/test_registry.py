@@ -9,6 +9,7 @@ import types
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_core import DuplicateNameError, EnvSpec, PluginError, UnknownNameError, hookimpl
 from tinker_core.algos import AdvantageOutputs
 from tinker_core.registry import plugin_system
@@ -24,12 +25,12 @@ def plugin_module(name: str, **hooks) -> types.ModuleType:
 def test_discovery_is_lazy_and_finds_the_echo_plugin_through_its_entry_point():
     system = plugin_system()
     assert not system._loaded  # creating the system discovers nothing
-    envs = tinker_core.get_registry("envs")
+    envs = tinker_core.registry.get_registry("envs")
     assert {"echo/echo-v0", "echo/countdown-v0", "echo/call-response-v0"} <= set(envs.names())
     entry = envs.get("echo/echo-v0")
     assert entry.distribution == "tinker-env-echo" and entry.version == "0.1.0"
     assert entry.options["spec"].id == "echo/echo-v0"
-    echo = [p for p in tinker_core.list_plugins() if p.distribution == "tinker-env-echo"]
+    echo = [p for p in tinker_core.registry.list_plugins() if p.distribution == "tinker-env-echo"]
     assert echo and echo[0].to_dict()["registers"]["envs"] == sorted(
         ["echo/echo-v0", "echo/countdown-v0", "echo/call-response-v0"]
     )
@@ -37,11 +38,14 @@ def test_discovery_is_lazy_and_finds_the_echo_plugin_through_its_entry_point():
 
 def test_importing_tinker_core_loads_no_plugin_and_no_torch():
     code = (
-        "import sys, tinker_core\n"
-        "from tinker_core import EnvSpec, TurnFSM, Batch, JobConfig\n"
+        "import sys, tinker_core, tinker_core.registry\n"
+        "from tinker_core import EnvSpec, AdvantageInputs, hookimpl\n"
+        "from tinker_core.fsm import TurnFSM\n"
+        "from tinker_core.types import Batch\n"
+        "from tinker_core.config import JobConfig\n"
         "assert 'torch' not in sys.modules\n"
         "assert not any(m.startswith('tinker_env_echo') for m in sys.modules)\n"
-        "tinker_core.get_registry('envs')\n"
+        "tinker_core.registry.get_registry('envs')\n"
         "assert 'tinker_env_echo.plugin' in sys.modules and 'torch' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -53,7 +57,7 @@ def test_make_env_builds_a_fresh_registered_env_with_kwargs():
     assert obs == "Say: only\n"
     assert env.step("only")[1] == 1.0
     assert tinker_core.make_env("echo/echo-v0") is not env
-    assert tinker_core.env_spec("echo/countdown-v0").max_turns == 10
+    assert tinker_core.registry.env_spec("echo/countdown-v0").max_turns == 10
 
 
 def test_unknown_names_get_did_you_mean():
@@ -62,54 +66,54 @@ def test_unknown_names_get_did_you_mean():
     with pytest.raises(UnknownNameError, match="did you mean 'echo/countdown-v0'"):
         tinker_core.make_env("echo/countdwn-v0")
     with pytest.raises(KeyError):  # UnknownNameError is also a KeyError
-        tinker_core.get_registry("envs").get("zzz/nothing-v0")
+        tinker_core.registry.get_registry("envs").get("zzz/nothing-v0")
 
 
 def test_allowlist_limits_loading_to_named_distributions(monkeypatch):
     monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker_env_echo")  # any PEP 503 spelling
-    assert [p.distribution for p in tinker_core.list_plugins()] == ["tinker-env-echo"]
+    assert [p.distribution for p in tinker_core.registry.list_plugins()] == ["tinker-env-echo"]
 
 
 def test_allowlist_naming_a_missing_distribution_is_an_error(monkeypatch):
     monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-env-echo,tinker-env-nope")
     with pytest.raises(PluginError, match="OPENTINKER_LOAD_PLUGINS names tinker-env-nope"):
-        tinker_core.get_registry("envs")
+        tinker_core.registry.get_registry("envs")
 
 
 def test_disable_autoload_loads_no_entry_point(monkeypatch):
     monkeypatch.setenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", "1")
-    tinker_core.register_plugin(
+    tinker_core.registry.register_plugin(
         plugin_module("mine", opentinker_register_envs=lambda register: register(EnvSpec(id="mine/a-v0"), object)),
         distribution="my-dist",
     )
-    assert tinker_core.get_registry("envs").names() == ["mine/a-v0"]
-    assert tinker_core.get_registry("envs").get("mine/a-v0").distribution == "my-dist"
+    assert tinker_core.registry.get_registry("envs").names() == ["mine/a-v0"]
+    assert tinker_core.registry.get_registry("envs").get("mine/a-v0").distribution == "my-dist"
 
 
 def test_duplicate_names_are_refused_naming_both_distributions():
     def register_again(register):
         register(EnvSpec(id="echo/echo-v0"), object)
 
-    tinker_core.register_plugin(plugin_module("dup", opentinker_register_envs=register_again), distribution="copycat")
+    tinker_core.registry.register_plugin(plugin_module("dup", opentinker_register_envs=register_again), distribution="copycat")
     with pytest.raises(DuplicateNameError, match="'tinker-env-echo' and by distribution 'copycat'"):
-        tinker_core.get_registry("envs")
+        tinker_core.registry.get_registry("envs")
 
 
 def test_check_pending_rejects_a_misspelled_hook():
-    tinker_core.register_plugin(
+    tinker_core.registry.register_plugin(
         plugin_module("typo", opentinker_register_env=lambda register: None), distribution="typo-dist"
     )
     with pytest.raises(PluginError, match="typo-dist.*does not exist"):
-        tinker_core.get_registry("envs")
+        tinker_core.registry.get_registry("envs")
 
 
 def test_a_hook_that_raises_is_reported_with_its_distribution():
     def broken(register):
         raise RuntimeError("boom")
 
-    tinker_core.register_plugin(plugin_module("b", opentinker_register_losses=broken), distribution="broken-dist")
+    tinker_core.registry.register_plugin(plugin_module("b", opentinker_register_losses=broken), distribution="broken-dist")
     with pytest.raises(PluginError, match="opentinker_register_losses of distribution 'broken-dist' failed: RuntimeError: boom"):
-        tinker_core.get_registry("losses")
+        tinker_core.registry.get_registry("losses")
 
 
 @pytest.mark.parametrize(
@@ -120,17 +124,17 @@ def test_a_hook_that_raises_is_reported_with_its_distribution():
     ],
 )
 def test_invalid_env_registrations_are_clear(call, match):
-    tinker_core.register_plugin(plugin_module("bad", opentinker_register_envs=call), distribution="bad-dist")
+    tinker_core.registry.register_plugin(plugin_module("bad", opentinker_register_envs=call), distribution="bad-dist")
     with pytest.raises(PluginError, match=match):
-        tinker_core.get_registry("envs")
+        tinker_core.registry.get_registry("envs")
 
 
 def test_hook_opentinker_register_envs():
-    tinker_core.register_plugin(
+    tinker_core.registry.register_plugin(
         plugin_module("e", opentinker_register_envs=lambda register: register(EnvSpec(id="loc/e-v0", description="An env."), dict)),
         distribution="e-dist",
     )
-    entry = tinker_core.get_registry("envs").get("loc/e-v0")
+    entry = tinker_core.registry.get_registry("envs").get("loc/e-v0")
     assert entry.obj is dict and entry.description == "An env." and entry.kind == "envs"
 
 
@@ -139,56 +143,56 @@ def test_hook_opentinker_register_advantage_estimators():
         """Zero advantages."""
         return AdvantageOutputs(inputs.mask_B_T * 0, inputs.mask_B_T * 0)
 
-    tinker_core.register_plugin(
+    tinker_core.registry.register_plugin(
         plugin_module("a", opentinker_register_advantage_estimators=lambda register: register("zero", zero, needs_critic=True)),
         distribution="a-dist",
     )
-    entry = tinker_core.get_advantage_estimator("zero")
+    entry = tinker_core.registry.get_advantage_estimator("zero")
     assert entry.obj is zero and entry.options == {"needs_critic": True} and entry.description == "Zero advantages."
     with pytest.raises(UnknownNameError, match="did you mean 'zero'"):
-        tinker_core.get_advantage_estimator("zer0")
+        tinker_core.registry.get_advantage_estimator("zer0")
 
 
 def test_hook_opentinker_register_losses():
     def my_loss(inputs, **config):
         return None
 
-    tinker_core.register_plugin(
+    tinker_core.registry.register_plugin(
         plugin_module("l", opentinker_register_losses=lambda register: register("my_loss", my_loss, kind="value")),
         distribution="l-dist",
     )
-    assert tinker_core.get_loss("my_loss").options == {"kind": "value"}
+    assert tinker_core.registry.get_loss("my_loss").options == {"kind": "value"}
 
 
 def test_loss_kind_and_names_are_checked():
-    tinker_core.register_plugin(
+    tinker_core.registry.register_plugin(
         plugin_module("l", opentinker_register_losses=lambda register: register("Bad Name", print)),
         distribution="l-dist",
     )
     with pytest.raises(PluginError, match="registered loss name 'Bad Name'"):
-        tinker_core.get_registry("losses")
-    tinker_core.reset_plugins()
-    tinker_core.register_plugin(
+        tinker_core.registry.get_registry("losses")
+    tinker_core.registry.reset_plugins()
+    tinker_core.registry.register_plugin(
         plugin_module("l", opentinker_register_losses=lambda register: register("ok", print, kind="magic")),
         distribution="l-dist",
     )
     with pytest.raises(PluginError, match="kind 'magic'; kinds are policy"):
-        tinker_core.get_registry("losses")
+        tinker_core.registry.get_registry("losses")
 
 
 def test_hook_opentinker_register_optimizers():
-    tinker_core.register_plugin(
+    tinker_core.registry.register_plugin(
         plugin_module("o", opentinker_register_optimizers=lambda register: register("my_opt", dict, description="d")),
         distribution="o-dist",
     )
-    entry = tinker_core.get_optimizer("my_opt")
+    entry = tinker_core.registry.get_optimizer("my_opt")
     assert entry.obj is dict and entry.distribution == "o-dist" and entry.description == "d"
 
 
 def test_hook_opentinker_register_commands(monkeypatch):
     monkeypatch.setenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", "1")  # only the plugin below
     seen = []
-    tinker_core.register_plugin(plugin_module("c", opentinker_register_commands=lambda cli: seen.append(cli)))
+    tinker_core.registry.register_plugin(plugin_module("c", opentinker_register_commands=lambda cli: seen.append(cli)))
     system = plugin_system()
     system.ensure_loaded()
     system.pm.hook.opentinker_register_commands(cli="the-cli")
@@ -197,11 +201,11 @@ def test_hook_opentinker_register_commands(monkeypatch):
 
 def test_registry_kind_is_checked():
     with pytest.raises(ValueError, match="unknown registry kind 'env'"):
-        tinker_core.get_registry("env")
+        tinker_core.registry.get_registry("env")
 
 
 def test_debug_switch_prints_each_hook_call(monkeypatch, capsys):
     monkeypatch.setenv("OPENTINKER_DEBUG_PLUGINS", "1")
-    tinker_core.reset_plugins()
-    tinker_core.get_registry("envs")
+    tinker_core.registry.reset_plugins()
+    tinker_core.registry.get_registry("envs")
     assert "calling opentinker_register_envs of tinker-env-echo" in capsys.readouterr().err

@@ -5,7 +5,8 @@ import pickle
 import numpy as np
 import pytest
 
-from tinker_core import AdvantageInputs, Batch, Trajectory
+from tinker_core import AdvantageInputs
+from tinker_core.types import Batch, Trajectory
 
 
 def traj(tokens, mask, reward, group):

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_env_echo import CallResponseEnv, CountdownEnv, EchoEnv
 
 
@@ -59,5 +60,5 @@ def test_registered_multi_agent_env_passes_the_conformance_kit():
 
 
 def test_entry_point_registers_all_three():
-    tinker_core.reset_plugins()
-    assert {"echo/echo-v0", "echo/countdown-v0", "echo/call-response-v0"} <= set(tinker_core.get_registry("envs").names())
+    tinker_core.registry.reset_plugins()
+    assert {"echo/echo-v0", "echo/countdown-v0", "echo/call-response-v0"} <= set(tinker_core.registry.get_registry("envs").names())

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tinker_core import reset_plugins
+from tinker_core.registry import reset_plugins
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import re
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_env_math.arithmetic import (
     ARITHMETIC_SPEC,
     ArithmeticEnv,
@@ -188,7 +189,7 @@ def test_make_env_through_the_entry_point(math_plugin_only: None) -> None:
     prompt, info = env.reset(seed=3)
     assert "*" in prompt
     assert env.step(info["answer"] + "\n")[1] == 1.0
-    assert tinker_core.env_spec("math/arithmetic-v0").action_format.startswith("the result")
+    assert tinker_core.registry.env_spec("math/arithmetic-v0").action_format.startswith("the result")
     with pytest.raises(KeyError, match="did you mean 'math/arithmetic-v0'"):
         tinker_core.make_env("math/arithmetics-v0")
 

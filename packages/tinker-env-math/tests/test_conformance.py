@@ -7,6 +7,7 @@ import functools
 import pytest
 
 import tinker_core
+import tinker_core.registry
 
 testing = pytest.importorskip(
     "tinker_core.testing", reason="this tinker-core has no conformance kit"
@@ -16,7 +17,7 @@ ENV_IDS = ["math/arithmetic-v0", "math/calculator-v0", "math/dataset-v0"]
 
 
 def test_the_plugin_registers_exactly_these(math_plugin_only: None) -> None:
-    mine = [p for p in tinker_core.list_plugins() if p.distribution == "tinker-env-math"]
+    mine = [p for p in tinker_core.registry.list_plugins() if p.distribution == "tinker-env-math"]
     assert len(mine) == 1 and sorted(mine[0].registers["envs"]) == sorted(ENV_IDS)
 
 

@@ -136,10 +136,10 @@ def loss_config(loss_fn: str, config: Mapping[str, float]) -> dict[str, Any]:
     and ``clip_high_threshold`` become ``eps_low = 1 - low`` and ``eps_high = high - 1`` for
     ``ppo`` and ``cispo``; ``dual_clip = 0`` means none. Other keys pass through as floats.
     """
-    import tinker_core
+    import tinker_core.registry
 
     try:
-        tinker_core.get_loss(loss_fn)
+        tinker_core.registry.get_loss(loss_fn)
     except Exception as e:  # noqa: BLE001 - UnknownNameError names close matches
         raise ValueError(f"loss_fn: {e}") from None
     cfg: dict[str, Any] = {k: float(v) for k, v in config.items()}
@@ -169,7 +169,7 @@ def evaluate_loss(
     """
     import torch
 
-    import tinker_core
+    import tinker_core.registry
     from tinker_core.algos import LossInputs
 
     mask_B_T = torch.as_tensor(batch.loss_mask_B_T * batch.attention_mask_B_T)
@@ -181,7 +181,7 @@ def evaluate_loss(
     )
     try:
         with torch.no_grad():
-            out = tinker_core.get_loss(loss_fn).obj(inputs, **cfg)
+            out = tinker_core.registry.get_loss(loss_fn).obj(inputs, **cfg)
     except (TypeError, ValueError) as e:
         raise ValueError(f"loss {loss_fn!r}: {e}") from None
     on_B_T = mask_B_T != 0

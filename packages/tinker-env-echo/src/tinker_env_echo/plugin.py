@@ -1,10 +1,12 @@
 """The entry point: registers the three envs through ``opentinker_register_envs``."""
 
-from tinker_core import hookimpl
+from __future__ import annotations
+
+from tinker_core import EnvRegister, hookimpl
 
 
 @hookimpl
-def opentinker_register_envs(register):
+def opentinker_register_envs(register: EnvRegister) -> None:
     from tinker_env_echo.envs import (
         CALL_RESPONSE_SPEC,
         COUNTDOWN_SPEC,

@@ -7,11 +7,11 @@ inside the hook, so discovering the plugin stays cheap.
 
 from __future__ import annotations
 
-from tinker_core import hookimpl
+from tinker_core import EnvRegister, hookimpl
 
 
 @hookimpl
-def opentinker_register_envs(register):  # type: ignore[no-untyped-def]
+def opentinker_register_envs(register: EnvRegister) -> None:
     """Register ``math/arithmetic-v0``, ``math/calculator-v0`` and ``math/dataset-v0``."""
     from tinker_env_math.arithmetic import ARITHMETIC_SPEC, ArithmeticEnv
     from tinker_env_math.calculator import CALCULATOR_SPEC, CalculatorEnv

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos.algorithms.base import StageContext
 from tinker_algos.kl import kl_estimate
 from tinker_algos.sampler import logprob_agreement
@@ -96,7 +97,7 @@ def sampler_agreement(batch: Batch, logprobs_B_T: np.ndarray, mask_B_T: np.ndarr
 def resolve_estimator(ctx: StageContext, default: str, *, critic: bool) -> tuple[str, Any]:
     """``(name, function)`` of the stage's advantage estimator; it must use a critic iff ``critic``."""
     name = ctx.algo.estimator or default
-    entry = tinker_core.get_advantage_estimator(name)
+    entry = tinker_core.registry.get_advantage_estimator(name)
     if bool(entry.options.get("needs_critic")) != critic:
         if critic:
             problem = f"ppo trains a critic for an estimator that uses one (gae); {name!r} needs none, so use algorithm 'grpo' with loss 'ppo' for it"
@@ -110,7 +111,7 @@ def check_loss_config(ctx: StageContext, loss: str, inputs: LossInputs) -> None:
     """Call loss ``loss`` once on ``inputs`` with the stage's ``loss_config``: a key the loss does
     not take (or a bad value) is a config error naming ``loss_config`` before any work."""
     try:
-        tinker_core.get_loss(loss).obj(inputs, **ctx.algo.loss_config)
+        tinker_core.registry.get_loss(loss).obj(inputs, **ctx.algo.loss_config)
     except (TypeError, ValueError) as e:
         raise ConfigError([f"{ctx.where}.loss_config: {e}"]) from None
 

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     ReferencePolicy,
@@ -140,7 +141,7 @@ class DPO(Algorithm):
             if ctx.rollout_cfg.group_size < 2:
                 raise ConfigError([f"rollout.group_size: on-policy dpo pairs samples of one prompt, so it needs group_size >= 2, got {ctx.rollout_cfg.group_size}"])
         self.loss = algo.loss or self.default_loss
-        entry = tinker_core.get_loss(self.loss)
+        entry = tinker_core.registry.get_loss(self.loss)
         if entry.options.get("kind") != "preference":
             raise ConfigError([f"{where}.loss: dpo needs a preference loss (dpo, ipo, cdpo), got {self.loss!r} ({entry.options.get('kind')})"])
         if algo.micro_batch_size is not None and algo.micro_batch_size % 2:
@@ -231,7 +232,7 @@ class DPO(Algorithm):
         from tinker_core.algos import LossInputs
 
         reference = self._setup()
-        loss_fn = tinker_core.get_loss(self.loss).obj
+        loss_fn = tinker_core.registry.get_loss(self.loss).obj
         chosen, rejected, losses = [], [], []
         for start in range(0, len(pairs), EVAL_CHUNK_PAIRS):
             batch = self.pair_batch(pairs[start : start + EVAL_CHUNK_PAIRS])

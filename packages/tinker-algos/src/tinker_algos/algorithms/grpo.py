@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     ReferencePolicy,
@@ -68,7 +69,7 @@ class GRPO(Algorithm):
         self.params: GRPOParams = ctx.algo.params
         self.estimator_name, self.estimator = resolve_estimator(ctx, self.default_estimator, critic=False)
         self.loss = ctx.algo.loss or self.default_loss
-        tinker_core.get_loss(self.loss)  # fail early, with a did-you-mean
+        tinker_core.registry.get_loss(self.loss)  # fail early, with a did-you-mean
         self.reference = ReferencePolicy(ctx) if ctx.algo.kl.coef > 0 else None
         self.multi_agent: MultiAgentParams | None = None
         self.env_spec = stage_env_spec(ctx)

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     ReferencePolicy,
@@ -100,7 +101,7 @@ class PPO(Algorithm):
         self.params: PPOParams = ctx.algo.params
         self.estimator_name, self.estimator = resolve_estimator(ctx, self.default_estimator, critic=True)
         self.loss = ctx.algo.loss or self.default_loss
-        loss_entry = tinker_core.get_loss(self.loss)
+        loss_entry = tinker_core.registry.get_loss(self.loss)
         if loss_entry.options.get("kind") != "policy":
             raise ConfigError([f"{ctx.where}.loss: ppo needs a policy loss (ppo, importance_sampling, cispo), got {self.loss!r} ({loss_entry.options.get('kind')})"])
         self._check_configs()

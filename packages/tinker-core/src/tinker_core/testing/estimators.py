@@ -142,7 +142,7 @@ def check_advantage_estimator(
 
     Args:
         estimator: a registered name (looked up with
-            :func:`tinker_core.get_advantage_estimator`) or the callable itself.
+            :func:`tinker_core.registry.get_advantage_estimator`) or the callable itself.
         needs_critic: whether to pass ``values_B_T``. None takes it from the registry entry
             (names) or from a ``needs_critic`` attribute of the callable (default False).
         config: keyword arguments passed to every call (e.g. ``{"gamma": 1.0}``).

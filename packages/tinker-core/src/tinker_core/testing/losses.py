@@ -184,7 +184,7 @@ def check_loss(
     """Check a loss against the :mod:`tinker_core.algos` contract; needs torch.
 
     Args:
-        loss: a registered loss name (:func:`tinker_core.get_loss`) or the callable itself.
+        loss: a registered loss name (:func:`tinker_core.registry.get_loss`) or the callable itself.
         kind: ``policy``, ``preference``, ``value``, ``kl`` or ``supervised``; None takes it
             from the registry entry (names) or a ``kind`` attribute of the callable, else
             ``policy``. It decides which inputs are filled in (see the module docstring).

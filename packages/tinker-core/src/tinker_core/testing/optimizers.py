@@ -90,7 +90,7 @@ def check_optimizer(
     """Check an optimizer factory against the contract of ``opentinker_register_optimizers``.
 
     Args:
-        factory: a registered optimizer name (:func:`tinker_core.get_optimizer`) or the
+        factory: a registered optimizer name (:func:`tinker_core.registry.get_optimizer`) or the
             factory itself.
         config: keyword arguments for every call, merged over ``{"lr": 0.05,
             "weight_decay": 0.0}``; the ``lr`` and ``zero-grad`` checks set their own ``lr`` /

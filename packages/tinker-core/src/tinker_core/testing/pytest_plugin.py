@@ -11,9 +11,9 @@ need no import::
         opentinker_check_all_registered("envs")
 
 ``opentinker_registry`` forgets loaded plugins before and after the test
-(:func:`tinker_core.reset_plugins`), so environment switches such as ``OPENTINKER_LOAD_PLUGINS``
+(:func:`tinker_core.registry.reset_plugins`), so environment switches such as ``OPENTINKER_LOAD_PLUGINS``
 set with ``monkeypatch`` take effect, and plugins a test adds with
-:func:`tinker_core.register_plugin` do not leak into other tests.
+:func:`tinker_core.registry.register_plugin` do not leak into other tests.
 
 This module is loaded into every pytest run where tinker-core is installed: it imports nothing
 heavy (no numpy, gymnasium or torch) until a fixture is used.
@@ -79,8 +79,8 @@ def opentinker_check_all_registered() -> Callable[..., Any]:
 
 @pytest.fixture
 def opentinker_registry() -> Iterator[Callable[[str], Any]]:
-    """:func:`tinker_core.get_registry`, with plugin discovery reset before and after the test."""
-    from tinker_core import get_registry, reset_plugins
+    """:func:`tinker_core.registry.get_registry`, with plugin discovery reset before and after the test."""
+    from tinker_core.registry import get_registry, reset_plugins
 
     reset_plugins()
     try:

@@ -7,13 +7,11 @@ callback. The estimator module is imported inside the hook, so importing this on
 
 from __future__ import annotations
 
-from typing import Any
-
-from tinker_core import hookimpl
+from tinker_core import EstimatorRegister, hookimpl
 
 
 @hookimpl
-def opentinker_register_advantage_estimators(register: Any) -> None:
+def opentinker_register_advantage_estimators(register: EstimatorRegister) -> None:
     """Register the advantage estimator ``{{ cookiecutter.__registered_name }}``."""
     from .estimator import DESCRIPTION, NAME, NEEDS_CRITIC, estimate
 

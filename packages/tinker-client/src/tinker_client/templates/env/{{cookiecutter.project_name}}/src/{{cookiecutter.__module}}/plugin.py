@@ -7,13 +7,11 @@ callback. The env module is imported inside the hook, so listing plugins stays c
 
 from __future__ import annotations
 
-from typing import Any
-
-from tinker_core import hookimpl
+from tinker_core import EnvRegister, hookimpl
 
 
 @hookimpl
-def opentinker_register_envs(register: Any) -> None:
+def opentinker_register_envs(register: EnvRegister) -> None:
 {%- if cookiecutter.env_type == "multi-agent" %}
     """Register ``{{ cookiecutter.__env_id }}`` (the game) and ``{{ cookiecutter.__solo_env_id }}`` (one role vs a bot)."""
     from .env import SOLO_SPEC, SPEC, {{ cookiecutter.__class }}Game, {{ cookiecutter.__class }}SoloEnv

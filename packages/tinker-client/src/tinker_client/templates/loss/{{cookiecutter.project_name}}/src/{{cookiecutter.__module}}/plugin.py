@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinker_core import hookimpl
+from tinker_core import LossRegister, hookimpl
 
 NAME = "{{ cookiecutter.__registered_name }}"
 KIND = "{{ cookiecutter.loss_kind }}"
@@ -29,6 +29,6 @@ def compute_loss(inputs: Any, **config: Any) -> Any:
 
 
 @hookimpl
-def opentinker_register_losses(register: Any) -> None:
+def opentinker_register_losses(register: LossRegister) -> None:
     """Register the {{ cookiecutter.loss_kind }} loss ``{{ cookiecutter.__registered_name }}``."""
     register(NAME, compute_loss, kind=KIND, description=DESCRIPTION)

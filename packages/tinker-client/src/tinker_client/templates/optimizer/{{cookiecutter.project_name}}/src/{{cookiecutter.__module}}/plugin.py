@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinker_core import hookimpl
+from tinker_core import OptimizerRegister, hookimpl
 
 NAME = "{{ cookiecutter.__registered_name }}"
 {%- if cookiecutter.implementation == "from-scratch" %}
@@ -28,6 +28,6 @@ def make_optimizer(params: Any, **config: Any) -> Any:
 
 
 @hookimpl
-def opentinker_register_optimizers(register: Any) -> None:
+def opentinker_register_optimizers(register: OptimizerRegister) -> None:
     """Register the optimizer ``{{ cookiecutter.__registered_name }}``."""
     register(NAME, make_optimizer, description=DESCRIPTION)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-import tinker_core
+from tinker_core.registry import env_spec, get_registry
 from tinker_core.testing import check_env, check_multi_agent_env
 
 from {{ cookiecutter.__module }}.env import (
@@ -32,10 +32,10 @@ def test_the_solo_env_passes_the_conformance_kit():
 
 def test_the_installed_plugin_registers_both_envs():
     # Goes through the entry point in pyproject.toml: fails until `pip install -e .`
-    registry = tinker_core.get_registry("envs")
+    registry = get_registry("envs")
     for spec in (SPEC, SOLO_SPEC):
         assert registry.get(spec.id).distribution == "{{ cookiecutter.project_name }}"
-        assert tinker_core.env_spec(spec.id) == spec
+        assert env_spec(spec.id) == spec
     check_multi_agent_env(SPEC.id)
     check_env(SOLO_SPEC.id)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-import tinker_core
+from tinker_core.registry import env_spec, get_registry
 from tinker_core.testing import check_env
 
 from {{ cookiecutter.__module }}.env import SPEC, {{ cookiecutter.__class }}Env
@@ -23,9 +23,9 @@ def test_the_env_passes_the_conformance_kit():
 
 def test_the_installed_plugin_registers_the_env():
     # Goes through the entry point in pyproject.toml: fails until `pip install -e .`
-    entry = tinker_core.get_registry("envs").get(ENV_ID)
+    entry = get_registry("envs").get(ENV_ID)
     assert entry.distribution == "{{ cookiecutter.project_name }}"
-    assert tinker_core.env_spec(ENV_ID) == SPEC
+    assert env_spec(ENV_ID) == SPEC
     check_env(ENV_ID)
 
 

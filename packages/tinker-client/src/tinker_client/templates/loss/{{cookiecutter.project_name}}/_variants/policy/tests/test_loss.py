@@ -1,32 +1,14 @@
-"""Tests of the policy loss ``{{ cookiecutter.__registered_name }}``: the conformance kit, then hand-worked numbers."""
+"""Tests of the policy loss ``{{ cookiecutter.__registered_name }}``: hand-worked numbers (the conformance kit and the registration are in test_plugin.py)."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
-import tinker_core
 import torch
 from tinker_core.algos import LossInputs
-from tinker_core.testing import check_loss
 
 from {{ cookiecutter.__module }}.loss import loss
-from {{ cookiecutter.__module }}.plugin import KIND, NAME
-
-
-@pytest.mark.parametrize("config", [{}, {"cap": 1.05}])
-def test_the_loss_passes_the_conformance_kit(config):
-    check_loss(loss, kind=KIND, config=config)
-
-
-def test_the_installed_plugin_registers_the_loss():
-    # Goes through the entry point in pyproject.toml: fails until `pip install -e .`
-    entry = tinker_core.get_loss(NAME)
-    assert entry.distribution == "{{ cookiecutter.project_name }}"
-    assert entry.options["kind"] == "policy"
-    check_loss(NAME)
 
 
 def inputs(logprobs, sampling, advantages, mask):
@@ -62,8 +44,3 @@ def test_bad_settings_are_refused():
         loss(x, cap=0.0)
     with pytest.raises(ValueError, match="advantages_B_T"):
         loss(LossInputs(logprobs_B_T=x.logprobs_B_T, mask_B_T=x.mask_B_T, sampling_logprobs_B_T=x.logprobs_B_T))
-
-
-def test_listing_the_plugin_does_not_import_torch():
-    code = "import sys, {{ cookiecutter.__module }}.plugin; sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,32 +1,14 @@
-"""Tests of the supervised loss ``{{ cookiecutter.__registered_name }}``: the conformance kit, then hand-worked numbers."""
+"""Tests of the supervised loss ``{{ cookiecutter.__registered_name }}``: hand-worked numbers (the conformance kit and the registration are in test_plugin.py)."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 
 import pytest
-import tinker_core
 import torch
 from tinker_core.algos import LossInputs
-from tinker_core.testing import check_loss
 
 from {{ cookiecutter.__module }}.loss import loss
-from {{ cookiecutter.__module }}.plugin import KIND, NAME
-
-
-@pytest.mark.parametrize("config", [{}, {"gamma": 0.0}, {"gamma": 0.5}])
-def test_the_loss_passes_the_conformance_kit(config):
-    check_loss(loss, kind=KIND, config=config)
-
-
-def test_the_installed_plugin_registers_the_loss():
-    # Goes through the entry point in pyproject.toml: fails until `pip install -e .`
-    entry = tinker_core.get_loss(NAME)
-    assert entry.distribution == "{{ cookiecutter.project_name }}"
-    assert entry.options["kind"] == "supervised"
-    check_loss(NAME)
 
 
 def inputs(probs, mask, weights=None):
@@ -61,8 +43,3 @@ def test_well_predicted_tokens_count_less():
 def test_bad_settings_are_refused():
     with pytest.raises(ValueError, match="gamma"):
         loss(inputs([0.5], [1]), gamma=-1.0)
-
-
-def test_listing_the_plugin_does_not_import_torch():
-    code = "import sys, {{ cookiecutter.__module }}.plugin; sys.exit('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
