@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import tinker_core
+import tinker_core.registry
 from tinker_algos import train
 from tinker_algos.metrics import is_timing
 from tinker_scheduler.model_host import ModelHost, job_adapter_name
@@ -25,9 +26,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(autouse=True)
 def _plugins(monkeypatch):
     monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
     yield
-    tinker_core.reset_plugins()
+    tinker_core.registry.reset_plugins()
 
 
 def lora_job(seed: int, *, two_stages: bool = True, **over) -> dict:
