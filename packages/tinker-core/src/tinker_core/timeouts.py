@@ -67,4 +67,5 @@ def call_with_timeout(
         raise CallTimeout(message or f"{name} took longer than {timeout_s} s")
     if box["error"] is not None:
         raise box["error"]
-    return box["value"]
+    value: T = box["value"]
+    return value
