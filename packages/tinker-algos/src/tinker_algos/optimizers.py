@@ -22,7 +22,7 @@ smaller than AdamW's and its weight decay 3-10x larger.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -149,6 +149,26 @@ def lion(
 ) -> torch.optim.Optimizer:
     """Lion (Chen et al. 2023): sign update with two betas and decoupled weight decay."""
     return Lion(params, lr=lr, betas=betas, weight_decay=weight_decay)
+
+
+def build_optimizer(
+    name: str, params: Iterable[torch.nn.Parameter], *, lr: float, weight_decay: float, config: Mapping[str, Any] | None = None
+) -> torch.optim.Optimizer:
+    """The registered optimizer ``name`` over ``params``: weight decay on the weights with two or
+    more dims, none on biases and norm gains; ``config`` holds its other keys (``betas`` ...)."""
+    import tinker_core.registry
+
+    params = list(params)
+    groups = [
+        g
+        for g in (
+            {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+        )
+        if g["params"]
+    ]
+    factory = tinker_core.registry.get_optimizer(name).obj
+    return factory(groups, lr=lr, weight_decay=weight_decay, **dict(config or {}))
 
 
 OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {

@@ -10,11 +10,11 @@ Semantics:
 * ``forward(batch)`` -> ``logprobs_B_T`` (numpy, no grad): ``logprobs_B_T[:, t]`` is the logprob
   of token ``t`` given tokens ``< t``; position 0 and padding get 0 (the alignment of
   :mod:`tinker_core.types`).
-* ``forward_backward(batch, loss, agg=...)`` computes the named loss (``tinker_core.get_loss``),
+* ``forward_backward(batch, loss, agg=...)`` computes the named loss (``tinker_core.registry.get_loss``),
   reduces ``loss_B_T`` with ``agg`` over ``loss_mask_B_T`` and *adds* the gradient of
   ``loss_scale * aggregated`` to the parameters' ``.grad``. Gradients accumulate over calls until
   ``optim_step``. To average over ``k`` calls pass ``loss_scale=1/k``; ``agg="token-sum"``
-  (``sum(l * m)``, a trainer-level mode beside :data:`tinker_core.AGGREGATION_MODES`) makes
+  (``sum(l * m)``, a trainer-level mode beside :data:`tinker_core.algos.AGGREGATION_MODES`) makes
   calls on parts of a batch add up exactly to one call on the whole.
   With ``return_logprobs=True`` it returns ``(metrics, logprobs_B_T)``: the detached logprobs
   of the forward pass it ran for the gradient (no second forward), aligned like ``forward``'s.
@@ -42,6 +42,7 @@ import torch
 
 from tinker_algos import checkpoint
 from tinker_algos.models import LoraSpec, PolicyModel, sequence_logprobs, to_tensor
+from tinker_algos.optimizers import build_optimizer
 from tinker_algos.trainer_config import (  # re-exported: their home was this module
     SCHEDULES,
     TrainerConfig,
@@ -83,8 +84,6 @@ class Trainer:
         lora: LoraSpec | None = None,
         adapter_seed: int | None = None,
     ) -> None:
-        import tinker_core
-
         self.policy = policy
         self.config = config or TrainerConfig()
         self.config.validate()
@@ -99,15 +98,8 @@ class Trainer:
             p.requires_grad_(True)
         self.params: list[torch.nn.Parameter] = [p for _, p in named]
         self.param_names: list[str] = [n for n, _ in named]
-        decay = [p for p in self.params if p.ndim >= 2]
-        no_decay = [p for p in self.params if p.ndim < 2]
-        groups = [g for g in (
-            {"params": decay, "weight_decay": self.config.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ) if g["params"]]
-        factory = tinker_core.get_optimizer(self.config.optimizer).obj
-        self.optimizer: torch.optim.Optimizer = factory(
-            groups, lr=self.config.lr, weight_decay=self.config.weight_decay, **self.config.optimizer_config
+        self.optimizer: torch.optim.Optimizer = build_optimizer(
+            self.config.optimizer, self.params, lr=self.config.lr, weight_decay=self.config.weight_decay, config=self.config.optimizer_config
         )
         self.step = 0
         self.skipped_steps = 0
@@ -199,7 +191,7 @@ class Trainer:
             batch: a right-padded :class:`tinker_core.types.Batch`; trained tokens are
                 ``loss_mask_B_T * attention_mask_B_T``; ``sampler_logprobs_B_T`` become the
                 loss's ``sampling_logprobs_B_T``.
-            loss: a registered loss name (``tinker_core.get_loss``).
+            loss: a registered loss name (``tinker_core.registry.get_loss``).
             agg: one of :func:`aggregation_modes`.
             loss_scale: multiplies the aggregated loss before backward (e.g. ``1/k`` for ``k``
                 accumulated calls).
@@ -220,12 +212,12 @@ class Trainer:
             token, or those after a NaN/inf loss) are scored under ``no_grad`` so that every row
             is filled.
         """
-        import tinker_core
+        import tinker_core.registry
         from tinker_core.algos import LossInputs
 
         if agg not in aggregation_modes():
             raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
-        entry = tinker_core.get_loss(loss)
+        entry = tinker_core.registry.get_loss(loss)
         loss_fn = entry.obj
         self._activate()
         tokens, attn, mask = self._tensors(batch)

@@ -67,18 +67,25 @@ class StageContext:
             seed=self.step_seed(step, "sample"),
         )
 
+    def task_seeds(self, step: int) -> tuple[list[int], list[int]]:
+        """``(seeds, group_ids)`` of a step's ``prompts_per_step x group_size`` episodes: the
+        episodes of group ``p`` share the task seed derived from ``(seed, stage, step, p)``."""
+        r = self.rollout_cfg
+        P, G = r.prompts_per_step, r.group_size
+        return [self.step_seed(step, "task", p) for p in range(P) for _ in range(G)], [p for p in range(P) for _ in range(G)]
+
     def group_rollout(self, step: int) -> Any:
-        """``prompts_per_step`` groups of ``group_size`` episodes; a group's episodes share a task seed."""
+        """The step's single-agent episodes, grouped by task (see :meth:`task_seeds`)."""
         from tinker_algos.rollout import rollout
 
         r = self.rollout_cfg
-        P, G = r.prompts_per_step, r.group_size
+        seeds, group_ids = self.task_seeds(step)
         return rollout(
             self.policy,
             self.require_env(),
-            [self.step_seed(step, "task", p) for p in range(P) for _ in range(G)],
+            seeds,
             self.sampling_params(step),
-            group_ids=[p for p in range(P) for _ in range(G)],
+            group_ids=group_ids,
             max_turns=r.max_turns,
             adapter=self.adapter,
             turn_timeout_s=r.turn_timeout_s,

@@ -33,6 +33,7 @@ import torch
 
 from tinker_algos.aggregation import aggregate
 from tinker_algos.models import PolicyModel, position_ids_from_mask, to_tensor
+from tinker_algos.optimizers import build_optimizer
 from tinker_core.config import PPOParams
 from tinker_core.types import Batch
 
@@ -124,7 +125,6 @@ class Critic:
         max_grad_norm: float | None = 1.0,
         detach: bool = False,
     ) -> None:
-        import tinker_core
 
         if mode not in CRITIC_MODES:
             raise ValueError(f"critic mode must be one of {', '.join(CRITIC_MODES)}, got {mode!r}")
@@ -139,11 +139,7 @@ class Critic:
         self.head = ValueHead(hidden).to(policy.device)
         own = list(self.head.parameters()) + (list(self.body.parameters()) if self.body is not None else [])
         self.params: list[torch.nn.Parameter] = own
-        decay = [p for p in own if p.ndim >= 2]
-        no_decay = [p for p in own if p.ndim < 2]
-        groups = [g for g in ({"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
-        factory = tinker_core.get_optimizer(optimizer).obj
-        self.optimizer: torch.optim.Optimizer = factory(groups, lr=lr, weight_decay=weight_decay, **dict(optimizer_config or {}))
+        self.optimizer: torch.optim.Optimizer = build_optimizer(optimizer, own, lr=lr, weight_decay=weight_decay, config=optimizer_config)
         self.updates = 0
         self.skipped_updates = 0
         self._nonfinite = False
@@ -212,10 +208,10 @@ class Critic:
         which the policy trainer's next ``optim_step`` applies. Returns ``loss`` (before
         ``coef``), ``clipfrac``, ``mse`` and ``nonfinite``.
         """
-        import tinker_core
+        import tinker_core.registry
         from tinker_core.algos import LossInputs
 
-        loss_fn = tinker_core.get_loss("value").obj
+        loss_fn = tinker_core.registry.get_loss("value").obj
         tokens, attn = self._tensors(batch)
         dev = self.policy.device
         mask = to_tensor(batch.loss_mask_B_T, dtype=torch.float32, device=dev) * attn
