@@ -13,13 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tinker_core.coordinator import Agent
 from tinker_core.opponents import scripted_opponents
 
 __all__ = ["Agent", "Learner", "Opponent", "RoleSpec", "Scripted", "opponent", "resolve_agents"]
-
-Agent = Callable[[str, Any], Any]
-"""``agent(role, observation) -> str`` (or an awaitable of it), as in the coordinator."""
-
 
 @dataclass(frozen=True)
 class Learner:
