@@ -17,7 +17,7 @@ nothing to compare with: its advantage is 0.
 To make it yours, change :func:`group_advantages` (the math: a pure function of numpy arrays,
 easy to test against hand-worked numbers) and the keyword arguments of :func:`estimate` (the
 function OpenTinker calls; a job passes them as ``algorithm.params.estimator_config``). Keep
-the contract that ``tests/test_estimator.py`` checks with
+the contract that ``tests/test_plugin.py`` checks with
 ``tinker_core.testing.check_advantage_estimator``: ``[B, T]`` float outputs, 0 off the mask,
 finite even for a group of one or equal rewards, the inputs left unchanged, and group ids
 treated as labels (renaming or reordering the groups changes nothing).
@@ -28,32 +28,13 @@ from __future__ import annotations
 import numpy as np
 from tinker_core.algos import AdvantageInputs, AdvantageOutputs
 
+from .returns import returns_to_go
+
 __all__ = ["DESCRIPTION", "NAME", "NEEDS_CRITIC", "estimate", "group_advantages", "returns_to_go"]
 
 NAME = "{{ cookiecutter.__registered_name }}"
 NEEDS_CRITIC = False
 DESCRIPTION = "total reward minus the group's mean (optionally / the group's std), on the mask"
-
-
-def returns_to_go(rewards_B_T: np.ndarray, mask_B_T: np.ndarray, gamma: float = 1.0) -> np.ndarray:
-    """``G[i, t] = r[i, t] + gamma * G[i, t']`` over the trained tokens ``t < t'`` of each row; 0 off the mask.
-
-    A reward on an untrained position (an environment token between turns) counts for the
-    last trained token before it; rewards before a row's first trained token are ignored.
-    """
-    rewards = np.asarray(rewards_B_T, dtype=np.float64)
-    on_B_T = np.asarray(mask_B_T) > 0
-    B, T = on_B_T.shape
-    out = np.zeros((B, T))
-    running_B = np.zeros(B)  # return from the next trained token on
-    pending_B = np.zeros(B)  # rewards seen on untrained positions since then
-    for t in range(T - 1, -1, -1):
-        pending_B = pending_B + rewards[:, t]
-        on = on_B_T[:, t]
-        running_B = np.where(on, pending_B + gamma * running_B, running_B)
-        pending_B = np.where(on, 0.0, pending_B)
-        out[:, t] = np.where(on, running_B, 0.0)
-    return out
 
 
 def group_advantages(
