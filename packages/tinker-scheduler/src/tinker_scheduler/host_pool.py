@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from tinker_scheduler.errors import StatusError
-from tinker_scheduler.policy import Resources
+from tinker_scheduler.policy import GIB, Resources
 
 logger = logging.getLogger("tinker_scheduler.training")
 
@@ -80,7 +80,7 @@ class HostHandle:
             self._actor = (
                 cast(Any, ray.remote(ModelHost))
                 .options(
-                    num_cpus=cpus, num_gpus=gpus or None, memory=int(memory_gb * 1024**3) or None,
+                    num_cpus=cpus, num_gpus=gpus or None, memory=int(memory_gb * GIB) or None,
                     max_concurrency=64, max_restarts=0,
                 )
                 .remote(num_threads=max(1, int(cpus)), **kwargs)

@@ -22,7 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostKey, HostPool
@@ -35,6 +35,9 @@ from tinker_scheduler.placement import (
 )
 from tinker_scheduler.policy import QueuedJob, Resources, plan
 from tinker_scheduler.store import JobRecord, JobState, JobStore, PendingEvent
+
+if TYPE_CHECKING:
+    from tinker_scheduler.metrics import SchedulerMetrics
 
 logger = logging.getLogger("tinker_scheduler")
 
@@ -52,7 +55,7 @@ class JobLoop:
     """
 
     def __init__(
-        self, config: SchedulerConfig, store: JobStore, metrics: Any, hosts: HostPool, capacity: Resources, *,
+        self, config: SchedulerConfig, store: JobStore, metrics: SchedulerMetrics, hosts: HostPool, capacity: Resources, *,
         runner_shares: bool, wake: Callable[[], None],
     ) -> None:
         self.config = config
@@ -103,8 +106,8 @@ class JobLoop:
                                       expect=[JobState.RUNNING])
 
     def free(self) -> Resources:
-        free = self.capacity
-        free = free - self.hosts.reserved()  # model hosts hold resources too
+        """Capacity less what model hosts and running jobs hold."""
+        free = self.capacity - self.hosts.reserved()
         with self.runs_lock:
             for run in self.runs.values():
                 free = free - run.demand  # (zero for jobs on a shared host: the host holds it)

@@ -7,7 +7,6 @@ Plain frozen values (no SQLite): the servicers, the scheduling loop and the metr
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,7 +69,7 @@ class JobRecord:
     metrics_step: int | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> JobRecord:
+    def from_row(cls, row: Any) -> JobRecord:
         """A record from a ``jobs`` row (a ``sqlite3.Row`` or a dict of its columns)."""
         data = dict(row)
         data["state"] = JobState(data["state"])

@@ -21,11 +21,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from tinker_scheduler.host_pool import HostKey
-from tinker_scheduler.policy import Resources
+from tinker_scheduler.policy import GIB, Resources
 
 logger = logging.getLogger("tinker_scheduler")
-
-GIB = 1024**3
 
 
 @dataclass

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 
 EPSILON = 1e-9
 
+#: Bytes in a GiB (``memory_gb`` is in GiB; Ray counts memory in bytes).
+GIB = 1024**3
+
 
 @dataclass(frozen=True)
 class Resources:

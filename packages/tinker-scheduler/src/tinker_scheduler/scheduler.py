@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.config import SchedulerConfig
@@ -34,6 +34,11 @@ from tinker_scheduler.job_loop import JobLoop
 from tinker_scheduler.placement import Run, connect_ray
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.store import JobStore
+
+if TYPE_CHECKING:
+    from tinker_scheduler.metrics import SchedulerMetrics
+    from tinker_scheduler.server import GrpcServer
+    from tinker_scheduler.sessions import SessionManager
 
 logger = logging.getLogger("tinker_scheduler")
 
@@ -46,7 +51,7 @@ class Scheduler:
         ``Scheduler(port=0, db="jobs.db")`` is ``Scheduler(SchedulerConfig(port=0, db="jobs.db"))``.
     """
 
-    def __init__(self, config: SchedulerConfig | None = None, /, **options: Any) -> None:
+    def __init__(self, config: SchedulerConfig | None = None, **options: Any) -> None:
         try:
             self.config = dataclasses.replace(config or SchedulerConfig(), **options)
         except TypeError as e:  # an unknown option
@@ -55,15 +60,15 @@ class Scheduler:
         self.runs_dir = self.config.runs_path
         self._runner_shares = False  # whether the runner accepts shared= (set by start())
         self.hosts: HostPool | None = None  # the model hosts, set by start()
-        self.training: Any = None  # the SessionManager of TrainingService sessions, set by start()
+        self.training: SessionManager | None = None  # TrainingService sessions, set by start()
         self.jobs: JobLoop | None = None  # the scheduling loop's state, set by start()
 
         self.store = JobStore(self.db_path)
         self.capacity = Resources()
         self.port: int | None = None
         self.metrics_port: int | None = None
-        self.metrics: Any = None
-        self._server: Any = None
+        self.metrics: SchedulerMetrics | None = None
+        self._server: GrpcServer | None = None
         self._metrics_httpd: Any = None
         self._owns_ray = False
         self._wake = threading.Event()

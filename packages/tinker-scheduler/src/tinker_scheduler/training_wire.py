@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from tinker_core.proto import training_pb2
 from tinker_scheduler.errors import StatusError
@@ -96,9 +96,9 @@ def sampling_fields(p: training_pb2.SamplingParams) -> dict[str, Any]:
     return out
 
 
-def stop_reason(name: str) -> int:
+def stop_reason(name: str) -> training_pb2.StopReason:
     """A Tinker stop reason (``tinker_algos.tinker_ops.STOP_REASONS`` values) as the wire enum."""
-    return training_pb2.StopReason.Value(f"STOP_REASON_{name.upper()}")
+    return cast(training_pb2.StopReason, training_pb2.StopReason.Value(f"STOP_REASON_{name.upper()}"))
 
 
 def sample_response(rows: Iterable[Iterable[Mapping[str, Any]]]) -> training_pb2.SampleResponse:
