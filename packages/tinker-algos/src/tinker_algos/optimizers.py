@@ -52,9 +52,9 @@ def _non_negative(name: str, key: str, value: float, *, strict: bool = False) ->
     return value
 
 
-def _lr_and_decay(name: str, lr: float, weight_decay: float) -> dict[str, float]:
+def _lr_and_decay(name: str, lr: float, weight_decay: float) -> tuple[float, float]:
     """The ``lr`` (> 0) and ``weight_decay`` (>= 0) that every optimizer takes, checked."""
-    return {"lr": _non_negative(name, "lr", lr, strict=True), "weight_decay": _non_negative(name, "weight_decay", weight_decay)}
+    return _non_negative(name, "lr", lr, strict=True), _non_negative(name, "weight_decay", weight_decay)
 
 
 class Lion(torch.optim.Optimizer):
@@ -67,7 +67,8 @@ class Lion(torch.optim.Optimizer):
         betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.0,
     ) -> None:
-        super().__init__(params, {**_lr_and_decay("lion", lr, weight_decay), "betas": _betas("lion", betas)})
+        lr, weight_decay = _lr_and_decay("lion", lr, weight_decay)
+        super().__init__(params, {"lr": lr, "betas": _betas("lion", betas), "weight_decay": weight_decay})
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -107,12 +108,9 @@ def adamw(
     amsgrad: bool = False,
 ) -> torch.optim.Optimizer:
     """AdamW (torch.optim.AdamW) with decoupled weight decay."""
+    lr, weight_decay = _lr_and_decay("adamw", lr, weight_decay)
     return torch.optim.AdamW(
-        params,
-        **_lr_and_decay("adamw", lr, weight_decay),
-        betas=_betas("adamw", betas),
-        eps=_non_negative("adamw", "eps", eps),
-        amsgrad=bool(amsgrad),
+        params, lr=lr, betas=_betas("adamw", betas), eps=_non_negative("adamw", "eps", eps), weight_decay=weight_decay, amsgrad=bool(amsgrad)
     )
 
 
@@ -134,8 +132,9 @@ def sgd(
             f"optimizer 'sgd': nesterov=True needs momentum > 0 and dampening = 0, "
             f"got momentum={momentum}, dampening={dampening}"
         )
+    lr, weight_decay = _lr_and_decay("sgd", lr, weight_decay)
     return torch.optim.SGD(
-        params, **_lr_and_decay("sgd", lr, weight_decay), momentum=momentum, dampening=dampening, nesterov=bool(nesterov)
+        params, lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay, nesterov=bool(nesterov)
     )
 
 

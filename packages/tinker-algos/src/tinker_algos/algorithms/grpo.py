@@ -74,8 +74,8 @@ class GRPO(Algorithm):
         self.multi_agent: MultiAgentParams | None = None
         self.env_spec = stage_env_spec(ctx)
         if self.env_spec is not None and self.env_spec.roles:
-            # checks against the env's spec (its roles; minimax plays only tic-tac-toe)
-            raw = self.params.multi_agent.model_dump() if self.params.multi_agent is not None else None
+            # the config typed the keys; this checks them against the env (its roles, its opponents)
+            raw = self.params.multi_agent.model_dump(exclude_unset=True) if self.params.multi_agent is not None else None
             self.multi_agent = MultiAgentParams.from_params(raw, self.env_spec, where=f"{ctx.where}.params.multi_agent")
         elif self.params.multi_agent is not None:
             raise ConfigError([
