@@ -17,6 +17,7 @@ from tinker_algos.kl import k1 as kl1
 from tinker_algos.kl import k2 as kl2
 from tinker_algos.kl import k3 as kl3
 from tinker_algos.kl import kl_estimate
+from tinker_algos.losses import preference_metrics
 from tinker_core.algos import AGGREGATION_MODES, LossInputs, LossOutputs
 
 LOSS_NAMES = [
@@ -216,8 +217,10 @@ def test_preference_oracles(name, config, expected):
     assert aggregate(out.loss_B_T, inputs.mask_B_T, "seq-mean-token-mean").item() == pytest.approx(
         expected, abs=1e-6
     )
+    assert set(out.metrics) == {"loss", "accuracy", "reward_margin", "chosen_reward", "rejected_reward"}
     assert out.metrics["accuracy"] == 1.0
     assert out.metrics["reward_margin"] == pytest.approx(config["beta"] * 2.0)
+    assert out.metrics["chosen_reward"] == pytest.approx(config["beta"] * 2.0) and out.metrics["rejected_reward"] == 0.0
 
 
 def test_dpo_gradient_through_seq_mean_token_mean_is_the_pair_gradient():
@@ -411,3 +414,11 @@ def test_ppo_is_bounded_and_agrees_with_importance_sampling_inside_the_trust_reg
         assert loss >= -adv * (1 + eps_high) - 1e-9
     if 1 - eps_low <= rho <= 1 + eps_high:
         assert loss == pytest.approx(-adv * rho, rel=1e-9, abs=1e-12)
+
+
+def test_preference_metrics_are_one_function_for_numpy_and_torch():
+    """The losses and the DPO algorithm report the same statistics under the same keys."""
+    chosen, rejected = [2.0, -1.0, 0.5], [0.0, 1.0, 0.5]
+    expected = {"accuracy": 1 / 3, "reward_margin": 0.0, "chosen_reward": 0.1 * 1.5 / 3, "rejected_reward": 0.1 * 1.5 / 3}
+    for c, r in ((np.array(chosen), np.array(rejected)), (torch.tensor(chosen), torch.tensor(rejected))):
+        assert preference_metrics(c, r, beta=0.1) == pytest.approx(expected)
