@@ -26,6 +26,12 @@ OpenMP thread teams slow each other down when several threads take turns), with 
 random state and adapter installed, so a job's metrics are exactly those of a run alone.
 Callbacks are called between those pieces (``on_checkpoint`` may block until the scheduler
 stored the reports).
+
+The run itself is a :class:`Run`, read top to bottom: :meth:`Run.load` (config, resume point,
+model, seeds), then per stage :meth:`Run.run_stage` -- :meth:`Run.start_stage` (trainer and
+algorithm, restored when resuming there) and for each step :meth:`Run.plan` (evaluate? log?
+checkpoint?), :meth:`Run.step` (the algorithm's sample/score/learn, evaluation, log line,
+checkpoint) and :meth:`Run.report` (callbacks) -- then :meth:`Run.plot` and :meth:`Run.finish`.
 """
 
 from __future__ import annotations

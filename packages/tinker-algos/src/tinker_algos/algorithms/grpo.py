@@ -22,9 +22,13 @@ Implementation details:
 6. A multi-agent env (its spec has ``roles``, e.g. ``games/tictactoe-v0``) is played through
    :mod:`tinker_algos.multiagent`: self-play by default (every role's trajectory trains the
    policy; groups are (task, role)), or the policy in one role against a scripted opponent, set
-   by ``algorithm.params.multi_agent: {mode: self_play | opponent, opponent: random | minimax,
-   learner_role: x, eval_opponent: random | minimax}``. Held-out evaluation then plays greedily
-   against ``eval_opponent`` (default: ``opponent``), alternating the policy's role.
+   by ``algorithm.params.multi_agent: {mode: self_play | opponent, opponent: random, learner_role:
+   x, eval_opponent: minimax}`` (opponents are those the env offers; the keys are typed in
+   :class:`tinker_core.config.MultiAgentConfig`). Held-out evaluation then plays greedily against
+   ``eval_opponent`` (default: ``opponent``), alternating the policy's role.
+
+``algorithm.params`` (:class:`tinker_core.config.GRPOParams`): ``estimator_config`` (keyword
+arguments of the estimator) and ``multi_agent``.
 """
 
 from __future__ import annotations
