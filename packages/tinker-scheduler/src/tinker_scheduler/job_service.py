@@ -1,7 +1,7 @@
 """``opentinker.v1.JobService`` over the job store (see ``tinker_core/proto/jobs.proto``).
 
 The handlers authenticate the caller, validate requests, and read or change the store; the
-scheduling loop (:mod:`tinker_scheduler.scheduler`) does everything that involves Ray. A job of
+scheduling loop (:mod:`tinker_scheduler.job_loop`) does everything that involves Ray. A job of
 another tenant is NOT_FOUND, exactly like a job that does not exist. The servicer sees the
 scheduler only through :class:`JobBackend`, so it does not import it.
 """
