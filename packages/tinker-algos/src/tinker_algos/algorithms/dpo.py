@@ -14,7 +14,7 @@ The loss is ``algorithm.loss`` -- ``dpo`` (default), ``ipo`` or ``cdpo`` -- with
 (row ``2k`` chosen, ``2k + 1`` rejected). The reference is the stage's starting policy: the base
 model with adapters off for LoRA, a frozen copy for full fine-tuning.
 
-``algorithm.params`` (all optional):
+``algorithm.params`` (all optional; typed and bounded by :class:`tinker_core.config.DPOParams`):
 
 ====================  =========  =================================================================
 ``eval_data``         none       a JSONL of held-out pairs: ``eval/preference_accuracy``,

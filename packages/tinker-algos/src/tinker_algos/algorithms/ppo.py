@@ -8,7 +8,7 @@ then makes ``algorithm.epochs_per_step`` passes over the batch in shuffled minib
 update of the policy (the ``ppo`` loss, or any policy loss, with ``loss_config``) and of the
 critic (the clipped ``value`` loss).
 
-``algorithm.params`` (all optional):
+``algorithm.params`` (all optional; typed and bounded by :class:`tinker_core.config.PPOParams`):
 
 ===================  =========  ==================================================================
 ``critic``           ``head``   ``head``: a linear value head on the policy's last hidden state,
