@@ -115,6 +115,18 @@ def test_a_command_of_a_missing_package_names_the_package_and_exits_2(command, d
     assert f"hint: pip install {distribution}" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_train_on_a_scheduler_needs_no_trainer_package(tmp_path):
+    """Client only (no tinker-algos): `train CONFIG --scheduler ADDR` is `submit CONFIG --watch`."""
+    config = tmp_path / "job.yaml"
+    config.write_text("name: t\nalgorithm: {name: sft, steps: 1}\n", encoding="utf-8")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    result = opentinker("train", str(config), "--scheduler", address, env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
+    assert result.returncode == 1, result.stderr
+    assert f"cannot reach a scheduler at {address}" in result.stderr and "needs tinker-algos" not in result.stderr
+
+
 @pytest.mark.parametrize("args", [["watch", "job-1"], ["logs", "job-1"], ["cancel", "job-1"], ["list"]])
 def test_job_commands_report_an_unreachable_scheduler_and_exit_1(args):
     with socket.socket() as s:

@@ -308,7 +308,7 @@ register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
 
 
 PLUGIN_COMMANDS = {
-    "train": ("tinker-algos", "or submit to a running scheduler: 'opentinker submit --watch CONFIG --scheduler HOST:PORT'"),
+    "train": ("tinker-algos", "or run it on a scheduler: 'opentinker train CONFIG --scheduler HOST:PORT'"),
     "scheduler": ("tinker-scheduler", None),
 }
 """Commands that other packages add -> (the distribution to install, another way when there is one)."""
@@ -340,14 +340,23 @@ def _add_install_hints(cli: typer.Typer) -> None:
         _missing_stubs.append(cli.registered_commands[-1])
 
 
-def _install_hint(name: str) -> Callable[[], None]:
+def _install_hint(name: str) -> Callable[[typer.Context], None]:
     distribution, alternative = PLUGIN_COMMANDS[name]
 
-    def missing() -> None:
+    def missing(ctx: typer.Context) -> None:
+        if name == "train" and any(a in ("-s", "--scheduler") or a.startswith("--scheduler=") for a in ctx.args):
+            # `train CONFIG --scheduler ADDR` is `submit CONFIG --watch`: no trainer needed here
+            code = submit_command().main([*ctx.args, "--watch"], prog_name="opentinker train", standalone_mode=False)
+            raise typer.Exit(code or 0)
         hint = f"pip install {distribution}" + (f"; {alternative}" if alternative else "")
         fail(f"'opentinker {name}' needs {distribution}, which is not installed (or not allowed by OPENTINKER_LOAD_PLUGINS)", hint)
 
     return missing
+
+
+def submit_command() -> Any:
+    """The click command behind ``opentinker submit`` (``train --scheduler`` runs it)."""
+    return typer.main.get_command(app).get_command(None, "submit")  # type: ignore[attr-defined]
 
 
 def build_app() -> typer.Typer:
