@@ -6,6 +6,7 @@ clean) and on a copy of it with deliberately bad imports added (which it must ca
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import shutil
 import sys
@@ -88,3 +89,20 @@ def test_a_long_module_is_caught(tree_copy: Path) -> None:
     _append(tree_copy / "packages/tinker-core/src/tinker_core/fsm.py", "\n".join(f"x{i} = {i}" for i in range(600)))
     problems = checker.check(tree_copy)
     assert any("tinker_core/fsm.py" in p and "over 500" in p for p in problems), problems
+
+
+PACKAGES = ["tinker_core", "tinker_client", "tinker_algos", "tinker_scheduler",
+            "tinker_env_echo", "tinker_env_math", "tinker_env_games"]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_exported_name_resolves(package: str) -> None:
+    """Each name in a package's ``__all__`` loads (a lazy export pointing at the wrong module fails here)."""
+    module = importlib.import_module(package)
+    missing = []
+    for name in getattr(module, "__all__", []):
+        try:
+            getattr(module, name)
+        except (AttributeError, ImportError) as e:
+            missing.append(f"{name}: {e}")
+    assert not missing, missing

@@ -52,11 +52,11 @@ _EXPORTS: dict[str, str] = {
     "TrainerConfig": "tinker_algos.trainer",
     "aggregation_modes": "tinker_algos.trainer",
     "lr_multiplier": "tinker_algos.trainer",
+    "restore_trainer": "tinker_algos.trainer",
     # checkpoint
     "CheckpointError": "tinker_algos.checkpoint",
     "load_state": "tinker_algos.checkpoint",
     "read_manifest": "tinker_algos.checkpoint",
-    "restore_trainer": "tinker_algos.checkpoint",
     "save_state": "tinker_algos.checkpoint",
     # training entry point
     "train": "tinker_algos.training",
@@ -83,12 +83,10 @@ if TYPE_CHECKING:  # pragma: no cover
         read_manifest as read_manifest,
     )
     from tinker_algos.checkpoint import (
-        restore_trainer as restore_trainer,
-    )
-    from tinker_algos.checkpoint import (
         save_state as save_state,
     )
     from tinker_algos.device import DeviceSpec as DeviceSpec
+    from tinker_algos.trainer import restore_trainer as restore_trainer
     from tinker_algos.device import resolve_device as resolve_device
     from tinker_algos.device import seed_everything as seed_everything
     from tinker_algos.models import (
