@@ -86,7 +86,6 @@ if TYPE_CHECKING:  # pragma: no cover
         save_state as save_state,
     )
     from tinker_algos.device import DeviceSpec as DeviceSpec
-    from tinker_algos.trainer import restore_trainer as restore_trainer
     from tinker_algos.device import resolve_device as resolve_device
     from tinker_algos.device import seed_everything as seed_everything
     from tinker_algos.models import (
@@ -147,3 +146,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from tinker_algos.trainer import TrainerConfig as TrainerConfig
     from tinker_algos.trainer import aggregation_modes as aggregation_modes
     from tinker_algos.trainer import lr_multiplier as lr_multiplier
+    from tinker_algos.trainer import restore_trainer as restore_trainer
