@@ -67,7 +67,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
@@ -75,6 +75,8 @@ from tinker_core.env import MultiAgentTextEnv, Observation
 from tinker_core.timeouts import CallTimeout, call_with_timeout, start_daemon
 
 __all__ = [
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_TURN_TIMEOUT_S",
     "Agent",
     "AgentTimeout",
     "Coordinator",
@@ -221,12 +223,29 @@ async def call_agent_async(
 
 
 class _Episode:
-    """The bookkeeping of one episode, shared by the sync and async loops."""
+    """One episode's turns and bookkeeping; the sync and async loops differ only in how they
+    call the agent."""
 
     def __init__(
-        self, env: MultiAgentTextEnv, agents: Agents, forfeit_reward: float | None
+        self,
+        env: MultiAgentTextEnv,
+        agents: Agents,
+        *,
+        seed: int | None,
+        options: dict[str, Any] | None,
+        turn_timeout_s: float | None,
+        max_steps: int,
+        forfeit_reward: float | None,
     ) -> None:
+        """Check the settings, reset ``env`` and match every role with its agent."""
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if turn_timeout_s is not None and turn_timeout_s <= 0:
+            raise ValueError(f"turn_timeout_s must be > 0 or None, got {turn_timeout_s}")
+        env.reset(seed=seed, options=options)
         self.env = env
+        self.seed = seed
+        self.max_steps = max_steps
         roles = tuple(env.possible_agents)
         if isinstance(agents, Mapping):
             missing = [r for r in roles if r not in agents]
@@ -252,6 +271,30 @@ class _Episode:
         self.reason: str | None = None
         self.forfeited_by: str | None = None
         self.error: str | None = None
+
+    def turns(self) -> Iterator[tuple[str, Agent, Observation]]:
+        """The role to move, its agent and what it sees, until the episode is done, a role
+        forfeited or ``max_steps`` were taken."""
+        env = self.env
+        while not env.done and self.forfeited_by is None and self.steps < self.max_steps:
+            role = env.agent_selection
+            yield role, self.agent_of[role], env.observe(role)
+
+    def answer(self, role: str, observation: Observation, action: Any) -> None:
+        """Step the env with the agent's answer; a non-string forfeits (``forfeit-error``)."""
+        if isinstance(action, str):
+            self.record(role, observation, action)
+        else:
+            self.failed(
+                role, TypeError(f"agent for role {role!r} returned {type(action).__name__}, not str")
+            )
+
+    def failed(self, role: str, error: Exception) -> None:
+        """The agent's call raised: ``forfeit-timeout`` or ``forfeit-error``."""
+        if isinstance(error, AgentTimeout):
+            self.forfeit(role, "forfeit-timeout", str(error))
+        else:
+            self.forfeit(role, "forfeit-error", error)
 
     def _credit(self, before: dict[str, float]) -> None:
         after = self.env._cumulative_rewards
@@ -287,7 +330,7 @@ class _Episode:
                 self.env.terminations[r] = True
         self._credit(before)
 
-    def finish(self, seed: int | None) -> EpisodeResult:
+    def finish(self) -> EpisodeResult:
         env = self.env
         if not env.done:  # max_steps reached, or an env whose forfeit did not end it
             if self.reason is None:
@@ -339,15 +382,9 @@ class _Episode:
             final_observations=finals,
             num_steps=self.steps,
             self_play=self.self_play,
-            seed=seed,
+            seed=self.seed,
             env_id=spec.id if spec is not None else None,
         )
-
-
-def _check_action(role: str, action: Any) -> str:
-    if not isinstance(action, str):
-        raise TypeError(f"agent for role {role!r} returned {type(action).__name__}, not str")
-    return action
 
 
 def play_episode(
@@ -370,27 +407,16 @@ def play_episode(
         max_steps: the most ``env.step`` calls before the episode is truncated.
         forfeit_reward: for envs without ``forfeit()``: the offender's reward on a forfeit.
     """
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    if turn_timeout_s is not None and turn_timeout_s <= 0:
-        raise ValueError(f"turn_timeout_s must be > 0 or None, got {turn_timeout_s}")
-    env.reset(seed=seed, options=options)
-    ep = _Episode(env, agents, forfeit_reward)
-    while not env.done and ep.steps < max_steps:
-        role = env.agent_selection
-        observation = env.observe(role)
+    ep = _Episode(env, agents, seed=seed, options=options, turn_timeout_s=turn_timeout_s,
+                  max_steps=max_steps, forfeit_reward=forfeit_reward)
+    for role, agent, observation in ep.turns():
         try:
-            action = _check_action(
-                role, call_agent(ep.agent_of[role], role, observation, turn_timeout_s)
-            )
-        except AgentTimeout as e:
-            ep.forfeit(role, "forfeit-timeout", str(e))
-            break
-        except Exception as e:  # noqa: BLE001 - a failing agent forfeits, the episode goes on
-            ep.forfeit(role, "forfeit-error", e)
-            break
-        ep.record(role, observation, action)
-    return ep.finish(seed)
+            action = call_agent(agent, role, observation, turn_timeout_s)
+        except Exception as e:  # noqa: BLE001 - a failing agent forfeits
+            ep.failed(role, e)
+        else:
+            ep.answer(role, observation, action)
+    return ep.finish()
 
 
 async def play_episode_async(
@@ -406,26 +432,16 @@ async def play_episode_async(
     """:func:`play_episode` for an event loop: ``async`` agents are awaited, sync ones run in
     worker threads, so many episodes can run concurrently (``asyncio.gather``). An ``async``
     agent must not block the loop (a blocking call inside it cannot be timed out)."""
-    if max_steps < 1:
-        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-    if turn_timeout_s is not None and turn_timeout_s <= 0:
-        raise ValueError(f"turn_timeout_s must be > 0 or None, got {turn_timeout_s}")
-    env.reset(seed=seed, options=options)
-    ep = _Episode(env, agents, forfeit_reward)
-    while not env.done and ep.steps < max_steps:
-        role = env.agent_selection
-        observation = env.observe(role)
+    ep = _Episode(env, agents, seed=seed, options=options, turn_timeout_s=turn_timeout_s,
+                  max_steps=max_steps, forfeit_reward=forfeit_reward)
+    for role, agent, observation in ep.turns():
         try:
-            answer = await call_agent_async(ep.agent_of[role], role, observation, turn_timeout_s)
-            action = _check_action(role, answer)
-        except AgentTimeout as e:
-            ep.forfeit(role, "forfeit-timeout", str(e))
-            break
-        except Exception as e:  # noqa: BLE001
-            ep.forfeit(role, "forfeit-error", e)
-            break
-        ep.record(role, observation, action)
-    return ep.finish(seed)
+            action = await call_agent_async(agent, role, observation, turn_timeout_s)
+        except Exception as e:  # noqa: BLE001 - a failing agent forfeits
+            ep.failed(role, e)
+        else:
+            ep.answer(role, observation, action)
+    return ep.finish()
 
 
 def play_episodes(

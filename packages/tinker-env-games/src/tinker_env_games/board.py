@@ -32,10 +32,37 @@ from typing import Any, ClassVar
 from tinker_core.env import EnvSpec, MultiAgentTextEnv
 from tinker_core.opponents import OpponentFactory
 
-__all__ = ["ROLES", "BoardGameEnv", "RandomAgent", "legal_moves_in"]
+__all__ = ["ROLES", "BoardGameEnv", "RandomAgent", "board_spec", "legal_moves_in"]
 
 ROLES = ("x", "o")
 MARKS = {"x": "X", "o": "O"}
+DEFAULT_MAX_ILLEGAL_MOVES = 3
+DEFAULT_ILLEGAL_MOVE_PENALTY = 0.1
+
+
+def board_spec(id: str, game: str, *, cells: int, action_format: str) -> EnvSpec:
+    """The :class:`EnvSpec` of a board game on ``cells`` cells played by these rules; ``game``
+    starts the description (``"Two-player tic-tac-toe"``)."""
+    return EnvSpec(
+        id=id,
+        description=(
+            f"{game} (roles x, o; x first). Win +1, loss -1, draw 0; an illegal move costs 0.1 "
+            "and is retried; the 3rd illegal move forfeits."
+        ),
+        max_turns=cells + 2 * (DEFAULT_MAX_ILLEGAL_MOVES - 1),
+        reward_range=(-1.0, 1.0),
+        action_format=action_format,
+        roles=ROLES,
+        metadata={
+            "kwargs": {
+                "max_illegal_moves": "illegal moves that forfeit the game "
+                f"(default {DEFAULT_MAX_ILLEGAL_MOVES})",
+                "illegal_move_penalty": "cost of each illegal move before that "
+                f"(default {DEFAULT_ILLEGAL_MOVE_PENALTY})",
+            },
+            "max_turns": "total steps of both roles, illegal moves included",
+        },
+    )
 
 
 def other(role: str) -> str:
@@ -43,6 +70,7 @@ def other(role: str) -> str:
 
 
 _LEGAL_RE = re.compile(r"^Legal moves:((?: \d+)*)\s*$", re.MULTILINE)
+_MOVE_RE = re.compile(r"[-+]?\d+")
 
 
 def legal_moves_in(observation: str) -> list[int]:
@@ -66,10 +94,15 @@ class RandomAgent:
 class BoardGameEnv(MultiAgentTextEnv):
     """Turn order, illegal-move handling, forfeits, rewards and infos for a 2-player game.
 
-    Subclasses define the board: :meth:`new_board`, :meth:`parse_move`, :meth:`illegal_reason`,
-    :meth:`apply_move`, :meth:`legal_moves`, :meth:`winner`, :meth:`render_board`, and the
-    class attributes ``title``, ``move_prompt``, ``base_spec``, ``num_cells`` and
+    Subclasses define the board: :meth:`new_board`, :meth:`illegal_reason`, :meth:`apply_move`,
+    :meth:`legal_moves`, :meth:`winner`, :meth:`render_board` (and :meth:`parse_move` when a
+    move is not the first integer of the action), and the class attributes ``title``,
+    ``move_prompt``, ``base_spec`` (see :func:`board_spec`), ``num_cells`` and
     ``no_move_reason``. ``scripted_opponents`` names the agents it can be played against.
+
+    Args:
+        max_illegal_moves: the n-th illegal move of a role forfeits its game (default 3).
+        illegal_move_penalty: cost of each earlier illegal move (default 0.1).
     """
 
     scripted_opponents: ClassVar[dict[str, OpponentFactory]] = {"random": RandomAgent}
@@ -79,7 +112,11 @@ class BoardGameEnv(MultiAgentTextEnv):
     num_cells: ClassVar[int]
     no_move_reason: ClassVar[str] = "no move found"
 
-    def __init__(self, max_illegal_moves: int = 3, illegal_move_penalty: float = 0.1) -> None:
+    def __init__(
+        self,
+        max_illegal_moves: int = DEFAULT_MAX_ILLEGAL_MOVES,
+        illegal_move_penalty: float = DEFAULT_ILLEGAL_MOVE_PENALTY,
+    ) -> None:
         if max_illegal_moves < 1:
             raise ValueError(f"max_illegal_moves must be >= 1, got {max_illegal_moves}")
         if not 0.0 <= illegal_move_penalty <= 1.0:
@@ -95,9 +132,10 @@ class BoardGameEnv(MultiAgentTextEnv):
     @abstractmethod
     def new_board(self) -> list[str]: ...
 
-    @abstractmethod
     def parse_move(self, action: str) -> int | None:
-        """The move named by ``action``, or None when it names none."""
+        """The move named by ``action`` (its first integer), or None when it names none."""
+        m = _MOVE_RE.search(action)
+        return int(m.group(0)) if m else None
 
     @abstractmethod
     def illegal_reason(self, move: int) -> str | None:

@@ -24,35 +24,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from tinker_core.env import EnvSpec
-from tinker_env_games.board import ROLES, BoardGameEnv
+from tinker_env_games.board import BoardGameEnv, board_spec
 
 __all__ = ["CONNECT_FOUR_SPEC", "COLUMNS", "ROWS", "ConnectFourEnv", "parse_board", "winner_of"]
 
 ROWS, COLUMNS, CONNECT = 6, 7, 4
 EMPTY = "."
 
-CONNECT_FOUR_SPEC = EnvSpec(
-    id="games/connect-four-v0",
-    description=(
-        "Two-player connect four on 6x7 (roles x, o; x first). Win +1, loss -1, draw 0; an "
-        "illegal move costs 0.1 and is retried; the 3rd illegal move forfeits."
-    ),
-    max_turns=46,
-    reward_range=(-1.0, 1.0),
+CONNECT_FOUR_SPEC = board_spec(
+    "games/connect-four-v0",
+    "Two-player connect four on 6x7",
+    cells=ROWS * COLUMNS,
     action_format="a column number 1-7, e.g. '4'",
-    roles=ROLES,
-    metadata={
-        "kwargs": {
-            "max_illegal_moves": "illegal moves that forfeit the game (default 3)",
-            "illegal_move_penalty": "cost of each illegal move before that (default 0.1)",
-        },
-        "max_turns": "total steps of both roles, illegal moves included",
-    },
 )
-
-_MOVE_RE = re.compile(r"[-+]?\d+")
-
 
 def _lines() -> list[tuple[int, ...]]:
     out = []
@@ -91,12 +75,8 @@ def parse_board(observation: str) -> list[str]:
 
 
 class ConnectFourEnv(BoardGameEnv):
-    """Connect four; see the module docstring and :mod:`tinker_env_games.board` for the rules.
-
-    Args:
-        max_illegal_moves: the n-th illegal move of a role forfeits its game (default 3).
-        illegal_move_penalty: cost of each earlier illegal move (default 0.1).
-    """
+    """Connect four; see the module docstring, and :class:`~tinker_env_games.board.BoardGameEnv`
+    for the rules and arguments."""
 
     title = "Connect four"
     move_prompt = "Reply with a column number (1-7); your piece drops to the lowest free row."
@@ -106,10 +86,6 @@ class ConnectFourEnv(BoardGameEnv):
 
     def new_board(self) -> list[str]:
         return [EMPTY] * (ROWS * COLUMNS)
-
-    def parse_move(self, action: str) -> int | None:
-        m = _MOVE_RE.search(action)
-        return int(m.group(0)) if m else None
 
     def illegal_reason(self, move: int) -> str | None:
         if not 1 <= move <= COLUMNS:

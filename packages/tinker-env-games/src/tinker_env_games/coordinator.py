@@ -4,34 +4,5 @@ Kept so ``from tinker_env_games.coordinator import play_episode`` goes on workin
 imports from :mod:`tinker_core.coordinator`.
 """
 
-from __future__ import annotations
-
-from tinker_core.coordinator import (
-    DEFAULT_MAX_STEPS,
-    DEFAULT_TURN_TIMEOUT_S,
-    Agent,
-    AgentTimeout,
-    Coordinator,
-    EpisodeResult,
-    Turn,
-    call_agent,
-    call_agent_async,
-    play_episode,
-    play_episode_async,
-    play_episodes,
-)
-
-__all__ = [
-    "DEFAULT_MAX_STEPS",
-    "DEFAULT_TURN_TIMEOUT_S",
-    "Agent",
-    "AgentTimeout",
-    "Coordinator",
-    "EpisodeResult",
-    "Turn",
-    "call_agent",
-    "call_agent_async",
-    "play_episode",
-    "play_episode_async",
-    "play_episodes",
-]
+from tinker_core.coordinator import *  # noqa: F403
+from tinker_core.coordinator import __all__ as __all__

@@ -31,9 +31,8 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
-from tinker_core.env import EnvSpec
 from tinker_core.opponents import OpponentFactory
-from tinker_env_games.board import ROLES, BoardGameEnv, RandomAgent
+from tinker_env_games.board import BoardGameEnv, RandomAgent, board_spec
 
 __all__ = [
     "LINES",
@@ -60,26 +59,13 @@ LINES: tuple[tuple[int, int, int], ...] = (
     (2, 4, 6),  # diagonals
 )
 
-TICTACTOE_SPEC = EnvSpec(
-    id="games/tictactoe-v0",
-    description=(
-        "Two-player tic-tac-toe (roles x, o; x first). Win +1, loss -1, draw 0; an illegal "
-        "move costs 0.1 and is retried; the 3rd illegal move forfeits."
-    ),
-    max_turns=13,
-    reward_range=(-1.0, 1.0),
+TICTACTOE_SPEC = board_spec(
+    "games/tictactoe-v0",
+    "Two-player tic-tac-toe",
+    cells=9,
     action_format="the number (1-9) of a free cell, e.g. '5'",
-    roles=ROLES,
-    metadata={
-        "kwargs": {
-            "max_illegal_moves": "illegal moves that forfeit the game (default 3)",
-            "illegal_move_penalty": "cost of each illegal move before that (default 0.1)",
-        },
-        "max_turns": "total steps of both roles, illegal moves included",
-    },
 )
 
-_MOVE_RE = re.compile(r"[-+]?\d+")
 _ROW_RE = re.compile(r"^([XO1-9])\|([XO1-9])\|([XO1-9])$")
 
 
@@ -175,12 +161,8 @@ class MinimaxAgent:
 
 
 class TicTacToeEnv(BoardGameEnv):
-    """Tic-tac-toe; see the module docstring and :mod:`tinker_env_games.board` for the rules.
-
-    Args:
-        max_illegal_moves: the n-th illegal move of a role forfeits its game (default 3).
-        illegal_move_penalty: cost of each earlier illegal move (default 0.1).
-    """
+    """Tic-tac-toe; see the module docstring, and :class:`~tinker_env_games.board.BoardGameEnv`
+    for the rules and arguments."""
 
     scripted_opponents: ClassVar[dict[str, OpponentFactory]] = {
         "random": RandomAgent,
@@ -194,10 +176,6 @@ class TicTacToeEnv(BoardGameEnv):
 
     def new_board(self) -> list[str]:
         return [EMPTY] * 9
-
-    def parse_move(self, action: str) -> int | None:
-        m = _MOVE_RE.search(action)
-        return int(m.group(0)) if m else None
 
     def illegal_reason(self, move: int) -> str | None:
         if not 1 <= move <= 9:
