@@ -54,7 +54,7 @@ def test_config_reference_is_fresh():
 
 
 def test_every_config_field_has_a_description():
-    from tinker_core.config import _SECTIONS
+    from tinker_core.config.reference import SECTIONS as _SECTIONS
 
     missing = [f"{section}.{name}" for section, model in _SECTIONS for name, f in model.model_fields.items() if not f.description]
     assert not missing, f"describe these config fields: {missing}"

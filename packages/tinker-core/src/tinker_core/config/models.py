@@ -1,38 +1,21 @@
-"""The job configuration: pydantic models, loaded from YAML, with a JSON schema.
+"""The job configuration's pydantic models: every section of a job config, and its JSON schema.
 
-A job is one or more *stages* (e.g. SFT then GRPO) that share a model, an environment and a
-seed. Every model forbids unknown keys, so a misspelled key is an error that names it. Names that
-plugins provide (env ids, estimators, losses, optimizers) are checked against the plugin registry
-by :func:`check_plugin_names`, which :func:`load_config` runs unless told not to.
-
-Example::
-
-    name: arithmetic-grpo
-    seed: 0
-    model: {name: tiny}
-    env: {id: math/arithmetic-v0, kwargs: {digits: 2}}
-    algorithm: {name: grpo, steps: 40, estimator: grpo, loss: importance_sampling}
-    rollout: {group_size: 8, prompts_per_step: 16, max_new_tokens: 6, stop: ["\\n"]}
-    optimizer: {name: adamw, lr: 0.001}
+Every model forbids unknown keys, so a misspelled key is an error that names it. ``algorithm`` is
+a union chosen by ``algorithm.name``: each algorithm has its own typed ``params``.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-
-from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
 
 ALGORITHMS = ("sft", "grpo", "ppo", "dpo")
 PRECISION_OF_DTYPE = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
@@ -343,250 +326,8 @@ def json_schema() -> dict[str, Any]:
     return JobConfig.model_json_schema()
 
 
-# ---- loading and error formatting -------------------------------------------------------------
-
-
-def _loc(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
+def models_in(annotation: Any) -> list[type[BaseModel]]:
     """The pydantic models inside a field's annotation (through Optional, unions, lists, Annotated)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return [annotation]
-    return [m for arg in get_args(annotation) for m in _models_in(arg)]
-
-
-def _tag_of(model: type[BaseModel]) -> Any:
-    """The ``name`` literal that selects ``model`` in a discriminated union (None if it has none)."""
-    field = model.model_fields.get("name")
-    if field is None or get_origin(field.annotation) is not Literal:
-        return None
-    return get_args(field.annotation)[0]
-
-
-def _walk(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | None]:
-    """An error location as the user wrote it, and the model at its end (None: not a model).
-
-    pydantic puts the tag of a discriminated union into the location (``algorithm.ppo.params``);
-    the file has no such level, so the tag is dropped and the tagged model followed.
-    """
-    model: type[BaseModel] | None = JobConfig
-    parts, out = list(loc), []
-    while parts:
-        part = parts.pop(0)
-        out.append(part)
-        if isinstance(part, int):
-            continue  # a list index: the items' model stays current
-        field = model.model_fields.get(part) if model is not None else None
-        variants = _models_in(field.annotation) if field is not None else []
-        tagged = {_tag_of(m): m for m in variants if _tag_of(m) is not None}
-        if len(variants) > 1 and parts and parts[0] in tagged:
-            model = tagged[parts.pop(0)]
-        else:
-            model = variants[0] if len(variants) == 1 else None
-    return tuple(out), model
-
-
-def format_validation_error(err: ValidationError) -> list[str]:
-    """One line per problem: the field path as written in the file, what is wrong, the value."""
-    problems: list[str] = []
-    for e in err.errors():
-        loc, _ = _walk(tuple(e["loc"]))
-        where = _loc(loc)
-        if e["type"] == "extra_forbidden":
-            _, parent = _walk(tuple(e["loc"])[:-1])
-            known = list(parent.model_fields) if parent else []
-            hint = did_you_mean(str(loc[-1]), known) if known else None
-            msg = f"{where}: unknown key"
-            if hint:
-                msg += f"; did you mean {hint!r}?"
-            elif parent is not None:
-                msg += f"; allowed keys: {', '.join(known)}" if known else "; this section takes no keys"
-            problems.append(msg)
-            continue
-        if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a bad or missing algorithm name
-            expected = ", ".join(repr(a) for a in ALGORITHMS[:-1]) + f" or {ALGORITHMS[-1]!r}"
-            if e["type"] == "union_tag_not_found":
-                problems.append(f"{_loc((*loc, 'name'))}: Field required; give one of {expected}")
-            else:
-                tag = json.dumps(e.get("ctx", {}).get("tag"), default=str)
-                problems.append(f"{_loc((*loc, 'name'))}: Input should be {expected} (got {tag})")
-            continue
-        got = e.get("input")
-        got_s = json.dumps(got, default=str) if not isinstance(got, dict) else "a mapping"
-        if len(got_s) > 60:
-            got_s = got_s[:57] + "..."
-        msg = e["msg"]
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
-        problems.append(f"{where}: {msg} (got {got_s})")
-    return problems
-
-
-def check_plugin_names(config: JobConfig) -> list[str]:
-    """Problems with names that plugins provide: env ids, estimators, losses, optimizers."""
-    from tinker_core.registry import get_registry
-
-    problems: list[str] = []
-    seen: set[tuple[str, str]] = set()
-
-    def check(kind: str, name: str | None, where: str) -> None:
-        if name is None or (kind, where) in seen:
-            return
-        seen.add((kind, where))
-        try:
-            get_registry(kind).get(name)
-        except UnknownNameError as e:
-            problems.append(f"{where}: {e.message}")
-
-    def where(i: int, section: str, field: str) -> str:
-        # a stage's own section, or the job-level one it inherits
-        if config.stages and getattr(config.stages[i], section) is not None:
-            return f"stages[{i}].{section}.{field}"
-        return f"{section}.{field}"
-
-    for i, stage in enumerate(config.resolved_stages()):
-        algo = "algorithm" if config.algorithm is not None else f"stages[{i}].algorithm"
-        check("advantage_estimators", stage.algorithm.estimator, f"{algo}.estimator")
-        check("losses", stage.algorithm.loss, f"{algo}.loss")
-        assert stage.optimizer is not None
-        check("optimizers", stage.optimizer.name, where(i, "optimizer", "name"))
-        if stage.env is not None and stage.env.address is None:
-            check("envs", stage.env.id, where(i, "env", "id"))
-    return problems
-
-
-def parse_config(data: Any, *, source: str | None = None, check_plugins: bool = True) -> JobConfig:
-    """Validate a mapping; raise :class:`ConfigError` listing every problem found."""
-    if not isinstance(data, dict):
-        raise ConfigError([f"(top level): expected a mapping of sections, got {type(data).__name__}"], source)
-    try:
-        config = JobConfig.model_validate(data)
-    except ValidationError as e:
-        problems = format_validation_error(e)
-        if check_plugins:
-            problems += _plugin_problems_of_raw(data)
-        raise ConfigError(problems, source) from None
-    if check_plugins:
-        problems = check_plugin_names(config)
-        if problems:
-            raise ConfigError(problems, source)
-    return config
-
-
-def _plugin_problems_of_raw(data: dict[str, Any]) -> list[str]:
-    """Best-effort plugin-name checks on a config that failed schema validation."""
-    from tinker_core.registry import get_registry
-
-    problems: list[str] = []
-    env = data.get("env")
-    env_id = env.get("id") if isinstance(env, dict) else None
-    if isinstance(env_id, str) and not (isinstance(env, dict) and env.get("address")):
-        try:
-            get_registry("envs").get(env_id)
-        except UnknownNameError as e:
-            problems.append(f"env.id: {e.message}")
-    return problems
-
-
-def load_config(path_or_text: str | Path, *, check_plugins: bool = True) -> JobConfig:
-    """Load a YAML (or JSON) job config from a file path or a YAML string."""
-    import yaml
-
-    source: str | None = None
-    if isinstance(path_or_text, Path) or ("\n" not in str(path_or_text) and Path(str(path_or_text)).suffix in (".yaml", ".yml", ".json")):
-        path = Path(path_or_text)
-        source = str(path)
-        if not path.is_file():
-            raise ConfigError([f"config file {path} does not exist"], source)
-        text = path.read_text(encoding="utf-8")
-    else:
-        text = str(path_or_text)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError([f"not valid YAML: {e}"], source) from None
-    if data is None:
-        raise ConfigError(["the file is empty; a job needs at least 'algorithm' (or 'stages')"], source)
-    return parse_config(data, source=source, check_plugins=check_plugins)
-
-
-# ---- reference documentation -----------------------------------------------------------------
-
-_SECTIONS: list[tuple[str, type[BaseModel]]] = [
-    ("(top level)", JobConfig),
-    ("model", ModelConfig),
-    ("lora", LoraConfig),
-    ("env", EnvConfig),
-    ("algorithm", AlgorithmConfig),
-    ("algorithm.kl", KLConfig),
-    ("algorithm.params (grpo)", GRPOParams),
-    ("algorithm.params.multi_agent (grpo)", MultiAgentConfig),
-    ("algorithm.params (ppo)", PPOParams),
-    ("algorithm.params (dpo)", DPOParams),
-    ("stages[]", StageConfig),
-    ("rollout", RolloutConfig),
-    ("optimizer", OptimizerConfig),
-    ("resources", ResourcesConfig),
-    ("checkpoint", CheckpointConfig),
-    ("logging", LoggingConfig),
-]
-_PARAMS_ROW = (
-    "| `params` | mapping | `{}` | The algorithm's own options: the `algorithm.params` sections below; sft takes none. |"
-)
-
-
-def _type_name(annotation: Any) -> str:
-    if set(_models_in(annotation)) >= set(ALGORITHM_MODELS.values()):
-        return "AlgorithmConfig" + (" | None" if type(None) in get_args(annotation) else "")
-    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
-    text = text or str(annotation).replace("typing.", "")
-    if text.startswith("Optional[") and text.endswith("]"):
-        text = text[len("Optional["):-1] + " | None"
-    for model in (m for _, m in _SECTIONS):
-        text = text.replace(f"tinker_core.config.{model.__name__}", model.__name__)
-    return text.replace("NoneType", "None")
-
-
-def render_reference() -> str:
-    """The Markdown reference of every config field (``docs/reference/config.md``)."""
-    lines = [
-        "# Job config reference",
-        "",
-        "<!-- generated by `uv run python scripts/gen_docs.py`; a test fails when it is stale -->",
-        "",
-        "A job config is YAML. Unknown keys are errors; every error names the field path, the bad",
-        "value and what is allowed. `uv run opentinker config validate FILE` checks a file and",
-        "`uv run opentinker config schema` prints the JSON schema.",
-        "",
-        "```yaml",
-        (__doc__ or "").split("Example::", 1)[1].strip("\n").replace("\n    ", "\n").strip().replace('\\\\n', '\\n'),
-        "```",
-    ]
-    for section, model in _SECTIONS:
-        lines += ["", f"## `{section}`", "", (model.__doc__ or "").strip().splitlines()[0], ""]
-        lines += ["| field | type | default | description |", "| --- | --- | --- | --- |"]
-        for name, field in model.model_fields.items():
-            if field.is_required():
-                default = "required"
-            elif field.default_factory is not None:
-                value = field.default_factory()  # type: ignore[call-arg]
-                default = f"`{json.dumps(value, default=lambda o: '{...}')}`" if not isinstance(value, BaseModel) else "see below"
-            else:
-                default = f"`{json.dumps(field.default)}`"
-            typ = _type_name(field.annotation).replace("|", "\\|")
-            lines.append(f"| `{name}` | `{typ}` | {default} | {field.description or ''} |")
-        if model is AlgorithmConfig:
-            lines.append(_PARAMS_ROW)
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    print(render_reference(), end="")
+    return [m for arg in get_args(annotation) for m in models_in(arg)]

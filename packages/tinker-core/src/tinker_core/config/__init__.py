@@ -1,0 +1,95 @@
+"""The job configuration: pydantic models, loaded from YAML, with a JSON schema.
+
+A job is one or more *stages* (e.g. SFT then GRPO) that share a model, an environment and a
+seed. Names that plugins provide (env ids, estimators, losses, optimizers) are checked against
+the plugin registry by :func:`check_plugin_names`, which :func:`load_config` runs unless told not
+to. The package holds three modules, each with one job:
+
+- :mod:`tinker_core.config.models`: the sections of a job config (``algorithm`` is a union chosen
+  by ``algorithm.name``, each algorithm with typed ``params``) and the JSON schema;
+- :mod:`tinker_core.config.loading`: YAML or a mapping -> a validated :class:`JobConfig`, or a
+  :class:`~tinker_core.errors.ConfigError` listing every problem by field path;
+- :mod:`tinker_core.config.reference`: the generated reference page (``docs/reference/config.md``).
+
+Every public name of the three is importable from ``tinker_core.config``.
+"""
+
+from __future__ import annotations
+
+from tinker_core.config.loading import (
+    check_plugin_names,
+    format_validation_error,
+    load_config,
+    parse_config,
+)
+from tinker_core.config.models import (
+    ALGORITHM_MODELS,
+    ALGORITHMS,
+    PRECISION_OF_DTYPE,
+    AlgorithmConfig,
+    AnyAlgorithm,
+    CheckpointConfig,
+    DPOAlgorithm,
+    DPOParams,
+    EnvConfig,
+    GRPOAlgorithm,
+    GRPOParams,
+    JobConfig,
+    KLConfig,
+    LoggingConfig,
+    LoraConfig,
+    ModelConfig,
+    MultiAgentConfig,
+    OptimizerConfig,
+    PPOAlgorithm,
+    PPOParams,
+    ResourcesConfig,
+    RolloutConfig,
+    SFTAlgorithm,
+    SFTParams,
+    StageConfig,
+    json_schema,
+    models_in,
+)
+from tinker_core.config.reference import (
+    EXAMPLE,
+    SECTIONS,
+    render_reference,
+)
+
+__all__ = [
+    "ALGORITHMS",
+    "ALGORITHM_MODELS",
+    "AlgorithmConfig",
+    "AnyAlgorithm",
+    "CheckpointConfig",
+    "DPOAlgorithm",
+    "DPOParams",
+    "EXAMPLE",
+    "EnvConfig",
+    "GRPOAlgorithm",
+    "GRPOParams",
+    "JobConfig",
+    "KLConfig",
+    "LoggingConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "MultiAgentConfig",
+    "OptimizerConfig",
+    "PPOAlgorithm",
+    "PPOParams",
+    "PRECISION_OF_DTYPE",
+    "ResourcesConfig",
+    "RolloutConfig",
+    "SECTIONS",
+    "SFTAlgorithm",
+    "SFTParams",
+    "StageConfig",
+    "check_plugin_names",
+    "format_validation_error",
+    "json_schema",
+    "load_config",
+    "models_in",
+    "parse_config",
+    "render_reference",
+]

@@ -1,0 +1,178 @@
+"""Loading a job config: YAML or a mapping -> a validated :class:`JobConfig`, or one
+:class:`ConfigError` listing every problem with its field path and a fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from tinker_core.config.models import ALGORITHMS, JobConfig, models_in
+from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _tag_of(model: type[BaseModel]) -> Any:
+    """The ``name`` literal that selects ``model`` in a discriminated union (None if it has none)."""
+    field = model.model_fields.get("name")
+    if field is None or get_origin(field.annotation) is not Literal:
+        return None
+    return get_args(field.annotation)[0]
+
+
+def _walk(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | None]:
+    """An error location as the user wrote it, and the model at its end (None: not a model).
+
+    pydantic puts the tag of a discriminated union into the location (``algorithm.ppo.params``);
+    the file has no such level, so the tag is dropped and the tagged model followed.
+    """
+    model: type[BaseModel] | None = JobConfig
+    parts, out = list(loc), []
+    while parts:
+        part = parts.pop(0)
+        out.append(part)
+        if isinstance(part, int):
+            continue  # a list index: the items' model stays current
+        field = model.model_fields.get(part) if model is not None else None
+        variants = models_in(field.annotation) if field is not None else []
+        tagged = {_tag_of(m): m for m in variants if _tag_of(m) is not None}
+        if len(variants) > 1 and parts and parts[0] in tagged:
+            model = tagged[parts.pop(0)]
+        else:
+            model = variants[0] if len(variants) == 1 else None
+    return tuple(out), model
+
+
+def format_validation_error(err: ValidationError) -> list[str]:
+    """One line per problem: the field path as written in the file, what is wrong, the value."""
+    problems: list[str] = []
+    for e in err.errors():
+        loc, _ = _walk(tuple(e["loc"]))
+        where = _loc(loc)
+        if e["type"] == "extra_forbidden":
+            _, parent = _walk(tuple(e["loc"])[:-1])
+            known = list(parent.model_fields) if parent else []
+            hint = did_you_mean(str(loc[-1]), known) if known else None
+            msg = f"{where}: unknown key"
+            if hint:
+                msg += f"; did you mean {hint!r}?"
+            elif parent is not None:
+                msg += f"; allowed keys: {', '.join(known)}" if known else "; this section takes no keys"
+            problems.append(msg)
+            continue
+        if e["type"] in ("union_tag_invalid", "union_tag_not_found"):  # a bad or missing algorithm name
+            expected = ", ".join(repr(a) for a in ALGORITHMS[:-1]) + f" or {ALGORITHMS[-1]!r}"
+            if e["type"] == "union_tag_not_found":
+                problems.append(f"{_loc((*loc, 'name'))}: Field required; give one of {expected}")
+            else:
+                tag = json.dumps(e.get("ctx", {}).get("tag"), default=str)
+                problems.append(f"{_loc((*loc, 'name'))}: Input should be {expected} (got {tag})")
+            continue
+        got = e.get("input")
+        got_s = json.dumps(got, default=str) if not isinstance(got, dict) else "a mapping"
+        if len(got_s) > 60:
+            got_s = got_s[:57] + "..."
+        msg = e["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        problems.append(f"{where}: {msg} (got {got_s})")
+    return problems
+
+
+def check_plugin_names(config: JobConfig) -> list[str]:
+    """Problems with names that plugins provide: env ids, estimators, losses, optimizers."""
+    from tinker_core.registry import get_registry
+
+    problems: list[str] = []
+    seen: set[tuple[str, str]] = set()
+
+    def check(kind: str, name: str | None, where: str) -> None:
+        if name is None or (kind, where) in seen:
+            return
+        seen.add((kind, where))
+        try:
+            get_registry(kind).get(name)
+        except UnknownNameError as e:
+            problems.append(f"{where}: {e.message}")
+
+    def where(i: int, section: str, field: str) -> str:
+        # a stage's own section, or the job-level one it inherits
+        if config.stages and getattr(config.stages[i], section) is not None:
+            return f"stages[{i}].{section}.{field}"
+        return f"{section}.{field}"
+
+    for i, stage in enumerate(config.resolved_stages()):
+        algo = "algorithm" if config.algorithm is not None else f"stages[{i}].algorithm"
+        check("advantage_estimators", stage.algorithm.estimator, f"{algo}.estimator")
+        check("losses", stage.algorithm.loss, f"{algo}.loss")
+        assert stage.optimizer is not None
+        check("optimizers", stage.optimizer.name, where(i, "optimizer", "name"))
+        if stage.env is not None and stage.env.address is None:
+            check("envs", stage.env.id, where(i, "env", "id"))
+    return problems
+
+
+def parse_config(data: Any, *, source: str | None = None, check_plugins: bool = True) -> JobConfig:
+    """Validate a mapping; raise :class:`ConfigError` listing every problem found."""
+    if not isinstance(data, dict):
+        raise ConfigError([f"(top level): expected a mapping of sections, got {type(data).__name__}"], source)
+    try:
+        config = JobConfig.model_validate(data)
+    except ValidationError as e:
+        problems = format_validation_error(e)
+        if check_plugins:
+            problems += _plugin_problems_of_raw(data)
+        raise ConfigError(problems, source) from None
+    if check_plugins:
+        problems = check_plugin_names(config)
+        if problems:
+            raise ConfigError(problems, source)
+    return config
+
+
+def _plugin_problems_of_raw(data: dict[str, Any]) -> list[str]:
+    """Best-effort plugin-name checks on a config that failed schema validation."""
+    from tinker_core.registry import get_registry
+
+    problems: list[str] = []
+    env = data.get("env")
+    env_id = env.get("id") if isinstance(env, dict) else None
+    if isinstance(env_id, str) and not (isinstance(env, dict) and env.get("address")):
+        try:
+            get_registry("envs").get(env_id)
+        except UnknownNameError as e:
+            problems.append(f"env.id: {e.message}")
+    return problems
+
+
+def load_config(path_or_text: str | Path, *, check_plugins: bool = True) -> JobConfig:
+    """Load a YAML (or JSON) job config from a file path or a YAML string."""
+    import yaml
+
+    source: str | None = None
+    if isinstance(path_or_text, Path) or ("\n" not in str(path_or_text) and Path(str(path_or_text)).suffix in (".yaml", ".yml", ".json")):
+        path = Path(path_or_text)
+        source = str(path)
+        if not path.is_file():
+            raise ConfigError([f"config file {path} does not exist"], source)
+        text = path.read_text(encoding="utf-8")
+    else:
+        text = str(path_or_text)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError([f"not valid YAML: {e}"], source) from None
+    if data is None:
+        raise ConfigError(["the file is empty; a job needs at least 'algorithm' (or 'stages')"], source)
+    return parse_config(data, source=source, check_plugins=check_plugins)
