@@ -373,6 +373,21 @@ class DuelBadSelection(DuelEnv):
         self.agent_selection = "nobody"
 
 
+class DuelLiveAgainAfterEnd(DuelEnv):
+    def step(self, action):
+        if self.done:  # starts playing again
+            self.truncations = {r: False for r in self.possible_agents}
+            return
+        super().step(action)
+
+
+class DuelSilentErrorAfterEnd(DuelEnv):
+    def step(self, action):
+        if self.done:
+            raise RuntimeError()
+        super().step(action)
+
+
 @pytest.mark.parametrize(
     "env_cls, check, match",
     [
@@ -383,6 +398,8 @@ class DuelBadSelection(DuelEnv):
         (DuelRaisesOnGarbage, "robustness", r"raised ValueError"),
         (DuelDropsARole, "role-dicts", r"rewards is keyed by \['a'\]"),
         (DuelBadSelection, "turn-order", r"agent_selection is 'nobody'"),
+        (DuelLiveAgainAfterEnd, "step-after-end", r"after the episode ended made it live again"),
+        (DuelSilentErrorAfterEnd, "step-after-end", r"raised RuntimeError without a message"),
     ],
 )
 def test_broken_multi_agent_envs_fail_naming_the_problem(env_cls, check, match):
@@ -515,6 +532,12 @@ def returns_a_dict(inputs):
     return {"advantages_B_T": out.advantages_B_T, "returns_B_T": out.returns_B_T}
 
 
+def array_metric(inputs):
+    out = grpo(inputs)
+    out.metrics = {"mean": out.advantages_B_T.mean(axis=1)}
+    return out
+
+
 @pytest.mark.parametrize(
     "estimator, check, match",
     [
@@ -529,6 +552,7 @@ def returns_a_dict(inputs):
         (group_id_as_weight, "group-ids", r"renaming the group ids"),
         (returns_lists, "output", r"advantages_B_T is list, not a numpy array"),
         (returns_a_dict, "output", r"returned dict, not AdvantageOutputs"),
+        (array_metric, "output", r"metrics\['mean'\] is ndarray"),
     ],
 )
 def test_broken_estimators_fail_naming_the_problem(estimator, check, match):

@@ -126,6 +126,18 @@ def is_bool(value: Any) -> bool:
     return isinstance(value, bool | np.bool_)
 
 
+def check_metrics(rep: Reporter, metrics: Any, case: str, convert: str) -> None:
+    """``output``: the metrics a plugin returned are a dict of str -> finite float; ``convert``
+    says how to make one (``"float(x)"``)."""
+    if not isinstance(metrics, dict):
+        rep.fail("output", f"on {case}: metrics is {type(metrics).__name__}, not a dict",
+                 "return metrics as dict[str, float]")
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not is_real_number(value) or not math.isfinite(float(value)):
+            rep.fail("output", f"on {case}: metrics[{short(key)}] is {type(value).__name__} {short(value)}",
+                     f"metrics are str -> finite float: use {convert}")
+
+
 def json_problem(value: Any, where: str) -> str | None:
     """None when ``value`` is standard JSON (no NaN/inf); else which part is not and why."""
     try:

@@ -38,6 +38,7 @@ DEFAULT_ACTIONS: tuple[str, ...] = (
 """The fixed actions every env is driven with when ``actions`` is None."""
 
 AFTER_END_ACTIONS = ("", "hello")
+"""What is stepped after an episode ended (``step-after-end``)."""
 _RANDOM_CHARS = string.printable + "éü日本語🙂\u200b"
 _REWARD_TOL = 1e-9
 
@@ -257,6 +258,24 @@ def check_info(rep: Reporter, info: Any, where: str, check: str) -> None:
 
 
 # ---- playing and comparing episodes -----------------------------------------------------------
+def check_step_after_end(rep: Reporter, env: Any, where: str, still_over: Callable[[Any, str], bool], *,
+                         went_on: str, fix: str) -> None:
+    """``step-after-end``: step ``env``, whose episode ended, with each of ``AFTER_END_ACTIONS``;
+    each step must raise an error that has a message, or return a ``result`` for which
+    ``still_over(result, where)`` holds (else: "step(action) after the episode ended {went_on}")."""
+    for action in AFTER_END_ACTIONS:
+        try:
+            result = env.step(action)
+        except Exception as e:
+            if not str(e).strip():
+                rep.fail("step-after-end", f"{where}: step({action!r}) after the episode ended raised "
+                         f"{type(e).__name__} without a message",
+                         "say why, e.g. raise RuntimeError('episode is over; call reset()')", cause=e)
+            continue
+        if not still_over(result, f"{where}, after the end"):
+            rep.fail("step-after-end", f"{where}: step({action!r}) after the episode ended {went_on}", fix)
+
+
 @dataclass
 class Episode:
     """One played episode. ``trace[0]`` is ``("reset", observation)`` (multi-agent:

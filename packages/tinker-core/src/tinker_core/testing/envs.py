@@ -47,13 +47,13 @@ from typing import Any
 from tinker_core.env import EnvSpec, TextEnv
 from tinker_core.testing._common import Reporter, is_bool, short
 from tinker_core.testing._episodes import (
-    AFTER_END_ACTIONS,
     DEFAULT_ACTIONS,
     ActionsArg,
     Episode,
     Script,
     check_info,
     check_reward,
+    check_step_after_end,
     observation_problem,
     play_all,
     prepare,
@@ -117,28 +117,14 @@ def _play(rep: Reporter, env: TextEnv, spec: EnvSpec, seed: int, script: Script,
         trace.append((action, obs, reward, terminated, truncated))
         if terminated or truncated:
             if probe_after_end:
-                _probe_after_end(rep, env, spec, f"seed {seed}, {script.name}")
+                check_step_after_end(
+                    rep, env, f"seed {seed}, {script.name}",
+                    lambda result, at: any(_check_step_result(rep, spec, result, at)[2:4]),
+                    went_on="returned terminated=False, truncated=False (the episode silently went on)",
+                    fix="once an episode ended, keep returning terminated=True until reset(), or raise "
+                        "an error that says to call reset()")
             return Episode(trace, True, action)
     return Episode(trace, False, action)
-
-
-def _probe_after_end(rep: Reporter, env: TextEnv, spec: EnvSpec, where: str) -> None:
-    for action in AFTER_END_ACTIONS:
-        try:
-            result = env.step(action)
-        except Exception as e:
-            if not str(e).strip():
-                rep.fail("step-after-end", f"{where}: step({action!r}) after the episode ended raised "
-                         f"{type(e).__name__} without a message",
-                         "say why, e.g. raise RuntimeError('episode is over; call reset()')", cause=e)
-            continue
-        _, _, terminated, truncated, _ = _check_step_result(rep, spec, result, f"{where}, after the end")
-        if not (terminated or truncated):
-            rep.fail("step-after-end",
-                     f"{where}: step({action!r}) after the episode ended returned "
-                     "terminated=False, truncated=False (the episode silently went on)",
-                     "once an episode ended, keep returning terminated=True until reset(), or raise "
-                     "an error that says to call reset()")
 
 
 def check_env(

@@ -24,14 +24,17 @@ four, a group of two with equal rewards and a group of one.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from tinker_core.algos import AdvantageInputs, AdvantageOutputs
-from tinker_core.testing._common import Reporter, is_real_number, resolve_callable, short
+from tinker_core.testing._common import (
+    Reporter,
+    check_metrics,
+    resolve_callable,
+)
 
 __all__ = ["check_advantage_estimator"]
 
@@ -108,13 +111,7 @@ def _validate(rep: Reporter, out: Any, inputs: AdvantageInputs, case: str) -> No
         rep.fail("mask", f"on {case}: advantages_B_T is {out.advantages_B_T[b, t]} at [{b}, {t}] where "
                  f"mask_B_T is 0 ({int(off.sum())} such place(s))",
                  "multiply the advantages by inputs.mask_B_T before returning")
-    if not isinstance(out.metrics, dict):
-        rep.fail("output", f"on {case}: metrics is {type(out.metrics).__name__}, not a dict",
-                 "return metrics as dict[str, float]")
-    for key, value in out.metrics.items():
-        if not isinstance(key, str) or not is_real_number(value) or not math.isfinite(float(value)):
-            rep.fail("output", f"on {case}: metrics[{short(key)}] is {type(value).__name__} {short(value)}",
-                     "metrics are str -> finite float (use float(x))")
+    check_metrics(rep, out.metrics, case, "float(x)")
 
 
 def _same(a: AdvantageOutputs, b: AdvantageOutputs, exact: bool) -> str | None:

@@ -36,7 +36,6 @@ supervised logprobs (trained), mask, weights (0 off the mask)
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,7 +43,7 @@ from tinker_core.algos import LOSS_KINDS, LossInputs, LossOutputs
 from tinker_core.testing._common import (
     Reporter,
     TorchNotInstalledError,
-    is_real_number,
+    check_metrics,
     resolve_callable,
     short,
 )
@@ -165,13 +164,7 @@ def _call(rep: Reporter, torch: Any, fn: Callable[..., Any], inputs: LossInputs,
                  f"(mask {float(inputs.mask_B_T[b, t])}); {int(bad.sum())} non-finite value(s)",
                  "keep the loss finite everywhere, also off the mask: clamp log-ratios before "
                  "exp() and use torch.where rather than multiplying inf by 0")
-    if not isinstance(out.metrics, dict):
-        rep.fail("output", f"on {case}: metrics is {type(out.metrics).__name__}, not a dict",
-                 "return metrics as dict[str, float]")
-    for key, value in out.metrics.items():
-        if not isinstance(key, str) or not is_real_number(value) or not math.isfinite(float(value)):
-            rep.fail("output", f"on {case}: metrics[{short(key)}] is {type(value).__name__} {short(value)}",
-                     "metrics are str -> finite float: use float(x.detach()) (not a tensor)")
+    check_metrics(rep, out.metrics, case, "float(x.detach()) (not a tensor)")
     return out
 
 

@@ -26,12 +26,12 @@ from typing import Any
 from tinker_core.env import EnvSpec, MultiAgentTextEnv
 from tinker_core.testing._common import Reporter, is_bool, is_real_number, short
 from tinker_core.testing._episodes import (
-    AFTER_END_ACTIONS,
     ActionsArg,
     Episode,
     Script,
     check_info,
     check_reward,
+    check_step_after_end,
     observation_problem,
     play_all,
     prepare,
@@ -134,25 +134,11 @@ def _ma_play(rep: Reporter, env: MultiAgentTextEnv, spec: EnvSpec, roles: list[s
         trace.append((action, *snap))
         if _ma_done(rep, env, where):
             if probe_after_end:
-                _ma_probe_after_end(rep, env, f"seed {seed}, {script.name}")
+                check_step_after_end(rep, env, f"seed {seed}, {script.name}", lambda _, at: _ma_done(rep, env, at),
+                                     went_on="made it live again",
+                                     fix="ignore steps once done (or raise an error that says to call reset())")
             return Episode(trace, True, action)
     return Episode(trace, False, action)
-
-
-def _ma_probe_after_end(rep: Reporter, env: MultiAgentTextEnv, where: str) -> None:
-    for action in AFTER_END_ACTIONS:
-        try:
-            env.step(action)
-        except Exception as e:
-            if not str(e).strip():
-                rep.fail("step-after-end", f"{where}: step({action!r}) after the episode was done raised "
-                         f"{type(e).__name__} without a message",
-                         "say why, e.g. raise RuntimeError('episode is over; call reset()')", cause=e)
-            continue
-        if not _ma_done(rep, env, where):
-            rep.fail("step-after-end",
-                     f"{where}: step({action!r}) after the episode was done made it live again",
-                     "ignore steps once done (or raise an error that says to call reset())")
 
 
 def check_multi_agent_env(
