@@ -32,6 +32,7 @@ from tinker_algos.multiagent import (  # noqa: E402
 )
 from tinker_algos.rollout import RolloutError  # noqa: E402
 from tinker_algos.sampler import SamplingParams  # noqa: E402
+from tinker_core.config import MultiAgentConfig  # noqa: E402
 from tinker_core.errors import ConfigError  # noqa: E402
 from tinker_core.types import Trajectory  # noqa: E402
 from tinker_env_echo.envs import CallResponseEnv  # noqa: E402
@@ -277,32 +278,38 @@ def test_agents_argument_is_checked(policy: PolicyModel) -> None:
         multi_agent_rollout(policy, lambda: tinker_core.make_env("echo/echo-v0"), [0], PARAMS)
 
 
-def test_multi_agent_params_are_validated() -> None:
+def test_multi_agent_params_are_checked_against_the_env() -> None:
+    """The job config types multi_agent (tinker-core's tests cover its field errors); what only the
+    env can tell -- its roles and the opponents it offers -- is checked by MultiAgentParams.for_env."""
     spec = tinker_core.registry.env_spec("games/tictactoe-v0")
-    assert MultiAgentParams.from_params(None, spec) == MultiAgentParams()
-    p = MultiAgentParams.from_params({"mode": "opponent", "opponent": "minimax", "learner_role": "o"}, spec)
+
+    def settings(**kw: object) -> MultiAgentConfig:
+        return MultiAgentConfig.model_validate(kw)
+
+    assert MultiAgentParams.for_env(None, spec) == MultiAgentParams()
+    p = MultiAgentParams.for_env(settings(mode="opponent", opponent="minimax", learner_role="o"), spec)
     agents = p.agents(spec.roles, "policy")
     assert agents == {"o": Learner("policy"), "x": opponent("minimax")}
-    assert MultiAgentParams.from_params({"mode": "opponent"}, spec).agents(spec.roles, None) == {
+    assert MultiAgentParams.for_env(settings(mode="opponent"), spec).agents(spec.roles, None) == {
         "x": Learner(None),
         "o": opponent("random"),
     }
     with pytest.raises(ConfigError) as e:
-        MultiAgentParams.from_params({"mode": "team", "opponent": "alphazero", "learner_role": "z", "colour": 1}, spec)
+        MultiAgentParams.for_env(settings(mode="opponent", opponent="alphazero", learner_role="z"), spec, where="stages[1].algorithm.params.multi_agent")
     text = str(e.value)
-    for fragment in ("unknown key(s) ['colour']", ".mode: 'team'", ".opponent: 'alphazero'", ".learner_role: 'z'"):
+    for fragment in ("stages[1].algorithm.params.multi_agent.opponent: 'alphazero'", ".learner_role: 'z' is not a role of games/tictactoe-v0"):
         assert fragment in text
     c4 = tinker_core.registry.env_spec("games/connect-four-v0")
     # the env says which opponents it offers: connect four has no minimax
     with pytest.raises(ConfigError, match=r"'minimax' is not a scripted opponent of games/connect-four-v0 \(it offers: random;"):
-        MultiAgentParams.from_params({"mode": "opponent", "opponent": "minimax"}, c4)
+        MultiAgentParams.for_env(settings(mode="opponent", opponent="minimax"), c4)
     with pytest.raises(ConfigError, match=r"\.eval_opponent: 'minimax' is not a scripted opponent"):
-        MultiAgentParams.from_params({"eval_opponent": "minimax"}, c4)
-    assert MultiAgentParams.from_params({"eval_opponent": "random"}, c4).eval_opponent == "random"
+        MultiAgentParams.for_env(settings(eval_opponent="minimax"), c4)
+    assert MultiAgentParams.for_env(settings(eval_opponent="random"), c4).eval_opponent == "random"
     # an env that offers none cannot be evaluated against an opponent: refused before training
     duel = tinker_core.registry.env_spec("echo/call-response-v0")
     with pytest.raises(ConfigError, match=r"\.opponent: 'random' \(the default\) is not a scripted opponent of echo/call-response-v0 \(it offers: none"):
-        MultiAgentParams.from_params({"mode": "self_play"}, duel)
+        MultiAgentParams.for_env(settings(mode="self_play"), duel)
 
 
 def test_named_opponents_come_from_the_env_being_played(policy: PolicyModel) -> None:

@@ -79,8 +79,7 @@ class GRPO(Algorithm):
         self.env_spec = stage_env_spec(ctx)
         if self.env_spec is not None and self.env_spec.roles:
             # the config typed the keys; this checks them against the env (its roles, its opponents)
-            raw = self.params.multi_agent.model_dump(exclude_unset=True) if self.params.multi_agent is not None else None
-            self.multi_agent = MultiAgentParams.from_params(raw, self.env_spec, where=f"{ctx.where}.params.multi_agent")
+            self.multi_agent = MultiAgentParams.for_env(self.params.multi_agent, self.env_spec, where=f"{ctx.where}.params.multi_agent")
         elif self.params.multi_agent is not None:
             raise ConfigError([
                 f"{ctx.where}.params.multi_agent: the env {getattr(self.env_spec, 'id', '?')!r} is single-agent "

@@ -1,12 +1,13 @@
-"""``algorithm.params.multi_agent`` of a GRPO stage whose env has roles: parsed and checked."""
+"""``algorithm.params.multi_agent`` of a GRPO stage whose env has roles, checked against that env."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Literal
 
 from tinker_algos.multiagent.roles import Learner, Opponent, opponent
+from tinker_core.config import MultiAgentConfig
 from tinker_core.errors import ConfigError, UnknownNameError
 from tinker_core.opponents import scripted_opponents
 
@@ -45,51 +46,40 @@ class MultiAgentParams:
     learner_role: str | None = None
     eval_opponent: str | None = None
 
-    FIELDS: ClassVar[tuple[str, ...]] = ("mode", "opponent", "learner_role", "eval_opponent")
-
     @classmethod
-    def from_params(cls, raw: Any, spec: EnvSpec, *, where: str = "algorithm.params.multi_agent") -> MultiAgentParams:
-        """Validate ``raw`` (a dict or None) against the env's spec; raise ``ConfigError`` naming the field.
+    def for_env(
+        cls, config: MultiAgentConfig | None, spec: EnvSpec, *, where: str = "algorithm.params.multi_agent"
+    ) -> MultiAgentParams:
+        """The settings of ``config`` (already validated by the job config) checked against the env.
 
-        The opponents that will be played (``opponent`` in ``opponent`` mode, and the evaluation
+        What only the env can tell is checked here, raising ``ConfigError`` naming the field: the
+        opponents that will be played (``opponent`` in ``opponent`` mode, and the evaluation
         opponent, ``eval_opponent`` or else ``opponent``) must be offered by the env (its
-        ``scripted_opponents``, found through the registry by ``spec.id``): a multi-agent env
-        that offers none cannot be evaluated, and fails here, before training.
+        ``scripted_opponents``, found through the registry by ``spec.id``), and ``learner_role``
+        must be one of its roles. A multi-agent env that offers no opponent cannot be evaluated,
+        and fails here, before training.
         """
-        raw = {} if raw is None else raw
-        if not isinstance(raw, Mapping):
-            raise ConfigError([f"{where}: must be a mapping like {{mode: self_play}}, got {type(raw).__name__}"])
-        problems: list[str] = []
-        unknown = sorted(set(raw) - set(cls.FIELDS))
-        if unknown:
-            problems.append(f"{where}: unknown key(s) {unknown}; known: {', '.join(cls.FIELDS)}")
-        mode = raw.get("mode", "self_play")
-        if mode not in ("self_play", "opponent"):
-            problems.append(f"{where}.mode: {mode!r} is not 'self_play' or 'opponent'")
-        opp = raw.get("opponent", "random")
-        eval_opp = raw.get("eval_opponent")
+        config = config or MultiAgentConfig()
+        written = config.model_fields_set
         # training (mode: opponent) plays `opponent`; held-out evaluation plays `eval_opponent`,
         # by default `opponent`: check each name that will be played, or that was written
-        checked = [("eval_opponent", eval_opp)] if eval_opp is not None else []
-        if "opponent" in raw or mode == "opponent" or eval_opp is None:
-            checked.insert(0, ("opponent", opp))
+        checked = [("eval_opponent", config.eval_opponent)] if config.eval_opponent is not None else []
+        if "opponent" in written or config.mode == "opponent" or config.eval_opponent is None:
+            checked.insert(0, ("opponent", config.opponent))
         offered = _offered(spec)
-        for key, value in checked:
-            if value not in offered:
-                default = "" if key in raw else " (the default)"
-                problems.append(
-                    f"{where}.{key}: {value!r}{default} is not a scripted opponent of {spec.id} "
-                    f"(it offers: {', '.join(offered) or 'none'}; held-out evaluation plays "
-                    "against eval_opponent, default: opponent)"
-                )
-        learner_role = raw.get("learner_role")
-        if learner_role is not None and learner_role not in spec.roles:
-            problems.append(f"{where}.learner_role: {learner_role!r} is not a role of {spec.id} ({', '.join(spec.roles)})")
-        if learner_role is not None and mode == "self_play":
-            problems.append(f"{where}.learner_role: only used with mode: opponent (self-play trains every role)")
+        problems = [
+            f"{where}.{key}: {value!r}{'' if key in written else ' (the default)'} is not a scripted opponent of "
+            f"{spec.id} (it offers: {', '.join(offered) or 'none'}; held-out evaluation plays against "
+            "eval_opponent, default: opponent)"
+            for key, value in checked
+            if value not in offered
+        ]
+        if config.learner_role is not None and config.learner_role not in spec.roles:
+            problems.append(f"{where}.learner_role: {config.learner_role!r} is not a role of {spec.id} ({', '.join(spec.roles)})")
         if problems:
             raise ConfigError(problems)
-        return cls(mode=mode, opponent=opp, learner_role=learner_role, eval_opponent=eval_opp)
+        return cls(mode=config.mode, opponent=config.opponent, learner_role=config.learner_role,
+                   eval_opponent=config.eval_opponent)
 
     def agents(self, roles: Sequence[str], adapter: str | None) -> Learner | dict[str, Learner | Opponent]:
         """The ``agents`` argument of :func:`~tinker_algos.multiagent.multi_agent_rollout` for training."""
