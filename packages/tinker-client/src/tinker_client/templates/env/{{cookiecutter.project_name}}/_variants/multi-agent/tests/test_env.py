@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from tinker_core.coordinator import play_episode
+from tinker_core.opponents import make_opponent
 from tinker_core.registry import env_spec, get_registry
 from tinker_core.testing import check_env, check_multi_agent_env
 
 from {{ cookiecutter.__module }}.env import (
     SOLO_SPEC,
     SPEC,
+    RandomTaker,
     {{ cookiecutter.__class }}Game,
     {{ cookiecutter.__class }}SoloEnv,
     legal_takes,
@@ -80,3 +83,12 @@ def test_the_solo_env_lets_the_bot_reply_and_credits_first():
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="min_stones"):
         {{ cookiecutter.__class }}Game(min_stones=6, max_stones=3)
+
+
+def test_the_game_offers_a_random_opponent_that_plays_legally():
+    game = {{ cookiecutter.__class }}Game()
+    assert isinstance(make_opponent(game, "random", seed=0), RandomTaker)
+    for seed in range(5):
+        result = play_episode(game, {r: make_opponent(game, "random", seed=seed + i) for i, r in enumerate(game.possible_agents)}, seed=seed)
+        assert sorted(result.rewards.values()) == [-1.0, 1.0]  # someone took the last stone
+        assert game.reason.endswith("took the last stone"), game.reason

@@ -27,17 +27,19 @@ every game ends within ``env_spec.max_turns`` steps and ``infos`` hold only JSON
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import replace
 from typing import Any
 
 from tinker_core import EnvSpec, MultiAgentTextEnv, TextEnv
 
-__all__ = ["ROLES", "SOLO_SPEC", "SPEC", "{{ cookiecutter.__class }}Game", "{{ cookiecutter.__class }}SoloEnv", "legal_takes"]
+__all__ = ["ROLES", "SOLO_SPEC", "SPEC", "RandomTaker", "{{ cookiecutter.__class }}Game", "{{ cookiecutter.__class }}SoloEnv", "legal_takes"]
 
 ROLES: tuple[str, str] = ("first", "second")
 MAX_TAKE = 3
 _INT_RE = re.compile(r"-?\d+")
+_STONES_RE = re.compile(r"(\d+) stones left")
 
 SPEC = EnvSpec(
     id="{{ cookiecutter.__env_id }}",
@@ -66,6 +68,21 @@ def _other(role: str) -> str:
     return ROLES[1] if role == ROLES[0] else ROLES[0]
 
 
+class RandomTaker:
+    """A scripted opponent: takes a random legal number of stones (seeded: the same seed gives
+    the same moves for the same observations). Offered as ``random`` by the game, so GRPO can
+    train against it (``algorithm.params.multi_agent: {mode: opponent, opponent: random}``)
+    and evaluate against it."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = random.Random(seed)
+
+    def __call__(self, role: str, observation: str) -> str:
+        found = _STONES_RE.search(observation)
+        takes = legal_takes(int(found.group(1))) if found else [1]
+        return str(self.rng.choice(takes))
+
+
 class {{ cookiecutter.__class }}Game(MultiAgentTextEnv):
     """Nim for two roles (see the module docstring).
 
@@ -75,6 +92,7 @@ class {{ cookiecutter.__class }}Game(MultiAgentTextEnv):
     """
 
     env_spec = SPEC
+    scripted_opponents = {"random": RandomTaker}  # opponents by name (see tinker_core.opponents)
 
     def __init__(self, min_stones: int = 5, max_stones: int = 12) -> None:
         if not 1 <= min_stones <= max_stones:
