@@ -144,6 +144,8 @@ class GRPO(Algorithm):
         adv, est_metrics = self.advantages(batch, token_rewards)
         metrics.update({f"advantages/{k}": v for k, v in est_metrics.items()})
         metrics["advantages/abs_mean"] = float(np.abs(adv).sum() / max(mask.sum(), 1.0))
+        # the policy loss: a registered name, by default tinker_algos.losses.importance_sampling
+        # (l = -rho * A per token; `ppo`, `cispo` beside it), aggregated by tinker_algos.aggregation
         fb = self.ctx.trainer.forward_backward(
             batch, self.loss, agg=self.ctx.algo.aggregation, advantages_B_T=adv, **self.ctx.algo.loss_config
         )
