@@ -53,7 +53,7 @@ def test_a_copy_of_the_tree_is_judged_like_the_tree(tree_copy: Path) -> None:
 
 def test_an_upward_import_inside_a_function_is_caught(tree_copy: Path) -> None:
     cli = tree_copy / "packages/tinker-client/src/tinker_client/cli.py"
-    _append(cli, "def _sneaky():\n    from tinker_algos import training\n    return training")
+    _append(cli, "def _sneaky():\n    from tinker_algos import run\n    return run")
     problems = checker.check(tree_copy)
     assert any("tinker_client/cli.py" in p and "tinker_client imports tinker_algos" in p for p in problems), problems
 

@@ -59,8 +59,8 @@ _EXPORTS: dict[str, str] = {
     "read_manifest": "tinker_algos.checkpoint",
     "save_state": "tinker_algos.checkpoint",
     # training entry point
-    "train": "tinker_algos.training",
-    "TrainResult": "tinker_algos.training",
+    "train": "tinker_algos.run",
+    "TrainResult": "tinker_algos.run",
     # loss aggregation
     "aggregate": "tinker_algos.aggregation",
 }

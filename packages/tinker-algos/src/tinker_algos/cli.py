@@ -107,7 +107,7 @@ def train(
         for line in problems:
             err_console.print(line, markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    from tinker_algos.training import train as run_training
+    from tinker_algos.run import train as run_training
 
     target = run_dir or Path("runs") / config.name
     if fresh and target.exists():

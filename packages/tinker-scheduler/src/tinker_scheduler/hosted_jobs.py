@@ -37,7 +37,7 @@ def job_adapter_name(job_id: str) -> str:
 
 
 class HostedJob:
-    """What a job on a host receives as ``shared`` (``tinker_algos.training.SharedModel``)."""
+    """What a job on a host receives as ``shared`` (``tinker_algos.run.SharedModel``)."""
 
     def __init__(self, jobs: HostedJobs, job_id: str) -> None:
         self._jobs = jobs

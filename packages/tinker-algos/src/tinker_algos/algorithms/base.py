@@ -2,7 +2,7 @@
 
 A job runs its stages in order; each stage builds its algorithm with a context holding the
 policy, a trainer for this stage's optimizer, the environment factories and the seeds. The
-training loop (:mod:`tinker_algos.training`) calls ``step(k)`` once per optimizer step and
+training loop (:mod:`tinker_algos.run`) calls ``step(k)`` once per optimizer step and
 ``evaluate()`` on the held-out set; ``state_dict``/``load_state_dict`` carry the algorithm's own
 state (a critic, a data cursor) through checkpoints.
 
