@@ -256,6 +256,8 @@ def test_the_old_import_path_re_exports_the_core_coordinator() -> None:
     for name in old.__all__:
         assert getattr(old, name) is getattr(tinker_core.coordinator, name), name
     assert tinker_env_games.play_episode is play_episode and tinker_env_games.Turn is Turn
+    for name in tinker_env_games.__all__:  # every lazy name loads
+        assert getattr(tinker_env_games, name) is not None, name
 
 
 @pytest.mark.parametrize(

@@ -12,56 +12,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tinker_core.lazy import lazy_exports
+from tinker_core.lazy import lazy_package
 
 __version__ = "0.1.0"
 
-_EXPORTS: dict[str, str] = {
-    "GuessNumberEnv": "tinker_env_games.guess_number",
-    "BoardGameEnv": "tinker_env_games.board",
-    "TicTacToeEnv": "tinker_env_games.tictactoe",
-    "ConnectFourEnv": "tinker_env_games.connect_four",
-    "RandomAgent": "tinker_env_games.opponents",
-    "MinimaxAgent": "tinker_env_games.opponents",
-    "Coordinator": "tinker_core.coordinator",
-    "EpisodeResult": "tinker_core.coordinator",
-    "Turn": "tinker_core.coordinator",
-    "play_episode": "tinker_core.coordinator",
-    "play_episode_async": "tinker_core.coordinator",
-    "play_episodes": "tinker_core.coordinator",
-}
+if TYPE_CHECKING:  # pragma: no cover - read by lazy_package too
+    from tinker_core.coordinator import Coordinator as Coordinator
+    from tinker_core.coordinator import EpisodeResult as EpisodeResult
+    from tinker_core.coordinator import Turn as Turn
+    from tinker_core.coordinator import play_episode as play_episode
+    from tinker_core.coordinator import play_episode_async as play_episode_async
+    from tinker_core.coordinator import play_episodes as play_episodes
+    from tinker_env_games.board import BoardGameEnv as BoardGameEnv
+    from tinker_env_games.connect_four import ConnectFourEnv as ConnectFourEnv
+    from tinker_env_games.guess_number import GuessNumberEnv as GuessNumberEnv
+    from tinker_env_games.opponents import MinimaxAgent as MinimaxAgent
+    from tinker_env_games.opponents import RandomAgent as RandomAgent
+    from tinker_env_games.tictactoe import TicTacToeEnv as TicTacToeEnv
 
-__all__ = [
-    "BoardGameEnv",
-    "ConnectFourEnv",
-    "Coordinator",
-    "EpisodeResult",
-    "GuessNumberEnv",
-    "MinimaxAgent",
-    "RandomAgent",
-    "TicTacToeEnv",
-    "Turn",
-    "__version__",
-    "play_episode",
-    "play_episode_async",
-    "play_episodes",
-]
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
-
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tinker_core.coordinator import (
-        Coordinator,
-        EpisodeResult,
-        Turn,
-        play_episode,
-        play_episode_async,
-        play_episodes,
-    )
-    from tinker_env_games.board import BoardGameEnv
-    from tinker_env_games.connect_four import ConnectFourEnv
-    from tinker_env_games.guess_number import GuessNumberEnv
-    from tinker_env_games.opponents import MinimaxAgent, RandomAgent
-    from tinker_env_games.tictactoe import TicTacToeEnv
+__getattr__, __dir__, __all__ = lazy_package(__name__, "__version__")

@@ -35,51 +35,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tinker_core.lazy import lazy_exports
+from tinker_core.lazy import lazy_package
 
 # Loaded on first use, so that the pytest plugin (a submodule, imported into every pytest run
 # where tinker-core is installed) does not pull numpy and gymnasium in.
-_EXPORTS: dict[str, str] = {
-    "ConformanceError": "tinker_core.testing._common",
-    "ConformanceWarning": "tinker_core.testing._common",
-    "TorchNotInstalledError": "tinker_core.testing._common",
-    "DEFAULT_ACTIONS": "tinker_core.testing.envs",
-    "check_env": "tinker_core.testing.envs",
-    "check_multi_agent_env": "tinker_core.testing.multi_agent_envs",
-    "check_advantage_estimator": "tinker_core.testing.estimators",
-    "check_loss": "tinker_core.testing.losses",
-    "check_optimizer": "tinker_core.testing.optimizers",
-    "check_all_registered": "tinker_core.testing.registered",
-    "registered_checks": "tinker_core.testing.registered",
-}
-
-__all__ = [
-    "DEFAULT_ACTIONS",
-    "ConformanceError",
-    "ConformanceWarning",
-    "TorchNotInstalledError",
-    "check_advantage_estimator",
-    "check_all_registered",
-    "check_env",
-    "check_loss",
-    "check_multi_agent_env",
-    "check_optimizer",
-    "registered_checks",
-]
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
-
-
-if TYPE_CHECKING:  # pragma: no cover
-    from tinker_core.testing._common import (
-        ConformanceError,
-        ConformanceWarning,
-        TorchNotInstalledError,
+if TYPE_CHECKING:  # pragma: no cover - read by lazy_package too
+    from tinker_core.testing._common import ConformanceError as ConformanceError
+    from tinker_core.testing._common import ConformanceWarning as ConformanceWarning
+    from tinker_core.testing._common import TorchNotInstalledError as TorchNotInstalledError
+    from tinker_core.testing.envs import DEFAULT_ACTIONS as DEFAULT_ACTIONS
+    from tinker_core.testing.envs import check_env as check_env
+    from tinker_core.testing.estimators import (
+        check_advantage_estimator as check_advantage_estimator,
     )
-    from tinker_core.testing.envs import DEFAULT_ACTIONS, check_env
-    from tinker_core.testing.estimators import check_advantage_estimator
-    from tinker_core.testing.losses import check_loss
-    from tinker_core.testing.multi_agent_envs import check_multi_agent_env
-    from tinker_core.testing.optimizers import check_optimizer
-    from tinker_core.testing.registered import check_all_registered, registered_checks
+    from tinker_core.testing.losses import check_loss as check_loss
+    from tinker_core.testing.multi_agent_envs import check_multi_agent_env as check_multi_agent_env
+    from tinker_core.testing.optimizers import check_optimizer as check_optimizer
+    from tinker_core.testing.registered import check_all_registered as check_all_registered
+    from tinker_core.testing.registered import registered_checks as registered_checks
+
+__getattr__, __dir__, __all__ = lazy_package(__name__)
