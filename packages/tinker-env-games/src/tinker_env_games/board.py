@@ -29,7 +29,7 @@ from abc import abstractmethod
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from tinker_core.env import EnvSpec, MultiAgentTextEnv
+from tinker_core.env import EnvSpec, MultiAgentTextEnv, Observation
 from tinker_core.opponents import OpponentFactory
 
 __all__ = ["ROLES", "BoardGameEnv", "RandomAgent", "board_spec", "legal_moves_in"]
@@ -73,9 +73,9 @@ _LEGAL_RE = re.compile(r"^Legal moves:((?: \d+)*)\s*$", re.MULTILINE)
 _MOVE_RE = re.compile(r"[-+]?\d+")
 
 
-def legal_moves_in(observation: str) -> list[int]:
+def legal_moves_in(observation: Observation) -> list[int]:
     """The moves on the observation's ``Legal moves:`` line (empty when it has none)."""
-    m = _LEGAL_RE.search(observation)
+    m = _LEGAL_RE.search(observation) if isinstance(observation, str) else None
     return [int(x) for x in m.group(1).split()] if m else []
 
 
@@ -86,7 +86,7 @@ class RandomAgent:
     def __init__(self, seed: int | None = None) -> None:
         self.rng = random.Random(seed)
 
-    def __call__(self, role: str, observation: str) -> str:
+    def __call__(self, role: str, observation: Observation) -> str:
         moves = legal_moves_in(observation)
         return str(self.rng.choice(moves)) if moves else "1"
 

@@ -31,6 +31,7 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
+from tinker_core.env import Observation
 from tinker_core.opponents import OpponentFactory
 from tinker_env_games.board import BoardGameEnv, RandomAgent, board_spec
 
@@ -150,10 +151,12 @@ class MinimaxAgent:
     def __init__(self, seed: int | None = None) -> None:
         self.rng = random.Random(seed) if seed is not None else None
 
-    def __call__(self, role: str, observation: str) -> str:
+    def __call__(self, role: str, observation: Observation) -> str:
         mark = {"x": "X", "o": "O"}.get(role)
         if mark is None:
             raise ValueError(f"MinimaxAgent plays tic-tac-toe roles 'x' or 'o', got {role!r}")
+        if not isinstance(observation, str):
+            raise TypeError(f"MinimaxAgent reads a text observation, got {type(observation).__name__}")
         moves = minimax_moves(parse_board(observation), mark)
         if not moves:
             return "1"  # the game is over; any answer will do
