@@ -55,10 +55,8 @@ def board_spec(id: str, game: str, *, cells: int, action_format: str) -> EnvSpec
         roles=ROLES,
         metadata={
             "kwargs": {
-                "max_illegal_moves": "illegal moves that forfeit the game "
-                f"(default {DEFAULT_MAX_ILLEGAL_MOVES})",
-                "illegal_move_penalty": "cost of each illegal move before that "
-                f"(default {DEFAULT_ILLEGAL_MOVE_PENALTY})",
+                "max_illegal_moves": "illegal moves that forfeit the game (default 3)",
+                "illegal_move_penalty": "cost of each illegal move before that (default 0.1)",
             },
             "max_turns": "total steps of both roles, illegal moves included",
         },
