@@ -14,48 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tinker_core.lazy import lazy_exports
+from tinker_core.lazy import lazy_package
 
 __version__ = "0.1.0"
 
-_EXPORTS: dict[str, str] = {
-    # writing a plugin
-    "hookimpl": "tinker_core.hookspecs",
-    "EnvRegister": "tinker_core.hookspecs",
-    "EstimatorRegister": "tinker_core.hookspecs",
-    "LossRegister": "tinker_core.hookspecs",
-    "OptimizerRegister": "tinker_core.hookspecs",
-    "make_env": "tinker_core.registry",
-    # environments
-    "EnvSpec": "tinker_core.env",
-    "TextEnv": "tinker_core.env",
-    "MultiAgentTextEnv": "tinker_core.env",
-    "Message": "tinker_core.env",
-    "Observation": "tinker_core.env",
-    # advantage estimators, losses, optimizers
-    "AdvantageInputs": "tinker_core.algos",
-    "AdvantageOutputs": "tinker_core.algos",
-    "AdvantageEstimator": "tinker_core.algos",
-    "LossInputs": "tinker_core.algos",
-    "LossOutputs": "tinker_core.algos",
-    "Loss": "tinker_core.algos",
-    "OptimizerFactory": "tinker_core.algos",
-    # errors
-    "OpenTinkerError": "tinker_core.errors",
-    "PluginError": "tinker_core.errors",
-    "DuplicateNameError": "tinker_core.errors",
-    "UnknownNameError": "tinker_core.errors",
-    "FSMError": "tinker_core.errors",
-    "ConfigError": "tinker_core.errors",
-}
-"""The plugin-author surface: name -> the submodule it lives in (loaded on first use)."""
-
-__all__ = sorted(_EXPORTS) + ["__version__"]
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
-
-
-if TYPE_CHECKING:  # pragma: no cover - the same names, for type checkers
+if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_package reads them too)
     from tinker_core.algos import AdvantageEstimator as AdvantageEstimator
     from tinker_core.algos import AdvantageInputs as AdvantageInputs
     from tinker_core.algos import AdvantageOutputs as AdvantageOutputs
@@ -80,3 +43,5 @@ if TYPE_CHECKING:  # pragma: no cover - the same names, for type checkers
     from tinker_core.hookspecs import OptimizerRegister as OptimizerRegister
     from tinker_core.hookspecs import hookimpl as hookimpl
     from tinker_core.registry import make_env as make_env
+
+__getattr__, __dir__, __all__ = lazy_package(__name__, "__version__")

@@ -9,8 +9,7 @@ an ``if TYPE_CHECKING:`` block, which type checkers read and :func:`lazy_package
 
     __getattr__, __dir__, __all__ = lazy_package(__name__, "__version__")
 
-(``X as X`` marks a re-export for ``mypy --strict``.) :func:`lazy_exports` takes the table
-of names instead.
+(``X as X`` marks a re-export for ``mypy --strict``.)
 """
 
 from __future__ import annotations
@@ -23,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["lazy_exports", "lazy_package"]
+__all__ = ["lazy_package"]
 
 
-def lazy_exports(
+def _lazy_exports(
     package: str, exports: Mapping[str, str], public: Sequence[str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package``: ``exports`` maps a name to its module."""
@@ -82,4 +81,4 @@ def lazy_package(
     itself (``"__version__"``) are public too."""
     exports = _type_checking_imports(package)
     public = [*sorted(exports), *eager]
-    return (*lazy_exports(package, exports, public), public)
+    return (*_lazy_exports(package, exports, public), public)
