@@ -20,9 +20,12 @@ Keep plugin modules light: import heavy libraries inside the factories, not at m
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
+
+if TYPE_CHECKING:
+    from tinker_core.env import EnvSpec
 
 PROJECT_NAME = "opentinker"
 ENTRY_POINT_GROUP = "opentinker"
@@ -30,11 +33,36 @@ ENTRY_POINT_GROUP = "opentinker"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-# The ``register`` callbacks the hooks receive (their arguments are documented on each hook).
-EnvRegister = Callable[..., None]
-EstimatorRegister = Callable[..., None]
-OptimizerRegister = Callable[..., None]
-LossRegister = Callable[..., None]
+# The ``register`` callbacks the hooks receive: type a hook's argument with them.
+
+
+class EnvRegister(Protocol):
+    """``register(spec, factory)`` of :func:`opentinker_register_envs`."""
+
+    def __call__(self, spec: EnvSpec, factory: Callable[..., Any]) -> None: ...
+
+
+class EstimatorRegister(Protocol):
+    """``register(name, estimator, *, needs_critic=False, description=None)`` of
+    :func:`opentinker_register_advantage_estimators`."""
+
+    def __call__(
+        self, name: str, estimator: Callable[..., Any], *, needs_critic: bool = False, description: str | None = None
+    ) -> None: ...
+
+
+class OptimizerRegister(Protocol):
+    """``register(name, factory, *, description=None)`` of :func:`opentinker_register_optimizers`."""
+
+    def __call__(self, name: str, factory: Callable[..., Any], *, description: str | None = None) -> None: ...
+
+
+class LossRegister(Protocol):
+    """``register(name, loss_fn, *, kind="policy", description=None)`` of :func:`opentinker_register_losses`."""
+
+    def __call__(
+        self, name: str, loss_fn: Callable[..., Any], *, kind: str = "policy", description: str | None = None
+    ) -> None: ...
 
 
 @hookspec

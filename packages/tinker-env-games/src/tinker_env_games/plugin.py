@@ -7,11 +7,11 @@ inside the hook, so discovering the plugin stays cheap.
 
 from __future__ import annotations
 
-from tinker_core import hookimpl
+from tinker_core import EnvRegister, hookimpl
 
 
 @hookimpl
-def opentinker_register_envs(register):  # type: ignore[no-untyped-def]
+def opentinker_register_envs(register: EnvRegister) -> None:
     """Register ``games/guess-number-v0``, ``games/tictactoe-v0`` and ``games/connect-four-v0``."""
     from tinker_env_games.connect_four import CONNECT_FOUR_SPEC, ConnectFourEnv
     from tinker_env_games.guess_number import GUESS_NUMBER_SPEC, GuessNumberEnv
