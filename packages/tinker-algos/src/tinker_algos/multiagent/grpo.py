@@ -62,22 +62,12 @@ def collect_for_grpo(ctx: Any, step: int, settings: MultiAgentParams, spec: EnvS
     trajectories form their own group (zero-sum roles would cancel out in one group).
     """
     r = ctx.rollout_cfg
-    P, G = r.prompts_per_step, r.group_size
-    seeds = [ctx.step_seed(step, "task", p) for p in range(P) for _ in range(G)]
-    group_ids = [p for p in range(P) for _ in range(G)]
-    params = SamplingParams(
-        max_new_tokens=r.max_new_tokens,
-        temperature=r.temperature,
-        top_p=r.top_p,
-        top_k=r.top_k,
-        stop=tuple(r.stop),
-        seed=ctx.step_seed(step, "sample"),
-    )
+    seeds, group_ids = ctx.task_seeds(step)
     return multi_agent_rollout(
         ctx.policy,
         ctx.require_env(),
         seeds,
-        params,
+        ctx.sampling_params(step),
         agents=settings.agents(spec.roles, ctx.adapter),
         group_ids=group_ids,
         turn_timeout_s=r.turn_timeout_s,
