@@ -162,3 +162,72 @@ def test_json_schema_holds_every_algorithm_option():
     for option in ("vf_coef", "value_clip", "critic_lr", "detach_head", "min_reward_gap", "eval_data", "multi_agent", "learner_role", "eval_opponent"):
         assert f'"{option}"' in text, option
     assert '"discriminator"' in text
+
+
+@pytest.mark.parametrize("name", ["..", "../x", "/etc", "a/b", ".hidden", "a..b", "a" * 129, "a\x00b", "ok\n", "", "with space"])
+def test_a_job_name_must_be_a_safe_directory_name(name):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"name": name, "algorithm": {"name": "sft"}}, check_plugins=False)
+    [problem] = info.value.problems
+    assert problem.startswith("name: must be a safe directory name") and "e.g. 'arithmetic-grpo'" in problem
+
+
+@pytest.mark.parametrize("name", ["a", "arithmetic-grpo", "Run_2.v1", "a" * 128])
+def test_safe_job_names_load(name):
+    assert parse_config({"name": name, "algorithm": {"name": "sft"}}, check_plugins=False).name == name
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("rollout: {group_size: 100000000}", "rollout.group_size: Input should be less than or equal to 1024"),
+        ("rollout: {group_size: 1.0e+8}", "rollout.group_size: Input should be less than or equal to 1024"),
+        ("rollout: {prompts_per_step: 1000000000}", "rollout.prompts_per_step: Input should be less than or equal to 4096"),
+        ("rollout: {prompts_per_step: 4096, group_size: 1024}", "rollout: prompts_per_step * group_size = 4,194,304 episodes"),
+        ("rollout: {max_new_tokens: 1000000}", "rollout.max_new_tokens: Input should be less than or equal to 32768"),
+        ("seed: 99999999999999999999999", "seed: Input should be less than or equal to 9223372036854775807"),
+        ("algorithm: {name: sft, steps: 100000000000}", "algorithm.steps: Input should be less than or equal to"),
+        ("algorithm: {name: sft, batch_size: 10000000}", "algorithm.batch_size: Input should be less than or equal to"),
+        ("algorithm: {name: sft, eval_size: 10000000}", "algorithm.eval_size: Input should be less than or equal to"),
+        ("model: {name: \"a\\x01b\"}", "model.name: must not hold control characters"),
+        ("algorithm: {name: sft, data: \"x\\ty.jsonl\"}", "algorithm.data: must not hold control characters"),
+    ],
+)
+def test_sizes_have_upper_bounds_checked_at_validation(text, needle):
+    if not text.startswith("algorithm:"):
+        text = "algorithm: {name: sft}\n" + text
+    with pytest.raises(ConfigError) as info:
+        load_config(text, check_plugins=False)
+    assert any(p.startswith(needle) for p in info.value.problems), info.value.problems
+    assert all("\n" not in p for p in info.value.problems)
+
+
+def test_the_largest_settings_still_validate():
+    text = "algorithm: {name: sft, steps: 10000000, batch_size: 65536}\nseed: 9223372036854775807\nrollout: {prompts_per_step: 64, group_size: 1024, max_new_tokens: 32768}"
+    config = load_config(text, check_plugins=False)
+    assert config.rollout.group_size == 1024 and config.seed == 2**63 - 1
+
+
+def test_a_config_over_1_mib_is_refused_before_parsing(tmp_path):
+    from tinker_core.config import MAX_CONFIG_BYTES
+
+    text = "algorithm: {name: sft}\n" + "# padding\n" * (MAX_CONFIG_BYTES // 10 + 1)
+    path = tmp_path / "big.yaml"
+    path.write_text(text)
+    for source in (text, path):
+        with pytest.raises(ConfigError) as info:
+            load_config(source, check_plugins=False)
+        assert info.value.problems[0].startswith(f"the config is {len(text):,} bytes; at most 1,048,576 (1 MiB)")
+
+
+def test_a_binary_or_unreadable_config_file_is_one_clear_error(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, check_plugins=False)
+    assert info.value.problems == ["not UTF-8 text (byte 0); a job config is a YAML or JSON text file"]
+    path.write_text("algorithm: {name: sft}\nname: \"a\x00\"\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, check_plugins=False)
+    [problem] = info.value.problems
+    assert problem.startswith("not valid YAML: unacceptable character #x0000") and "\n" not in problem

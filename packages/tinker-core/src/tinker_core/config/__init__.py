@@ -17,6 +17,8 @@ Every public name of the three is importable from ``tinker_core.config``.
 from __future__ import annotations
 
 from tinker_core.config.loading import (
+    MAX_CONFIG_BYTES,
+    check_config_size,
     check_plugin_names,
     format_validation_error,
     load_config,
@@ -60,6 +62,7 @@ from tinker_core.config.reference import (
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_MODELS",
+    "MAX_CONFIG_BYTES",
     "AlgorithmConfig",
     "AnyAlgorithm",
     "CheckpointConfig",
@@ -85,6 +88,7 @@ __all__ = [
     "SFTAlgorithm",
     "SFTParams",
     "StageConfig",
+    "check_config_size",
     "check_plugin_names",
     "format_validation_error",
     "json_schema",

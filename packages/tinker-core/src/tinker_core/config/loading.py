@@ -12,6 +12,19 @@ from pydantic import BaseModel, ValidationError
 from tinker_core.config.models import ALGORITHMS, JobConfig, models_in
 from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
 
+MAX_CONFIG_BYTES = 1024 * 1024
+"""The largest job config accepted (1 MiB): a config is settings, not data; data goes in files."""
+
+
+def check_config_size(size: int, source: str | None = None) -> None:
+    """Raise :class:`ConfigError` when a config of ``size`` bytes is over :data:`MAX_CONFIG_BYTES`."""
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            [f"the config is {size:,} bytes; at most {MAX_CONFIG_BYTES:,} (1 MiB) -- put data in files "
+             "(algorithm.data) instead of the config"],
+            source,
+        )
+
 
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
@@ -166,13 +179,22 @@ def load_config(path_or_text: str | Path, *, check_plugins: bool = True) -> JobC
         source = str(path)
         if not path.is_file():
             raise ConfigError([f"config file {path} does not exist"], source)
-        text = path.read_text(encoding="utf-8")
+        try:
+            check_config_size(path.stat().st_size, source)
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError([f"not UTF-8 text (byte {e.start}); a job config is a YAML or JSON text file"], source) from None
+        except OSError as e:
+            raise ConfigError([f"cannot read the config file: {e.strerror or e}"], source) from None
     else:
         text = str(path_or_text)
+    check_config_size(len(text.encode("utf-8", errors="replace")), source)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError([f"not valid YAML: {e}"], source) from None
+        raise ConfigError([f"not valid YAML: {' '.join(str(e).split())}"], source) from None
+    except RecursionError:
+        raise ConfigError(["not valid YAML: nested too deeply"], source) from None
     if data is None:
         raise ConfigError(["the file is empty; a job needs at least 'algorithm' (or 'stages')"], source)
     return parse_config(data, source=source, check_plugins=check_plugins)

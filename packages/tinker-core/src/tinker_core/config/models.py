@@ -1,11 +1,14 @@
 """The job configuration's pydantic models: every section of a job config, and its JSON schema.
 
 Every model forbids unknown keys, so a misspelled key is an error that names it. ``algorithm`` is
-a union chosen by ``algorithm.name``: each algorithm has its own typed ``params``.
+a union chosen by ``algorithm.name``: each algorithm has its own typed ``params``. Sizes have
+generous upper bounds (the ``MAX_*`` constants), so a typo such as ``group_size: 100000000`` is
+an error naming the field instead of a job that hangs; ``name`` is a safe directory name.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
@@ -21,21 +24,57 @@ ALGORITHMS = ("sft", "grpo", "ppo", "dpo")
 PRECISION_OF_DTYPE = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
 """``model.dtype`` -> the precision the trainer runs in."""
 
+# ---- limits: generous, but they stop a typo from validating and then hanging -----------------
+MAX_SEED = 2**63 - 1
+"""``seed`` fits in 63 bits (the RNGs and the wire take it as a signed 64-bit integer)."""
+MAX_STEPS = 10_000_000
+"""``algorithm.steps``, and the step counts of ``eval_every``, ``checkpoint.every``, ``logging.every``, warmup."""
+MAX_BATCH_SIZE = 65_536
+"""``algorithm.batch_size``, ``micro_batch_size`` and ``eval_size``."""
+MAX_GROUP_SIZE = 1024
+"""``rollout.group_size``: samples per prompt."""
+MAX_PROMPTS_PER_STEP = 4096
+"""``rollout.prompts_per_step``."""
+MAX_EPISODES_PER_STEP = 65_536
+"""``rollout.prompts_per_step * rollout.group_size``: episodes sampled per step."""
+MAX_NEW_TOKENS = 32_768
+"""``rollout.max_new_tokens``: tokens generated per turn."""
+MAX_TURNS = 10_000
+"""``rollout.max_turns``."""
+JOB_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+"""``name``: it names the run directory (``runs/<name>``), so it must be a safe directory name."""
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+def _no_control_chars(v: str | None) -> str | None:
+    """A name or path field: no NUL or other control characters (they cannot name a file)."""
+    if v is not None and any(ord(c) < 32 or ord(c) == 127 for c in v):
+        raise ValueError("must not hold control characters (NUL, newline, ...); give a plain name or path")
+    return v
+
+
 class ModelConfig(_Model):
     """Which causal LM to train."""
 
-    name: str = Field("tiny", description="'tiny' (the embedded preset), a Hugging Face hub id, or a local directory.")
+    name: str = Field(
+        "tiny",
+        min_length=1,
+        max_length=4096,
+        description="'tiny' (the embedded preset), a Hugging Face hub id, or a local directory (on a scheduler: under a --model-root).",
+    )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights dtype; 'auto' is bf16 autocast on CUDA, fp32 on CPU."
     )
     device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'.")
-    tokenizer: str | None = Field(None, description="Tokenizer location when it differs from the model's.")
+    tokenizer: str | None = Field(
+        None, min_length=1, max_length=4096, description="Tokenizer location when it differs from the model's."
+    )
+
+    _plain_names = field_validator("name", "revision", "tokenizer")(_no_control_chars)
 
     @property
     def precision(self) -> str:
@@ -143,10 +182,14 @@ class PPOParams(_Model):
 class DPOParams(_Model):
     """Options of dpo (algorithm.params)."""
 
-    eval_data: str | None = Field(None, description="A JSONL of held-out prompt/chosen/rejected pairs, scored at each evaluation.")
+    eval_data: str | None = Field(
+        None, min_length=1, max_length=4096, description="A JSONL of held-out prompt/chosen/rejected pairs, scored at each evaluation."
+    )
     min_reward_gap: float = Field(
         0.0, ge=0.0, description="On-policy pairs: pair best and worst only when their rewards differ by more than this."
     )
+
+    _plain_data = field_validator("eval_data")(_no_control_chars)
 
 
 # ---- the algorithm section: one model per algorithm, chosen by ``name`` -------------------------
@@ -156,7 +199,7 @@ class AlgorithmConfig(_Model):
     """How the policy learns: the fields every algorithm has (each name has its own params)."""
 
     name: Literal["sft", "grpo", "ppo", "dpo"] = Field(..., description="Algorithm; it selects the model of 'params'.")
-    steps: int = Field(100, ge=1, description="Optimizer steps in this stage.")
+    steps: int = Field(100, ge=1, le=MAX_STEPS, description=f"Optimizer steps in this stage (at most {MAX_STEPS:,}).")
     estimator: str | None = Field(
         None, description="Advantage estimator (grpo: grpo|dr_grpo|rloo|reinforce_pp_baseline...; ppo: gae)."
     )
@@ -166,14 +209,22 @@ class AlgorithmConfig(_Model):
         "token-mean", description="How per-token losses become one number."
     )
     kl: KLConfig = Field(default_factory=KLConfig, description="KL penalty to the reference policy.")
-    batch_size: int = Field(32, ge=1, description="Examples per optimizer step: sequences for sft, chosen/rejected pairs for dpo.")
-    micro_batch_size: int | None = Field(
-        None, ge=1, description="Sequences per forward_backward (the minibatch of each ppo update); None = the whole batch."
+    batch_size: int = Field(
+        32, ge=1, le=MAX_BATCH_SIZE,
+        description=f"Examples per optimizer step: sequences for sft, chosen/rejected pairs for dpo (at most {MAX_BATCH_SIZE:,}).",
     )
-    epochs_per_step: int = Field(1, ge=1, description="Passes over each rollout batch (ppo).")
-    data: str | None = Field(None, description="Data file: SFT examples or DPO pairs (JSONL).")
-    eval_every: int = Field(0, ge=0, description="Held-out evaluation every N steps; 0 = only at the end.")
-    eval_size: int = Field(64, ge=1, description="Held-out problems per evaluation.")
+    micro_batch_size: int | None = Field(
+        None, ge=1, le=MAX_BATCH_SIZE, description="Sequences per forward_backward (the minibatch of each ppo update); None = the whole batch."
+    )
+    epochs_per_step: int = Field(1, ge=1, le=1000, description="Passes over each rollout batch (ppo; at most 1000).")
+    data: str | None = Field(
+        None, min_length=1, max_length=4096,
+        description="Data file: SFT examples or DPO pairs (JSONL); on a scheduler, under a --model-root or the tenant's runs.",
+    )
+    eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="Held-out evaluation every N steps; 0 = only at the end.")
+    eval_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE, description=f"Held-out problems per evaluation (at most {MAX_BATCH_SIZE:,}).")
+
+    _plain_data = field_validator("data")(_no_control_chars)
 
 
 class SFTAlgorithm(AlgorithmConfig):
@@ -212,16 +263,29 @@ ALGORITHM_MODELS: dict[str, type[AlgorithmConfig]] = {"sft": SFTAlgorithm, "grpo
 class RolloutConfig(_Model):
     """Sampling episodes from the environment."""
 
-    prompts_per_step: int = Field(16, ge=1, description="Distinct prompts (groups) per step.")
-    group_size: int = Field(8, ge=1, description="Samples per prompt.")
-    max_new_tokens: int = Field(16, ge=1, description="Tokens generated per turn at most.")
-    max_turns: int | None = Field(None, ge=1, description="Turn cap; None takes the env spec's.")
+    prompts_per_step: int = Field(
+        16, ge=1, le=MAX_PROMPTS_PER_STEP,
+        description=f"Distinct prompts (groups) per step (at most {MAX_PROMPTS_PER_STEP:,}; times group_size at most {MAX_EPISODES_PER_STEP:,}).",
+    )
+    group_size: int = Field(8, ge=1, le=MAX_GROUP_SIZE, description=f"Samples per prompt (at most {MAX_GROUP_SIZE:,}).")
+    max_new_tokens: int = Field(16, ge=1, le=MAX_NEW_TOKENS, description=f"Tokens generated per turn at most (at most {MAX_NEW_TOKENS:,}).")
+    max_turns: int | None = Field(None, ge=1, le=MAX_TURNS, description=f"Turn cap; None takes the env spec's (at most {MAX_TURNS:,}).")
     temperature: float = Field(1.0, gt=0.0, description="Sampling temperature.")
     top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling mass.")
     top_k: int = Field(0, ge=0, description="Top-k sampling; 0 disables.")
     stop: list[str] = Field(default_factory=lambda: ["\n"], description="Stop strings.")
     max_error_rate: float = Field(0.1, ge=0.0, le=1.0, description="Rollout error rate above which the step fails.")
-    turn_timeout_s: float = Field(30.0, gt=0.0, description="Per-turn timeout for env and agent calls.")
+    turn_timeout_s: float = Field(30.0, gt=0.0, le=86_400.0, description="Per-turn timeout for env and agent calls (at most a day).")
+
+    @model_validator(mode="after")
+    def _episodes_per_step(self) -> RolloutConfig:
+        episodes = self.prompts_per_step * self.group_size
+        if episodes > MAX_EPISODES_PER_STEP:
+            raise ValueError(
+                f"prompts_per_step * group_size = {episodes:,} episodes per step; at most {MAX_EPISODES_PER_STEP:,} "
+                "(e.g. prompts_per_step: 64, group_size: 16)"
+            )
+        return self
 
 
 class OptimizerConfig(_Model):
@@ -232,23 +296,23 @@ class OptimizerConfig(_Model):
     weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay.")
     grad_clip: float | None = Field(1.0, gt=0.0, description="Max global grad norm; None disables clipping.")
     schedule: Literal["constant", "linear", "cosine"] = Field("constant", description="LR schedule after warmup.")
-    warmup_steps: int = Field(0, ge=0, description="Linear warmup steps.")
+    warmup_steps: int = Field(0, ge=0, le=MAX_STEPS, description="Linear warmup steps.")
     params: dict[str, Any] = Field(default_factory=dict, description="Extra optimizer arguments (e.g. betas).")
 
 
 class ResourcesConfig(_Model):
     """What the job needs; the scheduler places it accordingly."""
 
-    cpus: float = Field(1.0, gt=0.0, description="CPU cores the job's actor reserves.")
-    gpus: float = Field(0.0, ge=0.0, description="GPUs the job's actor reserves (fractions share one).")
-    memory_gb: float | None = Field(None, gt=0.0, description="Memory reserved, in GiB; None reserves none.")
+    cpus: float = Field(1.0, gt=0.0, le=100_000, description="CPU cores the job's actor reserves.")
+    gpus: float = Field(0.0, ge=0.0, le=10_000, description="GPUs the job's actor reserves (fractions share one).")
+    memory_gb: float | None = Field(None, gt=0.0, le=10_000_000, description="Memory reserved, in GiB; None reserves none.")
 
 
 class CheckpointConfig(_Model):
     """When to checkpoint, how many to keep, whether to resume."""
 
-    every: int = Field(0, ge=0, description="Checkpoint every N steps; 0 = only at the end.")
-    keep: int = Field(2, ge=1, description="Checkpoints kept (older ones are deleted).")
+    every: int = Field(0, ge=0, le=MAX_STEPS, description="Checkpoint every N steps; 0 = only at the end.")
+    keep: int = Field(2, ge=1, le=1000, description="Checkpoints kept (older ones are deleted; at most 1000).")
     resume: bool = Field(True, description="Resume from the newest checkpoint in the run directory.")
 
 
@@ -258,13 +322,13 @@ class LoggingConfig(_Model):
     jsonl: bool = Field(True, description="Write metrics.jsonl in the run directory.")
     tensorboard: bool = Field(True, description="Write TensorBoard event files.")
     plot: bool = Field(True, description="Write a learning-curve PNG at the end.")
-    every: int = Field(1, ge=1, description="Log metrics every N steps.")
+    every: int = Field(1, ge=1, le=MAX_STEPS, description="Log metrics every N steps.")
 
 
 class StageConfig(_Model):
     """One stage of a multi-stage job; unset sections are inherited from the job."""
 
-    name: str | None = Field(None, description="A label; defaults to '<index>-<algorithm>'.")
+    name: str | None = Field(None, min_length=1, max_length=128, description="A label; defaults to '<index>-<algorithm>'.")
     algorithm: AnyAlgorithm = Field(..., description="This stage's algorithm.")
     rollout: RolloutConfig | None = Field(None, description="Overrides the job's rollout section.")
     optimizer: OptimizerConfig | None = Field(None, description="Overrides the job's optimizer section.")
@@ -274,8 +338,11 @@ class StageConfig(_Model):
 class JobConfig(_Model):
     """A training job."""
 
-    name: str = Field("job", min_length=1, max_length=128, description="A label for humans.")
-    seed: int = Field(0, ge=0, description="Seeds every RNG; the same seed gives the same metrics.")
+    name: str = Field(
+        "job",
+        description="The job's name; it names the run directory (runs/NAME), so 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit, without '..'.",
+    )
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seeds every RNG; the same seed gives the same metrics (0 to 2**63-1).")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The model to train.")
     lora: LoraConfig | None = Field(None, description="LoRA adapters; absent means full fine-tuning.")
     env: EnvConfig | None = Field(None, description="The environment (needed by grpo and ppo).")
@@ -287,6 +354,16 @@ class JobConfig(_Model):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to checkpoint.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics outputs.")
     priority: int = Field(0, ge=-100, le=100, description="Higher runs first in the scheduler's queue.")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        if not JOB_NAME_RE.fullmatch(v) or ".." in v:
+            raise ValueError(
+                "must be a safe directory name: 1-128 letters, digits, '.', '_' or '-', starting with a "
+                "letter or digit, without '..' (e.g. 'arithmetic-grpo')"
+            )
+        return v
 
     @model_validator(mode="after")
     def _one_plan(self) -> JobConfig:
