@@ -11,6 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from tinker_algos import plugin
+from tinker_algos.run_dir import RUN_MARKER, make_run_dir
 
 JOB = """
 name: cli-train
@@ -42,8 +43,7 @@ def test_train_runs_the_job_in_this_process_and_fresh_starts_over(tmp_path, monk
     monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
     config = tmp_path / "job.yaml"
     config.write_text(JOB)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    run_dir = make_run_dir(tmp_path / "run")  # as an earlier run left it: with the marker
     (run_dir / "stale.txt").write_text("from an earlier run")
     result = CliRunner().invoke(cli_with_train(), ["train", str(config), "--run-dir", str(run_dir), "--fresh"])
     assert result.exit_code == 0, result.output
@@ -51,6 +51,58 @@ def test_train_runs_the_job_in_this_process_and_fresh_starts_over(tmp_path, monk
     assert "  eval/accuracy = " in result.stdout
     assert f"learning curve: {run_dir / 'curve.png'}" in result.stdout and (run_dir / "curve.png").is_file()
     assert not (run_dir / "stale.txt").exists()
+    assert (run_dir / RUN_MARKER).is_file()  # the new run dir is marked as the project's again
+
+
+def _refused(args: list[str], tmp_path: Path) -> str:
+    config = tmp_path / "job.yaml"
+    config.write_text(JOB)
+    result = CliRunner().invoke(cli_with_train(), ["train", str(config), *args])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_fresh_refuses_a_directory_opentinker_did_not_create(tmp_path):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    line = _refused(["--run-dir", str(precious), "--fresh"], tmp_path)
+    assert str(precious) in line and f"has no {RUN_MARKER} marker" in line
+    assert (precious / "thesis.tex").read_text() == "years of work"
+
+
+def test_fresh_refuses_a_symlink_and_the_current_directory(tmp_path, monkeypatch):
+    target = make_run_dir(tmp_path / "elsewhere")
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert "is a symbolic link" in _refused(["--run-dir", str(link), "--fresh"], tmp_path)
+    monkeypatch.chdir(target)
+    assert "the current directory" in _refused(["--run-dir", ".", "--fresh"], tmp_path)
+    assert (target / RUN_MARKER).is_file()
+
+
+def test_the_default_run_dir_stays_inside_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outside = make_run_dir(tmp_path / "outside")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "cli-train").symlink_to(outside)  # runs/<name> leads out of runs/
+    for args in ([], ["--fresh"]):
+        line = _refused(args, tmp_path)
+        assert "runs/cli-train" in line and "outside runs/" in line
+    assert (outside / RUN_MARKER).is_file()
+
+
+def test_a_name_that_is_not_a_safe_slug_exits_2_before_anything_is_removed(tmp_path, monkeypatch):
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")  # runs/.. would be this directory
+    config = tmp_path / "job.yaml"
+    config.write_text(JOB.replace("name: cli-train", "name: .."))
+    result = CliRunner().invoke(cli_with_train(), ["train", str(config), "--fresh"])
+    assert result.exit_code == 2
+    assert "name: must be a safe directory name" in result.stderr
+    assert config.is_file() and (tmp_path / "work").is_dir()
 
 
 def test_a_bad_config_exits_2_naming_every_problem(tmp_path):

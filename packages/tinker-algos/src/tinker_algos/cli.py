@@ -8,7 +8,6 @@ Exit codes: 0 success, 1 failure at run time, 2 bad input (a one-line reason, an
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -19,6 +18,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tinker_core.errors import ConfigError
 
 EXIT_BAD_INPUT = 2
+RUNS = Path("runs")
+"""The default run directory is ``runs/<config name>`` (relative to the current directory)."""
 SHOWN = ("env/reward_mean", "eval/accuracy", "losses/total", "kl/sample_train")
 """The metrics the progress bar shows (by their last part)."""
 
@@ -92,7 +93,7 @@ def train(
     api_key: Annotated[str | None, typer.Option("--api-key", help="Tenant API key (default $OPENTINKER_API_KEY).", show_default=False)] = None,
     tls_ca: Annotated[Path | None, typer.Option("--tls-ca", help="PEM certificate to trust for a TLS scheduler.")] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Where metrics, checkpoints and plots go (default runs/<name>).")] = None,
-    fresh: Annotated[bool, typer.Option("--fresh", help="Start over instead of resuming from the run dir's checkpoint.")] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", help="Start over: remove the run dir first (only one opentinker created: it holds a .opentinker-run marker).")] = False,
 ) -> None:
     """Run a job: embedded, in this process, unless --scheduler is given (then submit and watch)."""
     if scheduler:
@@ -108,10 +109,16 @@ def train(
             err_console.print(line, markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     from tinker_algos.run import train as run_training
+    from tinker_algos.run_dir import RunDirError, check_inside, remove_run_dir
 
-    target = run_dir or Path("runs") / config.name
-    if fresh and target.exists():
-        shutil.rmtree(target)
+    target = run_dir or RUNS / config.name
+    try:
+        if run_dir is None:
+            check_inside(target, RUNS)  # the name is a safe slug; a symbolic link could still lead out
+        if fresh:
+            remove_run_dir(target, within=None if run_dir is not None else RUNS)
+    except RunDirError as e:
+        _fail(str(e))
     with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
         try:
             result = run_training(config, run_dir=target, callbacks=callbacks)

@@ -53,6 +53,7 @@ from tinker_algos.checkpoint import load_state, save_state, set_rng_state
 from tinker_algos.device import resolve_device, seed_everything
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
+from tinker_algos.run_dir import make_run_dir
 from tinker_algos.trainer import Trainer, TrainerConfig
 from tinker_core.config import EnvConfig, JobConfig, StageConfig, load_config, parse_config
 
@@ -166,7 +167,7 @@ class Run:
 
     def load(self) -> None:
         """Write config.json, find the checkpoint to resume from, load the model, seed every RNG."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        make_run_dir(self.dir)  # a new run dir gets the marker --fresh looks for
         (self.dir / "config.json").write_text(self.job.model_dump_json(indent=1), encoding="utf-8")
         found = _checkpoints(self.dir)
         if self.job.checkpoint.resume and found:
