@@ -6,6 +6,7 @@ stay where the test puts them.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -14,8 +15,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tinker_core.config import MAX_CONFIG_BYTES
 from tinker_core.proto import jobs_pb2
-from tinker_scheduler.store import JobState
+from tinker_scheduler.job_service import MAX_PAGE_BYTES
+from tinker_scheduler.store import JobState, NewJob
 from tinker_scheduler.testing import JobClient, job_config_text
 
 QUEUED = jobs_pb2.JOB_STATE_QUEUED
@@ -138,6 +141,103 @@ def test_list_filters_by_state_and_pages_newest_first(make_scheduler):
         assert code_of(client.list, page_token="garbage")[0] == grpc.StatusCode.INVALID_ARGUMENT
         assert code_of(client.list, page_size=-1)[0] == grpc.StatusCode.INVALID_ARGUMENT
         assert code_of(client.list, states=[42])[0] == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def _store_job(store, tenant: str, *, config_text: str = "name: old\n", name: str = "old"):
+    """A job written straight into the store, as one stored before today's limits would be."""
+    job, _ = store.submit(NewJob(tenant=tenant, name=name, priority=0, config_text=config_text, config_format=1,
+                                 config_json="{}", cpus=1, gpus=0, memory_gb=0, runs_dir="/tmp/runs"))
+    return job
+
+
+def test_list_answers_are_summaries_and_get_returns_the_config(make_scheduler):
+    scheduler = make_scheduler(paused=True)
+    text = job_config_text(name="summary")
+    with JobClient(scheduler.address) as client:
+        job = client.submit(text)
+        (listed,) = client.list().jobs
+        assert listed.config_text == "" and client.get(job.id).config_text == text
+        expected = jobs_pb2.Job()
+        expected.CopyFrom(job)
+        expected.config_text = ""
+        assert listed == expected  # every other field as Submit returned it
+
+
+def test_old_multi_megabyte_configs_do_not_break_listing_with_a_default_client(make_scheduler):
+    """The probe: 3 MB configs stored earlier made every List page exceed a client's 4 MiB limit."""
+    scheduler = make_scheduler(paused=True)
+    big = "name: big\n#" + "x" * (3 * 1024 * 1024) + "\n"
+    old = [_store_job(scheduler.store, "local", config_text=big) for _ in range(2)]
+    with JobClient(scheduler.address) as client:  # grpc's default 4 MiB receive limit
+        page = client.list()
+        assert [j.id for j in page.jobs] == [old[1].id, old[0].id] and page.next_page_token == ""
+        assert all(j.config_text == "" for j in page.jobs)
+        assert client.get(old[0].id).config_text == big  # Get still returns it (3 MB < 4 MiB)
+
+
+def test_a_page_stays_under_a_mebibyte_whatever_the_summaries_weigh(make_scheduler):
+    scheduler = make_scheduler(paused=True)
+    made = [_store_job(scheduler.store, "local") for _ in range(6)]
+    for job in made:  # a long reason (e.g. an error text) makes a summary heavy
+        scheduler.store.update(job.id, reason="r" * 400_000)
+    with JobClient(scheduler.address) as client:
+        seen, token, pages = [], "", 0
+        while True:
+            page = client.list(page_size=1000, page_token=token)
+            assert page.ByteSize() <= MAX_PAGE_BYTES + 1000
+            seen += [j.id for j in page.jobs]
+            pages += 1
+            token = page.next_page_token
+            if not token:
+                break
+    assert seen == [j.id for j in reversed(made)] and pages == 3
+
+
+def test_page_tokens_work_only_for_their_tenant_and_states(make_scheduler):
+    scheduler = make_scheduler(paused=True)
+    alice_key = scheduler.store.add_tenant("alice")
+    bob_key = scheduler.store.add_tenant("bob")
+    mine, theirs = [], []
+    for i in range(5):  # interleaved, so bob's jobs sit between alice's in the table
+        mine.append(_store_job(scheduler.store, "alice", name=f"a{i}"))
+        theirs.append(_store_job(scheduler.store, "bob", name=f"b{i}"))
+    with JobClient(scheduler.address, alice_key) as alice, JobClient(scheduler.address, bob_key) as bob:
+        seen, token = [], ""
+        while True:
+            page = alice.list(page_size=2, page_token=token)
+            seen += [j.id for j in page.jobs]
+            token = page.next_page_token
+            if not token:
+                break
+        assert seen == [j.id for j in reversed(mine)]
+        alices_token = alice.list(page_size=2).next_page_token
+        code, foreign = code_of(bob.list, page_size=2, page_token=alices_token)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and foreign.startswith("page_token:")
+        assert "alice" not in foreign  # never a hint at who the token belonged to
+        assert code_of(bob.list, page_token="garbage") == (code, foreign)  # the same answer as garbage
+        code, details = code_of(alice.list, states=[QUEUED], page_token=alices_token)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "states filter" in details
+        forged = [
+            "!!!", "before:3", base64.urlsafe_b64encode(b"before:3").decode(),
+            base64.urlsafe_b64encode(b"[1, 2]").decode(),
+            base64.urlsafe_b64encode(b'{"tenant": "alice", "states": [], "before": "3"}').decode(),
+            base64.urlsafe_b64encode(b'{"tenant": "alice", "before": 3}').decode(),
+        ]
+        for token in forged:
+            assert code_of(alice.list, page_token=token)[0] == grpc.StatusCode.INVALID_ARGUMENT, token
+
+
+def test_a_config_over_one_mebibyte_is_refused_naming_the_limit(make_scheduler):
+    scheduler = make_scheduler(paused=True)
+    head = job_config_text(name="padded") + "#"
+    at_limit = head + "x" * (MAX_CONFIG_BYTES - len(head) - 1) + "\n"
+    assert len(at_limit.encode()) == MAX_CONFIG_BYTES
+    with JobClient(scheduler.address) as client:
+        code, details = code_of(client.submit, at_limit.replace("#", "#x", 1))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert details.startswith("config_text: the config is 1,048,577 bytes") and "1 MiB" in details
+        assert client.list().jobs == []
+        assert client.submit(at_limit).config_text == at_limit  # the limit itself is allowed
 
 
 def test_cancel_a_queued_job_records_the_reason_and_ends_its_watch(make_scheduler):

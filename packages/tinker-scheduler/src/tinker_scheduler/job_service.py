@@ -18,7 +18,7 @@ import grpc
 import yaml
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from tinker_core.config import JobConfig, parse_config
+from tinker_core.config import JobConfig, check_config_size, parse_config
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
 from tinker_scheduler.auth import AuthMode
@@ -28,6 +28,8 @@ from tinker_scheduler.store import Event, JobRecord, JobState, JobStore, NewJob,
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
+#: A List page stops growing past this many bytes (a client's default limit is 4 MiB).
+MAX_PAGE_BYTES = 1024 * 1024
 #: How long a Watch sleeps between checks when nothing happens (it is woken on new events).
 WATCH_IDLE_S = 1.0
 
@@ -103,20 +105,33 @@ def parse_config_text(text: str, config_format: int) -> tuple[Any, int]:
         raise ValueError(f"config_text: not valid YAML ({e})") from None
 
 
-def _page_token(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"before:{seq}".encode()).decode()
+def page_token(tenant: str, states: list[JobState], before_seq: int) -> str:
+    """The token of the page after the job ``before_seq``, bound to the tenant and the filter."""
+    payload = {"tenant": tenant, "states": sorted(int(s) for s in states), "before": before_seq}
+    return base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
 
 
-def _before_seq(token: str) -> int | None:
+def before_seq_of(token: str, tenant: str, states: list[JobState]) -> int | None:
+    """The ``before_seq`` in ``token`` ("" -> None, the first page).
+
+    Raises :class:`ValueError` when the token is not one :func:`page_token` made for this
+    tenant (the same message for garbage and for another tenant's token) or for these states.
+    """
     if not token:
         return None
     try:
-        kind, _, value = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
-        if kind == "before":
-            return int(value)
-    except (ValueError, UnicodeDecodeError):
-        pass
-    raise ValueError("page_token: not a token this server gave; pass next_page_token from the previous page, or '' for the first")
+        payload = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+        before = payload["before"]
+        valid = payload["tenant"] == tenant and type(before) is int and isinstance(payload["states"], list)
+    except (ValueError, TypeError, KeyError, UnicodeError):
+        valid = False
+    if not valid:
+        raise ValueError(
+            "page_token: not a token this server gave you; pass next_page_token from your previous page, or '' for the first"
+        )
+    if payload["states"] != sorted(int(s) for s in states):
+        raise ValueError("page_token: was made for another states filter; send the first page's states, or '' to start again")
+    return int(before)
 
 
 class JobBackend(Protocol):
@@ -175,6 +190,10 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
 
     def Submit(self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
         tenant = self._tenant(context)
+        try:
+            check_config_size(len(request.config_text.encode("utf-8")))  # before any parsing
+        except ConfigError as e:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"config_text: {e.problems[0]}")
         try:
             data, detected = parse_config_text(request.config_text, request.config_format)
         except ValueError as e:
@@ -245,12 +264,21 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
                        f"states: {state} is not a job state; use QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED")
             states.append(JobState(state))
         try:
-            before = _before_seq(request.page_token)
+            before = before_seq_of(request.page_token, tenant, states)
         except ValueError as e:
             abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        # Summaries (no config text); one row more than the page tells whether another follows.
         jobs = self.store.list_jobs(tenant, states, limit=size + 1, before_seq=before)
-        token = _page_token(jobs[size - 1].seq) if len(jobs) > size else ""
-        return jobs_pb2.ListJobsResponse(jobs=[job_message(j) for j in jobs[:size]], next_page_token=token)
+        page: list[jobs_pb2.Job] = []
+        used = 0
+        for job in jobs[:size]:
+            message = job_message(job)
+            used += message.ByteSize()
+            if page and used > MAX_PAGE_BYTES:
+                break
+            page.append(message)
+        token = page_token(tenant, states, jobs[len(page) - 1].seq) if len(page) < len(jobs) else ""
+        return jobs_pb2.ListJobsResponse(jobs=page, next_page_token=token)
 
     def Cancel(self, request: jobs_pb2.CancelJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
         tenant = self._tenant(context)

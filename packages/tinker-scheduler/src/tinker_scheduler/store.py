@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,12 @@ CREATE TABLE IF NOT EXISTS events (
     PRIMARY KEY (job_id, cursor)
 ) WITHOUT ROWID;
 """
+
+
+#: A job row without its config (``config_text`` and ``config_json`` read as "").
+_SUMMARY_COLUMNS = ", ".join(
+    f"'' AS {f.name}" if f.name in ("config_text", "config_json") else f.name for f in fields(JobRecord)
+)
 
 
 def _now() -> float:
@@ -310,8 +317,15 @@ class JobStore:
         states: Iterable[JobState] = (),
         limit: int = 50,
         before_seq: int | None = None,
+        *,
+        with_config: bool = False,
     ) -> list[JobRecord]:
-        """Jobs newest first (by submission), optionally of one tenant and some states."""
+        """Jobs newest first (by submission), optionally of one tenant and some states.
+
+        A keyset page: ``before_seq`` is the ``seq`` of the last job of the previous page (the
+        ``jobs_by_tenant`` index serves it, however many jobs come before). Without
+        ``with_config`` the records are summaries: ``config_text`` and ``config_json`` are "".
+        """
         where: list[str] = []
         params: list[Any] = []
         if tenant is not None:
@@ -324,7 +338,8 @@ class JobStore:
         if before_seq is not None:
             where.append("seq < ?")
             params.append(before_seq)
-        sql = "SELECT * FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
+        columns = "*" if with_config else _SUMMARY_COLUMNS
+        sql = f"SELECT {columns} FROM jobs" + (" WHERE " + " AND ".join(where) if where else "")
         sql += " ORDER BY seq DESC LIMIT ?"
         params.append(limit)
         return [JobRecord.from_row(r) for r in self._query(sql, params)]

@@ -84,7 +84,9 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def List(self, request, context):
-        """The tenant's jobs, newest first, optionally filtered by state, one page at a time.
+        """The tenant's jobs, newest first, optionally filtered by state, one page at a time. The
+        jobs are summaries: config_text is always empty (Get returns it), so a page stays small
+        whatever the configs weigh.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
