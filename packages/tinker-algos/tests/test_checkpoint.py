@@ -1,4 +1,4 @@
-"""Checkpoints: exact resume, HF/peft-loadable weights, atomic writes, last good weights."""
+"""Checkpoints: exact resume, HF/peft-loadable weights, atomic writes, last good weights, checksums."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tinker_algos.checkpoint import (
     load_state,
     read_manifest,
     save_state,
+    verify,
 )
 from tinker_algos.device import seed_everything
 from tinker_algos.models import LoraSpec, PolicyModel
@@ -193,4 +194,50 @@ def test_weights_only_load_and_restore_trainer(tiny_dir, tmp_path):
     assert rebuilt.adapter == "learner" and rebuilt.step == 3 and manifest["step"] == 3
     assert rebuilt.config == CONFIG and rebuilt.policy.lora_specs["learner"].dropout == 0.1
     for a, b in zip(trainer.params, rebuilt.params, strict=True):
+        assert torch.equal(a, b)
+
+
+def flip_byte(f, offset: int = -100) -> None:
+    data = bytearray(f.read_bytes())
+    data[offset] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda p: flip_byte(p / "model" / "model.safetensors"), "model/model.safetensors does not match its SHA-256"),
+        (lambda p: (p / "trainer_state.pt").write_bytes((p / "trainer_state.pt").read_bytes()[:50]), "trainer_state.pt has 50 bytes"),
+        (lambda p: (p / "rng_state.pt").unlink(), "rng_state.pt is missing"),
+        (lambda p: (p / "manifest.json").write_text('{"kind": "opentinker-chec'), "manifest.json is unreadable"),
+    ],
+    ids=["flipped-byte", "truncated", "missing-file", "torn-manifest"],
+)
+def test_the_manifest_checksums_catch_a_damaged_checkpoint(tiny_dir, tmp_path, damage, message):
+    trainer = make_trainer(tiny_dir)
+    rl_step(trainer)
+    path = trainer.save_state(tmp_path / "ck")
+    files = read_manifest(path)["files"]
+    assert {"model/model.safetensors", "trainer_state.pt", "rng_state.pt"} <= files.keys()
+    assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in files.values())
+    assert verify(path) is True
+    damage(path)
+    with pytest.raises(CheckpointError, match=message):
+        verify(path)
+    with pytest.raises(CheckpointError, match=message):
+        load_state(path, make_trainer(tiny_dir))
+
+
+def test_a_checkpoint_without_checksums_loads_unverified(tiny_dir, tmp_path):
+    """Written before manifests listed their files: nothing to check, still loadable."""
+    trainer = make_trainer(tiny_dir)
+    rl_step(trainer)
+    path = trainer.save_state(tmp_path / "old")
+    manifest = json.loads((path / "manifest.json").read_text())
+    del manifest["files"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert verify(path) is False
+    fresh = make_trainer(tiny_dir)
+    assert load_state(path, fresh)["step"] == 1
+    for a, b in zip(trainer.params, fresh.params, strict=True):
         assert torch.equal(a, b)

@@ -3,7 +3,8 @@
 Layout of a checkpoint directory::
 
     manifest.json      format version, step, contents, base model, adapter, trainer config,
-                       data cursor, library versions
+                       data cursor, library versions, and the size and SHA-256 of every other
+                       file (``files``); written last
     model/             full fine-tuning: ``save_pretrained`` of the model + tokenizer
                        (``AutoModelForCausalLM.from_pretrained(ckpt / "model")`` loads it)
     adapter/           LoRA: peft ``save_pretrained`` of the trained adapter
@@ -12,14 +13,20 @@ Layout of a checkpoint directory::
     rng_state.pt       python ``random``, numpy global, torch CPU (and CUDA) generator states
 
 Everything is written into a temporary sibling directory which is then renamed into place, so a
-reader never sees a half-written checkpoint. Skipped (NaN/inf) updates are never applied, so a
+reader never sees a half-written checkpoint; the files are flushed to disk before the rename.
+:func:`verify` checks a checkpoint against its manifest's checksums (a byte flipped, a file
+truncated or missing), so a resume can skip a damaged one; :func:`seal` gives any checkpoint
+directory (e.g. a run's ``checkpoints/step-N/``) such a manifest. Checkpoints written before
+manifests carried checksums have no ``files`` and load unverified. Skipped (NaN/inf) updates are never applied, so a
 checkpoint always holds the last good weights; :func:`save_state` also refuses to write
 non-finite weights.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import random
 import time
 from collections.abc import Mapping
@@ -84,10 +91,8 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
     """The manifest of checkpoint ``path`` (checked for kind and format version)."""
+    manifest = _read_json_manifest(Path(path))
     f = Path(path) / MANIFEST
-    if not f.exists():
-        raise CheckpointError(f"{path} is not a checkpoint: it has no {MANIFEST}")
-    manifest: dict[str, Any] = json.loads(f.read_text())
     if manifest.get("kind") != KIND:
         raise CheckpointError(f"{f} is not an OpenTinker checkpoint manifest (kind={manifest.get('kind')!r})")
     if manifest.get("format_version", 0) > FORMAT_VERSION:
@@ -96,6 +101,82 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
             f"tinker-algos understands ({FORMAT_VERSION}); upgrade tinker-algos"
         )
     return manifest
+
+
+def _read_json_manifest(path: Path) -> dict[str, Any]:
+    f = path / MANIFEST
+    if not f.exists():
+        raise CheckpointError(f"{path} is not a checkpoint: it has no {MANIFEST}")
+    try:
+        manifest = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{f} is unreadable: {e}") from e
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{f} is not a checkpoint manifest (a JSON object)")
+    return manifest
+
+
+def _digest(f: Path) -> tuple[int, str]:
+    """Size and SHA-256 of file ``f``, flushed to disk on the way (fsync)."""
+    h = hashlib.sha256()
+    size = 0
+    with f.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+        os.fsync(fh.fileno())
+    return size, h.hexdigest()
+
+
+def file_digests(root: Path) -> dict[str, dict[str, Any]]:
+    """``{relative/posix/path: {"size", "sha256"}}`` of every file under ``root`` but its manifest."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        rel = f.relative_to(root).as_posix()
+        if rel != MANIFEST:
+            size, sha = _digest(f)
+            out[rel] = {"size": size, "sha256": sha}
+    return out
+
+
+def seal(path: Path, manifest: Mapping[str, Any]) -> None:
+    """Write ``manifest`` plus ``files`` (:func:`file_digests`) as ``path/manifest.json``.
+
+    Call it last, when every other file of the checkpoint directory is written.
+    """
+    f = path / MANIFEST
+    with f.open("w", encoding="utf-8") as fh:
+        fh.write(json.dumps({**manifest, "files": file_digests(path)}, indent=2, sort_keys=True))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def verify(path: str | Path) -> bool:
+    """Check checkpoint directory ``path`` against the checksums in its manifest.
+
+    Returns True when every file the manifest lists is there with its size and SHA-256, False
+    for a checkpoint written before manifests carried checksums (nothing to check). Raises
+    :class:`CheckpointError` naming the first file that is missing, truncated or changed, or
+    when the manifest itself is missing or unreadable.
+    """
+    path = Path(path)
+    files = _read_json_manifest(path).get("files")
+    if files is None:
+        return False
+    if not isinstance(files, dict):
+        raise CheckpointError(f"{path / MANIFEST} is damaged: 'files' is not a mapping")
+    for rel, want in sorted(files.items()):
+        if not isinstance(want, dict):
+            raise CheckpointError(f"{path / MANIFEST} is damaged: no size and checksum for {rel}")
+        f = path / rel
+        if not f.is_file():
+            raise CheckpointError(f"{rel} is missing")
+        size = f.stat().st_size
+        if size != want.get("size"):
+            raise CheckpointError(f"{rel} has {size} bytes, the manifest says {want.get('size')} (truncated or rewritten)")
+        if _digest(f)[1] != want.get("sha256"):
+            raise CheckpointError(f"{rel} does not match its SHA-256 checksum (corrupted)")
+    return True
 
 
 def _versions() -> dict[str, str]:
@@ -161,7 +242,7 @@ def save_state(
         torch.save(trainer.state_dict(), tmp / "trainer_state.pt")
         torch.save(get_rng_state(), tmp / "rng_state.pt")
         manifest["contents"] += ["optimizer", "scheduler", "rng", "data_cursor"]
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        seal(tmp, manifest)
 
     return atomic_dir(Path(path), write, overwrite=overwrite)
 
@@ -178,17 +259,26 @@ def save_adapter(policy: Any, adapter: str, target: Path) -> None:
         shutil.rmtree(staging)
 
 
-def load_state(path: str | Path, trainer: Checkpointable, *, with_optimizer: bool = True) -> dict[str, Any]:
+def load_state(
+    path: str | Path, trainer: Checkpointable, *, with_optimizer: bool = True, check: bool = True
+) -> dict[str, Any]:
     """Restore checkpoint ``path`` into ``trainer`` in place; return the manifest.
 
     Weights are always restored (the full model, or ``trainer.adapter`` -- the checkpoint must be
     of the same kind). With ``with_optimizer`` (the default) the optimizer state, step, LR
     schedule position and RNG states are restored too, so training continues exactly as if it
     had not stopped; without, only the weights change (e.g. to start a new phase).
-    The caller resumes its data from ``manifest["data_cursor"]``.
+    The caller resumes its data from ``manifest["data_cursor"]``. With ``check`` (the default)
+    the files are first checked against the manifest's checksums (:func:`verify`); a caller
+    that just verified them passes ``check=False``.
     """
     path = Path(path)
     manifest = read_manifest(path)
+    if check:
+        try:
+            verify(path)
+        except CheckpointError as e:
+            raise CheckpointError(f"checkpoint {path} is damaged: {e}") from e
     if trainer.adapter is None:
         if "model" not in manifest["contents"]:
             raise CheckpointError(
