@@ -7,12 +7,14 @@ This is the library mode the scheduler's workers and ``opentinker train`` call. 
     metrics.jsonl          one JSON object per logged step (see tinker_algos.metrics)
     tensorboard/           the same metrics for TensorBoard
     checkpoints/step-N/    trainer state (weights or adapter, optimizer, RNG), algorithm state,
-                           progress.json; written atomically, the newest `checkpoint.keep` kept
+                           progress.json, and manifest.json (size and SHA-256 of every file,
+                           written last); written atomically, the newest `checkpoint.keep` kept
     curve.png              the learning curve, written at the end
     result.json            the final status, step and held-out metrics
 
 If ``run_dir`` already holds a checkpoint and ``checkpoint.resume`` is true, the job continues
-from the newest one, and the metrics from there on are exactly those of an uninterrupted run.
+from the newest intact one (a damaged newer one is skipped, with a log line saying why), and the
+metrics from there on are exactly those of an uninterrupted run.
 ``callbacks`` may define ``on_metrics(step, metrics)``, ``on_log(line)``,
 ``on_checkpoint(step, path)`` and ``should_stop()`` (polled between steps: when it returns true,
 the job checkpoints and returns with status ``"interrupted"``).
@@ -49,7 +51,15 @@ import torch
 
 from tinker_algos.algorithms import get_algorithm
 from tinker_algos.algorithms.base import Algorithm, StageContext
-from tinker_algos.checkpoint import load_state, save_state, set_rng_state
+from tinker_algos.checkpoint import (
+    MANIFEST,
+    CheckpointError,
+    load_state,
+    save_state,
+    seal,
+    set_rng_state,
+    verify,
+)
 from tinker_algos.device import resolve_device, seed_everything
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
@@ -59,6 +69,8 @@ from tinker_core.config import EnvConfig, JobConfig, StageConfig, load_config, p
 
 _T = TypeVar("_T")
 ADAPTER = "policy"
+#: the ``kind`` in a run checkpoint's manifest (``checkpoints/step-N/manifest.json``)
+RUN_CHECKPOINT_KIND = "opentinker-run-checkpoint"
 
 
 @dataclass
@@ -169,10 +181,10 @@ class Run:
         """Write config.json, find the checkpoint to resume from, load the model, seed every RNG."""
         make_run_dir(self.dir)  # a new run dir gets the marker --fresh looks for
         (self.dir / "config.json").write_text(self.job.model_dump_json(indent=1), encoding="utf-8")
-        found = _checkpoints(self.dir)
-        if self.job.checkpoint.resume and found:
-            self.resume_from = self.checkpoint = found[-1]
-            self.progress = Progress.read(self.resume_from)
+        intact = self.newest_intact_checkpoint() if self.job.checkpoint.resume else None
+        if intact is not None:
+            self.resume_from = self.checkpoint = intact[0]
+            self.progress = intact[1]
             self.cb.on_log(f"resuming from {self.resume_from} (step {self.progress.global_step})")
         self.global_step = self.progress.global_step
         job = self.job
@@ -191,6 +203,29 @@ class Run:
         )
         self.adapter = (self.shared.adapter if self.shared is not None else ADAPTER) if self.lora else None
         self.log = MetricsLog(self.dir, jsonl=job.logging.jsonl, tensorboard=job.logging.tensorboard, resume_step=self.global_step)
+
+    def newest_intact_checkpoint(self) -> tuple[Path, Progress] | None:
+        """The newest checkpoint whose files match its manifest, and its progress; None without any.
+
+        Each newer one that is damaged is skipped with a log line naming it and why; when none is
+        intact, a :class:`CheckpointError` says so (nothing is deleted either way).
+        """
+        found = _checkpoints(self.dir)
+        for ckpt in reversed(found):
+            try:
+                progress, verified = _verified_progress(ckpt)
+            except CheckpointError as e:
+                self.cb.on_log(f"skipping damaged checkpoint {ckpt}: {e}")
+                continue
+            if not verified:
+                self.cb.on_log(f"checkpoint {ckpt} has no checksums (written by an older version); loading it unverified")
+            return ckpt, progress
+        if found:
+            raise CheckpointError(
+                f"no intact checkpoint to resume from in {self.dir / 'checkpoints'}: all {len(found)} are damaged "
+                "(see the log lines above); start over with --fresh or checkpoint.resume: false"
+            )
+        return None
 
     def seed(self) -> None:
         seed_everything(self.job.seed)
@@ -226,7 +261,8 @@ class Run:
         resuming_here = self.resume_from is not None and si == self.progress.stage_index
         if resuming_here:
             assert self.resume_from is not None
-            load_state(self.resume_from / "trainer", trainer, with_optimizer=start > 0)
+            # verified in load(): the run's manifest covers the trainer's files too
+            load_state(self.resume_from / "trainer", trainer, with_optimizer=start > 0, check=False)
             if start == 0:
                 set_rng_state(torch.load(self.resume_from / "trainer" / "rng_state.pt", weights_only=False))
         env_factory, eval_env_factory = env_factories(stage.env)
@@ -297,6 +333,7 @@ class Run:
             save_state(tmp / "trainer", trainer, data_cursor=asdict(progress))
             torch.save(algo.state_dict(), tmp / "algorithm.pt")
             (tmp / "progress.json").write_text(json.dumps(asdict(progress), sort_keys=True, indent=1), encoding="utf-8")
+            seal(tmp, {"kind": RUN_CHECKPOINT_KIND, "progress": asdict(progress)})  # last: checksums of all the above
 
         final = atomic_dir(self.dir / "checkpoints" / f"step-{progress.global_step:06d}", write, overwrite=True)
         for old in _checkpoints(self.dir)[: -self.job.checkpoint.keep]:
@@ -399,8 +436,28 @@ def env_factories(env: EnvConfig | None) -> tuple[Callable[[], Any] | None, Call
 
 
 def _checkpoints(run_dir: Path) -> list[Path]:
+    """``checkpoints/step-N`` directories, oldest first (damaged ones included)."""
     root = run_dir / "checkpoints"
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.name.startswith("step-") and (p / "progress.json").is_file()]
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def _verified_progress(ckpt: Path) -> tuple[Progress, bool]:
+    """Checkpoint ``ckpt``'s progress after checking its files; ``(progress, verified)``.
+
+    ``verified`` is False for a checkpoint written before checksums (no ``manifest.json`` in the
+    step directory, none in the trainer's): loadable but unchecked. Raises :class:`CheckpointError`
+    naming what is damaged.
+    """
+    if (ckpt / MANIFEST).exists():
+        verified = verify(ckpt)
+    elif verify(ckpt / "trainer"):
+        raise CheckpointError(f"{MANIFEST} is missing")
+    else:
+        verified = False
+    try:
+        return Progress.read(ckpt), verified
+    except (OSError, ValueError, TypeError) as e:
+        raise CheckpointError(f"progress.json is unreadable: {e}") from e
