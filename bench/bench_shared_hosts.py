@@ -69,7 +69,7 @@ def run_configuration(root: Path, configs: list[dict[str, Any]], *, share: bool)
     work = Path(tempfile.mkdtemp(dir=root))
     scheduler = Scheduler(
         port=0, db=work / "jobs.db", runs_dir=work / "runs", metrics_port=None, tick_s=0.05,
-        max_jobs_per_host=8 if share else 0, host_idle_timeout_s=600,
+        max_jobs_per_host=8 if share else 0, host_idle_timeout_s=600, model_roots=[root],  # the model and data
     ).start()
     pids: dict[Any, int] = {}
     peaks: dict[int, int] = {}

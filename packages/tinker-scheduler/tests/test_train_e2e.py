@@ -43,7 +43,7 @@ def test_a_real_two_step_tiny_sft_job_runs_through_the_scheduler(make_scheduler,
         "logging": {"tensorboard": False, "plot": False},
         "resources": {"cpus": 1},
     }
-    scheduler = make_scheduler(runner=DEFAULT_RUNNER)
+    scheduler = make_scheduler(runner=DEFAULT_RUNNER, model_roots=[tmp_path])  # jobs may read the data there
     with JobClient(scheduler.address) as client:
         job = client.submit(json.dumps(config), request_id="tiny-sft")
         events = list(client.watch(job.id, timeout=300))

@@ -78,6 +78,14 @@ def start(
     max_jobs_per_host: Annotated[
         int, typer.Option(help="LoRA jobs on the same base model share one model host, up to N per host; 0: one model copy per job.")
     ] = 8,
+    model_root: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--model-root",
+            help="A directory whose models and data files jobs and sessions may load (repeatable); "
+            "otherwise only presets ('tiny'), hub ids and a tenant's own run outputs.",
+        ),
+    ] = None,
 ) -> None:
     """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
     import logging
@@ -100,6 +108,9 @@ def start(
         _fail(f"--max-retries: must be >= 0 (got {max_retries})")
     if max_jobs_per_host < 0:
         _fail(f"--max-jobs-per-host: must be >= 0 (got {max_jobs_per_host})", "0 gives every job its own model copy")
+    for root in model_root or ():
+        if not root.is_dir():
+            _fail(f"--model-root: {root} is not a directory", "pass a directory that holds models or data files")
     if not 0 <= port <= 65535:
         _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
     if mode == AuthMode.NONE and not _is_loopback(host):
@@ -114,7 +125,7 @@ def start(
             host=host, port=port, db=db, runs_dir=runs_dir, ray_address=ray_address, num_cpus=num_cpus,
             num_gpus=num_gpus, metrics_port=None if metrics_port < 0 else metrics_port, tls_cert=tls_cert,
             tls_key=tls_key, max_retries=max_retries, auth=mode, runner=runner, shutdown_timeout=shutdown_timeout,
-            max_jobs_per_host=max_jobs_per_host,
+            max_jobs_per_host=max_jobs_per_host, model_roots=tuple(model_root or ()),
         ))
         scheduler.start()
     except (StoreError, ValueError) as e:

@@ -91,12 +91,19 @@ class SchedulerConfig:
     #: each); 0 gives every job its own worker and model copy. Needs the ``ray`` host backend and
     #: a runner that accepts ``shared=`` (``tinker_algos.train``).
     max_jobs_per_host: int = 8
+    #: Directories whose contents jobs and sessions may load as base models (``model.name``,
+    #: CreateSession's ``base_model``) and read as data files (``algorithm.data``); besides these
+    #: only presets, hub ids and the tenant's own run outputs are allowed (see
+    #: :mod:`tinker_scheduler.paths`).
+    model_roots: tuple[Path, ...] = ()
 
     def __post_init__(self) -> None:
         for name in _PATH_OPTIONS:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(value))
+        roots = (self.model_roots,) if isinstance(self.model_roots, str | Path) else self.model_roots
+        object.__setattr__(self, "model_roots", tuple(Path(r) for r in roots))
         object.__setattr__(self, "auth", AuthMode(self.auth))
         object.__setattr__(self, "max_message_bytes", int(self.max_message_bytes))
         object.__setattr__(self, "max_jobs_per_host", int(self.max_jobs_per_host))

@@ -22,6 +22,8 @@ from tinker_core.config import JobConfig, check_config_size, parse_config
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
 from tinker_scheduler.auth import AuthMode
+from tinker_scheduler.errors import StatusError
+from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.rpc import abort, caller_tenant
 from tinker_scheduler.store import Event, JobRecord, JobState, JobStore, NewJob, StoreError
@@ -149,6 +151,11 @@ class JobBackend(Protocol):
         ...
 
     @property
+    def paths(self) -> PathPolicy:
+        """Which base models and data files a tenant's jobs may read (see :mod:`tinker_scheduler.paths`)."""
+        ...
+
+    @property
     def capacity(self) -> Resources:
         """The whole cluster's resources (a job that needs more is refused)."""
         ...
@@ -215,6 +222,11 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
                    "'opentinker config validate FILE' checks a config locally")
         except OpenTinkerError as e:
             abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"the scheduler cannot check configs: {e}")
+        try:  # the run dir lies under the tenant's runs; the model and data files are ones it may read
+            self.scheduler.paths.tenant_dir(tenant)
+            self.scheduler.paths.check_job(config, tenant)
+        except StatusError as e:
+            abort(context, getattr(grpc.StatusCode, e.code), str(e))
         demand = demand_of(config)
         too_big = demand.exceeds(self.scheduler.capacity)
         if too_big:

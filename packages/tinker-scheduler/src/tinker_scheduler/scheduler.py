@@ -31,6 +31,7 @@ from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostPool
 from tinker_scheduler.job_loop import JobLoop
+from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.placement import Run, connect_ray
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.store import JobStore
@@ -58,6 +59,7 @@ class Scheduler:
             raise TypeError(f"Scheduler: {e}; the options are the fields of SchedulerConfig") from None
         self.db_path = self.config.db_path
         self.runs_dir = self.config.runs_path
+        self.paths = PathPolicy(self.runs_dir, self.config.model_roots)  # what tenants may read and write
         self._runner_shares = False  # whether the runner accepts shared= (set by start())
         self.hosts: HostPool | None = None  # the model hosts, set by start()
         self.training: SessionManager | None = None  # TrainingService sessions, set by start()
@@ -233,7 +235,8 @@ class Scheduler:
         from tinker_scheduler.training_service import TrainingService
 
         assert self.hosts is not None
-        self.training = SessionManager(self.runs_dir, self.hosts, idle_timeout_s=self.config.session_idle_timeout_s)
+        self.training = SessionManager(self.runs_dir, self.hosts, idle_timeout_s=self.config.session_idle_timeout_s,
+                                       paths=self.paths)
         training = TrainingService(self.training, store=self.store, auth=self.config.auth, free=jobs.free)
         self._server = GrpcServer(self.config, jobs=JobService(self), training=training)
         self.port = self._server.port

@@ -26,6 +26,7 @@ from typing import Any
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.host_pool import HostHandle, HostKey, HostPool
 from tinker_scheduler.model_host import SessionSpec
+from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.policy import Resources
 
 logger = logging.getLogger("tinker_scheduler.training")
@@ -73,8 +74,10 @@ class SessionManager:
 
     def __init__(
         self, runs_dir: Path, hosts: HostPool, *, idle_timeout_s: float = 600.0, reap_interval_s: float | None = None,
+        paths: PathPolicy | None = None,
     ) -> None:
         self.runs_dir = runs_dir
+        self.paths = paths or PathPolicy(runs_dir)  # which base models a tenant may load
         self.hosts = hosts
         self.idle_timeout_s = idle_timeout_s
         self._sessions: dict[str, Session] = {}
@@ -95,6 +98,7 @@ class SessionManager:
         base = request.base_model.strip()
         if not base:
             raise StatusError("INVALID_ARGUMENT", "base_model: is empty; pass a hub id, a local path or 'tiny'")
+        self.paths.check_model(base, tenant, "base_model")
         if request.lora_rank < 0:
             raise StatusError("INVALID_ARGUMENT", f"lora_rank: must be >= 0 (0 = full fine-tuning), got {request.lora_rank}")
         if not 0.0 <= request.lora_dropout < 1.0:
