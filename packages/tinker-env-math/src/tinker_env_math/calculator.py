@@ -26,7 +26,6 @@ truncated with reward 0. A final answer scores 1 when right, ``format_reward`` w
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -34,7 +33,7 @@ from typing import Any
 from tinker_core.env import EnvSpec, TextEnv
 from tinker_env_math.arithmetic import ArithmeticConfig, _operand
 from tinker_env_math.calc import CalcError, CalcLimits, calculate
-from tinker_env_math.parsing import normalize_number, parse_answer
+from tinker_env_math.parsing import normalize_number, parse_answer, tag_contents
 
 __all__ = ["CALCULATOR_SPEC", "CalculatorEnv", "calculator_problems"]
 
@@ -64,8 +63,6 @@ CALCULATOR_SPEC = EnvSpec(
     },
 )
 
-_CALC_RE = re.compile(r"<calc>(.*?)</calc>", re.DOTALL | re.IGNORECASE)
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _GOLD_LIMITS = CalcLimits(max_chars=10_000, max_magnitude=10**60, max_literal_digits=20)
 
 INSTRUCTIONS = (
@@ -190,11 +187,11 @@ class CalculatorEnv(TextEnv):
                 f"CalculatorEnv.step: action must be a str, got {type(action).__name__}"
             )
         self.turn += 1
-        answer = _ANSWER_RE.search(action)
+        answer = next(tag_contents(action, "answer"), None)  # the first one
         if answer is not None:
-            return self._final(answer.group(1))
+            return self._final(answer)
         if "<calc>" in action.lower():
-            call = _CALC_RE.search(action)
+            call = next(tag_contents(action, "calc"), None)
             self.tool_calls += 1
             if call is None:
                 obs, event = (
@@ -204,7 +201,7 @@ class CalculatorEnv(TextEnv):
             else:
                 try:
                     obs, event = (
-                        f"<result>{calculate(call.group(1), self.limits)}</result>\n",
+                        f"<result>{calculate(call, self.limits)}</result>\n",
                         "calc",
                     )
                 except CalcError as e:

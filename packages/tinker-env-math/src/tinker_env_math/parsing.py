@@ -13,34 +13,70 @@ Numbers may carry a sign (``-``, ``+`` or the Unicode minus), thousands separato
 decimal part; they come back normalised by :func:`normalize_number` (``"042"`` -> ``"42"``,
 ``"-0"`` -> ``"0"``, ``"2.50"`` -> ``"2.5"``, ``"1,234"`` -> ``"1234"``), so two answers are
 equal exactly when their normalised strings are equal.
+
+Bounded work on any input: every pattern runs in time linear in the text (no nested or adjacent
+unbounded repeats; tags are paired by scanning forward), normalisation is string work (never
+``int()``/``Decimal``), a number longer than :data:`MAX_NUMBER_CHARS` is not a number, and a
+text longer than :data:`MAX_TEXT_CHARS` has no answer. Nothing here raises on a ``str``.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+import unicodedata
+from collections.abc import Iterator
 
 __all__ = [
+    "MAX_NUMBER_CHARS",
+    "MAX_TEXT_CHARS",
     "NUMBER_PATTERN",
     "answers_match",
     "extract_gsm8k_answer",
     "find_numbers",
     "normalize_number",
     "parse_answer",
+    "tag_contents",
 ]
+
+MAX_NUMBER_CHARS = 1_000
+"""A number written with more characters than this (digits, commas, sign, point) is not read as
+a number: no task here has such answers, and bounding it bounds the work per number."""
+
+MAX_TEXT_CHARS = 1_000_000
+"""A text longer than this has no answer (:func:`parse_answer` returns None: scored as wrong)."""
 
 NUMBER_PATTERN = r"(?:(?<![\w).])[-+\u2212])?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\d])"
 """A number: optional sign (only when not glued to a preceding word or digit, so ``12-5`` reads
 as ``12`` and ``5``), digits with optional thousands commas, optional decimal part."""
 
+_UNGLUED_NUMBER = NUMBER_PATTERN.replace(r"(?<![\w).])", "")
 _NUMBER_RE = re.compile(NUMBER_PATTERN)
-_BOXED_RE = re.compile(r"\\boxed\s*\{([^{}]*(?:\{[^{}]*\}[^{}]*)*)\}")
-_HASHES_RE = re.compile(r"####\s*\$?\s*(" + NUMBER_PATTERN.replace(r"(?<![\w).])", "") + ")")
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_WHOLE_NUMBER_RE = re.compile(r"([-+]?)\s?((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)")
+_BOXED_RE = re.compile(r"\\boxed\s*+\{([^{}]*+(?:\{[^{}]*+\}[^{}]*+)*+)\}")
+# possessive repeats (``*+``): the spaces before a number are never re-split between two ``\s*``
+_HASHES_RE = re.compile(r"####\s*+(?:\$\s*+)?(" + _UNGLUED_NUMBER + ")")
 _ANSWER_IS_RE = re.compile(
-    r"answer\s*(?:is|:|=)\s*:?\s*\$?\s*(" + NUMBER_PATTERN.replace(r"(?<![\w).])", "") + ")",
+    r"answer\s*+(?:is|:|=)\s*+(?::\s*+)?(?:\$\s*+)?(" + _UNGLUED_NUMBER + ")",
     re.IGNORECASE,
 )
+
+
+def tag_contents(text: str, tag: str) -> Iterator[str]:
+    """The contents of each ``<tag>...</tag>`` in ``text`` (case-insensitive), in order.
+
+    The same pairs as ``re.finditer(r"<tag>(.*?)</tag>", text, re.DOTALL | re.IGNORECASE)``,
+    in linear time: an opening tag without a closing one ends the scan instead of being retried
+    from every later opening.
+    """
+    opening = re.compile(f"<{re.escape(tag)}>", re.IGNORECASE)
+    closing = re.compile(f"</{re.escape(tag)}>", re.IGNORECASE)
+    pos = 0
+    while (start := opening.search(text, pos)) is not None:
+        end = closing.search(text, start.end())
+        if end is None:
+            return
+        yield text[start.end() : end.start()]
+        pos = end.end()
 
 
 def normalize_number(text: str) -> str | None:
@@ -48,41 +84,58 @@ def normalize_number(text: str) -> str | None:
 
     Tolerates surrounding spaces, a trailing period, a leading ``$``, thousands commas, a
     leading ``+`` and the Unicode minus sign. Integers come back without a decimal point;
-    other numbers without trailing zeros.
+    other numbers without trailing zeros. More than :data:`MAX_NUMBER_CHARS` characters
+    (after trimming) is not a number.
     """
-    s = text.strip().replace("\u2212", "-")
-    s = s.removeprefix("$").strip()
+    s = text.strip()
+    if len(s) > MAX_NUMBER_CHARS + 4:  # room for "$", a sign, a space and a period
+        return None
+    s = s.replace("\u2212", "-").removeprefix("$").strip()
     if s.endswith("."):
         s = s[:-1].rstrip()
-    if not re.fullmatch(r"[-+]?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?", s):
+    m = _WHOLE_NUMBER_RE.fullmatch(s)
+    if m is None or len(m.group(2)) > MAX_NUMBER_CHARS:
         return None
-    s = s.replace(",", "").replace(" ", "")
-    try:
-        value = Decimal(s)
-    except InvalidOperation:  # pragma: no cover - the regex above admits only valid numbers
-        return None
-    if value == value.to_integral_value():
-        return str(int(value))
-    return format(value.normalize(), "f")
+    number = m.group(2).replace(",", "")
+    if not number.isascii():  # other scripts' digits (``\\d`` matches them): as 0-9
+        number = "".join(c if c == "." else str(unicodedata.decimal(c)) for c in number)
+    whole, _, fraction = number.partition(".")
+    digits = (whole.lstrip("0") or "0") + ("." + fraction.rstrip("0") if fraction.rstrip("0") else "")
+    return digits if digits == "0" or m.group(1) != "-" else "-" + digits
+
+
+def _numbers(text: str) -> Iterator[str]:
+    for m in _NUMBER_RE.finditer(text):
+        n = normalize_number(m.group(0))
+        if n is not None:
+            yield n
 
 
 def find_numbers(text: str) -> list[str]:
     """Every number in ``text``, normalised, in order of appearance."""
-    out = []
-    for m in _NUMBER_RE.finditer(text):
-        n = normalize_number(m.group(0))
+    return list(_numbers(text))
+
+
+def _last_number(text: str) -> str | None:
+    """The last number in ``text`` (normalising only from the end, not every one)."""
+    for found in reversed([m.group(0) for m in _NUMBER_RE.finditer(text)]):
+        n = normalize_number(found)
         if n is not None:
-            out.append(n)
-    return out
+            return n
+    return None
 
 
 def _number_in(fragment: str) -> str | None:
     """A fragment that is one number, or else the last number inside it."""
     whole = normalize_number(fragment)
-    if whole is not None:
-        return whole
-    numbers = find_numbers(fragment)
-    return numbers[-1] if numbers else None
+    return whole if whole is not None else _last_number(fragment)
+
+
+def _last(matches: Iterator[str]) -> str | None:
+    last = None
+    for last in matches:  # noqa: B007 - the loop keeps the last one
+        pass
+    return last
 
 
 def parse_answer(text: str, *, fallback_last_number: bool = True) -> str | None:
@@ -90,29 +143,31 @@ def parse_answer(text: str, *, fallback_last_number: bool = True) -> str | None:
 
     See the module docstring for the forms recognised and their priority. With
     ``fallback_last_number=False`` only explicit forms (1-5) count: that is the test for a
-    well-formatted answer.
+    well-formatted answer. A text longer than :data:`MAX_TEXT_CHARS` has none.
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_answer: text must be a str, got {type(text).__name__}")
-    for pattern in (_BOXED_RE, _HASHES_RE, _ANSWER_TAG_RE):
-        matches = pattern.findall(text)
-        if matches:
-            found = _number_in(matches[-1])
+    if len(text) > MAX_TEXT_CHARS:
+        return None
+    for fragments in (
+        (m.group(1) for m in _BOXED_RE.finditer(text)),
+        (m.group(1) for m in _HASHES_RE.finditer(text)),
+        tag_contents(text, "answer"),
+    ):
+        fragment = _last(fragments)
+        if fragment is not None:
+            found = _number_in(fragment)
             if found is not None:
                 return found
-    matches = _ANSWER_IS_RE.findall(text)
-    if matches:
-        found = normalize_number(matches[-1])
+    stated = _last(m.group(1) for m in _ANSWER_IS_RE.finditer(text))
+    if stated is not None:
+        found = normalize_number(stated)
         if found is not None:
             return found
     whole = normalize_number(text)
     if whole is not None:
         return whole
-    if fallback_last_number:
-        numbers = find_numbers(text)
-        if numbers:
-            return numbers[-1]
-    return None
+    return _last_number(text) if fallback_last_number else None
 
 
 def answers_match(predicted: str | None, gold: str) -> bool:
@@ -128,7 +183,5 @@ def extract_gsm8k_answer(solution: str) -> str | None:
 
     A solution that is just a number is accepted too. Returns None when neither is present.
     """
-    matches = _HASHES_RE.findall(solution)
-    if matches:
-        return normalize_number(matches[-1])
-    return normalize_number(solution)
+    stated = _last(m.group(1) for m in _HASHES_RE.finditer(solution))
+    return normalize_number(stated if stated is not None else solution)
