@@ -281,8 +281,9 @@ def list_jobs(
     scheduler: SchedulerOpt = None,
     api_key: ApiKeyOpt = None,
     tls_ca: TlsCaOpt = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="Show at most N jobs (the newest).")] = None,
 ) -> None:
-    """List your jobs, newest first."""
+    """List your jobs, newest first (fetched page by page, so thousands of jobs are fine)."""
     from tinker_client.jobs import parse_state
 
     try:
@@ -290,7 +291,7 @@ def list_jobs(
     except ValueError as e:
         fail(str(e))
     with _scheduler(scheduler, api_key, tls_ca) as client:
-        for job in client.list(states):
+        for job in client.list(states, limit=limit):
             _print_job(job)
 
 

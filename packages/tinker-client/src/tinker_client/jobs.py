@@ -10,7 +10,8 @@ Example::
             print(event)
 
 ``watch`` reconnects by itself when the stream breaks, resuming after the last cursor it saw,
-so a caller sees every event exactly once.
+so a caller sees every event exactly once. ``list`` yields job summaries (``config_text`` is
+empty; ``get`` returns it) and fetches the pages as the caller iterates.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any, Unpack
+from typing import Any, Unpack, cast
 
 import grpc
 
 from tinker_client.connection import ConnectionOptions, SchedulerConnection
+from tinker_core.config import check_config_size
 from tinker_core.proto import jobs_pb2 as pb
 from tinker_core.proto import jobs_pb2_grpc as pb_grpc
+from tinker_core.proto import message_size_options
 
 TERMINAL = {pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED}
 STATE_NAMES = {v: k.removeprefix("JOB_STATE_") for k, v in pb.JobState.items()}
@@ -56,14 +59,20 @@ class JobClient(SchedulerConnection):
         timeout_s: float = 30.0,
         **connection: Unpack[ConnectionOptions],
     ) -> None:
-        super().__init__(address, api_key, **connection)
+        # Get returns a job's whole config; a large one stored before the limit still comes back.
+        super().__init__(address, api_key, options=message_size_options(), **connection)
         self.timeout_s = timeout_s
         self.stub = pb_grpc.JobServiceStub(self.channel)
 
     def submit(
         self, config_text: str, *, request_id: str | None = None, priority: int | None = None
     ) -> pb.Job:
-        """Queue a job; retried with the same ``request_id``, it is created once."""
+        """Queue a job; retried with the same ``request_id``, it is created once.
+
+        A config over ``tinker_core.config.MAX_CONFIG_BYTES`` (1 MiB) raises
+        :class:`~tinker_core.errors.ConfigError` before anything is sent (the scheduler refuses it too).
+        """
+        check_config_size(len(config_text.encode("utf-8")), "config_text")
         req = pb.SubmitJobRequest(
             config_text=config_text,
             client_request_id=request_id or uuid.uuid4().hex,
@@ -75,16 +84,30 @@ class JobClient(SchedulerConnection):
     def get(self, job_id: str) -> pb.Job:
         return self.stub.Get(pb.GetJobRequest(job_id=job_id), metadata=self.metadata, timeout=self.timeout_s)
 
-    def list(self, states: list[int] | None = None, page_size: int = 0) -> Iterator[pb.Job]:
-        """Every job of this tenant (newest first), page by page."""
+    def list(
+        self, states: list[int] | None = None, page_size: int = 1000, *, limit: int | None = None
+    ) -> Iterator[pb.Job]:
+        """This tenant's jobs as summaries (no ``config_text``), newest first, at most ``limit``.
+
+        Pages of ``page_size`` (by default the scheduler's maximum, 1000; 0: the scheduler's
+        default, 50) are fetched as the caller iterates.
+        """
+        if limit is not None and limit <= 0:
+            return
         token = ""
+        seen = 0
         while True:
+            size = page_size if limit is None else min(page_size or limit, limit - seen)
             resp = self.stub.List(
-                pb.ListJobsRequest(states=states or [], page_size=page_size, page_token=token),
+                pb.ListJobsRequest(states=cast(Any, states or []), page_size=size, page_token=token),
                 metadata=self.metadata,
                 timeout=self.timeout_s,
             )
-            yield from resp.jobs
+            for job in resp.jobs:
+                yield job
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
             token = resp.next_page_token
             if not token:
                 return

@@ -1,0 +1,93 @@
+"""JobClient and `opentinker list` against a stand-in JobService (a real gRPC server in this
+process): pages are fetched transparently, ``--limit`` stops early, oversized configs never leave."""
+
+from __future__ import annotations
+
+from concurrent import futures
+
+import grpc
+import pytest
+from typer.testing import CliRunner
+
+from tinker_client.cli import app
+from tinker_client.jobs import JobClient
+from tinker_core.config import MAX_CONFIG_BYTES
+from tinker_core.errors import ConfigError
+from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
+
+
+class PagedJobs(jobs_pb2_grpc.JobServiceServicer):
+    """``count`` jobs, newest first, in pages of the asked size (2 for 0) capped at :attr:`page_size`;
+    records the requests."""
+
+    def __init__(self, count: int) -> None:
+        self.jobs = [jobs_pb2.Job(id=f"job-{i:03d}", name=f"n{i}", state=jobs_pb2.JOB_STATE_QUEUED)
+                     for i in reversed(range(count))]
+        self.requests: list[jobs_pb2.ListJobsRequest] = []
+        self.page_size = 1000  # the most a page holds, whatever was asked
+
+    def List(self, request, context):
+        self.requests.append(request)
+        start = int(request.page_token or 0)
+        end = start + min(request.page_size or 2, self.page_size)
+        token = str(end) if end < len(self.jobs) else ""
+        return jobs_pb2.ListJobsResponse(jobs=self.jobs[start:end], next_page_token=token)
+
+    def Submit(self, request, context):
+        self.requests.append(request)
+        return jobs_pb2.Job(id="job-new")
+
+
+@pytest.fixture
+def paged():
+    """``paged(count)`` -> ``(address, servicer)`` of a server with ``count`` jobs."""
+    servers = []
+
+    def start(count: int) -> tuple[str, PagedJobs]:
+        servicer = PagedJobs(count)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"127.0.0.1:{port}", servicer
+
+    yield start
+    for server in servers:
+        server.stop(grace=None)
+
+
+def test_list_iterates_every_page_in_order(paged):
+    address, servicer = paged(7)
+    with JobClient(address) as client:
+        assert [j.id for j in client.list(page_size=0)] == [j.id for j in servicer.jobs]  # the server's default
+    assert [r.page_token for r in servicer.requests] == ["", "2", "4", "6"]
+
+
+def test_list_limit_asks_for_no_more_than_it_needs(paged):
+    address, servicer = paged(7)
+    with JobClient(address) as client:
+        assert [j.id for j in client.list(limit=3)] == ["job-006", "job-005", "job-004"]
+        assert [r.page_size for r in servicer.requests] == [3]
+        servicer.requests.clear()
+        assert len(list(client.list(page_size=2, limit=3))) == 3
+        assert [r.page_size for r in servicer.requests] == [2, 1]
+
+
+def test_the_list_command_prints_every_page_and_honours_limit(paged):
+    address, servicer = paged(5)
+    servicer.page_size = 2  # a server that answers in pages smaller than asked
+    result = CliRunner().invoke(app, ["list", "--scheduler", address])
+    assert result.exit_code == 0, result.output
+    assert len(servicer.requests) == 3
+    assert [line.split()[0] for line in result.stdout.splitlines()] == [f"job-{i:03d}" for i in (4, 3, 2, 1, 0)]
+    result = CliRunner().invoke(app, ["list", "--limit", "2", "--scheduler", address])
+    assert result.exit_code == 0 and len(result.stdout.splitlines()) == 2
+    assert CliRunner().invoke(app, ["list", "--limit", "0", "--scheduler", address]).exit_code == 2
+
+
+def test_a_config_over_the_limit_is_refused_before_it_is_sent(paged):
+    address, servicer = paged(0)
+    with JobClient(address) as client, pytest.raises(ConfigError, match=r"1,048,577 bytes; at most 1,048,576 \(1 MiB\)"):
+        client.submit("#" * (MAX_CONFIG_BYTES + 1))
+    assert servicer.requests == []
