@@ -139,3 +139,48 @@ def test_tokenizer_files_are_the_saved_files_as_bytes(policy):
     files = tokenizer_files(policy.tokenizer)
     assert files and all(a.dtype == np.uint8 for a in files.values())
     assert any(name.startswith("tokenizer") for name in files)
+
+
+
+def test_context_length_reads_the_models_config():
+    assert tinker_ops.context_length(SimpleNamespace(max_position_embeddings=1024)) == 1024
+    assert tinker_ops.context_length(SimpleNamespace(n_positions=512)) == 512  # GPT-2 style
+    assert tinker_ops.context_length(SimpleNamespace()) is None
+
+
+LIMITS = tinker_ops.RequestLimits(max_data=4, max_tokens=100, max_new_tokens=20)
+
+
+@pytest.mark.parametrize(
+    ("check", "named"),
+    [
+        # a datum's model input is its tokens plus the last target
+        (lambda: tinker_ops.check_data([10, 64], 64, LIMITS),
+         "data[1]: tokens plus the last target of 65 tokens exceeds the model's context length of 64 tokens"),
+        (lambda: tinker_ops.check_data([1] * 5, 64, LIMITS), "data: 5 data in one request, over the limit of 4"),
+        (lambda: tinker_ops.check_data([40, 40, 40], 64, LIMITS), "data: 123 tokens in one request, over the limit of 100"),
+        (lambda: tinker_ops.check_sequences([10, 65], 64, LIMITS),
+         "sequences[1]: a sequence of 65 tokens exceeds the model's context length of 64 tokens"),
+        (lambda: tinker_ops.check_sequences([1] * 5, None, LIMITS), "sequences: 5 sequences in one request, over the limit of 4"),
+        (lambda: tinker_ops.check_sample([10], 21, 1, 64, LIMITS), "sampling_params.max_tokens: 21 is over the limit of 20"),
+        (lambda: tinker_ops.check_sample([50], 20, 1, 64, LIMITS),
+         "prompts[0]: 50 prompt tokens + sampling_params.max_tokens=20 exceed the model's context length of 64 tokens"),
+        (lambda: tinker_ops.check_sample([1, 1], 1, 3, 64, LIMITS), "num_samples: 2 prompt(s) x 3 samples = 6 sequences, over the limit of 4"),
+        (lambda: tinker_ops.check_sample([31], 20, 2, 64, LIMITS), "prompts: 102 tokens to sample in one request"),
+    ],
+)
+def test_request_checks_name_the_limit(check, named):
+    with pytest.raises(ValueError) as info:
+        check()
+    assert str(info.value).startswith(named), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_requests_at_the_limits_pass_and_without_limits_only_the_context_counts():
+    tinker_ops.check_data([63, 35], 64, LIMITS)  # 64 + 36 = 100 tokens: exactly the limits
+    tinker_ops.check_sequences([64, 36], 64, LIMITS)
+    tinker_ops.check_sample([30], 20, 2, 64, LIMITS)  # (30 + 20) x 2 = 100
+    tinker_ops.check_data([63] * 50, 64)  # no limits: only the context length
+    tinker_ops.check_sample([1000], 10_000, 100, None)  # no context length known, no limits
+    with pytest.raises(ValueError, match="context length of 64"):
+        tinker_ops.check_data([64], 64)

@@ -11,7 +11,10 @@ fields onto the registered losses, :meth:`tinker_algos.trainer.Trainer.optim_ste
 :class:`tinker_algos.sampler.SamplingParams`.
 
 Bad input raises :class:`ValueError` naming the field (``data[1].target_tokens: ...``), so a
-server can return it as an invalid-argument error unchanged. The model host of tinker-scheduler
+server can return it as an invalid-argument error unchanged. :func:`check_data`,
+:func:`check_sequences` and :func:`check_sample` bound a request before any work: every sequence
+within the model's :func:`context_length`, and (given :class:`RequestLimits`) the data, tokens and
+new tokens of one request. The model host of tinker-scheduler
 (``tinker_scheduler.model_host``) serves the TrainingService with these.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +40,91 @@ ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.95, "eps": 1e-12}
 STOP_REASONS = {"length": "length", "eos": "stop_token", "stop_id": "stop_token", "stop_string": "stop_string"}
 #: The per-position fields of a datum and their value where a datum leaves one out.
 PER_POSITION_DEFAULTS = {"loss_weights": 1.0, "advantages": 0.0, "sampling_logprobs": 0.0}
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """The most one training request may ask for (checked before any work is queued)."""
+
+    #: Data per Forward/ForwardBackward, sequences per ComputeLogprobs, and sequences sampled
+    #: (prompts x num_samples) per Sample.
+    max_data: int = 1024
+    #: Tokens per request: the model inputs of all data or sequences; for Sample, the prompt
+    #: plus ``max_tokens`` of every sequence sampled.
+    max_tokens: int = 65_536
+    #: Sample's ``max_tokens`` (new tokens per sequence).
+    max_new_tokens: int = 8192
+
+
+#: Model config attributes that give the longest sequence a model takes, in order of preference.
+CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(model_config: Any) -> int | None:
+    """The longest sequence (in tokens) a model takes, from its Hugging Face config; None if unknown."""
+    for key in CONTEXT_LENGTH_KEYS:
+        value = getattr(model_config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _check_inputs(field: str, inputs: Sequence[int], context: int | None, limits: RequestLimits | None, what: str) -> None:
+    """Model input lengths ``inputs`` of request field ``field``, one per datum or sequence."""
+    if limits is not None and len(inputs) > limits.max_data:
+        raise ValueError(
+            f"{field}: {len(inputs)} {field} in one request, over the limit of {limits.max_data}; split them into several requests"
+        )
+    for i, n in enumerate(inputs):
+        if context is not None and n > context:
+            raise ValueError(
+                f"{field}[{i}]: {what} of {n} tokens exceeds the model's context length of {context} tokens; shorten or split it"
+            )
+    total = sum(inputs)
+    if limits is not None and total > limits.max_tokens:
+        raise ValueError(
+            f"{field}: {total} tokens in one request, over the limit of {limits.max_tokens}; split them into several requests"
+        )
+
+
+def check_data(token_counts: Sequence[int], context: int | None, limits: RequestLimits | None = None) -> None:
+    """Bound Forward/ForwardBackward data by their ``len(tokens)``: each datum's model input (its
+    tokens and last target) within the context length ``context``, and (with ``limits``) the data
+    count and total tokens. Raises :class:`ValueError` naming the field and the limit."""
+    _check_inputs("data", [n + 1 for n in token_counts], context, limits, "tokens plus the last target")
+
+
+def check_sequences(lengths: Sequence[int], context: int | None, limits: RequestLimits | None = None) -> None:
+    """Bound ComputeLogprobs sequences as :func:`check_data` bounds data."""
+    _check_inputs("sequences", list(lengths), context, limits, "a sequence")
+
+
+def check_sample(
+    prompt_lengths: Sequence[int], max_tokens: int, num_samples: int, context: int | None,
+    limits: RequestLimits | None = None,
+) -> None:
+    """Bound a Sample request: every prompt plus ``max_tokens`` within the context length, and (with
+    ``limits``) ``max_tokens``, the sequences sampled and their tokens. Raises :class:`ValueError`."""
+    if limits is not None and max_tokens > limits.max_new_tokens:
+        raise ValueError(f"sampling_params.max_tokens: {max_tokens} is over the limit of {limits.max_new_tokens}")
+    n = max(1, int(num_samples))
+    if limits is not None and len(prompt_lengths) * n > limits.max_data:
+        raise ValueError(
+            f"num_samples: {len(prompt_lengths)} prompt(s) x {n} samples = {len(prompt_lengths) * n} sequences, "
+            f"over the limit of {limits.max_data}; sample in several requests"
+        )
+    for i, p in enumerate(prompt_lengths):
+        if context is not None and p + max_tokens > context:
+            raise ValueError(
+                f"prompts[{i}]: {p} prompt tokens + sampling_params.max_tokens={max_tokens} exceed the model's "
+                f"context length of {context} tokens; shorten the prompt or lower max_tokens"
+            )
+    total = sum(p + max_tokens for p in prompt_lengths) * n
+    if limits is not None and total > limits.max_tokens:
+        raise ValueError(
+            f"prompts: {total} tokens to sample in one request (prompts plus max_tokens, x num_samples), over the "
+            f"limit of {limits.max_tokens}; sample in several requests"
+        )
 
 
 def per_position(datum: Mapping[str, Any], i: int, T: int, name: str, default: float) -> np.ndarray:
