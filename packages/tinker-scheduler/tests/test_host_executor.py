@@ -1,8 +1,11 @@
-"""TurnExecutor: one thread, FIFO per queue, round-robin between queues, clean failures."""
+"""TurnExecutor: one thread, FIFO per queue, round-robin between queues, clean failures,
+deadlines and cancellation."""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import Counter
 
 import pytest
 
@@ -61,3 +64,77 @@ def test_errors_reach_the_caller_and_a_removed_or_closed_queue_fails_cleanly():
     with pytest.raises(StatusError) as closed:
         ex.call("t", lambda: None)
     assert closed.value.code == "UNAVAILABLE"
+
+
+def wait_until(condition, what: str, limit_s: float = 60.0) -> None:
+    """Poll ``condition`` (a safety limit only: nothing is timed)."""
+    end = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.005)
+
+
+def test_expired_and_cancelled_items_are_dropped_unrun_while_a_long_item_runs():
+    ex = TurnExecutor()
+    for qid in ("long", "late", "gone", "past", "other"):
+        ex.open(qid)
+    ran: Counter[str] = Counter()
+    running, release = threading.Event(), threading.Event()
+    long = ex.submit("long", lambda: (running.set(), release.wait(60))[1], token="long")
+    assert running.wait(10)  # one session's long request holds the executor
+    assert not ex.cancel("long")  # a started item is not dropped
+
+    # a caller whose deadline passes while it waits returns then, with DEADLINE_EXCEEDED
+    with pytest.raises(StatusError) as late:
+        ex.call("late", lambda: ran.update(["late"]), deadline=time.time() + 0.2)
+    assert late.value.code == "DEADLINE_EXCEEDED" and "deadline" in str(late.value)
+
+    # a cancelled caller (its client went away) likewise
+    outcome: list[StatusError] = []
+
+    def gone() -> None:
+        try:
+            ex.call("gone", lambda: ran.update(["gone"]), token="t-gone")
+        except StatusError as e:
+            outcome.append(e)
+
+    caller = threading.Thread(target=gone)
+    caller.start()
+    wait_until(lambda: ex.pending("gone") == 1, "the request queued")
+    assert ex.cancel("t-gone")
+    caller.join(10)
+    assert [e.code for e in outcome] == ["CANCELLED"]
+    assert ex.pending("gone") == 0
+
+    # an item whose deadline has passed when its turn comes is dropped by the executor itself
+    past = ex.submit("past", lambda: ran.update(["past"]), deadline=time.time() - 1)
+    other = ex.submit("other", lambda: "answered", deadline=time.time() + 600)
+    release.set()
+    assert long.result(timeout=10) is True
+    assert other.result(timeout=10) == "answered"  # another session is served
+    with pytest.raises(StatusError) as dropped:
+        past.result(timeout=10)
+    assert dropped.value.code == "DEADLINE_EXCEEDED"
+    assert ran == Counter()  # none of the dropped requests ever ran
+    assert ex.served == ["long", "other"]
+    assert sorted(ex.dropped) == ["gone", "late", "past"]
+    assert not ex.cancel("t-gone")  # forgotten once done
+    ex.close()
+
+
+def test_a_deadline_does_not_abandon_an_item_that_has_started():
+    ex = TurnExecutor()
+    ex.open("s")
+    running, release = threading.Event(), threading.Event()
+    out: list[str] = []
+    deadline = time.time() + 0.2
+    caller = threading.Thread(target=lambda: out.append(ex.call(
+        "s", lambda: (running.set(), release.wait(60), "done")[2], deadline=deadline)))
+    caller.start()
+    assert running.wait(10)
+    wait_until(lambda: time.time() > deadline + 0.1, "the deadline passed while the item runs")
+    assert out == []  # the caller still waits for the answer of the running item
+    release.set()
+    caller.join(10)
+    assert out == ["done"]
+    ex.close()

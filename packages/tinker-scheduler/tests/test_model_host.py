@@ -7,6 +7,7 @@ process so the checks are fast and exact.
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -83,30 +84,53 @@ def test_two_interleaved_sessions_match_each_session_alone():
     assert results["a"][0] != results["b"][0]  # different seeds really differ
 
 
+def wait_until(condition, what: str, limit_s: float = 60.0) -> None:
+    """Poll ``condition`` (a safety limit only: nothing is timed)."""
+    end = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.005)
+
+
 def test_round_robin_serves_a_waiting_session_between_requests_of_a_busy_one():
     host = ModelHost("tiny", device="cpu")
     for sid in ("busy", "other"):
         ok(host.add_session(SessionSpec(sid, lora_rank=2)))
-    gate = threading.Event()
-    # occupy the executor so that both queues fill up before anything runs
-    blocker = threading.Thread(target=lambda: host.call("busy", "info"))
-    with host.executor.model_lock:
-        blocker.start()
-        calls = [threading.Thread(target=lambda: host.call("busy", "info")) for _ in range(4)]
-        for t in calls:
-            t.start()
-        other = threading.Thread(target=lambda: (host.call("other", "info"), gate.set()))
-        import time
-
-        time.sleep(0.3)  # let the threads enqueue (ordering only; no timing is asserted)
-        other.start()
-        time.sleep(0.1)
-    for t in [blocker, *calls, other]:
-        t.join()
-    assert gate.is_set()
-    served = host.served
+    # a long request of "busy" holds the executor while both queues fill up
+    running, release = threading.Event(), threading.Event()
+    long = host.executor.submit("busy", lambda: (running.set(), release.wait(60)))
+    assert running.wait(60)
+    backlog = [threading.Thread(target=lambda: ok(host.call("busy", "info"))) for _ in range(4)]
+    for t in backlog:
+        t.start()
+    wait_until(lambda: host.executor.pending("busy") == 4, "busy's backlog queued")
+    other = threading.Thread(target=lambda: ok(host.call("other", "info")))
+    other.start()
+    wait_until(lambda: host.executor.pending("other") == 1, "other's request queued")
+    release.set()
+    long.result(timeout=60)
+    for t in [*backlog, other]:
+        t.join(60)
     # "other" ran right after at most one more "busy" request, not after the whole backlog
-    assert served.index("other") <= 2, served
+    assert host.served == ["busy", "busy", "other", "busy", "busy", "busy"]
+    host.close()
+
+
+def test_a_sequence_longer_than_the_context_is_refused_before_it_takes_a_turn():
+    host = ModelHost("tiny", device="cpu")
+    ok(host.add_session(SessionSpec("s", lora_rank=2)))
+    n = host.context_length
+    assert n == host.policy.base_model.config.max_position_embeddings
+    assert ok(host.call("s", "info"))["context_length"] == n
+    too_long = datum(list(range(3, 3 + n + 1)), 2)  # n tokens + the last target: one over
+    for op in ("forward_backward", "forward"):
+        bad = host.call("s", op, {"data": [DATA[0], too_long], "loss_fn": "cross_entropy", "loss_config": {}})
+        assert bad[:2] == ("error", "INVALID_ARGUMENT") and f"data[1]: tokens plus the last target of {n + 1} tokens" in bad[2]
+    bad = host.call("s", "sample", {"prompts": [[1] * (n - 3)], "params": {"max_tokens": 4}, "num_samples": 1})
+    assert bad[:2] == ("error", "INVALID_ARGUMENT") and f"context length of {n}" in bad[2]
+    bad = host.call("s", "compute_logprobs", {"sequences": [[1] * (n + 1)]})
+    assert bad[:2] == ("error", "INVALID_ARGUMENT") and "sequences[0]" in bad[2]
+    assert host.served == ["s"]  # only "info" ran
     host.close()
 
 

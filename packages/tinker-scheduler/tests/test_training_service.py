@@ -1,12 +1,16 @@
-"""TrainingService over a real in-process gRPC server: primitives, idempotence, tenants, hosts.
+"""TrainingService over a real in-process gRPC server: primitives, idempotence, limits,
+deadlines, tenants, hosts.
 
 Most tests keep model hosts in the test process (``training_host_backend="local"``) so they are
-fast; one test runs the hosts as Ray actors (the default in production).
+fast, and can count or hold a host operation (:func:`watch_op`); one test runs the hosts as Ray
+actors (the default in production).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from dataclasses import dataclass, field
 
 import grpc
 import numpy as np
@@ -57,7 +61,46 @@ def local_scheduler(make_scheduler):
     return make_scheduler(paused=True, training_host_backend="local")
 
 
-def test_primitives_cross_entropy_is_a_token_sum_and_a_retried_optim_step_applies_once(local_scheduler):
+def wait_until(condition, what: str, limit_s: float = 60.0) -> None:
+    """Poll ``condition`` (a safety limit only: nothing is timed)."""
+    end = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < end, f"never happened: {what}"
+        time.sleep(0.005)
+
+
+@dataclass
+class WatchedOp:
+    """The runs of one model host operation (by session id); with ``hold``, each run waits for
+    ``release`` after setting ``started``."""
+
+    hold: bool = False
+    runs: list[str] = field(default_factory=list)
+    started: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    host: object = None  # the ModelHost that ran it
+
+
+def watch_op(monkeypatch, op: str, *, hold: bool = False) -> WatchedOp:
+    """Count (and optionally hold) every run of ``ModelHost._op_<op>`` in this process (local hosts)."""
+    from tinker_scheduler.model_host import ModelHost
+
+    real = getattr(ModelHost, f"_op_{op}")
+    watched = WatchedOp(hold=hold)
+
+    def run(self, session, **kwargs):
+        watched.runs.append(session.spec.session_id)
+        watched.host = self
+        watched.started.set()
+        if watched.hold:
+            assert watched.release.wait(60), "the test never released the held operation"
+        return real(self, session, **kwargs)
+
+    monkeypatch.setattr(ModelHost, f"_op_{op}", run)
+    return watched
+
+
+def test_primitives_cross_entropy_is_a_token_sum_and_an_optim_step_applies_the_gradients(local_scheduler):
     channel, stub, md = stub_for(local_scheduler)
     with channel:
         session = create(stub, md, seed=3, request_id="create-1")
@@ -77,14 +120,7 @@ def test_primitives_cross_entropy_is_a_token_sum_and_a_retried_optim_step_applie
         before = trainable(stub, md, sid)
         step = training_pb2.OptimStepRequest(session_id=sid, request_id="step-1",
                                              adam=training_pb2.AdamParams(learning_rate=1e-2))
-        # the first try times out on the client (the server may or may not have run it) ...
-        with pytest.raises(grpc.RpcError) as info:
-            stub.OptimStep(step, metadata=md, timeout=0.0001)
-        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        # ... the retry with the same request id is applied once either way
-        first = stub.OptimStep(step, metadata=md, timeout=60)
-        second = stub.OptimStep(step, metadata=md, timeout=60)
-        assert first.step == second.step == 1
+        assert stub.OptimStep(step, metadata=md, timeout=60).step == 1
         after = trainable(stub, md, sid)
         assert any(not np.array_equal(before[k], after[k]) for k in before)
         info_now = stub.GetInfo(training_pb2.GetInfoRequest(session_id=sid), metadata=md, timeout=10)
@@ -93,6 +129,126 @@ def test_primitives_cross_entropy_is_a_token_sum_and_a_retried_optim_step_applie
         code, details = code_of(stub.OptimStep, training_pb2.OptimStepRequest(
             session_id=sid, request_id="step-2", adam=training_pb2.AdamParams(learning_rate=1e-2)), metadata=md)
         assert code == grpc.StatusCode.FAILED_PRECONDITION and "ForwardBackward" in details
+
+
+def test_a_retry_while_the_first_attempt_runs_waits_for_its_answer_and_the_step_applies_once(local_scheduler, monkeypatch):
+    channel, stub, md = stub_for(local_scheduler)
+    with channel:
+        sid = create(stub, md, seed=3).session_id
+        stub.ForwardBackward(training_pb2.ForwardBackwardRequest(
+            session_id=sid, request_id="fb-1", data=[sft_datum()], loss_fn="cross_entropy"), metadata=md, timeout=60)
+        before = trainable(stub, md, sid)
+        steps = watch_op(monkeypatch, "optim_step", hold=True)
+        step = training_pb2.OptimStepRequest(session_id=sid, request_id="step-1",
+                                             adam=training_pb2.AdamParams(learning_rate=1e-2))
+        first = stub.OptimStep.future(step, metadata=md, timeout=120)
+        assert steps.started.wait(60)  # the first attempt runs on the host ...
+        first.cancel()  # ... when its client gives up (to the server, a timeout or a lost connection look the same)
+        retry = stub.OptimStep.future(step, metadata=md, timeout=120)
+        session = local_scheduler.training._sessions[sid]
+        wait_until(lambda: session.joined == 1, "the retry waits for the running first attempt")
+        steps.release.set()
+        assert retry.result().step == 1  # the first attempt's answer
+        assert stub.OptimStep(step, metadata=md, timeout=60).step == 1  # a later retry: the same answer
+        assert steps.runs == [sid]  # applied once
+        assert stub.GetInfo(training_pb2.GetInfoRequest(session_id=sid), metadata=md, timeout=10).step == 1
+        after = trainable(stub, md, sid)
+        assert any(not np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_a_request_id_names_one_request_its_method_and_arguments(local_scheduler, monkeypatch):
+    channel, stub, md = stub_for(local_scheduler)
+    with channel:
+        sid = create(stub, md, seed=3, request_id="create-1").session_id
+        code, details = code_of(stub.CreateSession, training_pb2.CreateTrainingSessionRequest(
+            base_model="tiny", lora_rank=4, seed=4, request_id="create-1"), metadata=md)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "request_id: 'create-1'" in details
+        runs = watch_op(monkeypatch, "forward_backward")
+        fb = training_pb2.ForwardBackwardRequest(session_id=sid, request_id="fb-1", data=[sft_datum()],
+                                                 loss_fn="cross_entropy", loss_config={})
+        first = stub.ForwardBackward(fb, metadata=md, timeout=60)
+        again = stub.ForwardBackward(fb, metadata=md, timeout=60)
+        assert again == first and runs.runs == [sid]  # one execution, the same answer
+        other_args = training_pb2.ForwardBackwardRequest(session_id=sid, request_id="fb-1", data=[sft_datum(prompt_len=2)],
+                                                         loss_fn="cross_entropy")
+        other_method = training_pb2.ForwardRequest(session_id=sid, request_id="fb-1", data=[sft_datum()], loss_fn="cross_entropy")
+        for method, request in ((stub.ForwardBackward, other_args), (stub.Forward, other_method)):
+            code, details = code_of(method, request, metadata=md)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+            assert "request_id: 'fb-1' was already used for another request" in details and "\n" not in details
+        assert runs.runs == [sid]  # neither ran
+        assert stub.ForwardBackward(fb, metadata=md, timeout=60) == first  # the first answer is kept
+
+
+def test_requests_over_the_limits_are_refused_before_they_reach_the_host(local_scheduler, monkeypatch):
+    from tinker_algos.tinker_ops import RequestLimits
+
+    limits = RequestLimits()
+    channel, stub, md = stub_for(local_scheduler)
+    with channel:
+        sid = create(stub, md).session_id
+        ops = [watch_op(monkeypatch, op) for op in ("forward_backward", "forward", "sample", "compute_logprobs")]
+        context = 1024  # the tiny preset's max_position_embeddings
+        long_seq = list(range(3, 3 + context + 1))  # tokens + the last target: one over the context
+        def tok(n: int) -> common_pb2.TokenList:
+            return common_pb2.TokenList(tokens=[5] * n)
+        sp = training_pb2.SamplingParams
+        cases = [
+            (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(
+                session_id=sid, data=[sft_datum(), sft_datum(long_seq)], loss_fn="cross_entropy"),
+             f"data[1]: tokens plus the last target of {context + 1} tokens exceeds the model's context length of {context} tokens"),
+            (stub.Forward, training_pb2.ForwardRequest(session_id=sid, data=[sft_datum()] * (limits.max_data + 1)),
+             f"data: {limits.max_data + 1} data in one request, over the limit of {limits.max_data}"),
+            (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(
+                session_id=sid, data=[sft_datum(list(range(3, 3 + 1001)))] * 70, loss_fn="cross_entropy"),
+             f"data: 70070 tokens in one request, over the limit of {limits.max_tokens}"),
+            (stub.Sample, training_pb2.SampleRequest(session_id=sid, prompts=[tok(1000)], sampling_params=sp(max_tokens=100)),
+             f"prompts[0]: 1000 prompt tokens + sampling_params.max_tokens=100 exceed the model's context length of {context}"),
+            (stub.Sample, training_pb2.SampleRequest(session_id=sid, prompts=[tok(3)], sampling_params=sp(max_tokens=limits.max_new_tokens + 1)),
+             f"sampling_params.max_tokens: {limits.max_new_tokens + 1} is over the limit of {limits.max_new_tokens}"),
+            (stub.Sample, training_pb2.SampleRequest(session_id=sid, prompts=[tok(3)], num_samples=limits.max_data + 1,
+                                                     sampling_params=sp(max_tokens=4)),
+             f"num_samples: 1 prompt(s) x {limits.max_data + 1} samples"),
+            (stub.ComputeLogprobs, training_pb2.ComputeLogprobsRequest(session_id=sid, sequences=[tok(context + 1)]),
+             f"sequences[0]: a sequence of {context + 1} tokens exceeds the model's context length"),
+        ]
+        for method, request, named in cases:
+            code, details = code_of(method, request, metadata=md, timeout=60)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+            assert details.startswith(named) and "\n" not in details, details
+        assert [o.runs for o in ops] == [[], [], [], []]  # nothing reached the host
+
+
+def test_a_request_whose_client_is_gone_is_dropped_unrun_and_other_sessions_are_answered(local_scheduler, monkeypatch):
+    channel, stub, md = stub_for(local_scheduler)
+    with channel:
+        a, b, c = (create(stub, md, seed=i).session_id for i in range(3))  # three sessions, one host
+        assert local_scheduler.hosts.host_count() == 1
+        fbs = watch_op(monkeypatch, "forward_backward")
+
+        def fb(sid: str) -> training_pb2.ForwardBackwardRequest:
+            return training_pb2.ForwardBackwardRequest(session_id=sid, data=[sft_datum()], loss_fn="cross_entropy")
+
+        stub.ForwardBackward(fb(a), metadata=md, timeout=60)
+        steps = watch_op(monkeypatch, "optim_step", hold=True)
+        long = stub.OptimStep.future(training_pb2.OptimStepRequest(
+            session_id=a, adam=training_pb2.AdamParams(learning_rate=1e-2)), metadata=md, timeout=120)
+        assert steps.started.wait(60)  # session a's long request holds the host
+        executor = steps.host.executor
+        # b's client deadline passes while its request waits for its turn: dropped
+        code, _ = code_of(stub.ForwardBackward, fb(b), metadata=md, timeout=1)
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        wait_until(lambda: executor.pending(b) == 0, "b's expired request left the queue")
+        # c's client cancels its waiting request: dropped
+        gone = stub.ForwardBackward.future(fb(c), metadata=md, timeout=120)
+        wait_until(lambda: executor.pending(c) == 1, "c's request queued")
+        gone.cancel()
+        wait_until(lambda: executor.pending(c) == 0, "c's cancelled request left the queue")
+        steps.release.set()
+        assert long.result().step == 1
+        assert stub.ForwardBackward(fb(b), metadata=md, timeout=60).metrics["loss"] > 0  # b is answered
+        assert fbs.runs == [a, b]  # the dropped requests never ran
+        assert c in executor.dropped and set(executor.dropped) <= {b, c}  # b's may also stop before the queue
 
 
 def test_sample_returns_tokens_logprobs_and_stop_reasons_and_save_load_restore(local_scheduler):
@@ -225,3 +381,15 @@ def test_sessions_on_a_ray_model_host(make_scheduler):
                 session_id=sid, adam=training_pb2.AdamParams(learning_rate=1e-2)), metadata=md).step == 1
         wa, wb = trainable(stub, md, a), trainable(stub, md, b)
         assert all(k.endswith(".weight") for k in wa) and wa.keys().isdisjoint(wb.keys())
+        # idempotence and limits on a Ray host: the same request id and arguments apply once,
+        # other arguments are refused, and an over-long datum never reaches the host
+        stub.ForwardBackward(training_pb2.ForwardBackwardRequest(session_id=a, data=[sft_datum()], loss_fn="cross_entropy"), metadata=md)
+        step = training_pb2.OptimStepRequest(session_id=a, request_id="ray-step", adam=training_pb2.AdamParams(learning_rate=1e-2))
+        assert [stub.OptimStep(step, metadata=md, timeout=60).step for _ in range(2)] == [2, 2]
+        assert stub.GetInfo(training_pb2.GetInfoRequest(session_id=a), metadata=md).step == 2
+        step.adam.learning_rate = 1e-3
+        code, details = code_of(stub.OptimStep, step, metadata=md)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "ray-step" in details
+        code, details = code_of(stub.Forward, training_pb2.ForwardRequest(
+            session_id=b, data=[sft_datum(list(range(3, 3 + 1025)))]), metadata=md)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "context length of 1024" in details

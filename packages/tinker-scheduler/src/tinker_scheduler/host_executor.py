@@ -10,18 +10,39 @@ thread, slow each other down when several threads take turns (measured: steps to
 at two threads). Items also run under :attr:`TurnExecutor.model_lock`, one lock per *process*:
 the global torch RNG is process-wide, and several hosts share a process with the ``local`` host
 backend.
+
+**Deadlines and cancellation.** An item may carry its caller's *deadline* (seconds since the epoch,
+:func:`time.time`; it crosses process boundaries to Ray hosts) and a *token*. An item whose
+deadline has passed when its turn comes is dropped, not run (``DEADLINE_EXCEEDED``); :meth:`cancel`
+drops a waiting item by its token (``CANCELLED``). An item that has started always runs to its
+end: its answer is what the request did (the idempotent response cache relies on it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as WaitTimeout
 from typing import Any
 
 from tinker_scheduler.errors import StatusError
+
+#: A queued unit of work: the callable, its future, its deadline (None: none).
+_Item = tuple[Callable[[], Any], Future[Any], float | None]
+
+
+def expired(what: str = "the request") -> StatusError:
+    """The error of work dropped because its caller's deadline passed before it ran."""
+    return StatusError("DEADLINE_EXCEEDED", f"{what} was dropped before it ran: the client's deadline passed while it waited")
+
+
+def cancelled(what: str = "the request") -> StatusError:
+    """The error of work dropped because its caller cancelled it before it ran."""
+    return StatusError("CANCELLED", f"{what} was dropped before it ran: the client cancelled it")
 
 
 class TurnExecutor:
@@ -31,11 +52,13 @@ class TurnExecutor:
     model_lock = threading.RLock()
 
     def __init__(self, name: str = "opentinker-model-host") -> None:
-        self._queues: dict[str, deque[tuple[Callable[[], Any], Future[Any]]]] = {}
+        self._queues: dict[str, deque[_Item]] = {}
+        self._tokens: dict[str, Future[Any]] = {}  # token -> future of a waiting or running item
         self._order: deque[str] = deque()  # queue ids with work, in serving order
         self._cv = threading.Condition()
         self._closed = False
         self.served: list[str] = []  # queue ids in execution order (for tests / debugging)
+        self.dropped: list[str] = []  # queue ids of items dropped unrun: cancelled or expired (likewise)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -53,11 +76,16 @@ class TurnExecutor:
             pending = self._queues.pop(qid, deque())
             with contextlib.suppress(ValueError):
                 self._order.remove(qid)
-        for _, fut in pending:
-            fut.set_exception(error)
+        for _, fut, _ in pending:
+            if not fut.done():  # not cancelled meanwhile
+                fut.set_exception(error)
 
-    def submit(self, qid: str, work: Callable[[], Any]) -> Future[Any]:
-        """Queue ``work`` behind the earlier items of ``qid``; NOT_FOUND if there is no such queue."""
+    def submit(self, qid: str, work: Callable[[], Any], *, deadline: float | None = None, token: str = "") -> Future[Any]:
+        """Queue ``work`` behind the earlier items of ``qid``; NOT_FOUND if there is no such queue.
+
+        ``deadline`` (seconds since the epoch): drop the item if its turn comes later; ``token``:
+        a name :meth:`cancel` takes.
+        """
         fut: Future[Any] = Future()
         with self._cv:
             queue = self._queues.get(qid)
@@ -68,13 +96,44 @@ class TurnExecutor:
             else:
                 if not queue and qid not in self._order:
                     self._order.append(qid)
-                queue.append((work, fut))
+                queue.append((work, fut, deadline))
+                if token:
+                    self._tokens[token] = fut
+                    fut.add_done_callback(lambda _: self._forget(token))
                 self._cv.notify_all()
         return fut
 
-    def call(self, qid: str, work: Callable[[], Any]) -> Any:
-        """:meth:`submit` and wait for the result (or the exception)."""
-        return self.submit(qid, work).result()
+    def pending(self, qid: str) -> int:
+        """How many items of queue ``qid`` wait for their turn (not started, not cancelled)."""
+        with self._cv:
+            return sum(1 for _, fut, _ in self._queues.get(qid, ()) if not fut.cancelled())
+
+    def _forget(self, token: str) -> None:
+        with self._cv:
+            self._tokens.pop(token, None)
+
+    def cancel(self, token: str) -> bool:
+        """Drop the waiting item submitted with ``token``; False if it has started, ended or is unknown."""
+        with self._cv:
+            fut = self._tokens.get(token)
+        return fut is not None and fut.cancel()
+
+    def call(self, qid: str, work: Callable[[], Any], *, deadline: float | None = None, token: str = "") -> Any:
+        """:meth:`submit` and wait for the result (or the exception).
+
+        At the deadline an item still waiting is dropped (``DEADLINE_EXCEEDED``) and the caller
+        returns at once; one already running is waited for.
+        """
+        fut = self.submit(qid, work, deadline=deadline, token=token)
+        try:
+            try:
+                return fut.result(None if deadline is None else max(0.0, deadline - time.time()))
+            except WaitTimeout:
+                if fut.cancel():
+                    raise expired() from None
+                return fut.result()
+        except CancelledError:
+            raise cancelled() from None
 
     @contextlib.contextmanager
     def serialized(self) -> Iterator[None]:
@@ -86,7 +145,7 @@ class TurnExecutor:
         """Stop the thread; waiting items fail with UNAVAILABLE."""
         with self._cv:
             self._closed = True
-            pending = [fut for queue in self._queues.values() for _, fut in queue]
+            pending = [fut for queue in self._queues.values() for _, fut, _ in queue]
             for queue in self._queues.values():
                 queue.clear()
             self._cv.notify_all()
@@ -94,7 +153,7 @@ class TurnExecutor:
             if not fut.done():
                 fut.set_exception(StatusError("UNAVAILABLE", "the model host is shutting down"))
 
-    def _next(self) -> tuple[str, Callable[[], Any], Future[Any]] | None:
+    def _next(self) -> tuple[str, _Item] | None:
         with self._cv:
             while not self._closed:
                 while self._order:
@@ -102,10 +161,10 @@ class TurnExecutor:
                     queue = self._queues.get(qid)
                     if not queue:
                         continue
-                    work, fut = queue.popleft()
+                    item = queue.popleft()
                     if queue:
                         self._order.append(qid)  # back of the line: round-robin
-                    return qid, work, fut
+                    return qid, item
                 self._cv.wait()
         return None
 
@@ -114,8 +173,13 @@ class TurnExecutor:
             item = self._next()
             if item is None:
                 return
-            qid, work, fut = item
-            if not fut.set_running_or_notify_cancel():
+            qid, (work, fut, deadline) = item
+            if not fut.set_running_or_notify_cancel():  # cancelled while it waited
+                self.dropped.append(qid)
+                continue
+            if deadline is not None and time.time() >= deadline:
+                self.dropped.append(qid)
+                fut.set_exception(expired())
                 continue
             self.served.append(qid)
             try:

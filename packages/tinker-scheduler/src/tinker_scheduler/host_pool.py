@@ -112,9 +112,20 @@ class HostHandle:
                 self.dead = True
             return ("error", "UNAVAILABLE", f"the model host died ({type(e).__name__}: {first[:200]}); retry the request")
 
-    def call(self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None) -> Any:
-        """Run a session operation on the host; raises :class:`StatusError` on failure."""
-        return _unwrap(self._invoke("call", session_id, op, dict(kwargs or {})))
+    def call(
+        self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None, *, deadline: float | None = None,
+        token: str = "",
+    ) -> Any:
+        """Run a session operation on the host (``deadline``, ``token``: see ``ModelHost.call``);
+        raises :class:`StatusError` on failure."""
+        return _unwrap(self._invoke("call", session_id, op, dict(kwargs or {}), deadline, token))
+
+    def cancel(self, token: str) -> None:
+        """Drop the waiting request sent with ``token`` (does not wait for a Ray host's answer)."""
+        if self._actor is not None:
+            self._actor.cancel.remote(token)
+        elif self._host is not None:
+            self._host.cancel(token)
 
     def add_session(self, spec: Any) -> dict[str, Any]:
         return cast(dict[str, Any], _unwrap(self._invoke("add_session", spec.__dict__)))

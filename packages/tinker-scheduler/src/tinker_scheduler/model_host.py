@@ -7,7 +7,10 @@ owns the whole model, so a host built with ``full=True`` serves exactly one sess
 
 * Every request names its session and runs on the host's
   :class:`~tinker_scheduler.host_executor.TurnExecutor`: in order within a session,
-  round-robin between sessions (and jobs).
+  round-robin between sessions (and jobs). A request may carry its client's deadline and a
+  token: one whose deadline passes, or that is cancelled (:meth:`ModelHost.cancel`), before its
+  turn is dropped unrun. Sequences longer than the model's context length are refused before
+  they are queued (:func:`tinker_algos.tinker_ops.check_data` and friends).
 * **Isolation**: each session has its own torch RNG state. Before a request the host installs
   that state as the global torch CPU RNG and saves it back after, so dropout, unseeded sampling
   and adapter initialisation draw from the session's own stream. Together with the per-adapter
@@ -104,12 +107,15 @@ class ModelHost:
         import torch
 
         from tinker_algos.models import PolicyModel
+        from tinker_algos.tinker_ops import context_length
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
         self.base_model = base_model
         self.full = full
         self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
+        #: The longest sequence the model takes (None: its config does not say).
+        self.context_length = context_length(self.policy.base_model.config)
         self.executor = TurnExecutor()
         self.jobs = HostedJobs(self.policy, self.executor, self._describe)
         self._sessions: dict[str, _Session] = {}
@@ -200,10 +206,14 @@ class ModelHost:
 
         return os.getpid()
 
-    def call(self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
+    def call(
+        self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None, deadline: float | None = None,
+        token: str = "",
+    ) -> tuple[Any, ...]:
         """Run ``op`` for a session after its earlier requests; fair between sessions.
 
-        Returns ``("ok", result)`` or ``("error", code, message)``.
+        ``deadline`` (seconds since the epoch) and ``token`` (for :meth:`cancel`): see
+        :meth:`TurnExecutor.call`. Returns ``("ok", result)`` or ``("error", code, message)``.
         """
         method = getattr(self, f"_op_{op}", None)
         if method is None:
@@ -212,7 +222,19 @@ class ModelHost:
             session = self._sessions.get(session_id)
         if session is None:
             return ("error", "NOT_FOUND", f"session {session_id!r} is not on this host")
-        return _guard(lambda: self.executor.call(session_id, lambda: method(session, **dict(kwargs or {}))))
+        args = dict(kwargs or {})
+
+        def run() -> Any:
+            check = getattr(self, f"_check_{op}", None)
+            if check is not None:  # bounds before the request takes a turn
+                check(**args)
+            return self.executor.call(session_id, lambda: method(session, **args), deadline=deadline, token=token)
+
+        return _guard(run)
+
+    def cancel(self, token: str) -> bool:
+        """Drop the waiting request sent with ``token`` (its caller went away); False if it started."""
+        return self.executor.cancel(token)
 
     # ---- jobs (see tinker_scheduler.hosted_jobs) ---------------------------------------------
     def run_job(self, job_id: str, runner: str, config: Any, run_dir: str) -> dict[str, Any]:
@@ -271,10 +293,29 @@ class ModelHost:
             "step": int(session.trainer.step),
             "model_type": str(getattr(base.config, "model_type", "")),
             "trainable_parameters": int(sum(p.numel() for p in session.trainer.params)),
+            "context_length": self.context_length,
         }
 
     def _op_info(self, session: _Session) -> dict[str, Any]:
         return self._info(session)
+
+    # the context length, checked before a request takes a turn (the service checks its limits too)
+    def _check_forward_backward(self, data: Sequence[Mapping[str, Any]], **_: Any) -> None:
+        from tinker_algos import tinker_ops
+
+        tinker_ops.check_data(_lengths(data), self.context_length)
+
+    _check_forward = _check_forward_backward
+
+    def _check_sample(self, prompts: Sequence[Sequence[int]], params: Mapping[str, Any], num_samples: int, **_: Any) -> None:
+        from tinker_algos import tinker_ops
+
+        tinker_ops.check_sample([len(p) for p in prompts], int(params.get("max_tokens", 0)), num_samples, self.context_length)
+
+    def _check_compute_logprobs(self, sequences: Sequence[Sequence[int]]) -> None:
+        from tinker_algos import tinker_ops
+
+        tinker_ops.check_sequences([len(s) for s in sequences], self.context_length)
 
     def _op_forward_backward(
         self, session: _Session, data: Sequence[Mapping[str, Any]], loss_fn: str, loss_config: Mapping[str, float]

@@ -7,23 +7,37 @@ A *session* is one trainable model of one tenant: a LoRA adapter on a shared bas
 requests run one at a time, a repeated ``request_id`` gets the first answer, and an idle session
 is checkpointed and released from its host, then restored on its next request.
 
+**Idempotence.** The response cache of a session maps ``request_id`` to the request's *key* (a
+hash of its method and arguments) and a future of its answer. The same id with another key is
+``INVALID_ARGUMENT``; with the same key it returns the first answer, or waits for it while the
+first attempt runs (the in-flight table is the same futures). An attempt that ends without an
+answer (``UNAVAILABLE``, ``INTERNAL``, ``DEADLINE_EXCEEDED``, ``CANCELLED``: it did not run or the
+host died) is forgotten, so a retry runs the request.
+
+**Deadlines.** A :class:`Caller` carries the client's deadline and cancellation to the model host:
+a request whose client is gone before its turn is dropped unrun.
+
 Sessions are held in memory: they end with the scheduler process (their saved states remain).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as WaitTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tinker_scheduler.errors import StatusError
+from tinker_scheduler.host_executor import cancelled, expired
 from tinker_scheduler.host_pool import HostHandle, HostKey, HostPool
 from tinker_scheduler.model_host import SessionSpec
 from tinker_scheduler.paths import PathPolicy
@@ -33,6 +47,44 @@ logger = logging.getLogger("tinker_scheduler.training")
 
 #: Answers kept per session for requests retried with the same ``request_id``.
 REQUEST_CACHE_SIZE = 1024
+#: Error codes that are not an answer to a request (it did not run, or its host died): such an
+#: attempt is forgotten and a retry with the same ``request_id`` runs the request.
+NOT_ANSWERS = frozenset({"UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED", "CANCELLED"})
+
+
+@dataclass
+class Caller:
+    """The client of one request: its deadline (seconds since the epoch; None: none) and whether it
+    went away (:meth:`cancel`). A request whose client is gone is dropped before it runs."""
+
+    deadline: float | None = None
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    host: HostHandle | None = None  # where the request waits or runs
+    gone: bool = False
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.time())
+
+    def check(self) -> None:
+        """Raise CANCELLED or DEADLINE_EXCEEDED if the client is gone."""
+        if self.gone:
+            raise cancelled()
+        if self.deadline is not None and time.time() >= self.deadline:
+            raise expired()
+
+    def cancel(self) -> None:
+        """The client went away: drop the request if it has not started (it may be queued on a host)."""
+        self.gone = True
+        host = self.host
+        if host is not None:
+            with contextlib.suppress(Exception):  # a dead host has nothing to drop
+                host.cancel(self.token)
+
+
+class HostCall(Protocol):
+    """Runs an operation of the session on its host, with the caller's deadline and token."""
+
+    def __call__(self, op: str, kwargs: Mapping[str, Any] | None = None) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -63,8 +115,9 @@ class Session:
     release_path: str = ""
     last_used: float = field(default_factory=time.monotonic)
     lock: threading.RLock = field(default_factory=threading.RLock)
-    responses: OrderedDict[str, Future[Any]] = field(default_factory=OrderedDict)
+    responses: OrderedDict[str, tuple[str, Future[Any]]] = field(default_factory=OrderedDict)  # id -> (key, answer)
     responses_lock: threading.Lock = field(default_factory=threading.Lock)
+    joined: int = 0  # retries that found their first attempt still running and waited for it
 
 
 class SessionManager:
@@ -81,7 +134,7 @@ class SessionManager:
         self.hosts = hosts
         self.idle_timeout_s = idle_timeout_s
         self._sessions: dict[str, Session] = {}
-        self._created: dict[tuple[str, str], str] = {}  # (tenant, request id) -> session id
+        self._created: dict[tuple[str, str], tuple[str, str]] = {}  # (tenant, request id) -> (session id, key)
         self._lock = threading.RLock()
         self._stop = threading.Event()
         interval = reap_interval_s or max(0.05, min(5.0, min(idle_timeout_s, hosts.idle_timeout_s) / 4))
@@ -92,9 +145,9 @@ class SessionManager:
         """A new session on the host of its base model (the existing one for a repeated ``request_id``)."""
         if request.request_id:
             with self._lock:
-                existing = self._created.get((tenant, request.request_id))
-                if existing and existing in self._sessions:
-                    return self._sessions[existing]
+                existing = self._created_by(tenant, request)
+                if existing is not None:
+                    return existing
         base = request.base_model.strip()
         if not base:
             raise StatusError("INVALID_ARGUMENT", "base_model: is empty; pass a hub id, a local path or 'tiny'")
@@ -117,14 +170,28 @@ class SessionManager:
         session.dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
             if request.request_id:
-                raced = self._created.get((tenant, request.request_id))
-                if raced and raced in self._sessions:  # a concurrent retry won: undo ours
+                raced = self._created_by(tenant, request)
+                if raced is not None:  # a concurrent retry won: undo ours
                     self._detach(session)
-                    return self._sessions[raced]
-                self._created[(tenant, request.request_id)] = session_id
+                    return raced
+                self._created[(tenant, request.request_id)] = (session_id, _create_key(request))
             self._sessions[session_id] = session
         logger.info("training session %s (tenant %s) on %s, lora_rank=%d", session_id, tenant, base, spec.lora_rank)
         return session
+
+    def _created_by(self, tenant: str, request: SessionRequest) -> Session | None:
+        """The live session an earlier CreateSession with ``request.request_id`` made; INVALID_ARGUMENT
+        if that request asked for something else."""
+        entry = self._created.get((tenant, request.request_id))
+        if entry is None or entry[0] not in self._sessions:
+            return None
+        if entry[1] != _create_key(request):
+            raise StatusError(
+                "INVALID_ARGUMENT",
+                f"request_id: {request.request_id!r} already created a session with other arguments; "
+                "send a new request_id for a new session",
+            )
+        return self._sessions[entry[0]]
 
     def _attach(self, session: Session, free: Resources | None) -> dict[str, Any]:
         host = self.hosts.attach_session(session.host_key, session.host_kwargs, session.id, free)
@@ -153,37 +220,61 @@ class SessionManager:
             raise StatusError("NOT_FOUND", f"session_id: no training session {session_id!r}; create one with CreateSession")
         return session
 
-    def run(self, session: Session, request_id: str, fn: Callable[[HostHandle], Any]) -> Any:
-        """Run ``fn(host)`` for the session once per ``request_id`` (in arrival order)."""
-        fut: Future[Any] | None = None
-        if request_id:
+    def run(
+        self, session: Session, request_id: str, fn: Callable[[HostCall], Any], *, key: str = "",
+        caller: Caller | None = None,
+    ) -> Any:
+        """Run ``fn(call)`` for the session once per ``request_id`` (in arrival order).
+
+        ``call(op, kwargs)`` runs ``op`` on the session's host for ``caller``. ``key`` identifies the
+        request's method and arguments (``training_wire.request_key``); see the module docstring.
+        """
+        caller = caller or Caller()
+        if not request_id:
+            return self._execute(session, fn, caller)
+        while True:
             with session.responses_lock:
-                fut = session.responses.get(request_id)
-                first = fut is None
-                if first:
-                    fut = Future()
-                    session.responses[request_id] = fut
+                entry = session.responses.get(request_id)
+                if entry is None:
+                    fut: Future[Any] = Future()
+                    session.responses[request_id] = (key, fut)
                     while len(session.responses) > REQUEST_CACHE_SIZE:
                         session.responses.popitem(last=False)
-            assert fut is not None
-            if not first:
-                return fut.result()
+                    break
+                if entry[0] != key:
+                    raise StatusError(
+                        "INVALID_ARGUMENT",
+                        f"request_id: {request_id!r} was already used for another request (other method or "
+                        "arguments) in this session; send a new request_id for a new request",
+                    )
+                if not entry[1].done():
+                    session.joined += 1
+            try:  # the answer of an earlier attempt (waiting while it runs)
+                return entry[1].result(caller.remaining())
+            except WaitTimeout:
+                raise expired(f"request_id {request_id!r} (its first attempt still runs)") from None
+            except Exception as e:
+                if _is_answer(e):
+                    raise
+                # that attempt ended without an answer and was forgotten: run the request here
         try:
-            result = self._execute(session, fn)
+            result = self._execute(session, fn, caller)
         except BaseException as e:
-            if fut is not None:
-                if not isinstance(e, StatusError) or e.code in ("UNAVAILABLE", "INTERNAL"):
-                    # not an answer: a retry may try again
-                    with session.responses_lock:
-                        session.responses.pop(request_id, None)
-                fut.set_exception(e)
+            if not _is_answer(e):  # a retry may try again
+                with session.responses_lock:
+                    if session.responses.get(request_id, (key, None))[1] is fut:
+                        session.responses.pop(request_id)
+            fut.set_exception(e)
             raise
-        if fut is not None:
-            fut.set_result(result)
+        fut.set_result(result)
         return result
 
-    def _execute(self, session: Session, fn: Callable[[HostHandle], Any]) -> Any:
-        with session.lock:
+    def _execute(self, session: Session, fn: Callable[[HostCall], Any], caller: Caller) -> Any:
+        remaining = caller.remaining()
+        if not session.lock.acquire(timeout=-1 if remaining is None else remaining):
+            raise expired()  # the session's earlier requests took longer than the client waits
+        try:
+            caller.check()
             if session.state == "closed":
                 raise StatusError("NOT_FOUND", f"session_id: training session {session.id!r} was closed")
             if session.state == "released":
@@ -196,10 +287,17 @@ class SessionManager:
                     f"session_id: the model host of training session {session.id!r} died and the session's "
                     "state since its last SaveState is lost; create a new session and LoadState the last saved path",
                 )
+            caller.host = host
+
+            def call(op: str, kwargs: Mapping[str, Any] | None = None) -> Any:
+                return host.call(session.id, op, kwargs, deadline=caller.deadline, token=caller.token)
+
             try:
-                return fn(host)
+                return fn(call)
             finally:
                 session.last_used = time.monotonic()
+        finally:
+            session.lock.release()
 
     def _host_of(self, session: Session) -> HostHandle:
         host = self.hosts.get(session.host_key)
@@ -273,3 +371,13 @@ class SessionManager:
     def close(self) -> None:
         """Stop the reaper (the scheduler closes the host pool)."""
         self._stop.set()
+
+
+def _is_answer(error: BaseException) -> bool:
+    """Whether a failed attempt answered its request (bad input, ...); see :data:`NOT_ANSWERS`."""
+    return isinstance(error, StatusError) and error.code not in NOT_ANSWERS
+
+
+def _create_key(request: SessionRequest) -> str:
+    """What a CreateSession asked for, without its request id."""
+    return repr(dataclasses.replace(request, request_id=""))

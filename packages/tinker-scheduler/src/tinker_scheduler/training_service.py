@@ -14,9 +14,17 @@ Guarantees (kept by :class:`tinker_scheduler.sessions.SessionManager`):
   ``RUNS_DIR/<tenant>/sessions/<session id>/`` and ``LoadState`` only reads the caller's own.
 * **Order**: requests of one session run one at a time, in arrival order (the client SDK sends
   a session's requests in submission order); sessions on one host are served round-robin.
-* **Idempotence**: a request carrying a ``request_id`` already seen in the session returns the
-  first answer (or waits for it while it is still running); it is never applied twice. The last
-  :data:`~tinker_scheduler.sessions.REQUEST_CACHE_SIZE` answers per session are kept.
+* **Idempotence**: a request carrying a ``request_id`` already seen in the session with the same
+  method and arguments returns the first answer (or waits for it while it is still running); it
+  is never applied twice. The same ``request_id`` with another method or other arguments is
+  ``INVALID_ARGUMENT``. The last :data:`~tinker_scheduler.sessions.REQUEST_CACHE_SIZE` answers
+  per session are kept.
+* **Limits before work**: every datum, sequence and prompt plus ``max_tokens`` fits the model's
+  context length, and a request stays within :attr:`TrainingService.limits`
+  (:class:`tinker_algos.tinker_ops.RequestLimits`); else ``INVALID_ARGUMENT`` naming the limit,
+  before anything is queued on the host.
+* **Deadlines**: a request still waiting when its client's deadline passes, or whose client
+  cancels it, is dropped unrun (it does not hold the host); one that has started runs to its end.
 * **Idle sessions**: a session unused for ``session_idle_timeout_s`` is checkpointed (weights,
   optimizer, RNG, step) and released from its host; its next request restores it transparently.
   Gradients accumulated but not applied by ``OptimStep`` are not kept across a release.
@@ -30,19 +38,20 @@ Sessions are held in memory: they end with the scheduler process (their saved st
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import grpc
 
+from tinker_algos import tinker_ops
 from tinker_core.proto import common_pb2, tensors, training_pb2, training_pb2_grpc
 from tinker_scheduler import training_wire as wire
 from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.errors import StatusError
-from tinker_scheduler.host_pool import HostHandle
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.rpc import abort, caller_tenant
-from tinker_scheduler.sessions import Session, SessionManager
+from tinker_scheduler.sessions import Caller, HostCall, Session, SessionManager
 from tinker_scheduler.store import JobStore
 
 #: Names of saved states and sampler weights.
@@ -53,15 +62,18 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
     """The TrainingService handlers over ``sessions`` (see the module docstring).
 
     ``free`` returns what the cluster has free (a new model host must fit in it); None: no check.
+    ``limits`` bound each request (checked before it is queued).
     """
 
     def __init__(
-        self, sessions: SessionManager, *, store: JobStore, auth: AuthMode, free: Callable[[], Resources] | None = None
+        self, sessions: SessionManager, *, store: JobStore, auth: AuthMode, free: Callable[[], Resources] | None = None,
+        limits: tinker_ops.RequestLimits | None = None,
     ) -> None:
         self.sessions = sessions
         self.store = store
         self.auth = auth
         self._free = free
+        self.limits = limits or tinker_ops.RequestLimits()
 
     def _guarded(self, context: grpc.ServicerContext, fn: Callable[[str], Any]) -> Any:
         tenant = caller_tenant(self.store, self.auth, context)
@@ -70,13 +82,32 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         except StatusError as e:
             abort(context, getattr(grpc.StatusCode, e.code, grpc.StatusCode.INTERNAL), str(e))
 
-    def _session_call(self, context: grpc.ServicerContext, session_id: str, request_id: str,
-                      fn: Callable[[Session, HostHandle], Any]) -> Any:
-        def go(tenant: str) -> Any:
-            session = self.sessions.get(tenant, session_id)
-            return self.sessions.run(session, request_id, lambda host: fn(session, host))
+    def _session_call(self, context: grpc.ServicerContext, method: str, request: Any,
+                      fn: Callable[[Session, HostCall], Any], check: Callable[[Session], None] | None = None) -> Any:
+        """Run ``fn(session, call)`` for the request's session: ``check(session)`` first (limits;
+        a ValueError is INVALID_ARGUMENT), once per ``request_id`` (with the request's key)."""
+        caller = _caller(context)
+        ended = False
+        context.add_callback(lambda: None if ended else caller.cancel())  # the client went away
 
-        return self._guarded(context, go)
+        def go(tenant: str) -> Any:
+            session = self.sessions.get(tenant, request.session_id)
+            if check is not None:
+                try:
+                    check(session)
+                except ValueError as e:
+                    raise StatusError("INVALID_ARGUMENT", str(e)) from None
+            request_id = getattr(request, "request_id", "")
+            key = wire.request_key(method, request) if request_id else ""
+            return self.sessions.run(session, request_id, lambda call: fn(session, call), key=key, caller=caller)
+
+        try:
+            return self._guarded(context, go)
+        finally:
+            ended = True
+
+    def _check_data(self, request: Any) -> Callable[[Session], None]:
+        return lambda s: tinker_ops.check_data([len(d.tokens) for d in request.data], s.info.get("context_length"), self.limits)
 
     # ---- RPCs -------------------------------------------------------------------------------
     def CreateSession(self, request: training_pb2.CreateTrainingSessionRequest, context: grpc.ServicerContext) -> training_pb2.TrainingSession:
@@ -88,49 +119,55 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         return self._guarded(context, go)
 
     def GetInfo(self, request: training_pb2.GetInfoRequest, context: grpc.ServicerContext) -> training_pb2.ModelInfo:
-        info = self._session_call(context, request.session_id, "", lambda s, h: h.call(s.id, "info"))
+        info = self._session_call(context, "GetInfo", request, lambda s, call: call("info"))
         return wire.model_info(info)
 
-    def _forward(self, op: str, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
-        def fn(s: Session, h: HostHandle) -> dict[str, Any]:
+    def _forward(self, method: str, op: str, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
+        def fn(s: Session, call: HostCall) -> dict[str, Any]:
             if op == "forward_backward" and not request.loss_fn:
                 raise StatusError("INVALID_ARGUMENT", "loss_fn: is empty; name a loss such as 'cross_entropy'")
-            r = h.call(s.id, op, {"data": wire.data(request), "loss_fn": request.loss_fn,
-                                  "loss_config": dict(request.loss_config)})
+            r = call(op, {"data": wire.data(request), "loss_fn": request.loss_fn, "loss_config": dict(request.loss_config)})
             return {"outputs": wire.datum_outputs(r), "metrics": r["metrics"]}
 
-        return cast(dict[str, Any], self._session_call(context, request.session_id, request.request_id, fn))
+        return cast(dict[str, Any], self._session_call(context, method, request, fn, self._check_data(request)))
 
     def ForwardBackward(self, request: training_pb2.ForwardBackwardRequest, context: grpc.ServicerContext) -> training_pb2.ForwardBackwardResponse:
-        return training_pb2.ForwardBackwardResponse(**self._forward("forward_backward", request, context))
+        return training_pb2.ForwardBackwardResponse(**self._forward("ForwardBackward", "forward_backward", request, context))
 
     def Forward(self, request: training_pb2.ForwardRequest, context: grpc.ServicerContext) -> training_pb2.ForwardResponse:
-        return training_pb2.ForwardResponse(**self._forward("forward", request, context))
+        return training_pb2.ForwardResponse(**self._forward("Forward", "forward", request, context))
 
     def OptimStep(self, request: training_pb2.OptimStepRequest, context: grpc.ServicerContext) -> training_pb2.OptimStepResponse:
-        def fn(s: Session, h: HostHandle) -> training_pb2.OptimStepResponse:
-            r = h.call(s.id, "optim_step", {"adam": wire.adam_fields(request.adam)})
+        def fn(s: Session, call: HostCall) -> training_pb2.OptimStepResponse:
+            r = call("optim_step", {"adam": wire.adam_fields(request.adam)})
             return training_pb2.OptimStepResponse(step=r["step"], metrics=r["metrics"])
 
-        return self._session_call(context, request.session_id, request.request_id, fn)
+        return self._session_call(context, "OptimStep", request, fn)
 
     def Sample(self, request: training_pb2.SampleRequest, context: grpc.ServicerContext) -> training_pb2.SampleResponse:
-        def fn(s: Session, h: HostHandle) -> training_pb2.SampleResponse:
+        def check(s: Session) -> None:
+            tinker_ops.check_sample([len(p.tokens) for p in request.prompts], request.sampling_params.max_tokens,
+                                    request.num_samples or 1, s.info.get("context_length"), self.limits)
+
+        def fn(s: Session, call: HostCall) -> training_pb2.SampleResponse:
             path = self.sessions.own_path(s.tenant, request.sampler_path, "sampler_path") if request.sampler_path else ""
-            rows = h.call(s.id, "sample", {
+            rows = call("sample", {
                 "prompts": [list(p.tokens) for p in request.prompts], "params": wire.sampling_fields(request.sampling_params),
                 "num_samples": request.num_samples or 1, "sampler_path": path,
             })
             return wire.sample_response(rows)
 
-        return self._session_call(context, request.session_id, request.request_id, fn)
+        return self._session_call(context, "Sample", request, fn, check)
 
     def ComputeLogprobs(self, request: training_pb2.ComputeLogprobsRequest, context: grpc.ServicerContext) -> training_pb2.ComputeLogprobsResponse:
-        def fn(s: Session, h: HostHandle) -> training_pb2.ComputeLogprobsResponse:
-            rows = h.call(s.id, "compute_logprobs", {"sequences": [list(x.tokens) for x in request.sequences]})
+        def check(s: Session) -> None:
+            tinker_ops.check_sequences([len(x.tokens) for x in request.sequences], s.info.get("context_length"), self.limits)
+
+        def fn(s: Session, call: HostCall) -> training_pb2.ComputeLogprobsResponse:
+            rows = call("compute_logprobs", {"sequences": [list(x.tokens) for x in request.sequences]})
             return training_pb2.ComputeLogprobsResponse(logprobs=[training_pb2.Logprobs(values=r) for r in rows])
 
-        return self._session_call(context, request.session_id, "", fn)
+        return self._session_call(context, "ComputeLogprobs", request, fn, check)
 
     @staticmethod
     def _named_path(s: Session, kind: str, name: str) -> str:
@@ -139,35 +176,35 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         return str(s.dir / kind / name)
 
     def SaveState(self, request: training_pb2.SaveStateRequest, context: grpc.ServicerContext) -> training_pb2.SaveStateResponse:
-        def fn(s: Session, h: HostHandle) -> training_pb2.SaveStateResponse:
-            r = h.call(s.id, "save_state", {"path": self._named_path(s, "states", request.name)})
+        def fn(s: Session, call: HostCall) -> training_pb2.SaveStateResponse:
+            r = call("save_state", {"path": self._named_path(s, "states", request.name)})
             return training_pb2.SaveStateResponse(path=r["path"])
 
-        return self._session_call(context, request.session_id, request.request_id, fn)
+        return self._session_call(context, "SaveState", request, fn)
 
     def LoadState(self, request: training_pb2.LoadStateRequest, context: grpc.ServicerContext) -> training_pb2.LoadStateResponse:
-        def fn(s: Session, h: HostHandle) -> training_pb2.LoadStateResponse:
+        def fn(s: Session, call: HostCall) -> training_pb2.LoadStateResponse:
             path = self.sessions.own_path(s.tenant, request.path, "path")
-            r = h.call(s.id, "load_state", {"path": path, "with_optimizer": request.with_optimizer})
+            r = call("load_state", {"path": path, "with_optimizer": request.with_optimizer})
             return training_pb2.LoadStateResponse(step=r["step"])
 
-        return self._session_call(context, request.session_id, request.request_id, fn)
+        return self._session_call(context, "LoadState", request, fn)
 
     def SaveWeightsForSampler(self, request: training_pb2.SaveWeightsForSamplerRequest, context: grpc.ServicerContext) -> training_pb2.SaveWeightsForSamplerResponse:
-        def fn(s: Session, h: HostHandle) -> training_pb2.SaveWeightsForSamplerResponse:
-            r = h.call(s.id, "save_weights_for_sampler", {"path": self._named_path(s, "sampler", request.name)})
+        def fn(s: Session, call: HostCall) -> training_pb2.SaveWeightsForSamplerResponse:
+            r = call("save_weights_for_sampler", {"path": self._named_path(s, "sampler", request.name)})
             return training_pb2.SaveWeightsForSamplerResponse(path=r["path"])
 
-        return self._session_call(context, request.session_id, request.request_id, fn)
+        return self._session_call(context, "SaveWeightsForSampler", request, fn)
 
     def GetWeights(self, request: training_pb2.GetWeightsRequest, context: grpc.ServicerContext) -> Iterator[common_pb2.TensorChunk]:
-        def fn(s: Session, h: HostHandle) -> dict[str, Any]:
+        def fn(s: Session, call: HostCall) -> dict[str, Any]:
             path = request.path
             if path and path != "tokenizer":
                 path = self.sessions.own_path(s.tenant, path, "path")
-            return cast(dict[str, Any], h.call(s.id, "get_weights", {"path": path, "trainable_only": request.trainable_only}))
+            return cast(dict[str, Any], call("get_weights", {"path": path, "trainable_only": request.trainable_only}))
 
-        arrays = self._session_call(context, request.session_id, "", fn)
+        arrays = self._session_call(context, "GetWeights", request, fn)
         chunk = int(request.chunk_bytes) or tensors.DEFAULT_CHUNK_BYTES
         for name in sorted(arrays):
             yield from tensors.iter_tensor_chunks(name, arrays[name], chunk)
@@ -184,3 +221,10 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
             return training_pb2.CloseTrainingSessionResponse()
 
         return self._guarded(context, go)
+
+
+def _caller(context: grpc.ServicerContext) -> Caller:
+    """The client of a call: its deadline (none when it set none)."""
+    remaining = context.time_remaining()
+    no_deadline = remaining is None or remaining > 1e9  # gRPC reports "no deadline" as a huge remainder
+    return Caller(deadline=None if no_deadline else time.time() + remaining)
