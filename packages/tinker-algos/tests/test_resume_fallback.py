@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import typer
 
 from tinker_algos import train
 from tinker_algos.checkpoint import CheckpointError, verify
@@ -139,3 +140,22 @@ def test_a_checkpoint_from_before_checksums_is_resumed_unverified(full_run, tmp_
     assert f"checkpoint {old} has no checksums (written by an older version); loading it unverified" in logs.lines
     assert f"resuming from {old} (step {STEPS - 1})" in logs.lines
     assert deterministic_metrics(run_dir) == deterministic_metrics(full_run)
+
+
+def test_opentinker_train_reports_no_intact_checkpoint_in_one_line_with_exit_2(full_run, tmp_path):
+    from typer.testing import CliRunner
+
+    from tinker_algos import plugin
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(full_run, run_dir)
+    for step in range(1, STEPS + 1):
+        truncate(ckpt(run_dir, step) / "algorithm.pt")
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps(job()))
+    cli = typer.Typer(add_completion=False)
+    cli.command()(lambda: None)  # keeps `train` a subcommand, as in `opentinker`
+    plugin.opentinker_register_commands(cli=cli)
+    result = CliRunner().invoke(cli, ["train", str(config), "--run-dir", str(run_dir)])
+    assert result.exit_code == 2, result.output
+    assert "error: no intact checkpoint to resume from" in result.output and "Traceback" not in result.output

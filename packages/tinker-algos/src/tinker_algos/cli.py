@@ -108,6 +108,7 @@ def train(
         for line in problems:
             err_console.print(line, markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
+    from tinker_algos.checkpoint import CheckpointError
     from tinker_algos.run import train as run_training
     from tinker_algos.run_dir import RunDirError, check_inside, remove_run_dir
 
@@ -122,7 +123,7 @@ def train(
     with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
         try:
             result = run_training(config, run_dir=target, callbacks=callbacks)
-        except ConfigError as e:
+        except (ConfigError, CheckpointError) as e:
             _fail(str(e))
     typer.echo(f"{result.status}: {result.step} steps; run dir: {result.run_dir}")
     for k, v in sorted((result.eval or {}).items()):
