@@ -197,6 +197,10 @@ def test_requests_over_the_limits_are_refused_before_they_reach_the_host(local_s
             (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(
                 session_id=sid, data=[sft_datum(), sft_datum(long_seq)], loss_fn="cross_entropy"),
              f"data[1]: tokens plus the last target of {context + 1} tokens exceeds the model's context length of {context} tokens"),
+            # the probe that froze a shared host for 15 minutes: one 100,000-token sequence
+            (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(
+                session_id=sid, data=[sft_datum(list(range(100_001)))], loss_fn="cross_entropy"),
+             f"data[0]: tokens plus the last target of 100001 tokens exceeds the model's context length of {context} tokens"),
             (stub.Forward, training_pb2.ForwardRequest(session_id=sid, data=[sft_datum()] * (limits.max_data + 1)),
              f"data: {limits.max_data + 1} data in one request, over the limit of {limits.max_data}"),
             (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(
