@@ -178,3 +178,113 @@ def test_env_serve_unknown_env_exits_2_with_suggestion():
     result = opentinker("env", "serve", "echo/ehco-v0", "--port", "0", env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
     assert result.returncode == 2
     assert "did you mean 'echo/echo-v0'" in result.stderr
+
+
+STALL_PLUGIN = """
+import pathlib, threading
+from tinker_core import EnvSpec, TextEnv, hookimpl
+
+SPEC = EnvSpec(id="stall/stall-v0", description="test env: the action 'stall' blocks forever")
+
+class StallEnv(TextEnv):
+    env_spec = SPEC
+
+    def __init__(self, marker=None):
+        self.marker = marker
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "ready", {}
+
+    def step(self, action):
+        if action == "stall":
+            pathlib.Path(self.marker).write_text("in step")
+            threading.Event().wait()
+        return action, 1.0, False, False, {}
+
+@hookimpl
+def opentinker_register_envs(register):
+    register(SPEC, StallEnv)
+"""
+
+
+def stall_plugin_env(tmp_path) -> dict[str, str]:
+    """Environment variables that make a subprocess load only a local plugin with a stuck env."""
+    (tmp_path / "stall_plugin.py").write_text(STALL_PLUGIN)
+    dist = tmp_path / "stall_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: stall-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[opentinker]\nstall = stall_plugin\n")
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, "OPENTINKER_LOAD_PLUGINS": "stall-plugin"}
+
+
+def test_env_serve_stops_on_sigterm_while_an_env_hangs_and_serves_others_meanwhile(tmp_path):
+    import signal
+    import threading
+    import time
+
+    import grpc
+
+    from tinker_core.proto import env_pb2, env_pb2_grpc
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tinker_client.cli", "env", "serve", "stall/stall-v0", "--port", str(port), "--call-timeout", "0"],
+        stderr=subprocess.PIPE, text=True, env=stall_plugin_env(tmp_path),
+    )
+    marker = tmp_path / "marker"
+    try:
+        assert "serving stall/stall-v0" in proc.stderr.readline()
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = env_pb2_grpc.EnvServiceStub(channel)
+            grpc.channel_ready_future(channel).result(timeout=30)
+            kwargs = json.dumps({"marker": str(marker)})
+            stuck = stub.CreateSession(env_pb2.CreateEnvSessionRequest(env_id="stall/stall-v0", kwargs_json=kwargs), timeout=30).session_id
+            stub.Reset(env_pb2.ResetRequest(session_id=stuck), timeout=30)
+            errors: list[grpc.RpcError] = []
+
+            def step() -> None:
+                try:
+                    stub.Step(env_pb2.StepRequest(session_id=stuck, action="stall"), timeout=60)
+                except grpc.RpcError as e:
+                    errors.append(e)
+
+            stepper = threading.Thread(target=step, daemon=True)
+            stepper.start()
+            deadline = time.monotonic() + 30
+            while not marker.exists():  # the Step is inside the env now
+                assert time.monotonic() < deadline, "the Step never reached the env"
+                time.sleep(0.05)
+            other = stub.CreateSession(env_pb2.CreateEnvSessionRequest(env_id="stall/stall-v0"), timeout=30).session_id
+            assert stub.Reset(env_pb2.ResetRequest(session_id=other), timeout=30).observation.text == "ready"
+            assert stub.Step(env_pb2.StepRequest(session_id=other, action="hi"), timeout=30).observation.text == "hi"
+
+            proc.send_signal(signal.SIGTERM)
+            try:
+                returncode = proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pytest.fail("opentinker env serve did not stop within 10 s of SIGTERM while an env call hung")
+            assert returncode == 0, proc.stderr.read()
+            stepper.join(30)
+            assert errors and errors[0].code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-action-bytes", "0", "--max-action-bytes must be >= 1"),
+        ("--max-observation-bytes", "-5", "--max-observation-bytes must be >= 1"),
+        ("--call-timeout", "-1", "--call-timeout must be a number of seconds >= 0"),
+    ],
+)
+def test_env_serve_bad_limits_exit_2(flag, value, message):
+    result = opentinker("env", "serve", "echo/echo-v0", "--port", "0", flag, value, env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
+    assert result.returncode == 2
+    assert message in result.stderr

@@ -506,7 +506,7 @@ def test_an_info_that_is_not_json_is_an_internal_error_naming_the_fix():
         sid = stub.CreateSession(env_pb2.CreateEnvSessionRequest(env_id="testing/chat-v0")).session_id
         stub.Reset(env_pb2.ResetRequest(session_id=sid, seed=0))
         # options travel as JSON, so make the env hold a non-JSON value itself
-        srv._servicer._sessions[sid].env.info_value = object()
+        srv._servicer.table.get(sid).env.info_value = object()
         err = rpc_error(stub.Step, env_pb2.StepRequest(session_id=sid, action="x"))
         assert err.code() == grpc.StatusCode.INTERNAL
         assert "not JSON-serialisable" in err.details() and "must use JSON types" in err.details()

@@ -18,8 +18,14 @@ What changes over the wire: ``info`` dicts and reset options travel as JSON (tup
 lists, numpy scalars as Python numbers), rewards come back as ``float``, and ``Step`` before the
 first ``Reset`` of a session fails (``FAILED_PRECONDITION``) as gymnasium's order checks do.
 
-Modules: :mod:`.codec` (JSON fields and observations in messages), :mod:`.servicer` (the
-``EnvService`` sessions), :mod:`.server` (:func:`serve_env`, :class:`EnvServer`),
+One request cannot freeze the server (:class:`ServerLimits`): actions and responses have size
+limits checked before any work, and each env call runs in a thread the server abandons after its
+call timeout or the client's deadline (closing that session), so ``stop()`` returns whatever an
+env is doing.
+
+Modules: :mod:`.codec` (JSON fields and observations in messages), :mod:`.guard` (limits and
+abandonable env calls), :mod:`.sessions` (the session table), :mod:`.servicer` (the
+``EnvService`` RPCs), :mod:`.server` (:func:`serve_env`, :class:`EnvServer`),
 :mod:`.client` (:class:`RemoteEnv`, :class:`RemoteMultiAgentEnv`, :class:`RemoteEnvError`).
 This package imports grpc; ``import tinker_core`` does not import it.
 """
@@ -36,6 +42,7 @@ from tinker_core.remote.client import (
     RemoteMultiAgentEnv,
 )
 from tinker_core.remote.codec import observation_from_proto, observation_to_proto
+from tinker_core.remote.guard import ServerLimits
 from tinker_core.remote.server import EnvServer, serve_env
 
 __all__ = [
@@ -47,6 +54,7 @@ __all__ = [
     "RemoteEnvInvalidArgument",
     "RemoteEnvNotFound",
     "RemoteMultiAgentEnv",
+    "ServerLimits",
     "observation_from_proto",
     "observation_to_proto",
     "serve_env",

@@ -53,6 +53,11 @@ def _remote_error(error: grpc.RpcError, where: str) -> RemoteEnvError:
     message = f"{where}: {code.name}: {details}"
     if code == grpc.StatusCode.UNAVAILABLE:
         message += " (is the env server running at that address?)"
+    elif code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+        message += (
+            " (the env server reads requests of at most its max_action_bytes plus 64 KiB; send a "
+            "shorter action, or start it with a larger opentinker env serve --max-action-bytes)"
+        )
     cls = {
         grpc.StatusCode.INVALID_ARGUMENT: RemoteEnvInvalidArgument,
         grpc.StatusCode.NOT_FOUND: RemoteEnvNotFound,

@@ -2,6 +2,9 @@
 
 It serves ``EnvService`` (see :mod:`tinker_core.remote.servicer`) and the standard gRPC health
 service, and closes sessions idle for longer than ``idle_timeout_s`` from a background thread.
+Its limits (:class:`~tinker_core.remote.guard.ServerLimits`) are checked before any work, and env
+calls run in threads it can abandon, so one request cannot freeze it and :meth:`EnvServer.stop`
+returns within about ``grace`` + 1 s whatever an env is doing.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ from concurrent import futures
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from tinker_core.proto import ENV_SERVICE, message_size_options
+from tinker_core.proto import ENV_SERVICE, MAX_MESSAGE_BYTES
 from tinker_core.proto import env_pb2_grpc as pb_grpc
+from tinker_core.remote.guard import ServerLimits
 from tinker_core.remote.servicer import EnvServicer
 
 log = logging.getLogger(__name__)
@@ -65,6 +69,11 @@ class EnvServer:
                 log.exception("reaping idle env sessions failed")
 
     @property
+    def limits(self) -> ServerLimits:
+        """Its size limits and call timeout."""
+        return self._servicer.limits
+
+    @property
     def max_sessions(self) -> int:
         return self._servicer.max_sessions
 
@@ -86,19 +95,22 @@ class EnvServer:
         return self._servicer.reap_idle(now)
 
     def stop(self, grace: float | None = 1.0) -> None:
-        """Stop serving (calls in flight get ``grace`` seconds) and close every session's env.
+        """Stop serving (calls in flight get ``grace`` seconds, then are abandoned) and close
+        every session's env; returns within about ``grace`` + 1 s, whatever an env is doing
+        (an env busy in an abandoned call is left to its daemon thread).
 
-        Idempotent; safe to call from another thread or a signal handler's caller.
+        Idempotent; safe to call from another thread or a signal handler.
         """
         with self._stop_lock:
             if self._stopped.is_set():
                 return
             self._stopped.set()
             self._health.enter_graceful_shutdown()
-            self._server.stop(grace).wait()
-            self._servicer.close_all()
+            done = self._server.stop(grace)
+            done.wait(None if grace is None else grace + 1.0)
+            self._servicer.stop(wait_s=1.0)  # handlers still waiting on env calls give up now
             if self._reaper is not None and self._reaper is not threading.current_thread():
-                self._reaper.join()
+                self._reaper.join(timeout=5.0)
             log.info("env server on %s stopped", self.address)
 
     @property
@@ -133,7 +145,10 @@ def serve_env(
     *,
     max_sessions: int = 64,
     idle_timeout_s: float | None = 300.0,
-    max_workers: int = 8,
+    max_workers: int | None = None,
+    max_action_bytes: int = ServerLimits.max_action_bytes,
+    max_observation_bytes: int = ServerLimits.max_observation_bytes,
+    call_timeout_s: float | None = ServerLimits.call_timeout_s,
 ) -> EnvServer:
     """Serve registered environments over gRPC (``EnvService`` plus gRPC health); return at once.
 
@@ -146,8 +161,20 @@ def serve_env(
         max_sessions: the most sessions open at once; one more is refused with
             ``RESOURCE_EXHAUSTED`` (after closing idle ones).
         idle_timeout_s: a session with no call for this long is closed; None never closes one.
-        max_workers: threads serving calls; calls on different sessions run concurrently,
-            calls on one session run one at a time.
+        max_workers: threads serving calls (default ``2 * max_sessions + 4``: each session
+            may have one call running and one waiting, so stuck sessions cannot take every
+            thread); calls on different sessions run concurrently, calls on one session run one
+            at a time.
+        max_action_bytes: the largest action, reset options or env kwargs (UTF-8 bytes) a
+            request may carry; more is ``INVALID_ARGUMENT`` naming the limit, before any work.
+            gRPC itself refuses a request over this plus 64 KiB (``RESOURCE_EXHAUSTED``)
+            without parsing it.
+        max_observation_bytes: the largest response (observation, info, agent state) the
+            server returns; more is ``RESOURCE_EXHAUSTED`` naming the limit.
+        call_timeout_s: the longest one env call (construction, reset, step, observe, last)
+            may run, further bounded by each client's deadline; None: only the client's
+            deadline. An overrunning call is abandoned (``DEADLINE_EXCEEDED``) and its session
+            closed, so it cannot block the server.
 
     Returns:
         An :class:`EnvServer`: ``.port``, ``.address``, ``.stop()``, ``.wait_for_termination()``;
@@ -157,6 +184,8 @@ def serve_env(
 
     if max_sessions < 1:
         raise ValueError(f"serve_env: max_sessions must be >= 1, got {max_sessions}")
+    if max_workers is None:
+        max_workers = 2 * max_sessions + 4
     if max_workers < 1:
         raise ValueError(f"serve_env: max_workers must be >= 1, got {max_workers}")
     if idle_timeout_s is not None and not (idle_timeout_s > 0 and math.isfinite(idle_timeout_s)):
@@ -174,11 +203,17 @@ def serve_env(
         for one in env_ids:
             env_spec(one)  # UnknownNameError with a did-you-mean
 
-    servicer = EnvServicer(env_ids, max_sessions, idle_timeout_s, make_env)
+    limits = ServerLimits(max_action_bytes, max_observation_bytes, call_timeout_s)  # ValueError when bad
+    servicer = EnvServicer(env_ids, max_sessions, idle_timeout_s, make_env, limits)
     health_servicer = health.HealthServicer()
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="opentinker-env"),
-        options=[*message_size_options(), ("grpc.so_reuseport", 0)],
+        options=[
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # a request far over the limits is refused by gRPC itself, before Python parses it
+            ("grpc.max_receive_message_length", limits.max_request_bytes),
+            ("grpc.so_reuseport", 0),
+        ],
     )
     pb_grpc.add_EnvServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
