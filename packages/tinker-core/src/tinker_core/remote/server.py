@@ -101,6 +101,8 @@ class EnvServer:
 
         Idempotent; safe to call from another thread or a signal handler.
         """
+        if self._stopped.is_set():  # also keeps a signal handler from waiting on our own lock
+            return
         with self._stop_lock:
             if self._stopped.is_set():
                 return
