@@ -287,3 +287,15 @@ def test_broken_chunk_streams_are_refused():
         tensors.join_tensor_chunks(chunks + chunks)
     with pytest.raises(ValueError, match="chunk_bytes must be > 0"):
         list(tensors.iter_tensor_chunks("w", np.zeros(1), chunk_bytes=0))
+
+
+def test_request_key_names_the_call_not_its_request_id():
+    from tinker_core.proto import request_key
+
+    a = env_pb2.StepRequest(session_id="s", action="42", request_id="r1")
+    same_call_other_id = env_pb2.StepRequest(session_id="s", action="42", request_id="r2")
+    other_action = env_pb2.StepRequest(session_id="s", action="43", request_id="r1")
+    assert request_key("Step", a) == request_key("Step", same_call_other_id)
+    assert request_key("Step", a) != request_key("Step", other_action)
+    assert request_key("Step", a) != request_key("Reset", a)
+    assert a.request_id == "r1"  # the request itself is left as it was

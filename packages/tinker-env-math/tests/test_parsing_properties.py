@@ -10,6 +10,8 @@ from __future__ import annotations
 from decimal import Decimal, localcontext
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tinker_env_math.calculator import CalculatorEnv
 from tinker_env_math.parsing import (
@@ -21,12 +23,6 @@ from tinker_env_math.parsing import (
     parse_answer,
     tag_contents,
 )
-
-hypothesis = pytest.importorskip(
-    "hypothesis", reason="hypothesis (a workspace dev dependency) is not installed in this environment"
-)
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 CANONICAL = r"-?(0|[1-9][0-9]*)(\.[0-9]*[1-9])?"
 # the characters the patterns care about, so random text often forms (almost) answers

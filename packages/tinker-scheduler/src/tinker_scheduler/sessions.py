@@ -227,7 +227,7 @@ class SessionManager:
         """Run ``fn(call)`` for the session once per ``request_id`` (in arrival order).
 
         ``call(op, kwargs)`` runs ``op`` on the session's host for ``caller``. ``key`` identifies the
-        request's method and arguments (``training_wire.request_key``); see the module docstring.
+        request's method and arguments (``tinker_core.proto.request_key``); see the module docstring.
         """
         caller = caller or Caller()
         if not request_id:

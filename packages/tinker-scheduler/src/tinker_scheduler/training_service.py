@@ -45,7 +45,7 @@ from typing import Any, cast
 import grpc
 
 from tinker_algos import tinker_ops
-from tinker_core.proto import common_pb2, tensors, training_pb2, training_pb2_grpc
+from tinker_core.proto import common_pb2, request_key, tensors, training_pb2, training_pb2_grpc
 from tinker_scheduler import training_wire as wire
 from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.errors import StatusError
@@ -98,7 +98,7 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
                 except ValueError as e:
                     raise StatusError("INVALID_ARGUMENT", str(e)) from None
             request_id = getattr(request, "request_id", "")
-            key = wire.request_key(method, request) if request_id else ""
+            key = request_key(method, request) if request_id else ""
             return self.sessions.run(session, request_id, lambda call: fn(session, call), key=key, caller=caller)
 
         try:

@@ -7,7 +7,6 @@ streams (:mod:`tinker_core.proto.tensors`). Field errors raise
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
@@ -35,18 +34,6 @@ def session_request(request: training_pb2.CreateTrainingSessionRequest) -> Sessi
         seed=int(request.seed), precision=options.get("precision"), device=options.get("device"),
         request_id=request.request_id,
     )
-
-
-def request_key(method: str, request: Any) -> str:
-    """A hash of the RPC ``method`` and every field of ``request`` but ``request_id``: a request id
-    reused with another key names another request (the response cache refuses it)."""
-    request_id = request.request_id
-    request.ClearField("request_id")
-    try:
-        body = request.SerializeToString(deterministic=True)  # deterministic: map fields in key order
-    finally:
-        request.request_id = request_id
-    return hashlib.sha256(method.encode() + b"\0" + body).hexdigest()
 
 
 def _options(text: str) -> dict[str, Any]:

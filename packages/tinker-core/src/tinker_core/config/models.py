@@ -313,7 +313,7 @@ class CheckpointConfig(_Model):
 
     every: int = Field(0, ge=0, le=MAX_STEPS, description="Checkpoint every N steps; 0 = only at the end.")
     keep: int = Field(2, ge=1, le=1000, description="Checkpoints kept (older ones are deleted; at most 1000).")
-    resume: bool = Field(True, description="Resume from the newest checkpoint in the run directory.")
+    resume: bool = Field(True, description="Resume from the newest intact checkpoint in the run directory (damaged ones are skipped and logged).")
 
 
 class LoggingConfig(_Model):

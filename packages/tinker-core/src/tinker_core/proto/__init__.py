@@ -16,6 +16,8 @@ Importing this package imports nothing else: the ``*_pb2`` modules need protobuf
 
 from __future__ import annotations
 
+from typing import Any
+
 PACKAGE = "opentinker.v1"
 """The protobuf package every OpenTinker service lives in."""
 
@@ -33,3 +35,17 @@ def message_size_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tup
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
     ]
+
+
+def request_key(method: str, request: Any) -> str:
+    """What identifies a call for a retry cache: a SHA-256 of the RPC ``method`` and every field
+    of the protobuf ``request`` except ``request_id`` (serialized deterministically, so map fields
+    hash the same in any order). A request id reused with another key names another call."""
+    import hashlib
+
+    body = request
+    if "request_id" in type(request).DESCRIPTOR.fields_by_name:
+        body = type(request)()
+        body.CopyFrom(request)
+        body.ClearField("request_id")
+    return hashlib.sha256(method.encode() + b"\0" + body.SerializeToString(deterministic=True)).hexdigest()

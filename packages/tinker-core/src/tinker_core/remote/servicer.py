@@ -14,7 +14,6 @@ in the env or the server ``INTERNAL``.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import time
 import uuid
@@ -28,6 +27,7 @@ from tinker_core.env import EnvSpec, MultiAgentTextEnv
 from tinker_core.errors import UnknownNameError, did_you_mean
 from tinker_core.proto import env_pb2 as pb
 from tinker_core.proto import env_pb2_grpc as pb_grpc
+from tinker_core.proto import request_key
 from tinker_core.remote.codec import json_object, observation_to_proto, to_json
 from tinker_core.remote.guard import EnvCall, ServerLimits, wait_for
 from tinker_core.remote.sessions import RpcAbort, Session, SessionTable
@@ -71,11 +71,6 @@ def _json_arg(text: str, field_name: str) -> dict[str, Any] | None:
         return json_object(text, field_name)
     except ValueError as e:
         raise RpcAbort(grpc.StatusCode.INVALID_ARGUMENT, str(e)) from e
-
-
-def _request_key(method: str, request: Any) -> str:
-    """What identifies a call for the retry cache: the method and every request field."""
-    return hashlib.sha256(method.encode() + b"\0" + request.SerializeToString(deterministic=True)).hexdigest()
 
 
 class EnvServicer(pb_grpc.EnvServiceServicer):
@@ -228,7 +223,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         INVALID_ARGUMENT; an empty ``request_id`` always runs.
         """
         request_id: str = request.request_id
-        key = _request_key(rpc, request) if request_id else ""
+        key = request_key(rpc, request) if request_id else ""
         with self.table.use(request.session_id, context) as session:
             if request_id and request_id == session.last_request_id:
                 if key != session.last_request_key:
