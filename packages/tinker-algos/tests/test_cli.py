@@ -54,9 +54,9 @@ def test_train_runs_the_job_in_this_process_and_fresh_starts_over(tmp_path, monk
     assert (run_dir / RUN_MARKER).is_file()  # the new run dir is marked as the project's again
 
 
-def _refused(args: list[str], tmp_path: Path) -> str:
+def _refused(args: list[str], tmp_path: Path, job: str = JOB) -> str:
     config = tmp_path / "job.yaml"
-    config.write_text(JOB)
+    config.write_text(job)
     result = CliRunner().invoke(cli_with_train(), ["train", str(config), *args])
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
@@ -103,6 +103,15 @@ def test_a_name_that_is_not_a_safe_slug_exits_2_before_anything_is_removed(tmp_p
     assert result.exit_code == 2
     assert "name: must be a safe directory name" in result.stderr
     assert config.is_file() and (tmp_path / "work").is_dir()
+
+
+def test_a_device_this_machine_lacks_exits_2_naming_model_device(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on this CPU machine
+    line = _refused(["--run-dir", str(tmp_path / "run")], tmp_path, JOB.replace("{name: tiny}", "{name: tiny, device: 'cuda:99'}"))
+    assert line == "error: model.device: 'cuda:99' was asked for but CUDA is not available here; available: cpu (or use 'auto')"
 
 
 def test_a_bad_config_exits_2_naming_every_problem(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinker_algos.device import resolve_device
+from tinker_algos.device import DeviceError, resolve_device
 from tinker_algos.models import (
     LoraSpec,
     ModelLoadError,
@@ -166,13 +166,27 @@ def test_resolve_device_defaults_and_overrides(monkeypatch):
     monkeypatch.setenv("OPENTINKER_PRECISION", "bf16")
     assert resolve_device("cpu").precision == "bf16"
     assert resolve_device("cpu", "fp32").precision == "fp32"  # argument beats env
-    with pytest.raises(ValueError, match="precision 'fp64' is unknown"):
+    with pytest.raises(ValueError, match="precision: 'fp64' is unknown"):
         resolve_device("cpu", "fp64")
     if not torch.cuda.is_available():
         monkeypatch.delenv("OPENTINKER_PRECISION")
         assert resolve_device().device.type == "cpu" and resolve_device().precision == "fp32"
         with pytest.raises(ValueError, match="CUDA is not available"):
             resolve_device("cuda")
+
+
+def test_a_device_this_machine_lacks_is_one_error_listing_the_available_ones(monkeypatch):
+    with pytest.raises(DeviceError, match=r"^device: 'banana' is not a torch device"):
+        resolve_device("banana")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceError, match=r"^device: 'cuda:99' was asked for but CUDA is not available here; available: cpu"):
+        resolve_device("cuda:99")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # as on a machine with two GPUs
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(DeviceError, match=r"^device: 'cuda:99' does not exist on this machine; available: cpu, cuda:0, cuda:1$"):
+        resolve_device("cuda:99")
+    error = DeviceError("device", "why")
+    assert str(error.in_config()) == "model.device: why" and str(DeviceError("precision", "x").in_config()) == "model.dtype: x"
 
 
 # ---- LoRA adapters ------------------------------------------------------------------------------

@@ -58,6 +58,10 @@ class ProgressCallbacks:
     def __exit__(self, *exc: Any) -> None:
         self.progress.stop()
 
+    def discard(self) -> None:
+        """Leave no progress bar behind when the run stops (a bad-input error is all that shows)."""
+        self.progress.live.transient = True
+
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
         self.last.update(metrics)
         summary = "  ".join(f"{k.split('/')[-1]}={self.last[k]:.3g}" for k in SHOWN if k in self.last)
@@ -109,6 +113,7 @@ def train(
             err_console.print(line, markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     from tinker_algos.checkpoint import CheckpointError
+    from tinker_algos.device import DeviceError
     from tinker_algos.run import train as run_training
     from tinker_algos.run_dir import RunDirError, check_inside, remove_run_dir
 
@@ -123,7 +128,8 @@ def train(
     with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
         try:
             result = run_training(config, run_dir=target, callbacks=callbacks)
-        except (ConfigError, CheckpointError) as e:
+        except (ConfigError, CheckpointError, DeviceError) as e:
+            callbacks.discard()
             _fail(str(e))
     typer.echo(f"{result.status}: {result.step} steps; run dir: {result.run_dir}")
     for k, v in sorted((result.eval or {}).items()):

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from tinker_core.errors import OpenTinkerError
+
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16-mixed", "fp16-mixed", "bf16")
 DEVICE_ENV = "OPENTINKER_DEVICE"
 PRECISION_ENV = "OPENTINKER_PRECISION"
@@ -60,6 +62,28 @@ def _cuda_bf16() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
 
 
+class DeviceError(OpenTinkerError, ValueError):
+    """A device or precision this machine cannot give; ``field`` is ``"device"`` or ``"precision"``.
+
+    ``str()`` is ``"<field>: <reason>"``; :meth:`in_config` names the config field instead.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}")
+
+    def in_config(self) -> DeviceError:
+        """The same error naming the job config's field (``model.device`` or ``model.dtype``)."""
+        return DeviceError("model.device" if self.field == "device" else "model.dtype", self.reason)
+
+
+def available_devices() -> list[str]:
+    """The devices this machine has: ``cpu`` and ``cuda:0`` ... ``cuda:N-1``."""
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return ["cpu", *(f"cuda:{i}" for i in range(count))]
+
+
 def resolve_device(device: str | torch.device | None = None, precision: str | None = None) -> DeviceSpec:
     """Choose the device and precision; arguments win over environment variables over defaults.
 
@@ -67,6 +91,10 @@ def resolve_device(device: str | torch.device | None = None, precision: str | No
         device: ``"cpu"``, ``"cuda"``, ``"cuda:0"``, ``"auto"`` or None (env ``OPENTINKER_DEVICE``,
             else CUDA when available, else CPU).
         precision: one of :data:`PRECISIONS` or None (env ``OPENTINKER_PRECISION``, else ``auto``).
+
+    Raises:
+        DeviceError: a device that is not a torch device or not on this machine (the message
+            lists the available ones), or an unknown precision.
     """
     dev_raw = device if device is not None else os.environ.get(DEVICE_ENV) or "auto"
     if isinstance(dev_raw, str) and dev_raw.strip().lower() == "auto":
@@ -74,21 +102,24 @@ def resolve_device(device: str | torch.device | None = None, precision: str | No
     else:
         try:
             dev = torch.device(dev_raw)
-        except RuntimeError as e:
-            raise ValueError(
-                f"device {dev_raw!r} is not a torch device; use 'cpu', 'cuda', 'cuda:N' or 'auto' "
-                f"(argument device= or env {DEVICE_ENV})"
+        except (RuntimeError, TypeError) as e:
+            raise DeviceError(
+                "device", f"{str(dev_raw)!r} is not a torch device; use 'auto', 'cpu', 'cuda' or 'cuda:N'"
             ) from e
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"device {str(dev)!r} was asked for but CUDA is not available; use device='cpu' "
-            f"(or unset {DEVICE_ENV})"
-        )
+    if dev.type == "cuda":
+        available = available_devices()
+        if len(available) == 1:
+            raise DeviceError(
+                "device", f"{str(dev)!r} was asked for but CUDA is not available here; available: cpu (or use 'auto')"
+            )
+        if dev.index is not None and f"cuda:{dev.index}" not in available:
+            raise DeviceError(
+                "device", f"{str(dev)!r} does not exist on this machine; available: {', '.join(available)}"
+            )
     prec = (precision if precision is not None else os.environ.get(PRECISION_ENV) or "auto").strip().lower()
     if prec not in PRECISIONS:
-        raise ValueError(
-            f"precision {prec!r} is unknown; choose one of {', '.join(PRECISIONS)} "
-            f"(argument precision= or env {PRECISION_ENV})"
+        raise DeviceError(
+            "precision", f"{prec!r} is unknown; choose one of {', '.join(PRECISIONS)} (or env {PRECISION_ENV})"
         )
     if prec == "auto":
         prec = "bf16-mixed" if dev.type == "cuda" and _cuda_bf16() else "fp32"
@@ -98,7 +129,7 @@ def resolve_device(device: str | torch.device | None = None, precision: str | No
         return DeviceSpec(dev, torch.float32, torch.bfloat16, prec)
     if prec == "fp16-mixed":
         if dev.type != "cuda":
-            raise ValueError("precision 'fp16-mixed' needs a CUDA device; use 'fp32' on the CPU")
+            raise DeviceError("precision", "'fp16-mixed' needs a CUDA device; use 'fp32' on the CPU")
         return DeviceSpec(dev, torch.float32, torch.float16, prec)
     return DeviceSpec(dev, torch.bfloat16, None, prec)  # "bf16"
 

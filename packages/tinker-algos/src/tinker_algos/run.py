@@ -60,7 +60,7 @@ from tinker_algos.checkpoint import (
     set_rng_state,
     verify,
 )
-from tinker_algos.device import resolve_device, seed_everything
+from tinker_algos.device import DeviceError, resolve_device, seed_everything
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
 from tinker_algos.run_dir import make_run_dir
@@ -193,7 +193,10 @@ class Run:
                 raise ValueError("train(shared=...) trains a LoRA adapter; this job fine-tunes the whole model (lora: null)")
             self.policy = self.shared.policy
         else:
-            spec = resolve_device(job.model.device, job.model.precision)
+            try:
+                spec = resolve_device(job.model.device, job.model.precision)
+            except DeviceError as e:
+                raise e.in_config() from None
             self.policy = PolicyModel.load(job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision)
         self.in_turn(self.seed)  # after loading: a shared model was loaded once, earlier
         self.lora = (
