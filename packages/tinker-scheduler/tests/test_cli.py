@@ -73,6 +73,18 @@ def test_add_tenant_refuses_a_bad_name_with_exit_2(cli, tmp_path):
     assert "error: name: tenant name 'Not OK' is not allowed" in result.stderr
 
 
+@pytest.mark.parametrize("command", [["start", "--port", "0", "--metrics-port", "-1"], ["add-tenant", "bob"]])
+def test_a_corrupt_job_store_is_one_line_naming_the_file_and_exit_2(cli, tmp_path, command):
+    db = tmp_path / "jobs.db"
+    db.write_bytes(b"garbage, not SQLite " * 500)
+    result = CliRunner().invoke(cli, ["scheduler", *command, "--db", str(db)])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: db: the job store {db} is damaged or not a SQLite file")
+    assert "restore it from a backup, or move it away" in lines[0]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -189,3 +189,44 @@ def test_wrong_keys_do_not_authenticate(store, bad):
 def test_tenant_names_must_be_safe_directory_names(store, name):
     with pytest.raises(StoreError, match="tenant name"):
         store.add_tenant(name)
+
+
+# ---- the store file: private, checked at open ---------------------------------------------------
+def test_a_new_store_file_is_private_and_so_is_a_directory_it_creates(tmp_path):
+    store = JobStore(tmp_path / "home" / "jobs.db")
+    store.add_tenant("alice")  # a write: the WAL and shared-memory files exist now
+    assert (tmp_path / "home").stat().st_mode & 0o777 == 0o700
+    for name in ("jobs.db", "jobs.db-wal", "jobs.db-shm"):
+        assert (tmp_path / "home" / name).stat().st_mode & 0o777 == 0o600, name
+    store.close()
+
+
+def _one_line_naming(error: StoreError, path) -> str:
+    message = str(error)
+    assert "\n" not in message and str(path) in message
+    assert message.startswith("db: ") and "restore it from a backup, or move it away" in message
+    return message
+
+
+def test_a_file_that_is_not_sqlite_is_one_error_naming_it(tmp_path):
+    path = tmp_path / "jobs.db"
+    path.write_bytes(b"not a database, just some bytes\n" * 300)
+    with pytest.raises(StoreError) as caught:
+        JobStore(path)
+    assert "file is not a database" in _one_line_naming(caught.value, path)
+
+
+def test_a_damaged_page_is_found_by_the_check_at_open(tmp_path):
+    path = tmp_path / "jobs.db"
+    store = JobStore(path)
+    for i in range(100):  # enough rows for several pages
+        store.submit(new_job(request_id=f"r{i}", config="x" * 1000))
+    store.close()  # checkpoints the WAL into the file
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 8 * page
+    data[6 * page : 7 * page] = bytes(page)  # a zeroed b-tree page; the header stays intact
+    path.write_bytes(bytes(data))
+    with pytest.raises(StoreError) as caught:
+        JobStore(path)
+    assert "quick_check" in _one_line_naming(caught.value, path)

@@ -167,7 +167,10 @@ def add_tenant(
     from tinker_scheduler.config import default_home
     from tinker_scheduler.store import JobStore, StoreError
 
-    store = JobStore(db if db is not None else default_home() / "scheduler.db")
+    try:
+        store = JobStore(db if db is not None else default_home() / "scheduler.db")
+    except StoreError as e:
+        _fail(str(e))
     try:
         existed = name in store.tenants()
         key = store.add_tenant(name)

@@ -39,6 +39,7 @@ from tinker_scheduler.job_records import (
     PendingEvent,
     StoreError,
 )
+from tinker_scheduler.store_file import open_store_file, unusable
 
 __all__ = [
     "LOCAL_TENANT", "TERMINAL_STATES", "Event", "JobRecord", "JobState", "JobStore", "NewJob", "PendingEvent",
@@ -141,33 +142,38 @@ class JobStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if str(path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._changed = threading.Condition(threading.Lock())
         self._version = 0
-        self._conn = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None, timeout=30.0)
-        self._conn.row_factory = sqlite3.Row
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("PRAGMA busy_timeout=30000")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            with self._write():
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._conn.execute(statement)
-                row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if row is None:
-                    self._conn.execute(
-                        "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                    )
-                elif int(row["value"]) != SCHEMA_VERSION:
-                    raise StoreError(
-                        "db",
-                        f"{self.path} has schema version {row['value']}, this scheduler needs "
-                        f"{SCHEMA_VERSION}; use a new --db file or the matching tinker-scheduler",
-                    )
+        self._conn = open_store_file(str(path))
+        try:
+            with self._lock:
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute("PRAGMA busy_timeout=30000")
+                self._conn.execute("PRAGMA foreign_keys=ON")
+                self._create_schema()
+        except sqlite3.DatabaseError as e:
+            self._conn.close()
+            raise unusable(self.path, e) from None
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _create_schema(self) -> None:
+        with self._write():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._conn.execute(statement)
+            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                self._conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row["value"]) != SCHEMA_VERSION:
+                raise StoreError(
+                    "db",
+                    f"{self.path} has schema version {row['value']}, this scheduler needs "
+                    f"{SCHEMA_VERSION}; use a new --db file or the matching tinker-scheduler",
+                )
 
     # ---- plumbing -------------------------------------------------------------------------
 
