@@ -137,6 +137,32 @@ def test_job_commands_report_an_unreachable_scheduler_and_exit_1(args):
     assert f"error: cannot reach a scheduler at {address}" in result.stderr and "hint:" in result.stderr
 
 
+@pytest.mark.parametrize("args", [["watch", "job-1"], ["logs", "job-1"], ["cancel", "job-1"], ["list"], ["submit"]])
+@pytest.mark.parametrize("content", [None, "not a certificate\n"])
+def test_a_bad_tls_ca_file_is_one_line_naming_it_and_exit_2(args, content, tmp_path):
+    ca = tmp_path / "ca.pem"
+    if content is not None:
+        ca.write_text(content)
+    if args == ["submit"]:
+        config = tmp_path / "job.yaml"
+        config.write_text("name: t\nalgorithm: {name: sft, steps: 1}\n", encoding="utf-8")
+        args = ["submit", str(config)]
+    result = CliRunner().invoke(app, [*args, "--scheduler", "127.0.0.1:1", "--tls-ca", str(ca)])
+    assert result.exit_code == 2, result.output
+    why = "does not exist" if content is None else "is not a PEM certificate"
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert result.stderr.startswith(f"error: --tls-ca: {ca} {why}"), result.stderr
+
+
+def test_train_on_a_scheduler_with_a_missing_tls_ca_exits_2(tmp_path):
+    config = tmp_path / "job.yaml"
+    config.write_text("name: t\nalgorithm: {name: sft, steps: 1}\n", encoding="utf-8")
+    result = opentinker("train", str(config), "--scheduler", "127.0.0.1:1", "--tls-ca", str(tmp_path / "ca.pem"),
+                        env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == f"error: --tls-ca: {tmp_path / 'ca.pem'} does not exist; pass the PEM certificate the scheduler's TLS uses"
+
+
 def test_the_client_never_imports_torch():
     code = "import sys, tinker_client.cli as c; c.build_app(); assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -91,3 +91,13 @@ def test_a_config_over_the_limit_is_refused_before_it_is_sent(paged):
     with JobClient(address) as client, pytest.raises(ConfigError, match=r"1,048,577 bytes; at most 1,048,576 \(1 MiB\)"):
         client.submit("#" * (MAX_CONFIG_BYTES + 1))
     assert servicer.requests == []
+
+
+def test_a_missing_or_non_pem_tls_ca_is_a_value_error_naming_it(tmp_path):
+    from tinker_client.connection import SchedulerConnection
+
+    with pytest.raises(ValueError, match=r"^tls_ca: .*ca\.pem does not exist"):
+        SchedulerConnection("127.0.0.1:1", tls_ca=tmp_path / "ca.pem")
+    (tmp_path / "ca.pem").write_bytes(b"\x00binary")
+    with pytest.raises(ValueError, match=r"^tls_ca: .*ca\.pem is not a PEM certificate"):
+        SchedulerConnection("127.0.0.1:1", tls_ca=tmp_path / "ca.pem")

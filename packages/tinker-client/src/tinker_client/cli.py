@@ -174,8 +174,14 @@ def _scheduler(scheduler: str | None, api_key: str | None, tls_ca: Path | None) 
     """A JobClient; a gRPC error inside the block becomes a one-line reason and an exit code."""
     import grpc
 
+    from tinker_client.connection import read_ca_file
     from tinker_client.jobs import JobClient
 
+    if tls_ca is not None:
+        try:
+            read_ca_file(tls_ca, "--tls-ca")
+        except ValueError as e:
+            fail(str(e))
     client = JobClient(scheduler, api_key, tls_ca=tls_ca)
     try:
         yield client

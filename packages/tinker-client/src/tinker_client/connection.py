@@ -18,12 +18,27 @@ class ConnectionOptions(TypedDict, total=False):
     tls_ca: str | Path | None
 
 
+def read_ca_file(path: str | Path, name: str = "tls_ca") -> bytes:
+    """The PEM certificates in ``path`` to trust; a missing, unreadable or non-PEM file is a
+    one-line :class:`ValueError` naming ``name`` (the argument or option) and the file."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{name}: {path} does not exist; pass the PEM certificate the scheduler's TLS uses") from None
+    except OSError as e:
+        raise ValueError(f"{name}: {path} is not readable ({e.strerror or e})") from None
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ValueError(f"{name}: {path} is not a PEM certificate (no '-----BEGIN CERTIFICATE-----' line)")
+    return data
+
+
 class SchedulerConnection:
     """A gRPC channel to a scheduler.
 
     ``address`` defaults to ``$OPENTINKER_SCHEDULER`` else ``localhost:50051``; ``api_key`` (or
     ``$OPENTINKER_API_KEY``) is sent as ``authorization: Bearer <key>``; ``tls_ca`` is a PEM file
-    to trust for a TLS scheduler (``tls=True`` uses the system roots). Closes as a context manager.
+    to trust for a TLS scheduler (``tls=True`` uses the system roots; a bad file is a ValueError,
+    see :func:`read_ca_file`). Closes as a context manager.
     """
 
     def __init__(
@@ -38,7 +53,7 @@ class SchedulerConnection:
         self.address = address or os.environ.get("OPENTINKER_SCHEDULER") or DEFAULT_ADDRESS
         self.api_key = api_key if api_key is not None else os.environ.get("OPENTINKER_API_KEY")
         if tls or tls_ca:
-            root = Path(tls_ca).read_bytes() if tls_ca else None
+            root = read_ca_file(tls_ca) if tls_ca else None
             self.channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(root), options=options)
         else:
             self.channel = grpc.insecure_channel(self.address, options=options)

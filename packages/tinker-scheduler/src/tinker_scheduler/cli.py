@@ -104,6 +104,13 @@ def start(
     for name, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
         if path is not None and not path.is_file():
             _fail(f"{name}: {path} does not exist", "pass a PEM file")
+    if tls_cert is not None and tls_key is not None:
+        from tinker_scheduler.server import read_tls_pair
+
+        try:
+            read_tls_pair(tls_cert, tls_key, ("--tls-cert", "--tls-key"))
+        except ValueError as e:
+            _fail(str(e))
     if max_retries < 0:
         _fail(f"--max-retries: must be >= 0 (got {max_retries})")
     if max_jobs_per_host < 0:

@@ -2,12 +2,15 @@
 
 Message limits (both ways) come from the config (``max_message_bytes``, default
 :data:`tinker_core.proto.MAX_MESSAGE_BYTES`); with ``tls_cert``/``tls_key`` the server speaks
-TLS only. The servicers are built by the scheduler and handed in.
+TLS only, after :func:`read_tls_pair` checked the pair. The servicers are built by the scheduler
+and handed in.
 """
 
 from __future__ import annotations
 
+import ssl
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,6 +24,35 @@ from tinker_core.proto import (
     training_pb2_grpc,
 )
 from tinker_scheduler.config import SchedulerConfig
+
+
+def read_tls_pair(cert: Path, key: Path, names: tuple[str, str] = ("tls_cert", "tls_key")) -> tuple[bytes, bytes]:
+    """The PEM certificate chain and private key, read and checked as a TLS pair.
+
+    An unreadable file, a swapped pair, a file that is not PEM or a key that does not match the
+    certificate is a one-line :class:`ValueError` naming the files by ``names`` (the options).
+    """
+    data = []
+    for name, path in zip(names, (cert, key), strict=True):
+        try:
+            data.append(Path(path).read_bytes())
+        except OSError as e:
+            raise ValueError(f"{name}: cannot read the TLS file {path}: {e.strerror or e}") from None
+    both = f"{names[0]}/{names[1]}"
+    if b"PRIVATE KEY-----" in data[0] and b"CERTIFICATE-----" in data[1]:
+        raise ValueError(
+            f"{both}: TLS certificate and key are swapped: {cert} holds a private key and {key} a certificate; "
+            "pass them the other way round"
+        )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key, password=lambda: b"")  # an encrypted key fails, it cannot prompt
+    except ssl.SSLError as e:
+        raise ValueError(
+            f"{both}: {cert} and {key} are not a TLS certificate chain and its private key in PEM "
+            f"({e.reason or e}); check the key matches the certificate and is not encrypted"
+        ) from None
+    return data[0], data[1]
 
 
 class GrpcServer:
@@ -37,9 +69,12 @@ class GrpcServer:
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         bind = f"{config.host}:{config.port}"
+        credentials = None
+        if config.tls_cert is not None and config.tls_key is not None:
+            cert, key = read_tls_pair(config.tls_cert, config.tls_key)  # a TLS problem is not a port problem
+            credentials = grpc.ssl_server_credentials([(key, cert)])
         try:
-            if config.tls_cert is not None and config.tls_key is not None:
-                credentials = grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())])
+            if credentials is not None:
                 port = self._server.add_secure_port(bind, credentials)
             else:
                 port = self._server.add_insecure_port(bind)
