@@ -58,7 +58,7 @@ def ckpt(run_dir: Path, step: int) -> Path:
 
 
 def weights_digest(checkpoint: Path) -> str:
-    return json.loads((checkpoint / "manifest.json").read_text())["files"]["trainer/model/model.safetensors"]["sha256"]
+    return json.loads((checkpoint / "trainer" / "manifest.json").read_text())["files"]["model/model.safetensors"]["sha256"]
 
 
 def flip_byte(f: Path) -> None:

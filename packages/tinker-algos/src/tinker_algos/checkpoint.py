@@ -129,13 +129,22 @@ def _digest(f: Path) -> tuple[int, str]:
 
 
 def file_digests(root: Path) -> dict[str, dict[str, Any]]:
-    """``{relative/posix/path: {"size", "sha256"}}`` of every file under ``root`` but its manifest."""
+    """``{relative/posix/path: {"size", "sha256"}}`` of every file under ``root`` but its manifest.
+
+    A subdirectory with a manifest of its own (a sealed checkpoint inside, e.g. a run's
+    ``trainer/``) is covered by that manifest alone: its other files were hashed when it was
+    sealed, and :func:`verify` checks them through it, so they are not hashed twice.
+    """
     out: dict[str, dict[str, Any]] = {}
     for f in sorted(p for p in root.rglob("*") if p.is_file()):
-        rel = f.relative_to(root).as_posix()
-        if rel != MANIFEST:
-            size, sha = _digest(f)
-            out[rel] = {"size": size, "sha256": sha}
+        rel = f.relative_to(root)
+        if rel.as_posix() == MANIFEST:
+            continue
+        sealed = [d for d in rel.parents if d != Path(".") and (root / d / MANIFEST).is_file()]
+        if sealed and rel != sealed[0] / MANIFEST:
+            continue
+        size, sha = _digest(f)
+        out[rel.as_posix()] = {"size": size, "sha256": sha}
     return out
 
 
@@ -151,13 +160,14 @@ def seal(path: Path, manifest: Mapping[str, Any]) -> None:
         os.fsync(fh.fileno())
 
 
-def verify(path: str | Path) -> bool:
+def verify(path: str | Path, _shown: str = "") -> bool:
     """Check checkpoint directory ``path`` against the checksums in its manifest.
 
     Returns True when every file the manifest lists is there with its size and SHA-256, False
     for a checkpoint written before manifests carried checksums (nothing to check). Raises
     :class:`CheckpointError` naming the first file that is missing, truncated or changed, or
-    when the manifest itself is missing or unreadable.
+    when the manifest itself is missing or unreadable. A sealed subdirectory (listed by its own
+    manifest) is checked through that manifest.
     """
     path = Path(path)
     files = _read_json_manifest(path).get("files")
@@ -170,12 +180,16 @@ def verify(path: str | Path) -> bool:
             raise CheckpointError(f"{path / MANIFEST} is damaged: no size and checksum for {rel}")
         f = path / rel
         if not f.is_file():
-            raise CheckpointError(f"{rel} is missing")
+            raise CheckpointError(f"{_shown}{rel} is missing")
         size = f.stat().st_size
         if size != want.get("size"):
-            raise CheckpointError(f"{rel} has {size} bytes, the manifest says {want.get('size')} (truncated or rewritten)")
+            raise CheckpointError(f"{_shown}{rel} has {size} bytes, the manifest says {want.get('size')} (truncated or rewritten)")
         if _digest(f)[1] != want.get("sha256"):
-            raise CheckpointError(f"{rel} does not match its SHA-256 checksum (corrupted)")
+            raise CheckpointError(f"{_shown}{rel} does not match its SHA-256 checksum (corrupted)")
+    for rel in sorted(files):
+        inner = Path(rel)
+        if inner.name == MANIFEST and inner.parent != Path("."):
+            verify(path / inner.parent, f"{_shown}{inner.parent.as_posix()}/")
     return True
 
 
