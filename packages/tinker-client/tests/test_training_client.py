@@ -39,3 +39,12 @@ def test_an_oversized_request_fails_before_sending_and_names_the_limit():
         big = training_pb2.ForwardBackwardRequest(data=[Datum(list(range(500)), list(range(500))).to_proto()])
         with pytest.raises(ValueError, match="max_message_bytes=1000; split the data"):
             service.call("ForwardBackward", big)
+
+
+def test_model_info_carries_the_context_length_and_zero_when_the_server_does_not_send_it():
+    from tinker_client.training import ModelInfo
+    from tinker_core.proto import training_pb2
+
+    info = ModelInfo.from_proto(training_pb2.ModelInfo(base_model="tiny", lora_rank=4, context_length=1024))
+    assert (info.base_model, info.lora_rank, info.context_length) == ("tiny", 4, 1024)
+    assert ModelInfo.from_proto(training_pb2.ModelInfo(base_model="tiny")).context_length == 0  # an older server

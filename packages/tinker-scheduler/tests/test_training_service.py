@@ -109,6 +109,7 @@ def test_primitives_cross_entropy_is_a_token_sum_and_an_optim_step_applies_the_g
         sid = session.session_id
         assert session.info.base_model == "tiny" and session.info.lora_rank == 4 and session.info.step == 0
         assert session.info.model_type == "llama" and session.info.trainable_parameters > 0
+        assert session.info.context_length == 1024  # the tiny preset's max_position_embeddings
 
         d = sft_datum()
         fb = stub.ForwardBackward(training_pb2.ForwardBackwardRequest(
@@ -124,7 +125,7 @@ def test_primitives_cross_entropy_is_a_token_sum_and_an_optim_step_applies_the_g
         after = trainable(stub, md, sid)
         assert any(not np.array_equal(before[k], after[k]) for k in before)
         info_now = stub.GetInfo(training_pb2.GetInfoRequest(session_id=sid), metadata=md, timeout=10)
-        assert info_now.step == 1
+        assert info_now.step == 1 and info_now.context_length == 1024
         # no gradients left: a *new* OptimStep is a precondition failure, naming the fix
         code, details = code_of(stub.OptimStep, training_pb2.OptimStepRequest(
             session_id=sid, request_id="step-2", adam=training_pb2.AdamParams(learning_rate=1e-2)), metadata=md)

@@ -188,6 +188,9 @@ class ModelInfo:
     step: int
     model_type: str
     trainable_parameters: int
+    #: The longest sequence (in tokens) the model takes; 0 when the server does not know it.
+    #: Each datum's tokens plus its last target, and each prompt plus ``max_tokens``, must fit.
+    context_length: int = 0
 
     @classmethod
     def from_proto(cls, m: training_pb2.ModelInfo) -> ModelInfo:

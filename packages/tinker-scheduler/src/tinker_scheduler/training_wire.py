@@ -76,7 +76,9 @@ def datum_outputs(result: Mapping[str, Any]) -> list[training_pb2.DatumOutput]:
 
 
 def model_info(info: Mapping[str, Any]) -> training_pb2.ModelInfo:
-    return training_pb2.ModelInfo(**{k: info[k] for k in training_pb2.ModelInfo.DESCRIPTOR.fields_by_name if k in info})
+    """A model host's session info as ``ModelInfo`` (a field it leaves out or sets to None is 0/empty)."""
+    fields = training_pb2.ModelInfo.DESCRIPTOR.fields_by_name
+    return training_pb2.ModelInfo(**{k: info[k] for k in fields if info.get(k) is not None})
 
 
 def adam_fields(a: training_pb2.AdamParams) -> dict[str, float]:

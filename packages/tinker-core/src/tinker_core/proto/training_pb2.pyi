@@ -54,7 +54,7 @@ class GetInfoRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("base_model", "lora_rank", "lora_alpha", "tokenizer_id", "vocab_size", "step", "model_type", "trainable_parameters")
+    __slots__ = ("base_model", "lora_rank", "lora_alpha", "tokenizer_id", "vocab_size", "step", "model_type", "trainable_parameters", "context_length")
     BASE_MODEL_FIELD_NUMBER: _ClassVar[int]
     LORA_RANK_FIELD_NUMBER: _ClassVar[int]
     LORA_ALPHA_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +63,7 @@ class ModelInfo(_message.Message):
     STEP_FIELD_NUMBER: _ClassVar[int]
     MODEL_TYPE_FIELD_NUMBER: _ClassVar[int]
     TRAINABLE_PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     base_model: str
     lora_rank: int
     lora_alpha: float
@@ -71,7 +72,8 @@ class ModelInfo(_message.Message):
     step: int
     model_type: str
     trainable_parameters: int
-    def __init__(self, base_model: _Optional[str] = ..., lora_rank: _Optional[int] = ..., lora_alpha: _Optional[float] = ..., tokenizer_id: _Optional[str] = ..., vocab_size: _Optional[int] = ..., step: _Optional[int] = ..., model_type: _Optional[str] = ..., trainable_parameters: _Optional[int] = ...) -> None: ...
+    context_length: int
+    def __init__(self, base_model: _Optional[str] = ..., lora_rank: _Optional[int] = ..., lora_alpha: _Optional[float] = ..., tokenizer_id: _Optional[str] = ..., vocab_size: _Optional[int] = ..., step: _Optional[int] = ..., model_type: _Optional[str] = ..., trainable_parameters: _Optional[int] = ..., context_length: _Optional[int] = ...) -> None: ...
 
 class Datum(_message.Message):
     __slots__ = ("tokens", "loss_weights", "target_tokens", "advantages", "sampling_logprobs", "extra_inputs")
