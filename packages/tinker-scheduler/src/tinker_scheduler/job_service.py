@@ -85,8 +85,38 @@ def event_message(event: Event) -> jobs_pb2.JobEvent:
 def parse_config_text(text: str, config_format: int) -> tuple[Any, int]:
     """Decode ``config_text`` as YAML or JSON; returns ``(data, detected format)``.
 
-    Raises :class:`ValueError` naming what is wrong.
+    Raises :class:`ValueError` naming what is wrong, also for a text whose YAML aliases expand to
+    more values than it has bytes (an alias bomb: a few hundred bytes can stand for billions).
     """
+    try:
+        data, detected = _decode_config_text(text, config_format)
+    except ValueError as e:
+        message = str(e)
+        raise ValueError(message if message.startswith("config_text:") else f"config_text: {message}") from None
+    budget = max(len(text), 1000)  # without aliases every value takes at least a byte of text
+    if _count_values(data, budget) > budget:
+        raise ValueError(
+            f"config_text: its YAML aliases expand to over {budget:,} values (more than the text has bytes); "
+            "write the values out instead of repeating aliases"
+        )
+    return data, detected
+
+
+def _count_values(data: Any, budget: int) -> int:
+    """How many values ``data`` holds (keys, items and scalars), counting stopped past ``budget``."""
+    count, stack = 0, [data]
+    while stack and count <= budget:
+        value = stack.pop()
+        count += 1
+        if isinstance(value, dict):
+            count += len(value)
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return count
+
+
+def _decode_config_text(text: str, config_format: int) -> tuple[Any, int]:
     if not text.strip():
         raise ValueError("config_text: is empty; send the job config (the file 'opentinker train' reads) as YAML or JSON")
     if config_format == jobs_pb2.CONFIG_FORMAT_JSON:
