@@ -94,6 +94,9 @@ def test_a_corrupt_job_store_is_one_line_naming_the_file_and_exit_2(cli, tmp_pat
         (["--max-retries", "-1"], "--max-retries: must be >= 0"),
         (["--max-jobs-per-host", "-2"], "--max-jobs-per-host: must be >= 0"),
         (["--port", "70000"], "--port: 70000 is not a port number"),
+        (["--max-data-per-request", "0"], "--max-data-per-request: must be >= 1 (got 0)"),
+        (["--max-tokens-per-request", "-1"], "--max-tokens-per-request: must be >= 1"),
+        (["--max-new-tokens-per-sample", "0"], "--max-new-tokens-per-sample: must be >= 1"),
         (["--runner", "no_such_module:train", "--port", "0"], "runner 'no_such_module:train' cannot be used"),
     ],
 )
@@ -101,3 +104,24 @@ def test_start_rejects_bad_options_before_starting_anything(cli, tmp_path, args,
     result = CliRunner().invoke(cli, ["scheduler", "start", "--db", str(tmp_path / "jobs.db"), *args])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_start_passes_the_request_limit_flags_to_the_scheduler(cli, tmp_path, monkeypatch):
+    import tinker_scheduler.scheduler as scheduler_module
+    from tinker_algos.tinker_ops import RequestLimits
+
+    seen = []
+
+    def fake_scheduler(config):
+        seen.append(config)
+        raise ValueError("stopped by the test before anything starts")
+
+    monkeypatch.setattr(scheduler_module, "Scheduler", fake_scheduler)
+    result = CliRunner().invoke(cli, [
+        "scheduler", "start", "--db", str(tmp_path / "jobs.db"), "--max-data-per-request", "3",
+        "--max-tokens-per-request", "500", "--max-new-tokens-per-sample", "9",
+    ])
+    assert result.exit_code == 2 and "stopped by the test" in result.stderr
+    assert seen[0].request_limits == RequestLimits(max_data=3, max_tokens=500, max_new_tokens=9)
+    CliRunner().invoke(cli, ["scheduler", "start", "--db", str(tmp_path / "jobs.db")])
+    assert seen[1].request_limits == RequestLimits()  # the flags' defaults are the limits' defaults

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tinker_algos.tinker_ops import RequestLimits
 from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler import Scheduler, SchedulerConfig
 from tinker_scheduler.auth import AuthMode
@@ -18,6 +19,7 @@ def test_defaults_are_the_documented_ones_and_paths_become_paths(tmp_path):
     assert config.max_message_bytes == MAX_MESSAGE_BYTES
     assert config.db == tmp_path / "s.db" and isinstance(config.db, Path)
     assert config.auth is AuthMode.NONE
+    assert config.request_limits == RequestLimits()  # the TrainingService's limits default to tinker_ops'
     with pytest.raises(AttributeError):
         config.port = 1  # type: ignore[misc]
 
@@ -29,11 +31,19 @@ def test_defaults_are_the_documented_ones_and_paths_become_paths(tmp_path):
         ({"max_retries": -1}, "max_retries"),
         ({"max_jobs_per_host": -1}, "max_jobs_per_host"),
         ({"auth": "sometimes"}, "sometimes"),
+        ({"max_data_per_request": 0}, "max_data_per_request must be a whole number >= 1"),
+        ({"max_tokens_per_request": -5}, "max_tokens_per_request"),
+        ({"max_new_tokens_per_sample": 1.5}, "max_new_tokens_per_sample"),
     ],
 )
 def test_bad_options_are_named(options, named):
     with pytest.raises(ValueError, match=named):
         SchedulerConfig(**options)
+
+
+def test_request_limit_options_become_the_training_services_limits():
+    config = SchedulerConfig(max_data_per_request=2, max_tokens_per_request=300, max_new_tokens_per_sample=7)
+    assert config.request_limits == RequestLimits(max_data=2, max_tokens=300, max_new_tokens=7)
 
 
 def test_scheduler_takes_a_config_and_keyword_options_over_it(tmp_path):

@@ -224,6 +224,29 @@ def test_requests_over_the_limits_are_refused_before_they_reach_the_host(local_s
         assert [o.runs for o in ops] == [[], [], [], []]  # nothing reached the host
 
 
+def test_the_schedulers_request_limit_options_bound_training_requests(make_scheduler):
+    scheduler = make_scheduler(paused=True, training_host_backend="local", max_data_per_request=2,
+                               max_tokens_per_request=30, max_new_tokens_per_sample=5)
+    channel, stub, md = stub_for(scheduler)
+    with channel:
+        sid = create(stub, md).session_id
+        fb = training_pb2.ForwardBackwardRequest(session_id=sid, data=[sft_datum()] * 2, loss_fn="cross_entropy")
+        assert len(stub.ForwardBackward(fb, metadata=md, timeout=60).outputs) == 2  # within every limit
+        sample = training_pb2.SampleRequest(session_id=sid, prompts=[common_pb2.TokenList(tokens=[1, 5])],
+                                            sampling_params=training_pb2.SamplingParams(max_tokens=6))
+        cases = [
+            (stub.Forward, training_pb2.ForwardRequest(session_id=sid, data=[sft_datum()] * 3),
+             "data: 3 data in one request, over the limit of 2"),
+            (stub.ForwardBackward, training_pb2.ForwardBackwardRequest(
+                session_id=sid, data=[sft_datum(list(range(3, 3 + 40)))], loss_fn="cross_entropy"),
+             "data: 40 tokens in one request, over the limit of 30"),
+            (stub.Sample, sample, "sampling_params.max_tokens: 6 is over the limit of 5"),
+        ]
+        for method, request, named in cases:
+            code, details = code_of(method, request, metadata=md, timeout=60)
+            assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(named), details
+
+
 def test_a_request_whose_client_is_gone_is_dropped_unrun_and_other_sessions_are_answered(local_scheduler, monkeypatch):
     channel, stub, md = stub_for(local_scheduler)
     with channel:

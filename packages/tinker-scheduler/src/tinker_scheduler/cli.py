@@ -86,6 +86,15 @@ def start(
             "otherwise only presets ('tiny'), hub ids and a tenant's own run outputs.",
         ),
     ] = None,
+    max_data_per_request: Annotated[
+        int, typer.Option(help="TrainingService: data (or sequences sampled) per request, at most.")
+    ] = 1024,
+    max_tokens_per_request: Annotated[
+        int, typer.Option(help="TrainingService: tokens per request (all its data; for Sample, prompts plus max_tokens), at most.")
+    ] = 65_536,
+    max_new_tokens_per_sample: Annotated[
+        int, typer.Option(help="TrainingService: a Sample request's max_tokens, at most.")
+    ] = 8192,
 ) -> None:
     """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
     import logging
@@ -118,6 +127,10 @@ def start(
     for root in model_root or ():
         if not root.is_dir():
             _fail(f"--model-root: {root} is not a directory", "pass a directory that holds models or data files")
+    for flag, value in (("--max-data-per-request", max_data_per_request), ("--max-tokens-per-request", max_tokens_per_request),
+                        ("--max-new-tokens-per-sample", max_new_tokens_per_sample)):
+        if value < 1:
+            _fail(f"{flag}: must be >= 1 (got {value})")
     if not 0 <= port <= 65535:
         _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
     if mode == AuthMode.NONE and not _is_loopback(host):
@@ -133,6 +146,8 @@ def start(
             num_gpus=num_gpus, metrics_port=None if metrics_port < 0 else metrics_port, tls_cert=tls_cert,
             tls_key=tls_key, max_retries=max_retries, auth=mode, runner=runner, shutdown_timeout=shutdown_timeout,
             max_jobs_per_host=max_jobs_per_host, model_roots=tuple(model_root or ()),
+            max_data_per_request=max_data_per_request, max_tokens_per_request=max_tokens_per_request,
+            max_new_tokens_per_sample=max_new_tokens_per_sample,
         ))
         scheduler.start()
     except (StoreError, ValueError) as e:

@@ -14,12 +14,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from tinker_algos.tinker_ops import RequestLimits
 from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler.auth import AuthMode
 
 #: The job runner unless a config names another one.
 DEFAULT_RUNNER = "tinker_algos.train"
 _PATH_OPTIONS = ("db", "runs_dir", "tls_cert", "tls_key")
+_LIMITS = RequestLimits()
+#: The request-limit options and the :class:`~tinker_algos.tinker_ops.RequestLimits` field each sets.
+_LIMIT_OPTIONS = {"max_data_per_request": "max_data", "max_tokens_per_request": "max_tokens",
+                  "max_new_tokens_per_sample": "max_new_tokens"}
 
 
 def default_home() -> Path:
@@ -96,6 +101,15 @@ class SchedulerConfig:
     #: only presets, hub ids and the tenant's own run outputs are allowed (see
     #: :mod:`tinker_scheduler.paths`).
     model_roots: tuple[Path, ...] = ()
+    #: TrainingService limits, checked before a request is queued on a model host (besides the
+    #: model's context length): data per Forward/ForwardBackward, sequences per
+    #: ComputeLogprobs, and sequences sampled (prompts x num_samples) per Sample.
+    max_data_per_request: int = _LIMITS.max_data
+    #: Tokens per TrainingService request: the model inputs of all its data or sequences; for
+    #: Sample, every sampled sequence's prompt plus ``max_tokens``.
+    max_tokens_per_request: int = _LIMITS.max_tokens
+    #: The largest ``max_tokens`` (new tokens per sequence) a TrainingService Sample may ask for.
+    max_new_tokens_per_sample: int = _LIMITS.max_new_tokens
 
     def __post_init__(self) -> None:
         for name in _PATH_OPTIONS:
@@ -113,6 +127,15 @@ class SchedulerConfig:
             raise ValueError(f"max_retries must be >= 0 (got {self.max_retries})")
         if self.max_jobs_per_host < 0:
             raise ValueError(f"max_jobs_per_host must be >= 0 (0: no shared hosts), got {self.max_jobs_per_host}")
+        for name in _LIMIT_OPTIONS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
+    @property
+    def request_limits(self) -> RequestLimits:
+        """The TrainingService's :class:`~tinker_algos.tinker_ops.RequestLimits` from the ``max_*`` options."""
+        return RequestLimits(**{field: getattr(self, name) for name, field in _LIMIT_OPTIONS.items()})
 
     @property
     def db_path(self) -> Path:

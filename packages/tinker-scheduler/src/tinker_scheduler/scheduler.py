@@ -237,7 +237,8 @@ class Scheduler:
         assert self.hosts is not None
         self.training = SessionManager(self.runs_dir, self.hosts, idle_timeout_s=self.config.session_idle_timeout_s,
                                        paths=self.paths)
-        training = TrainingService(self.training, store=self.store, auth=self.config.auth, free=jobs.free)
+        training = TrainingService(self.training, store=self.store, auth=self.config.auth, free=jobs.free,
+                                   limits=self.config.request_limits)
         self._server = GrpcServer(self.config, jobs=JobService(self), training=training)
         self.port = self._server.port
 
