@@ -104,14 +104,14 @@ def parse_config_text(text: str, config_format: int) -> tuple[Any, int]:
 
 def _count_values(data: Any, budget: int) -> int:
     """How many values ``data`` holds (keys, items and scalars), counting stopped past ``budget``."""
-    count, stack = 0, [data]
-    while stack and count <= budget:
+    count, stack = 1, [data]
+    while stack and count <= budget:  # each value is counted as it is pushed: the stack stays within the count
         value = stack.pop()
-        count += 1
         if isinstance(value, dict):
-            count += len(value)
+            count += 2 * len(value)
             stack.extend(value.values())
         elif isinstance(value, list):
+            count += len(value)
             stack.extend(value)
     return count
 
