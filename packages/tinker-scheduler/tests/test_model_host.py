@@ -190,3 +190,42 @@ def test_removing_a_session_unloads_its_adapter_and_keeps_the_others():
     ok(host.remove_session("b"))
     assert not host.policy.is_peft  # the last adapter gone: the plain base model again
     host.close()
+
+
+def test_a_device_this_machine_lacks_is_one_line_per_session_and_names_model_device_for_a_job(tmp_path):
+    from tinker_algos.device import DeviceError, resolve_device
+
+    with pytest.raises(DeviceError) as embedded:  # what `opentinker train` and a job alone report
+        resolve_device("cuda:99")
+    host = ModelHost("tiny", device="cuda:99")  # the host starts, to tell each session and job why it cannot serve
+    try:
+        status, code, message = host.add_session({"session_id": "s", "lora_rank": 4})
+        assert (status, code, message) == ("error", "INVALID_ARGUMENT", str(embedded.value))
+        assert message.startswith("device: 'cuda:99'") and "\n" not in message  # CreateSession's option
+        result = host.run_job("j1", "tinker_algos.train", {"name": "j1"}, str(tmp_path / "j1"))
+        assert result == {"status": "failed", "error": f"DeviceError: {embedded.value.in_config()}", "config_error": False}
+        assert result["error"].startswith("DeviceError: model.device: 'cuda:99'")  # the job config's field
+    finally:
+        host.close()
+
+
+@pytest.mark.slow
+def test_a_lora_job_on_a_shared_host_with_a_device_this_machine_lacks_fails_once_naming_model_device(make_scheduler):
+    import json
+
+    from tinker_core.proto import jobs_pb2
+    from tinker_scheduler.config import DEFAULT_RUNNER
+    from tinker_scheduler.testing import JobClient
+
+    config = {
+        "name": "bad-device", "model": {"name": "tiny", "device": "cuda:99"}, "lora": {"rank": 4},
+        "env": {"id": "echo/echo-v0"}, "algorithm": {"name": "sft", "steps": 1}, "resources": {"cpus": 1},
+    }
+    scheduler = make_scheduler(runner=DEFAULT_RUNNER)  # LoRA jobs go to shared model hosts (Ray actors)
+    with JobClient(scheduler.address) as client:
+        job_id = client.submit(json.dumps(config)).id
+        list(client.watch(job_id, timeout=300))
+        job = client.get(job_id)
+    assert job.state == jobs_pb2.JOB_STATE_FAILED, job.reason
+    assert job.reason.startswith("DeviceError: model.device: 'cuda:99'") and "\n" not in job.reason, job.reason
+    assert scheduler.store.get(job_id).restarts == 0  # not retried: the host answered, it did not die

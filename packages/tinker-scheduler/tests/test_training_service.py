@@ -247,6 +247,16 @@ def test_the_schedulers_request_limit_options_bound_training_requests(make_sched
             assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith(named), details
 
 
+def test_a_session_on_a_device_this_machine_lacks_is_invalid_argument_naming_device(local_scheduler):
+    channel, stub, md = stub_for(local_scheduler)
+    with channel:
+        code, details = code_of(stub.CreateSession, training_pb2.CreateTrainingSessionRequest(
+            base_model="tiny", lora_rank=4, options_json='{"device": "cuda:99"}'), metadata=md, timeout=120)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+        assert details.startswith("device: 'cuda:99'") and "\n" not in details, details
+        assert create(stub, md).info.lora_rank == 4  # the server still creates sessions
+
+
 def test_a_request_whose_client_is_gone_is_dropped_unrun_and_other_sessions_are_answered(local_scheduler, monkeypatch):
     channel, stub, md = stub_for(local_scheduler)
     with channel:

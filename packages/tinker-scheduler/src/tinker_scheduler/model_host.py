@@ -34,6 +34,7 @@ The class is used directly (in-process, ``host_backend="local"``) or as a Ray ac
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -106,6 +107,7 @@ class ModelHost:
     ) -> None:
         import torch
 
+        from tinker_algos.device import DeviceError
         from tinker_algos.models import PolicyModel
         from tinker_algos.tinker_ops import context_length
 
@@ -113,9 +115,14 @@ class ModelHost:
             torch.set_num_threads(int(num_threads))
         self.base_model = base_model
         self.full = full
-        self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
+        self.load_error: DeviceError | None = None  # a device this machine lacks: told each session and job
+        self.policy: Any = None
+        try:
+            self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
+        except DeviceError as e:
+            self.load_error = e
         #: The longest sequence the model takes (None: its config does not say).
-        self.context_length = context_length(self.policy.base_model.config)
+        self.context_length = context_length(self.policy.base_model.config) if self.policy is not None else None
         self.executor = TurnExecutor()
         self.jobs = HostedJobs(self.policy, self.executor, self._describe)
         self._sessions: dict[str, _Session] = {}
@@ -129,6 +136,8 @@ class ModelHost:
     # ---- sessions ---------------------------------------------------------------------------
     def add_session(self, spec: SessionSpec | Mapping[str, Any]) -> tuple[Any, ...]:
         """Create a session's adapter (or claim the full model) and trainer; returns its info."""
+        if self.load_error is not None:
+            return ("error", "INVALID_ARGUMENT", str(self.load_error))
         if not isinstance(spec, SessionSpec):
             spec = SessionSpec(**dict(spec))
         return _guard(lambda: self._add_session(spec))
@@ -201,10 +210,7 @@ class ModelHost:
         self.executor.close()
 
     def pid(self) -> int:
-        """The host's process id (benchmarks read its memory)."""
-        import os
-
-        return os.getpid()
+        return os.getpid()  # the host's process (benchmarks read its memory)
 
     def call(
         self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None, deadline: float | None = None,
@@ -245,6 +251,8 @@ class ModelHost:
         :class:`tinker_scheduler.worker.JobWorker` (:meth:`drain_job`, :meth:`stop_job`).
         When the job ends its adapter is unloaded from the model.
         """
+        if self.load_error is not None:
+            return {"status": "failed", "error": f"DeviceError: {self.load_error.in_config()}", "config_error": False}
         return self.jobs.run(job_id, runner, config, run_dir)
 
     def drain_job(self, job_id: str, stored: int = 0) -> list[dict[str, Any]]:
