@@ -271,3 +271,16 @@ def test_an_integer_over_pythons_digit_limit_is_a_config_text_error(server: Serv
             server.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=text), metadata=md, timeout=WAIT_S)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert info.value.details().startswith("config_text: ") and "4300 digits" in info.value.details()
+
+
+def test_watch_from_a_cursor_past_the_stores_integers_ends_like_any_cursor_past_the_end(server: Server) -> None:
+    """Found by the fuzzer: ``after_cursor`` >= 2**63 (a uint64 on the wire) failed the stream with
+    UNKNOWN (SQLite's OverflowError) instead of meaning "no event after this one"."""
+    md = _metadata(server, "alice")
+    job = server.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=job_config_text()), metadata=md, timeout=WAIT_S)
+    server.jobs["alice"][job.id] = job.config_text
+    server.stub.Cancel(jobs_pb2.CancelJobRequest(job_id=job.id), metadata=md, timeout=WAIT_S)
+    for cursor in (2**63 - 1, 2**63, 2**64 - 1):
+        request = jobs_pb2.WatchJobRequest(job_id=job.id, after_cursor=cursor)
+        assert list(server.stub.Watch(request, metadata=md, timeout=WAIT_S)) == []
+    assert len(list(server.stub.Watch(jobs_pb2.WatchJobRequest(job_id=job.id), metadata=md, timeout=WAIT_S))) == 2

@@ -32,6 +32,8 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 #: A List page stops growing past this many bytes (a client's default limit is 4 MiB).
 MAX_PAGE_BYTES = 1024 * 1024
+#: The largest cursor the store can hold; a larger ``after_cursor`` means the same: no event after it.
+MAX_CURSOR = 2**63 - 1
 #: How long a Watch sleeps between checks when nothing happens (it is woken on new events).
 WATCH_IDLE_S = 1.0
 
@@ -335,7 +337,7 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
     def Watch(self, request: jobs_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[jobs_pb2.JobEvent]:
         tenant = self._tenant(context)
         job = self._job(context, tenant, request.job_id)
-        cursor = request.after_cursor
+        cursor = min(request.after_cursor, MAX_CURSOR)  # the store's integers are signed 64-bit
         while context.is_active():
             version = self.store.version
             events = self.store.events_after(job.id, cursor, limit=500)
