@@ -143,3 +143,54 @@ def test_create_session_refuses_a_base_model_outside_the_allow_list(make_schedul
             assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
             details.append(info.value.details().replace(str(path), "X"))
     assert details[0].startswith("base_model: ") and len(set(details)) == 1
+
+
+def test_paths_in_env_arguments_are_confined_and_named_by_their_key(layout):
+    policy, root = layout
+    allowed, secret = str(root / "models" / "data.jsonl"), str(root / "private" / "data.jsonl")
+    missing, bob = str(root / "private" / "none.jsonl"), str(root / "runs" / "bob" / "job-b" / "out.jsonl")
+
+    def job(env: dict) -> object:
+        return parse_config({"algorithm": {"name": "grpo", "steps": 1}, "env": env}, check_plugins=False)
+
+    # math/dataset-v0's `path`, under a model root or the tenant's own runs; URLs and plain words pass
+    policy.check_job(job({"id": "math/dataset-v0", "kwargs": {"path": allowed}}), "alice")
+    policy.check_job(job({"id": "math/dataset-v0", "kwargs": {"path": str(root / "runs" / "alice" / "job-a" / "d.jsonl")}}), "alice")
+    policy.check_job(job({"id": "echo/echo-v0", "kwargs": {"words": ["ab", "+-*/", "a/b"], "url": "https://x.org/d.jsonl"}}), "alice")
+    cases = [
+        ({"path": secret}, "env.kwargs.path"),
+        ({"path": "../private/data.jsonl"}, "env.kwargs.path"),  # relative, resolved first
+        ({"path": bob}, "env.kwargs.path"),  # another tenant's runs
+        ({"eval_file": "private/data.jsonl"}, "env.kwargs.eval_file"),  # a path by its key's name
+        ({"sources": [allowed, secret]}, "env.kwargs.sources[1]"),  # a path by its shape, in a list
+        ({"nested": {"data_dirs": ["private"]}}, "env.kwargs.nested.data_dirs[0]"),
+        ({"questions": "file:///etc/passwd"}, "env.kwargs.questions"),
+        ({"home": "~/secrets.jsonl"}, "env.kwargs.home"),
+    ]
+    for kwargs, field in cases:
+        code, message = refusal(policy.check_job, job({"id": "math/dataset-v0", "kwargs": kwargs}), "alice")
+        assert code == "PERMISSION_DENIED" and message.startswith(f"{field}: ") and "\n" not in message, message
+    code, message = refusal(policy.check_job, job({"id": "math/dataset-v0", "eval_kwargs": {"path": secret}}), "alice")
+    assert message.startswith("env.eval_kwargs.path: ")
+    staged = parse_config({"stages": [{"algorithm": {"name": "grpo", "steps": 1},
+                                       "env": {"id": "math/dataset-v0", "kwargs": {"path": secret}}}]}, check_plugins=False)
+    assert refusal(policy.check_job, staged, "alice")[1].startswith("stages[0].env.kwargs.path: ")
+    # the same text whether the file exists or not
+    seen = refusal(policy.check_job, job({"id": "math/dataset-v0", "kwargs": {"path": secret}}), "alice")[1]
+    unseen = refusal(policy.check_job, job({"id": "math/dataset-v0", "kwargs": {"path": missing}}), "alice")[1]
+    assert seen.replace(secret, "X") == unseen.replace(missing, "X")
+
+
+def test_submit_refuses_an_env_dataset_path_outside_the_allowed_roots(make_scheduler, tmp_path):
+    scheduler = make_scheduler(paused=True)
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"question": "1+1?", "answer": "#### 2"}\n')
+    details = []
+    for path in (secret, tmp_path / "missing.jsonl"):
+        config = {"name": "t", "algorithm": {"name": "grpo", "steps": 1},
+                  "env": {"id": "math/dataset-v0", "kwargs": {"path": str(path)}}}
+        with JobClient(scheduler.address) as client, pytest.raises(grpc.RpcError) as info:
+            client.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=json.dumps(config)), metadata=client.metadata, timeout=10)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        details.append(info.value.details().replace(str(path), "X"))
+    assert details[0].startswith("env.kwargs.path: ") and details[0] == details[1]

@@ -10,7 +10,11 @@ A job writes only under ``runs_dir/<tenant>/<job id>/`` and a session under
 - the tenant's own run outputs (under ``runs_dir/<tenant>/``).
 
 A data file (``algorithm.data``, ``algorithm.params.eval_data``) must lie under a model root or
-the tenant's own run outputs. Paths are resolved (``..`` and symbolic links followed) before they
+the tenant's own run outputs, and so must every path in the env's arguments (``env.kwargs``,
+``env.eval_kwargs``, a stage's ``env``; e.g. ``math/dataset-v0``'s ``path``): a string whose key
+names a path (:data:`PATH_KEY_RE`: ``path``, ``file``, ``data_dir``, ``eval_files``, ...) or that
+looks like one whatever its key (it starts with ``/``, ``~``, ``./``, ``../`` or ``file:``), in
+nested mappings and lists too; a URL of another scheme is not a server path. Paths are resolved (``..`` and symbolic links followed) before they
 are checked, and whatever lies in the runs directory of another tenant is refused even when a
 model root contains it. A refusal is one message that is the same whether the path exists or not,
 so it tells the caller nothing about the server's files.
@@ -20,8 +24,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from tinker_core.config import JobConfig
 from tinker_scheduler.errors import StatusError
@@ -31,6 +36,10 @@ HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_
 PRESET_RE = re.compile(r"tiny(:[0-9]{1,19})?")
 """The built-in presets (``tinker_algos.model_files.resolve_model``): ``tiny`` and ``tiny:SEED``."""
 _TENANT_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+PATH_KEY_RE = re.compile(r"(.*_)?(path|file|filename|dir|directory|root|folder)s?", re.IGNORECASE)
+"""Env argument names whose string values are server paths (``path``, ``eval_file``, ``data_dirs``...)."""
+_PATH_VALUE_RE = re.compile(r"(/|~[A-Za-z0-9_.-]*(/|$)|\.\.?(/|\\|$)|file:)", re.IGNORECASE)
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -102,8 +111,24 @@ class PathPolicy:
                 f"({self._roots_text()}) or your own run outputs",
             )
 
+    def check_env_args(self, value: Any, tenant: str, field: str, *, path_key: bool = False) -> None:
+        """Refuse a path in env arguments ``value`` (``field``: e.g. ``env.kwargs``) outside what
+        :meth:`check_data` allows; see the module docstring for what counts as a path."""
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                named = isinstance(key, str) and PATH_KEY_RE.fullmatch(key) is not None
+                self.check_env_args(item, tenant, f"{field}.{key}", path_key=named)
+        elif isinstance(value, list | tuple):
+            for i, item in enumerate(value):
+                self.check_env_args(item, tenant, f"{field}[{i}]", path_key=path_key)
+        elif isinstance(value, str) and (path_key or _PATH_VALUE_RE.match(value)):
+            if _URL_RE.match(value) and not value.lower().startswith("file:"):
+                return  # a URL, not a path on this server
+            self.check_data(value, tenant, field)
+
     def check_job(self, config: JobConfig, tenant: str) -> None:
-        """Check every path a job config names: the model, the tokenizer and each stage's data files."""
+        """Check every path a job config names: the model, the tokenizer, each stage's data files
+        and the paths in its env arguments."""
         self.check_model(config.model.name, tenant, "model.name")
         if config.model.tokenizer is not None:
             self.check_model(config.model.tokenizer, tenant, "model.tokenizer")
@@ -114,4 +139,9 @@ class PathPolicy:
             eval_data = getattr(stage.algorithm.params, "eval_data", None)
             if eval_data is not None:
                 self.check_data(eval_data, tenant, f"{where}.params.eval_data")
+        envs = [("env", config.env)] + [(f"stages[{i}].env", s.env) for i, s in enumerate(config.stages)]
+        for where, env in envs:
+            if env is not None:
+                self.check_env_args(env.kwargs, tenant, f"{where}.kwargs")
+                self.check_env_args(env.eval_kwargs or {}, tenant, f"{where}.eval_kwargs")
 
