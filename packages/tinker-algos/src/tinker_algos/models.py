@@ -45,18 +45,22 @@ if TYPE_CHECKING:
 # loading
 # ---------------------------------------------------------------------------------------------
 def load_model(
-    name_or_path: str | Path, *, spec: DeviceSpec | None = None, **kwargs: Any
+    name_or_path: str | Path, *, spec: DeviceSpec | None = None, field: str = "model", **kwargs: Any
 ) -> PreTrainedModel:
-    """Load a causal LM with ``AutoModelForCausalLM.from_pretrained`` onto ``spec``'s device."""
+    """Load a causal LM with ``AutoModelForCausalLM.from_pretrained`` onto ``spec``'s device.
+
+    Errors are one-line :class:`ModelLoadError` naming ``field`` (e.g. ``model.name``).
+    """
     from transformers import AutoModelForCausalLM
 
     spec = spec or resolve_device()
-    path = resolve_model(name_or_path)
+    path = resolve_model(name_or_path, field=field, revision=kwargs.get("revision"))
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=spec.param_dtype, **kwargs)
     except OSError as e:
         hint = " (HF_HUB_OFFLINE=1 is set: only the local cache is read)" if os.environ.get("HF_HUB_OFFLINE") else ""
-        raise ModelLoadError(f"could not load model {str(name_or_path)!r}{hint}: {e}") from e
+        reason = " ".join(str(e).split())
+        raise ModelLoadError(f"{field}: could not load model {str(name_or_path)!r}{hint}: {reason}") from e
     model.to(spec.device)  # type: ignore[arg-type]
     model.eval()
     return model
@@ -176,8 +180,19 @@ class PolicyModel:
         from tinker_algos.tokenizer import load_tokenizer  # transformers: imported on first use
 
         spec = spec or resolve_device(device, precision)
-        tok = load_tokenizer(tokenizer or name_or_path)
-        model = load_model(name_or_path, spec=spec, **({"revision": revision} if revision else {}))
+        tok_field = "model.tokenizer" if tokenizer else "model.name"
+        tok_path = resolve_model(tokenizer or name_or_path, field=tok_field, revision=None if tokenizer else revision)
+        try:
+            tok = load_tokenizer(tok_path)
+        except (OSError, ValueError, TypeError) as e:
+            if isinstance(e, ModelLoadError):
+                raise
+            raise ModelLoadError(
+                f"{tok_field}: no tokenizer could be loaded from {str(tokenizer or name_or_path)!r} "
+                f"({type(e).__name__}); save the tokenizer there (tokenizer.save_pretrained) or set "
+                "model.tokenizer to a directory or hub id that has one"
+            ) from e
+        model = load_model(name_or_path, spec=spec, field="model.name", **({"revision": revision} if revision else {}))
         return cls(model=model, tokenizer=tok, model_id=str(name_or_path), spec=spec)
 
     # ---- properties -------------------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""``opentinker model import`` and ``opentinker model fetch``: bring real pretrained models in.
+
+* ``opentinker model import GGUF_FILE --output DIR``: a GGUF file becomes a Hugging Face
+  directory (:func:`tinker_algos.hub.import_gguf`).
+* ``opentinker model fetch NAME``: a registry preset (``smollm2-135m-instruct``) is downloaded
+  and imported into the cache once (:func:`tinker_algos.hub.fetch_preset`); prints its path.
+
+Added to the ``opentinker`` CLI by :mod:`tinker_algos.plugin`. Importing this module is cheap:
+torch and transformers load only when a command runs. Exit codes: 0 success, 2 bad input (one
+``error:`` line).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+EXIT_BAD_INPUT = 2
+STAGE_LABELS = {
+    "download": "downloading",
+    "check": "reading GGUF header",
+    "tokenizer": "loading tokenizer",
+    "weights": "dequantising weights",
+    "save": "writing safetensors",
+}
+
+app = typer.Typer(help="Import real pretrained models (GGUF files, registry presets).", no_args_is_help=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(reason: str) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {reason}", markup=True)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+class StageProgress:
+    """A rich display with one bar per stage, driven by ``progress(stage, done, total)`` calls."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or err_console
+        self.progress = Progress(
+            TextColumn("{task.description:<22}"),
+            BarColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=False,
+        )
+        self.tasks: dict[str, TaskID] = {}
+
+    def __enter__(self) -> StageProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.stop()
+
+    def discard(self) -> None:
+        """Leave no bars behind (an error line is all that shows)."""
+        self.progress.live.transient = True
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage not in self.tasks:
+            for other in self.tasks.values():  # earlier stages are finished
+                task = self.progress.tasks[other]
+                self.progress.update(other, completed=task.total)
+            self.tasks[stage] = self.progress.add_task(STAGE_LABELS.get(stage, stage), total=total or 1, detail="")
+        detail = ""
+        if stage == "download" and total:
+            detail = DownloadColumn().render(self.progress.tasks[self.tasks[stage]]).plain
+        elif stage == "weights" and total:
+            detail = f"{done}/{total} tensors"
+        self.progress.update(self.tasks[stage], completed=done, total=total or 1, detail=detail)
+
+
+def _size_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6
+
+
+@app.command("import")
+def import_command(
+    gguf_file: Annotated[Path, typer.Argument(help="A GGUF file (e.g. model.Q4_K_M.gguf).", show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The Hugging Face directory to write.", show_default=False)],
+    force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists.")] = False,
+) -> None:
+    """Import a GGUF file as a Hugging Face model directory (fp32 safetensors, tokenizer, chat
+    template, generation config)."""
+    from tinker_algos.hub import ModelLoadError, check_gguf, import_gguf
+
+    if output.exists() and not force:
+        _fail(f"--output {output} already exists; choose another directory or pass --force")
+    try:
+        check_gguf(gguf_file)  # bad input fails before any progress display
+    except ModelLoadError as e:
+        _fail(str(e))
+    started = time.perf_counter()
+    with StageProgress() as bars:
+        try:
+            path = import_gguf(gguf_file, output, progress=bars, overwrite=force)
+        except ModelLoadError as e:
+            bars.discard()
+            _fail(str(e))
+    typer.echo(f"imported {gguf_file} -> {path} ({_size_mb(path):.0f} MB, {time.perf_counter() - started:.0f} s)")
+
+
+@app.command("fetch")
+def fetch_command(
+    name: Annotated[str, typer.Argument(help="A registry preset, e.g. smollm2-135m-instruct.", show_default=False)],
+) -> None:
+    """Download and import a registry preset into the cache (once); print its directory."""
+    from tinker_algos.hub import PRESETS, ModelLoadError, fetch_preset, is_fetched
+
+    if name not in PRESETS:
+        from tinker_core.errors import did_you_mean
+
+        close = did_you_mean(name, PRESETS)
+        hint = f"did you mean {close!r}?" if close else f"presets: {', '.join(sorted(PRESETS))}"
+        _fail(f"unknown model preset {name!r}; {hint}")
+    if is_fetched(name):
+        typer.echo(str(fetch_preset(name)))
+        return
+    with StageProgress() as bars:
+        try:
+            path = fetch_preset(name, progress=bars)
+        except ModelLoadError as e:
+            bars.discard()
+            _fail(str(e))
+    typer.echo(str(path))
+
+
+@app.command("list")
+def list_command() -> None:
+    """List the registry presets, and whether each is in the cache."""
+    from tinker_algos.hub import PRESETS, is_fetched, preset_dir
+
+    for name, preset in sorted(PRESETS.items()):
+        where = str(preset_dir(name)) if is_fetched(name) else f"not fetched (opentinker model fetch {name})"
+        typer.echo(f"{name}  {preset.requirement}  {preset.description}\n  {where}")
+
+
+def register(cli: typer.Typer) -> None:
+    """Add the ``model`` command group to the ``opentinker`` app ``cli``."""
+    cli.add_typer(app, name="model")

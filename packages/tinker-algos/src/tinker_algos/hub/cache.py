@@ -1,0 +1,81 @@
+"""Where model files live on disk: the cache directory, atomic directory writes, a file lock.
+
+* :func:`cache_root`: ``$OPENTINKER_CACHE`` or ``~/.cache/opentinker`` (the tiny preset and the
+  registry presets are built there once, then reused offline).
+* :func:`atomic_dir`: readers never see a half-written directory (models, checkpoints, imports).
+* :func:`file_lock`: one process at a time builds a cached model; the others wait, then reuse it.
+* :class:`ModelLoadError`: a model or tokenizer that cannot be used, said in one line.
+
+The lowest layer of :mod:`tinker_algos.hub` and of :mod:`tinker_algos.model_files` (which
+re-exports these names): it imports nothing else of tinker-algos.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tinker_core.errors import OpenTinkerError
+
+CACHE_ENV = "OPENTINKER_CACHE"
+
+
+class ModelLoadError(OpenTinkerError, ValueError):
+    """A model or tokenizer that cannot be used (missing, or they do not fit together)."""
+
+
+def cache_root() -> Path:
+    """``$OPENTINKER_CACHE`` or ``~/.cache/opentinker``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "opentinker"
+
+
+def atomic_dir(final: Path, write: Callable[[Path], Any], *, overwrite: bool) -> Path:
+    """Run ``write(tmp_dir)`` then rename the temp dir (same parent) to ``final``.
+
+    When ``write`` fails, the temp dir is removed and ``final`` is left as it was.
+    """
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists() and not overwrite:
+        raise FileExistsError(f"{final} already exists; pass overwrite=True or choose another path")
+    tmp = final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        write(tmp)
+        old = None
+        if final.exists():
+            old = final.parent / f".{final.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) while the block runs.
+
+    Another process asking for the same lock waits until this block ends. Where ``fcntl`` is
+    missing (Windows) the block runs unlocked.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX
+        yield
+        return
+    with open(path, "a+b") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
