@@ -49,6 +49,20 @@ def alias_bomb(levels: int) -> str:
     return "algorithm: {name: sft, steps: 2}\noptimizer:\n  params:\n" + "\n".join(lines) + "\n"
 
 
+#: Config texts nested past what the parsers, the config model or its JSON dump can take.
+DEEP_TEXTS = (
+    "[" * 100_000 + "]" * 100_000,
+    '{"a": ' * 50_000 + "1" + "}" * 50_000,
+    "a: " + "[" * 20_000 + "]" * 20_000,
+    '{"algorithm": {"name": "sft", "steps": 2}, "optimizer": {"params": {"x": ' + "[" * 300 + "]" * 300 + "}}}",
+)
+#: Page tokens shaped like the server's but not made by it.
+DEEP_TOKENS = (
+    base64.urlsafe_b64encode(b"[" * 100_000).decode(),
+    *(base64.urlsafe_b64encode(json.dumps({"tenant": "alice", "states": [], "before": b}).encode()).decode()
+      for b in (2**63, 10**20, -(2**70), 0, -1)),
+)
+
 odd_names = st.one_of(
     st.sampled_from(["..", "../x", "/tmp/x", "a/b", "x\x00y", "n" * 256, "", " ", "-", "é", "runs", "local"]),
     st.text(max_size=40),
@@ -76,6 +90,7 @@ def config_texts(draw: Any) -> str:
             "algorithm: {name: sft, steps: 2}\nseed: 123456789012345678901234567890\n", "\t", "---\n---\n",
             "algorithm: {name: sft, steps: 2}\nresources: {cpus: 1e9}\n", "priority: 1000\nalgorithm: {name: sft}\n",
             "algorithm: {name: sft, steps: 2}\nseed: " + "9" * 5000 + "\n", '{"seed": ' + "9" * 5000 + "}",
+            *DEEP_TEXTS,
         ]))
     if kind == "text":
         return draw(st.text(max_size=200))
@@ -97,7 +112,7 @@ job_refs = st.one_of(st.integers(min_value=0, max_value=20), st.text(max_size=30
 request_ids = st.one_of(st.just(""), st.sampled_from(["r1", "r2"]), st.text(max_size=20))
 priorities = st.one_of(st.none(), st.integers(-101, 101), st.sampled_from([-(2**31), 2**31 - 1]))
 page_tokens = st.one_of(
-    st.just(""), st.text(max_size=40), st.sampled_from(["foreign", "own"]),
+    st.just(""), st.text(max_size=40), st.sampled_from(["foreign", "own", *DEEP_TOKENS]),
     st.builds(lambda t, b: base64.urlsafe_b64encode(json.dumps({"tenant": t, "states": [], "before": b}).encode()).decode(),
               st.sampled_from(["alice", "bob", "local", ""]), st.one_of(st.integers(-5, 10**20), st.text(max_size=3))),
 )
@@ -284,3 +299,22 @@ def test_watch_from_a_cursor_past_the_stores_integers_ends_like_any_cursor_past_
         request = jobs_pb2.WatchJobRequest(job_id=job.id, after_cursor=cursor)
         assert list(server.stub.Watch(request, metadata=md, timeout=WAIT_S)) == []
     assert len(list(server.stub.Watch(jobs_pb2.WatchJobRequest(job_id=job.id), metadata=md, timeout=WAIT_S))) == 2
+
+
+@pytest.mark.parametrize("text", DEEP_TEXTS, ids=["json-lists", "json-objects", "yaml-lists", "params-300-deep"])
+def test_a_config_nested_too_deeply_is_a_config_text_error(server: Server, text: str) -> None:
+    """Found by the fuzzer: deep nesting failed Submit with UNKNOWN (a RecursionError in the JSON or
+    YAML parser, or pydantic's "Maximum serialization depth exceeded" when the job was stored)."""
+    with pytest.raises(grpc.RpcError) as info:
+        server.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=text), metadata=_metadata(server, "alice"), timeout=WAIT_S)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("config_text: nested"), info.value.details()
+
+
+@pytest.mark.parametrize("token", DEEP_TOKENS)
+def test_a_forged_page_token_nested_deeply_or_past_the_stores_integers_is_refused(server: Server, token: str) -> None:
+    """Found by the fuzzer: such tokens failed List with UNKNOWN (RecursionError, SQLite's OverflowError)."""
+    with pytest.raises(grpc.RpcError) as info:
+        server.stub.List(jobs_pb2.ListJobsRequest(page_token=token), metadata=_metadata(server, "alice"), timeout=WAIT_S)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("page_token: not a token this server gave you")

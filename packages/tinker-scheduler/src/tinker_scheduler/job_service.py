@@ -32,6 +32,8 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 #: A List page stops growing past this many bytes (a client's default limit is 4 MiB).
 MAX_PAGE_BYTES = 1024 * 1024
+#: How deeply a job config may nest mappings and lists (a real one uses a handful of levels).
+MAX_CONFIG_DEPTH = 64
 #: The largest cursor the store can hold; a larger ``after_cursor`` means the same: no event after it.
 MAX_CURSOR = 2**63 - 1
 #: How long a Watch sleeps between checks when nothing happens (it is woken on new events).
@@ -87,35 +89,38 @@ def event_message(event: Event) -> jobs_pb2.JobEvent:
 def parse_config_text(text: str, config_format: int) -> tuple[Any, int]:
     """Decode ``config_text`` as YAML or JSON; returns ``(data, detected format)``.
 
-    Raises :class:`ValueError` naming what is wrong, also for a text whose YAML aliases expand to
-    more values than it has bytes (an alias bomb: a few hundred bytes can stand for billions).
+    Raises :class:`ValueError` naming what is wrong, also for a text nested deeper than
+    :data:`MAX_CONFIG_DEPTH` or whose YAML aliases expand to more values than it has bytes (an
+    alias bomb: a few hundred bytes can stand for billions).
     """
     try:
         data, detected = _decode_config_text(text, config_format)
+    except RecursionError:
+        raise ValueError(f"config_text: nested too deeply (the limit is {MAX_CONFIG_DEPTH} levels)") from None
     except ValueError as e:
         message = str(e)
         raise ValueError(message if message.startswith("config_text:") else f"config_text: {message}") from None
-    budget = max(len(text), 1000)  # without aliases every value takes at least a byte of text
-    if _count_values(data, budget) > budget:
-        raise ValueError(
-            f"config_text: its YAML aliases expand to over {budget:,} values (more than the text has bytes); "
-            "write the values out instead of repeating aliases"
-        )
+    _check_shape(data, budget=max(len(text), 1000))  # without aliases every value takes at least a byte of text
     return data, detected
 
 
-def _count_values(data: Any, budget: int) -> int:
-    """How many values ``data`` holds (keys, items and scalars), counting stopped past ``budget``."""
-    count, stack = 1, [data]
-    while stack and count <= budget:  # each value is counted as it is pushed: the stack stays within the count
-        value = stack.pop()
-        if isinstance(value, dict):
-            count += 2 * len(value)
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            count += len(value)
-            stack.extend(value)
-    return count
+def _check_shape(data: Any, budget: int) -> None:
+    """Refuse ``data`` nested deeper than :data:`MAX_CONFIG_DEPTH` or holding over ``budget`` values
+    (keys, items and scalars); the walk stops at the first excess."""
+    count, stack = 1, [(data, 0)]
+    while stack:  # each value is counted as it is pushed: the stack stays within the count
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth >= MAX_CONFIG_DEPTH:
+                raise ValueError(f"config_text: nested deeper than {MAX_CONFIG_DEPTH} levels")
+            items = list(value.values()) if isinstance(value, dict) else value
+            count += len(items) * (2 if isinstance(value, dict) else 1)
+            if count > budget:
+                raise ValueError(
+                    f"config_text: its YAML aliases expand to over {budget:,} values (more than the text has bytes); "
+                    "write the values out instead of repeating aliases"
+                )
+            stack.extend((item, depth + 1) for item in items)
 
 
 def _decode_config_text(text: str, config_format: int) -> tuple[Any, int]:
@@ -156,8 +161,9 @@ def before_seq_of(token: str, tenant: str, states: list[JobState]) -> int | None
     try:
         payload = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
         before = payload["before"]
-        valid = payload["tenant"] == tenant and type(before) is int and isinstance(payload["states"], list)
-    except (ValueError, TypeError, KeyError, UnicodeError):
+        valid = (payload["tenant"] == tenant and type(before) is int and 0 < before <= MAX_CURSOR
+                 and isinstance(payload["states"], list))
+    except (ValueError, TypeError, KeyError, UnicodeError, RecursionError):
         valid = False
     if not valid:
         raise ValueError(
