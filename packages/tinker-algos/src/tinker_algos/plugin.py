@@ -121,5 +121,4 @@ def opentinker_register_commands(cli: Any) -> None:
     from tinker_algos.cli import register
 
     register(cli)
-    importlib.import_module("tinker_algos.cli_eval").register(cli)  # opentinker eval, export
     importlib.import_module("tinker_algos.cli_model").register(cli)  # opentinker model import, fetch
