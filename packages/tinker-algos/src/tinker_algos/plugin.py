@@ -122,3 +122,4 @@ def opentinker_register_commands(cli: Any) -> None:
 
     register(cli)
     importlib.import_module("tinker_algos.cli_model").register(cli)  # opentinker model import, fetch
+    importlib.import_module("tinker_algos.cli_eval").register(cli)  # opentinker eval, export

@@ -1,0 +1,426 @@
+"""Held-out evaluation of a trained policy: ``opentinker eval`` (:mod:`tinker_algos.cli_eval`).
+
+:func:`find_source` tells what a path names -- a run directory (its newest intact checkpoint), a
+run checkpoint (``checkpoints/step-N``), a trainer checkpoint, a saved PEFT adapter or a Hugging
+Face model directory -- and :func:`load_policy` loads it with the existing loaders
+(:meth:`PolicyModel.load`, :meth:`PolicyModel.load_adapter`). :func:`evaluate_source` runs the
+episodes through :func:`tinker_algos.rollout.rollout` with the settings held-out evaluation
+uses during training (the stage's env with its ``eval_kwargs``, ``rollout.max_new_tokens``,
+``stop`` and ``max_turns``, ``algorithm.eval_size`` episodes, seeds from
+``derive_seed(seed, "eval")``), so the greedy accuracy of a run's last checkpoint is the
+``eval/accuracy`` its training reported.
+
+With ``samples=k > 1`` every problem is sampled ``k`` times (the rollout's temperature, 1.0 when
+that is 0) and ``pass@j`` is the unbiased estimator of Chen et al. (2021), :func:`pass_at_k`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from math import prod
+from pathlib import Path
+from typing import Any, Literal
+
+from tinker_algos.checkpoint import KIND as TRAINER_CHECKPOINT_KIND
+from tinker_algos.checkpoint import MANIFEST, CheckpointError, verify
+from tinker_algos.models import PolicyModel
+from tinker_algos.run import (
+    ADAPTER,
+    RUN_CHECKPOINT_KIND,
+    _checkpoints,
+    _verified_progress,
+    env_factories,
+)
+from tinker_algos.run_dir import RUN_MARKER
+from tinker_core.config import EnvConfig, JobConfig, RolloutConfig, StageConfig, parse_config
+from tinker_core.errors import OpenTinkerError
+from tinker_core.seeding import derive_seed
+
+SourceKind = Literal["run", "checkpoint", "adapter", "model"]
+
+
+class EvalError(OpenTinkerError, ValueError):
+    """A source, env or setting ``opentinker eval``/``export`` cannot use (the message says which)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a path given to ``opentinker eval``/``export`` names, resolved to weights on disk.
+
+    ``weights`` is ``"adapter"`` (``weights_dir`` is a peft adapter directory, applied to
+    ``base_model``) or ``"full"`` (``weights_dir`` is a ``save_pretrained`` model + tokenizer).
+    ``job`` is the run's config when the source lies in a run directory, else None.
+    """
+
+    kind: SourceKind
+    path: Path
+    weights: Literal["adapter", "full"]
+    weights_dir: Path
+    base_model: str | None
+    job: JobConfig | None
+    checkpoint: Path | None = None
+    step: int | None = None
+
+
+def _read_json(f: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise EvalError(f"{f} is unreadable: {e}") from None
+    if not isinstance(data, dict):
+        raise EvalError(f"{f} is not a JSON object")
+    return data
+
+
+def _run_job(run_dir: Path) -> JobConfig | None:
+    """The job config of run directory ``run_dir`` (its ``config.json``), None when it is no run."""
+    f = run_dir / "config.json"
+    if not (run_dir / RUN_MARKER).is_file() or not f.is_file():
+        return None
+    try:
+        return parse_config(_read_json(f))
+    except OpenTinkerError as e:
+        raise EvalError(f"{f}: the run's config does not validate: {e}") from None
+
+
+def _enclosing_job(path: Path) -> JobConfig | None:
+    """The config of the run directory ``path`` lies in (up to three levels up), else None."""
+    for parent in list(path.resolve().parents)[:3]:
+        job = _run_job(parent)
+        if job is not None:
+            return job
+    return None
+
+
+def _from_trainer_checkpoint(kind: SourceKind, path: Path, trainer: Path, job: JobConfig | None, step: int | None) -> Source:
+    manifest = _read_json(trainer / MANIFEST)
+    if manifest.get("kind") != TRAINER_CHECKPOINT_KIND:
+        raise EvalError(f"{trainer / MANIFEST} is not an OpenTinker checkpoint manifest")
+    contents = manifest.get("contents") or []
+    weights: Literal["adapter", "full"] = "adapter" if "adapter" in contents else "full"
+    weights_dir = trainer / ("adapter" if weights == "adapter" else "model")
+    base = job.model.name if job is not None else manifest.get("base_model")
+    step = step if step is not None else manifest.get("step")
+    return Source(kind, path, weights, weights_dir, base, job, checkpoint=trainer.parent if trainer.name == "trainer" else trainer, step=step)
+
+
+def find_source(path: str | Path) -> Source:
+    """Resolve ``path`` (see the module docstring); an :class:`EvalError` names what is wrong.
+
+    A run directory resolves to its newest intact checkpoint (damaged newer ones are skipped);
+    a checkpoint directory is checked against its manifest's checksums first.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise EvalError(f"{path} does not exist")
+    if not path.is_dir():
+        raise EvalError(f"{path} is not a directory (give a run directory, a checkpoint, an adapter or a model directory)")
+    job = _run_job(path)
+    if job is not None or (path / "checkpoints").is_dir():
+        found = _checkpoints(path)
+        for ckpt in reversed(found):
+            try:
+                progress, _verified = _verified_progress(ckpt)
+            except CheckpointError:
+                continue
+            return _from_trainer_checkpoint("run", path, ckpt / "trainer", job or _enclosing_job(ckpt), progress.global_step)
+        what = f"all {len(found)} checkpoints in it are damaged" if found else "it has no checkpoint yet (checkpoints/step-N)"
+        raise EvalError(f"run directory {path}: {what}")
+    if (path / MANIFEST).is_file():
+        kind = _read_json(path / MANIFEST).get("kind")
+        if kind not in (RUN_CHECKPOINT_KIND, TRAINER_CHECKPOINT_KIND):
+            raise EvalError(f"{path / MANIFEST} is not an OpenTinker checkpoint manifest (kind={kind!r})")
+        try:
+            verify(path)
+        except CheckpointError as e:
+            raise EvalError(f"checkpoint {path} is damaged: {e}") from None
+        if kind == RUN_CHECKPOINT_KIND:
+            step = _read_json(path / "progress.json").get("global_step")
+            return _from_trainer_checkpoint("checkpoint", path, path / "trainer", _enclosing_job(path), step)
+        return _from_trainer_checkpoint("checkpoint", path, path, _enclosing_job(path), None)
+    if (path / "adapter_config.json").is_file():
+        base = _read_json(path / "adapter_config.json").get("base_model_name_or_path")
+        job = _enclosing_job(path)
+        return Source("adapter", path, "adapter", path, job.model.name if job else base, job)
+    if (path / "config.json").is_file() and "model_type" in _read_json(path / "config.json"):
+        return Source("model", path, "full", path, None, _enclosing_job(path))
+    raise EvalError(
+        f"{path} is not a run directory, a checkpoint, a PEFT adapter or a model directory "
+        f"(none of {RUN_MARKER}, checkpoints/, {MANIFEST}, adapter_config.json, config.json is there)"
+    )
+
+
+def load_policy(source: Source, *, base_model: str | None = None, device: str | None = None) -> tuple[PolicyModel, str | None]:
+    """``(policy, adapter)``: the source's weights loaded, and the adapter to evaluate (None: full weights).
+
+    An adapter is applied to ``base_model`` (default: the run's ``model.name``, else the name
+    the adapter or checkpoint records) with the run's tokenizer and revision.
+    """
+    from tinker_algos.device import resolve_device
+
+    job = source.job
+    spec = resolve_device(device or (job.model.device if job else "cpu"), job.model.precision if job else None)
+    if source.weights == "full":
+        return PolicyModel.load(source.weights_dir, spec=spec), None
+    base = base_model or source.base_model
+    if not base:
+        raise EvalError(f"{source.path}: no base model is recorded for this adapter; pass --base-model NAME")
+    tokenizer = job.model.tokenizer if job and not base_model else None
+    revision = job.model.revision if job and not base_model else None
+    policy = PolicyModel.load(base, spec=spec, tokenizer=tokenizer, revision=revision)
+    policy.load_adapter(ADAPTER, source.weights_dir)
+    policy.model.eval()
+    return policy, ADAPTER
+
+
+# ---- settings ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class EvalSettings:
+    """What to evaluate on and how: the env section, episodes, samples and sampling limits."""
+
+    env: EnvConfig
+    n: int
+    samples: int = 1
+    max_new_tokens: int = 16
+    stop: tuple[str, ...] = ("\n",)
+    max_turns: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    #: the run's ``model.chat_template`` (how observations become prompts); None: the rollout's default
+    chat_template: str | None = None
+
+    @property
+    def eval_kwargs(self) -> dict[str, Any]:
+        """The env factory's arguments for evaluation (``eval_kwargs``, else ``kwargs``)."""
+        return dict(self.env.eval_kwargs if self.env.eval_kwargs is not None else self.env.kwargs)
+
+
+def _stage_for(job: JobConfig, env_id: str | None) -> StageConfig | None:
+    """The stage whose env an evaluation uses: the last with env ``env_id`` (any env when None)."""
+    for stage in reversed(job.resolved_stages()):
+        if stage.env is not None and (env_id is None or stage.env.id == env_id):
+            return stage
+    return None
+
+
+def eval_settings(
+    job: JobConfig | None,
+    *,
+    env_id: str | None = None,
+    split: str | None = None,
+    n: int | None = None,
+    samples: int = 1,
+    max_new_tokens: int | None = None,
+    seed: int | None = None,
+) -> EvalSettings:
+    """The settings of an evaluation: the run's (``job``) held-out ones, with the options given.
+
+    ``env_id``: another env than the run's (or the env of a run without one); the run's own env
+    section is used when a stage trained on it. ``split``: sets the env's ``split`` argument.
+    """
+    if n is not None and n < 1:
+        raise EvalError(f"--n must be at least 1, got {n}")
+    if samples < 1:
+        raise EvalError(f"--samples must be at least 1, got {samples}")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise EvalError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+    stage = _stage_for(job, env_id) if job is not None else None
+    if stage is None and env_id is None:
+        where = "the run's config has no env" if job is not None else "this source has no run config"
+        raise EvalError(f"{where}; pass --env ID to choose the environment")
+    env = stage.env if stage is not None and stage.env is not None else EnvConfig(id=env_id)  # type: ignore[arg-type]
+    rollout: RolloutConfig = stage.rollout if stage is not None and stage.rollout is not None else RolloutConfig()
+    if split is not None:
+        env = env.model_copy(update={"eval_kwargs": {**(env.eval_kwargs if env.eval_kwargs is not None else env.kwargs), "split": split}})
+    default_n = stage.algorithm.eval_size if stage is not None else 64
+    return EvalSettings(
+        env=env,
+        n=n if n is not None else default_n,
+        samples=samples,
+        max_new_tokens=max_new_tokens or rollout.max_new_tokens,
+        stop=tuple(rollout.stop),
+        max_turns=rollout.max_turns,
+        temperature=rollout.temperature if rollout.temperature > 0 else 1.0,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k,
+        seed=seed if seed is not None else derive_seed(job.seed if job is not None else 0, "eval"),
+        chat_template=getattr(job.model, "chat_template", None) if job is not None else None,
+    )
+
+
+def check_env(settings: EvalSettings) -> None:
+    """Build (and close) one env of ``settings``: an unknown id or bad argument is an :class:`EvalError`."""
+    from tinker_algos.run import make_env
+
+    env = settings.env
+    try:
+        if not env.address:
+            from tinker_core.registry import env_spec
+
+            if env_spec(env.id).roles:
+                raise EvalError(f"env {env.id!r} has roles (a multi-agent game); opentinker eval plays single-agent envs")
+        built = make_env(env, settings.eval_kwargs)
+    except EvalError:
+        raise
+    except Exception as e:  # an unknown id, an argument the env does not take, a server not there
+        raise EvalError(f"env {env.id!r} with arguments {settings.eval_kwargs}: {e}") from None
+    close = getattr(built, "close", None)
+    if close is not None:
+        close()
+
+
+# ---- pass@k -------------------------------------------------------------------------------------
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct: ``1 - C(n-c, k) / C(n, k)``.
+
+    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", computed as a product
+    so large ``n`` cannot overflow.)
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+def pass_ks(samples: int) -> list[int]:
+    """The ``k`` of the pass@k reported for ``samples`` samples a problem: 1, powers of 2, and ``samples``."""
+    ks = {1, samples}
+    j = 2
+    while j < samples:
+        ks.add(j)
+        j *= 2
+    return sorted(ks)
+
+
+# ---- the evaluation -----------------------------------------------------------------------------
+@dataclass
+class EvalReport:
+    """An evaluation's settings, metrics (``eval/...``) and episodes; ``to_dict`` is the JSON written."""
+
+    source: str
+    kind: str
+    step: int | None
+    env: str
+    env_kwargs: dict[str, Any]
+    n: int
+    samples: int
+    metrics: dict[str, float]
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """``(metrics, episodes)`` of ``settings.n`` problems, each played ``settings.samples`` times.
+
+    One sample a problem is greedy (temperature 0); more are sampled at ``settings.temperature``.
+    Metrics, as training's held-out evaluation computes them: ``eval/accuracy`` (episodes
+    reaching the top reward), ``eval/reward_mean``, ``eval/turns_mean`` (over the episodes
+    without an error); ``eval/errors`` (episodes an env error ended), ``eval/n``; with samples,
+    ``eval/pass@k`` per problem (an episode with an error counts as wrong).
+    """
+    from tinker_algos.rollout import rollout
+    from tinker_algos.sampler import SamplingParams
+
+    k = settings.samples
+    greedy = k == 1
+    params = SamplingParams(
+        max_new_tokens=settings.max_new_tokens,
+        temperature=0.0 if greedy else settings.temperature,
+        top_p=1.0 if greedy else settings.top_p,
+        top_k=0 if greedy else settings.top_k,
+        stop=settings.stop,
+        seed=settings.seed,
+    )
+    seeds = [settings.seed + i for i in range(settings.n) for _ in range(k)]
+    _train, factory = env_factories(settings.env)
+    assert factory is not None
+    extra: dict[str, Any] = {}
+    if settings.chat_template is not None:  # the prompts the run trained on
+        from tinker_algos.prompts import PromptRenderer
+
+        extra["renderer"] = PromptRenderer.from_config(policy.tokenizer, settings.chat_template)
+    result = rollout(
+        policy, factory, seeds, params, group_ids=[s - settings.seed for s in seeds], max_turns=settings.max_turns, adapter=adapter, **extra
+    )
+    m = result.metrics(prefix="eval")
+    ok = [e.success and e.error is None for e in result.episodes]
+    metrics = {
+        "eval/accuracy": m["eval/success_rate"],
+        "eval/reward_mean": m["eval/reward_mean"],
+        "eval/turns_mean": m["eval/turns_mean"],
+        "eval/errors": float(sum(e.error is not None for e in result.episodes)),
+        "eval/n": float(settings.n),
+    }
+    if not greedy:
+        per_problem = [sum(ok[i * k : (i + 1) * k]) for i in range(settings.n)]
+        for j in pass_ks(k):
+            metrics[f"eval/pass@{j}"] = sum(pass_at_k(k, c, j) for c in per_problem) / settings.n
+    episodes = [
+        {
+            "seed": int(s),
+            "reward": e.reward,
+            "success": e.success,
+            "turns": e.turns,
+            "error": e.error,
+            "transcript": [list(t) for t in e.transcript],
+        }
+        for s, e in zip(seeds, result.episodes, strict=True)
+    ]
+    return metrics, episodes
+
+
+def evaluate_source(
+    source: Source,
+    settings: EvalSettings,
+    *,
+    base_model: str | None = None,
+    device: str | None = None,
+) -> EvalReport:
+    """Load ``source`` and evaluate it with ``settings`` (the env is checked before the model loads)."""
+    check_env(settings)
+    policy, adapter = load_policy(source, base_model=base_model, device=device)
+    metrics, episodes = run_eval(policy, settings, adapter=adapter)
+    return EvalReport(
+        source=str(source.checkpoint or source.path),
+        kind=source.kind,
+        step=source.step,
+        env=settings.env.id,
+        env_kwargs=settings.eval_kwargs,
+        n=settings.n,
+        samples=settings.samples,
+        metrics=metrics,
+        episodes=episodes,
+    )
+
+
+def default_output(source: Source, env_id: str) -> Path:
+    """Where the JSON goes without ``--output``: ``<run>/eval/step-N-<env>.json`` for a run
+    (or a checkpoint in one), else ``eval-<env>.json`` in the current directory."""
+    slug = env_id.replace("/", "_")
+    if source.kind == "run":
+        return source.path / "eval" / f"step-{source.step or 0:06d}-{slug}.json"
+    return Path(f"eval-{slug}.json")
+
+
+__all__: Sequence[str] = (
+    "EvalError",
+    "EvalReport",
+    "EvalSettings",
+    "Source",
+    "check_env",
+    "default_output",
+    "eval_settings",
+    "evaluate_source",
+    "find_source",
+    "load_policy",
+    "pass_at_k",
+    "pass_ks",
+    "run_eval",
+)

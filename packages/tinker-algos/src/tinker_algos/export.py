@@ -1,0 +1,164 @@
+"""Export a trained policy for other tools: ``opentinker export`` (:mod:`tinker_algos.cli_eval`).
+
+Two layouts, each written atomically into the output directory (:func:`atomic_dir`):
+
+* **adapter** (a LoRA run, without ``merge``): ``adapter_config.json`` and
+  ``adapter_model.safetensors`` at the top (the layout ``PeftModel.from_pretrained(base, dir)``
+  and vLLM's ``--lora-modules name=dir`` read), plus the tokenizer. ``base_model_name_or_path``
+  is a portable name (:func:`portable_base_name`), ``target_modules`` the modules the adapter's
+  weights really touch, and ``modules_to_save`` empty (vLLM refuses anything else).
+* **full model** (``merge``, or any full fine-tuning run): ``save_pretrained`` weights
+  (safetensors), ``config.json``, ``generation_config.json`` and the tokenizer;
+  ``AutoModelForCausalLM.from_pretrained(dir)`` loads it. A LoRA adapter is merged into the base
+  weights first (``merge_and_unload``).
+
+The weights are the source's exactly (:func:`tinker_algos.evaluation.find_source` resolves a run
+directory to its newest intact checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tinker_algos.evaluation import EvalError, Source, find_source, load_policy
+from tinker_algos.model_files import TINY, atomic_dir
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$")
+
+
+class ExportError(EvalError):
+    """An export that cannot be written as asked (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    output: Path
+    layout: Literal["adapter", "full"]
+    base_model: str | None
+    source: Source
+
+
+def is_portable(name: str) -> bool:
+    """Whether ``name`` means the same model on another machine: a hub id or the ``tiny`` preset,
+    not a path (absolute, relative, or an existing local directory)."""
+    if name == TINY or re.fullmatch(rf"{TINY}:\d+", name):
+        return True
+    if name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
+        return False
+    return bool(HUB_ID_RE.match(name)) and ".." not in name
+
+
+def portable_base_name(source: Source, given: str | None) -> str:
+    """The ``base_model_name_or_path`` an exported adapter records: ``given`` (``--base-model``),
+    else the run's ``model.name`` (or the name the source records) when it is portable."""
+    if given:
+        return given
+    name = source.base_model or ""
+    if name and is_portable(name):
+        return name
+    where = f"model.name {name!r}" if name else "no base model name is recorded"
+    raise ExportError(
+        f"{where} is not a portable name (a hub id or 'tiny'); pass --base-model NAME "
+        "(the hub id the base weights came from) so the adapter does not record a local path"
+    )
+
+
+def check_output(output: Path, *, force: bool) -> None:
+    """Refuse an output that is a file, or a non-empty directory without ``force``."""
+    if output.is_symlink() or (output.exists() and not output.is_dir()):
+        raise ExportError(f"--output {output} exists and is not a directory")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise ExportError(f"--output {output} is not empty; pass --force to replace its contents")
+
+
+def adapter_targets(weights: Path) -> list[str]:
+    """The module names (last part: ``q_proj``...) an adapter's safetensors hold LoRA weights for."""
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    with safe_open(str(weights), framework="pt") as f:
+        for key in f.keys():  # noqa: SIM118 - safe_open is not a mapping
+            parts = key.split(".")
+            for i, p in enumerate(parts):
+                if p.startswith("lora_") and i > 0:
+                    names.add(parts[i - 1])
+                    break
+    return sorted(names)
+
+
+def _write_adapter(source: Source, base: str, tmp: Path) -> None:
+    src = source.weights_dir
+    config = json.loads((src / "adapter_config.json").read_text(encoding="utf-8"))
+    shutil.copyfile(src / "adapter_model.safetensors", tmp / "adapter_model.safetensors")
+    config.update(
+        base_model_name_or_path=base,
+        target_modules=adapter_targets(tmp / "adapter_model.safetensors"),
+        modules_to_save=None,
+        inference_mode=True,
+    )
+    (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _tokenizer(source: Source, base_model: str | None) -> Any:
+    from tinker_algos.tokenizer import load_tokenizer
+
+    job = source.job
+    if source.weights == "full":
+        return load_tokenizer(source.weights_dir)
+    if job is not None and job.model.tokenizer:
+        return load_tokenizer(job.model.tokenizer)
+    name = source.base_model or base_model
+    if not name:
+        raise ExportError(f"{source.path}: no base model is recorded to take the tokenizer from; pass --base-model NAME")
+    return load_tokenizer(name)
+
+
+def export(
+    path: str | Path,
+    output: str | Path,
+    *,
+    merge: bool = False,
+    base_model: str | None = None,
+    force: bool = False,
+) -> ExportResult:
+    """Export the policy at ``path`` (a run directory, checkpoint or adapter) to ``output``.
+
+    ``merge``: write a full model with the adapter merged in. A full fine-tuning source always
+    gives a full model. ``base_model``: the portable name an adapter records (and, for an adapter
+    without a run config, the base model to merge into). Raises :class:`ExportError` (or
+    :class:`EvalError` for the source) naming what is wrong; nothing is written then.
+    """
+    output = Path(output)
+    source = find_source(path)
+    check_output(output, force=force)
+    layout: Literal["adapter", "full"] = "adapter" if source.weights == "adapter" and not merge else "full"
+    name = portable_base_name(source, base_model) if layout == "adapter" else None
+    tokenizer = _tokenizer(source, base_model) if layout == "adapter" else None
+
+    def write(tmp: Path) -> None:
+        if layout == "adapter":
+            assert name is not None
+            _write_adapter(source, name, tmp)
+            tokenizer.save_pretrained(str(tmp))
+            return
+        # a run's adapter goes onto the run's model; a lone adapter onto --base-model when given
+        policy, adapter = load_policy(source, base_model=base_model if source.job is None else None, device="cpu")
+        model = policy.model.merge_and_unload() if adapter is not None else policy.model
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(str(tmp))
+        policy.tokenizer.save_pretrained(str(tmp))
+
+    if output.is_dir() and not any(output.iterdir()):
+        output.rmdir()  # an empty directory given as the target is replaced like a new one
+    atomic_dir(output, write, overwrite=force)
+    return ExportResult(output=output, layout=layout, base_model=name, source=source)
+
+
+__all__ = ["ADAPTER_FILES", "ExportError", "ExportResult", "adapter_targets", "check_output", "export", "is_portable", "portable_base_name"]
