@@ -26,11 +26,14 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.algos import LossInputs as LossInputs
     from tinker_core.algos import LossOutputs as LossOutputs
     from tinker_core.algos import OptimizerFactory as OptimizerFactory
+    from tinker_core.env import Action as Action
     from tinker_core.env import EnvSpec as EnvSpec
     from tinker_core.env import Message as Message
     from tinker_core.env import MultiAgentTextEnv as MultiAgentTextEnv
     from tinker_core.env import Observation as Observation
     from tinker_core.env import TextEnv as TextEnv
+    from tinker_core.env import TurnEnd as TurnEnd
+    from tinker_core.env import turn_end_of as turn_end_of
     from tinker_core.errors import ConfigError as ConfigError
     from tinker_core.errors import DuplicateNameError as DuplicateNameError
     from tinker_core.errors import FSMError as FSMError

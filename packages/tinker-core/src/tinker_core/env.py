@@ -31,6 +31,39 @@ Observation: TypeAlias = str | list[Message]
 
 ActionFormat = Literal["text", "chat"]
 
+TurnEnd = Literal["end_of_turn", "stop_string", "length"]
+"""How the policy's turn ended: it emitted an end-of-turn/eos token, a stop string matched, or it
+was cut off at the token limit (``rollout.max_new_tokens``)."""
+
+TURN_ENDS: tuple[str, ...] = ("end_of_turn", "stop_string", "length")
+
+
+class Action(str):
+    """The text of a policy's action, carrying how its turn ended (``stop_reason``).
+
+    The rollouts pass ``step()`` an ``Action``; it is a ``str``, so envs that only read the text
+    need no change. An env that must know whether an answer was finished reads
+    :func:`turn_end_of` (``None`` when the caller gave a plain string, e.g. a test or an older
+    rollout). It survives the remote :class:`~tinker_core.remote.RemoteEnv` (``StepRequest.stop_reason``).
+    """
+
+    stop_reason: TurnEnd | None
+
+    def __new__(cls, text: str, stop_reason: TurnEnd | None = None) -> Action:
+        if stop_reason is not None and stop_reason not in TURN_ENDS:
+            raise ValueError(f"Action.stop_reason must be one of {', '.join(TURN_ENDS)} or None, got {stop_reason!r}")
+        obj = super().__new__(cls, text)
+        obj.stop_reason = stop_reason
+        return obj
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles (Ray, process pools) keep the reason
+        return (Action, (str(self), self.stop_reason))
+
+
+def turn_end_of(action: str) -> TurnEnd | None:
+    """How the turn that produced ``action`` ended (an :class:`Action`'s ``stop_reason``), or None."""
+    return getattr(action, "stop_reason", None)
+
 
 def parse_env_id(env_id: str) -> tuple[str, str, int]:
     """Split ``namespace/name-vN`` into its parts; raise ValueError naming the rule otherwise."""
@@ -55,6 +88,10 @@ class EnvSpec:
         action_format: a hint to the policy's prompt: what a good action looks like.
         observation_type: ``"text"`` (plain strings) or ``"chat"`` (lists of messages).
         roles: the agent names for a multi-agent env; empty for a single-agent env.
+        system_prompt: a system message for chat models, put before the first observation when
+            the policy's prompts go through a chat template (``model.chat_template``); ignored
+            for plain-text prompts and when the observation already starts with a system
+            message. Omitted from :meth:`to_dict` when empty, so older readers accept the JSON.
         metadata: anything else JSON-serialisable (tags, citation, default kwargs...).
     """
 
@@ -66,6 +103,7 @@ class EnvSpec:
     observation_type: ActionFormat = "text"
     roles: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str = ""
 
     def __post_init__(self) -> None:
         parse_env_id(self.id)
@@ -98,6 +136,8 @@ class EnvSpec:
         d = asdict(self)
         d["reward_range"] = list(self.reward_range)
         d["roles"] = list(self.roles)
+        if not self.system_prompt:
+            del d["system_prompt"]
         return d
 
     def to_json(self) -> str:

@@ -74,7 +74,18 @@ class ModelConfig(_Model):
         None, min_length=1, max_length=4096, description="Tokenizer location when it differs from the model's."
     )
 
-    _plain_names = field_validator("name", "revision", "tokenizer")(_no_control_chars)
+    chat_template: str = Field(
+        "auto",
+        min_length=1,
+        max_length=4096,
+        description=(
+            "How env observations become prompts: 'auto' = the tokenizer's chat template when it has one "
+            "(the tiny preset's stays plain text), 'tokenizer' = the tokenizer's template (an error when it "
+            "has none), 'none' = plain text, or the path of a Jinja chat-template file."
+        ),
+    )
+
+    _plain_names = field_validator("name", "revision", "tokenizer", "chat_template")(_no_control_chars)
 
     @property
     def precision(self) -> str:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btinker_core/proto/env.proto\x12\ropentinker.v1\">\n\x17\x43reateEnvSessionRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x13\n\x0bkwargs_json\x18\x02 \x01(\t\"\x8b\x01\n\x18\x43reateEnvSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\renv_spec_json\x18\x02 \x01(\t\x12\x13\n\x0bmulti_agent\x18\x03 \x01(\x08\x12\x17\n\x0fpossible_agents\x18\x04 \x03(\t\x12\x16\n\x0eidle_timeout_s\x18\x05 \x01(\x01\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"<\n\x0c\x43hatMessages\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.opentinker.v1.ChatMessage\"S\n\x0bObservation\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12+\n\x04\x63hat\x18\x02 \x01(\x0b\x32\x1b.opentinker.v1.ChatMessagesH\x00\x42\x07\n\x05value\"h\n\x0cResetRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\x04seed\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x14\n\x0coptions_json\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\x07\n\x05_seed\"\x88\x01\n\rResetResponse\x12/\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1a.opentinker.v1.Observation\x12\x11\n\tinfo_json\x18\x02 \x01(\t\x12\x33\n\x0b\x61gent_state\x18\x03 \x01(\x0b\x32\x1e.opentinker.v1.AgentCycleState\"E\n\x0bStepRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"\xbe\x01\n\x0cStepResponse\x12/\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1a.opentinker.v1.Observation\x12\x0e\n\x06reward\x18\x02 \x01(\x01\x12\x12\n\nterminated\x18\x03 \x01(\x08\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12\x11\n\tinfo_json\x18\x05 \x01(\t\x12\x33\n\x0b\x61gent_state\x18\x06 \x01(\x0b\x32\x1e.opentinker.v1.AgentCycleState\"p\n\tRoleState\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12\x19\n\x11\x63umulative_reward\x18\x02 \x01(\x01\x12\x12\n\nterminated\x18\x03 \x01(\x08\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12\x11\n\tinfo_json\x18\x05 \x01(\t\"\xca\x01\n\x0f\x41gentCycleState\x12\x17\n\x0f\x61gent_selection\x18\x01 \x01(\t\x12\x0e\n\x06\x61gents\x18\x02 \x03(\t\x12\x38\n\x05roles\x18\x03 \x03(\x0b\x32).opentinker.v1.AgentCycleState.RolesEntry\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x1a\x46\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.opentinker.v1.RoleState:\x02\x38\x01\"2\n\x0eObserveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"B\n\x0fObserveResponse\x12/\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1a.opentinker.v1.Observation\"!\n\x0bLastRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\xa2\x01\n\x0cLastResponse\x12\x0c\n\x04role\x18\x01 \x01(\t\x12/\n\x0bobservation\x18\x02 \x01(\x0b\x32\x1a.opentinker.v1.Observation\x12\x19\n\x11\x63umulative_reward\x18\x03 \x01(\x01\x12\x12\n\nterminated\x18\x04 \x01(\x08\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x11\n\tinfo_json\x18\x06 \x01(\t\"+\n\x15\x41gentSelectionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\",\n\x16\x43loseEnvSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\")\n\x17\x43loseEnvSessionResponse\x12\x0e\n\x06\x63losed\x18\x01 \x01(\x08\x32\xb5\x04\n\nEnvService\x12`\n\rCreateSession\x12&.opentinker.v1.CreateEnvSessionRequest\x1a\'.opentinker.v1.CreateEnvSessionResponse\x12\x42\n\x05Reset\x12\x1b.opentinker.v1.ResetRequest\x1a\x1c.opentinker.v1.ResetResponse\x12?\n\x04Step\x12\x1a.opentinker.v1.StepRequest\x1a\x1b.opentinker.v1.StepResponse\x12H\n\x07Observe\x12\x1d.opentinker.v1.ObserveRequest\x1a\x1e.opentinker.v1.ObserveResponse\x12?\n\x04Last\x12\x1a.opentinker.v1.LastRequest\x1a\x1b.opentinker.v1.LastResponse\x12V\n\x0e\x41gentSelection\x12$.opentinker.v1.AgentSelectionRequest\x1a\x1e.opentinker.v1.AgentCycleState\x12]\n\x0c\x43loseSession\x12%.opentinker.v1.CloseEnvSessionRequest\x1a&.opentinker.v1.CloseEnvSessionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1btinker_core/proto/env.proto\x12\ropentinker.v1\">\n\x17\x43reateEnvSessionRequest\x12\x0e\n\x06\x65nv_id\x18\x01 \x01(\t\x12\x13\n\x0bkwargs_json\x18\x02 \x01(\t\"\x8b\x01\n\x18\x43reateEnvSessionResponse\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\renv_spec_json\x18\x02 \x01(\t\x12\x13\n\x0bmulti_agent\x18\x03 \x01(\x08\x12\x17\n\x0fpossible_agents\x18\x04 \x03(\t\x12\x16\n\x0eidle_timeout_s\x18\x05 \x01(\x01\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"<\n\x0c\x43hatMessages\x12,\n\x08messages\x18\x01 \x03(\x0b\x32\x1a.opentinker.v1.ChatMessage\"S\n\x0bObservation\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12+\n\x04\x63hat\x18\x02 \x01(\x0b\x32\x1b.opentinker.v1.ChatMessagesH\x00\x42\x07\n\x05value\"h\n\x0cResetRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\x04seed\x18\x02 \x01(\x04H\x00\x88\x01\x01\x12\x14\n\x0coptions_json\x18\x03 \x01(\t\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\x07\n\x05_seed\"\x88\x01\n\rResetResponse\x12/\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1a.opentinker.v1.Observation\x12\x11\n\tinfo_json\x18\x02 \x01(\t\x12\x33\n\x0b\x61gent_state\x18\x03 \x01(\x0b\x32\x1e.opentinker.v1.AgentCycleState\"Z\n\x0bStepRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tion\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x13\n\x0bstop_reason\x18\x04 \x01(\t\"\xbe\x01\n\x0cStepResponse\x12/\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1a.opentinker.v1.Observation\x12\x0e\n\x06reward\x18\x02 \x01(\x01\x12\x12\n\nterminated\x18\x03 \x01(\x08\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12\x11\n\tinfo_json\x18\x05 \x01(\t\x12\x33\n\x0b\x61gent_state\x18\x06 \x01(\x0b\x32\x1e.opentinker.v1.AgentCycleState\"p\n\tRoleState\x12\x0e\n\x06reward\x18\x01 \x01(\x01\x12\x19\n\x11\x63umulative_reward\x18\x02 \x01(\x01\x12\x12\n\nterminated\x18\x03 \x01(\x08\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x12\x11\n\tinfo_json\x18\x05 \x01(\t\"\xca\x01\n\x0f\x41gentCycleState\x12\x17\n\x0f\x61gent_selection\x18\x01 \x01(\t\x12\x0e\n\x06\x61gents\x18\x02 \x03(\t\x12\x38\n\x05roles\x18\x03 \x03(\x0b\x32).opentinker.v1.AgentCycleState.RolesEntry\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x1a\x46\n\nRolesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\'\n\x05value\x18\x02 \x01(\x0b\x32\x18.opentinker.v1.RoleState:\x02\x38\x01\"2\n\x0eObserveRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"B\n\x0fObserveResponse\x12/\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1a.opentinker.v1.Observation\"!\n\x0bLastRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\xa2\x01\n\x0cLastResponse\x12\x0c\n\x04role\x18\x01 \x01(\t\x12/\n\x0bobservation\x18\x02 \x01(\x0b\x32\x1a.opentinker.v1.Observation\x12\x19\n\x11\x63umulative_reward\x18\x03 \x01(\x01\x12\x12\n\nterminated\x18\x04 \x01(\x08\x12\x11\n\ttruncated\x18\x05 \x01(\x08\x12\x11\n\tinfo_json\x18\x06 \x01(\t\"+\n\x15\x41gentSelectionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\",\n\x16\x43loseEnvSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\")\n\x17\x43loseEnvSessionResponse\x12\x0e\n\x06\x63losed\x18\x01 \x01(\x08\x32\xb5\x04\n\nEnvService\x12`\n\rCreateSession\x12&.opentinker.v1.CreateEnvSessionRequest\x1a\'.opentinker.v1.CreateEnvSessionResponse\x12\x42\n\x05Reset\x12\x1b.opentinker.v1.ResetRequest\x1a\x1c.opentinker.v1.ResetResponse\x12?\n\x04Step\x12\x1a.opentinker.v1.StepRequest\x1a\x1b.opentinker.v1.StepResponse\x12H\n\x07Observe\x12\x1d.opentinker.v1.ObserveRequest\x1a\x1e.opentinker.v1.ObserveResponse\x12?\n\x04Last\x12\x1a.opentinker.v1.LastRequest\x1a\x1b.opentinker.v1.LastResponse\x12V\n\x0e\x41gentSelection\x12$.opentinker.v1.AgentSelectionRequest\x1a\x1e.opentinker.v1.AgentCycleState\x12]\n\x0c\x43loseSession\x12%.opentinker.v1.CloseEnvSessionRequest\x1a&.opentinker.v1.CloseEnvSessionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,29 +48,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESETRESPONSE']._serialized_start=552
   _globals['_RESETRESPONSE']._serialized_end=688
   _globals['_STEPREQUEST']._serialized_start=690
-  _globals['_STEPREQUEST']._serialized_end=759
-  _globals['_STEPRESPONSE']._serialized_start=762
-  _globals['_STEPRESPONSE']._serialized_end=952
-  _globals['_ROLESTATE']._serialized_start=954
-  _globals['_ROLESTATE']._serialized_end=1066
-  _globals['_AGENTCYCLESTATE']._serialized_start=1069
-  _globals['_AGENTCYCLESTATE']._serialized_end=1271
-  _globals['_AGENTCYCLESTATE_ROLESENTRY']._serialized_start=1201
-  _globals['_AGENTCYCLESTATE_ROLESENTRY']._serialized_end=1271
-  _globals['_OBSERVEREQUEST']._serialized_start=1273
-  _globals['_OBSERVEREQUEST']._serialized_end=1323
-  _globals['_OBSERVERESPONSE']._serialized_start=1325
-  _globals['_OBSERVERESPONSE']._serialized_end=1391
-  _globals['_LASTREQUEST']._serialized_start=1393
-  _globals['_LASTREQUEST']._serialized_end=1426
-  _globals['_LASTRESPONSE']._serialized_start=1429
-  _globals['_LASTRESPONSE']._serialized_end=1591
-  _globals['_AGENTSELECTIONREQUEST']._serialized_start=1593
-  _globals['_AGENTSELECTIONREQUEST']._serialized_end=1636
-  _globals['_CLOSEENVSESSIONREQUEST']._serialized_start=1638
-  _globals['_CLOSEENVSESSIONREQUEST']._serialized_end=1682
-  _globals['_CLOSEENVSESSIONRESPONSE']._serialized_start=1684
-  _globals['_CLOSEENVSESSIONRESPONSE']._serialized_end=1725
-  _globals['_ENVSERVICE']._serialized_start=1728
-  _globals['_ENVSERVICE']._serialized_end=2293
+  _globals['_STEPREQUEST']._serialized_end=780
+  _globals['_STEPRESPONSE']._serialized_start=783
+  _globals['_STEPRESPONSE']._serialized_end=973
+  _globals['_ROLESTATE']._serialized_start=975
+  _globals['_ROLESTATE']._serialized_end=1087
+  _globals['_AGENTCYCLESTATE']._serialized_start=1090
+  _globals['_AGENTCYCLESTATE']._serialized_end=1292
+  _globals['_AGENTCYCLESTATE_ROLESENTRY']._serialized_start=1222
+  _globals['_AGENTCYCLESTATE_ROLESENTRY']._serialized_end=1292
+  _globals['_OBSERVEREQUEST']._serialized_start=1294
+  _globals['_OBSERVEREQUEST']._serialized_end=1344
+  _globals['_OBSERVERESPONSE']._serialized_start=1346
+  _globals['_OBSERVERESPONSE']._serialized_end=1412
+  _globals['_LASTREQUEST']._serialized_start=1414
+  _globals['_LASTREQUEST']._serialized_end=1447
+  _globals['_LASTRESPONSE']._serialized_start=1450
+  _globals['_LASTRESPONSE']._serialized_end=1612
+  _globals['_AGENTSELECTIONREQUEST']._serialized_start=1614
+  _globals['_AGENTSELECTIONREQUEST']._serialized_end=1657
+  _globals['_CLOSEENVSESSIONREQUEST']._serialized_start=1659
+  _globals['_CLOSEENVSESSIONREQUEST']._serialized_end=1703
+  _globals['_CLOSEENVSESSIONRESPONSE']._serialized_start=1705
+  _globals['_CLOSEENVSESSIONRESPONSE']._serialized_end=1746
+  _globals['_ENVSERVICE']._serialized_start=1749
+  _globals['_ENVSERVICE']._serialized_end=2314
 # @@protoc_insertion_point(module_scope)

@@ -73,14 +73,16 @@ class ResetResponse(_message.Message):
     def __init__(self, observation: _Optional[_Union[Observation, _Mapping]] = ..., info_json: _Optional[str] = ..., agent_state: _Optional[_Union[AgentCycleState, _Mapping]] = ...) -> None: ...
 
 class StepRequest(_message.Message):
-    __slots__ = ("session_id", "action", "request_id")
+    __slots__ = ("session_id", "action", "request_id", "stop_reason")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STOP_REASON_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     action: str
     request_id: str
-    def __init__(self, session_id: _Optional[str] = ..., action: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    stop_reason: str
+    def __init__(self, session_id: _Optional[str] = ..., action: _Optional[str] = ..., request_id: _Optional[str] = ..., stop_reason: _Optional[str] = ...) -> None: ...
 
 class StepResponse(_message.Message):
     __slots__ = ("observation", "reward", "terminated", "truncated", "info_json", "agent_state")

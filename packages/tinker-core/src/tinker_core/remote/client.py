@@ -14,7 +14,7 @@ from typing import Any, Literal, Self
 
 import grpc
 
-from tinker_core.env import EnvSpec, MultiAgentTextEnv, Observation, TextEnv
+from tinker_core.env import EnvSpec, MultiAgentTextEnv, Observation, TextEnv, turn_end_of
 from tinker_core.errors import OpenTinkerError
 from tinker_core.proto import env_pb2 as pb
 from tinker_core.proto import env_pb2_grpc as pb_grpc
@@ -187,7 +187,11 @@ class _RemoteSession:
     def _step(self, action: str) -> Any:
         if not isinstance(action, str):
             raise TypeError(f"{type(self).__name__}.step: action must be a str, got {type(action).__name__}")
-        return self._call("Step", pb.StepRequest(session_id=self.session_id, action=action, request_id=uuid.uuid4().hex))
+        reason = turn_end_of(action) or ""  # an Action's stop_reason travels with it
+        return self._call(
+            "Step",
+            pb.StepRequest(session_id=self.session_id, action=action, request_id=uuid.uuid4().hex, stop_reason=reason),
+        )
 
     def close(self) -> None:
         """End the server-side session and close the connection; idempotent."""

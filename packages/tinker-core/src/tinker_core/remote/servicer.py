@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from tinker_core.env import EnvSpec, MultiAgentTextEnv
+from tinker_core.env import TURN_ENDS, Action, EnvSpec, MultiAgentTextEnv
 from tinker_core.errors import UnknownNameError, did_you_mean
 from tinker_core.proto import env_pb2 as pb
 from tinker_core.proto import env_pb2_grpc as pb_grpc
@@ -320,10 +320,16 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
     @_rpc
     def Step(self, request: pb.StepRequest, context: grpc.ServicerContext) -> pb.StepResponse:
         self._check_size("Step", "the action", request.action, request.ByteSize())
+        if request.stop_reason and request.stop_reason not in TURN_ENDS:
+            raise RpcAbort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"Step: stop_reason {request.stop_reason[:40]!r} is not one of {', '.join(TURN_ENDS)} (or empty)",
+            )
+        action = Action(request.action, request.stop_reason) if request.stop_reason else request.action  # type: ignore[arg-type]
 
         def step(s: Session) -> pb.StepResponse:
             self._require(s, multi_agent=None, reset=True, rpc="Step")
-            result = self._env_call(s, "step()", lambda: s.env.step(request.action), context)
+            result = self._env_call(s, "step()", lambda: s.env.step(action), context)
             if s.multi_agent:
                 return pb.StepResponse(agent_state=self._agent_state(s))
             observation, reward, terminated, truncated, info = result
