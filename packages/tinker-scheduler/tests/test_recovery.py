@@ -9,14 +9,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import grpc
@@ -24,51 +22,7 @@ import pytest
 
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.store import JobState, JobStore
-from tinker_scheduler.testing import SLEEP_TRAIN, JobClient, job_config_text
-
-START_TIMEOUT_S = 120
-
-
-class SchedulerProcess:
-    """``python -m tinker_scheduler start`` in its own session, output in a log file."""
-
-    def __init__(self, tmp_path: Path, name: str, *options: str) -> None:
-        self.db = tmp_path / "scheduler.db"
-        self.runs = tmp_path / "runs"
-        self.log = tmp_path / f"{name}.log"
-        command = [
-            sys.executable, "-m", "tinker_scheduler", "start", "--port", "0", "--db", str(self.db),
-            "--runs-dir", str(self.runs), "--metrics-port", "-1", "--runner", SLEEP_TRAIN,
-            "--shutdown-timeout", "60", *(options or ("--num-cpus", "2")),
-        ]
-        with open(self.log, "w") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            match = re.search(r"listening on (\S+)", self.log.read_text())
-            if match:
-                self.address = match.group(1)
-                return
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.cleanup()
-                raise AssertionError(f"the scheduler did not start:\n{self.log.read_text()}")
-            time.sleep(0.1)
-
-    def kill9(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=30)
-
-    def terminate(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=120)
-
-    def cleanup(self) -> None:
-        """Kill whatever is left of this process's session (its Ray processes)."""
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=30)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+from tinker_scheduler.testing import JobClient, SchedulerProcess, job_config_text
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ from the newest intact one (a damaged newer one is skipped, with a log line sayi
 metrics from there on are exactly those of an uninterrupted run.
 ``callbacks`` may define ``on_metrics(step, metrics)``, ``on_log(line)``,
 ``on_checkpoint(step, path)`` and ``should_stop()`` (polled between steps: when it returns true,
-the job checkpoints and returns with status ``"interrupted"``).
+the job checkpoints and returns with status ``"interrupted"``). A resumed run first reports the
+metrics of the step it resumes at once more (a scheduler killed before it stored them gets them).
 
 ``shared`` runs a LoRA job on a model that other jobs use at the same time (the scheduler's
 shared model hosts): instead of loading ``config.model`` the job trains adapter
@@ -206,6 +207,11 @@ class Run:
         )
         self.adapter = (self.shared.adapter if self.shared is not None else ADAPTER) if self.lora else None
         self.log = MetricsLog(self.dir, jsonl=job.logging.jsonl, tensorboard=job.logging.tensorboard, resume_step=self.global_step)
+        last = self.log.rows[-1] if self.resume_from is not None and self.log.rows else None
+        if last is not None and last["step"] == self.global_step:
+            # the checkpoint's step once more: a caller killed before it kept that step's report
+            # (a scheduler storing it while the checkpoint was written) gets it now
+            self.cb.on_metrics(self.global_step, {k: v for k, v in last.items() if k not in ("step", "stage")})
 
     def newest_intact_checkpoint(self) -> tuple[Path, Progress] | None:
         """The newest checkpoint whose files match its manifest, and its progress; None without any.

@@ -22,13 +22,19 @@ Files it writes in ``run_dir`` (tests read them): ``checkpoints/step-NNNNNN.json
 ``completions.txt`` (one line each time it completes).
 
 :class:`JobClient` wraps the generated gRPC stub with the API key metadata; the real client
-SDK lives in tinker-client.
+SDK lives in tinker-client. :class:`SchedulerProcess` runs ``python -m tinker_scheduler start``
+as a separate process (tests kill it with SIGKILL; the load benchmark measures it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -246,3 +252,65 @@ def job_config_text(
     if priority is not None:
         lines.append(f"priority: {priority}")
     return "\n".join(lines) + "\n"
+
+
+# ---- a scheduler in its own process ---------------------------------------------------------
+
+
+class SchedulerProcess:
+    """``python -m tinker_scheduler start`` in its own session, its output in ``<directory>/<name>.log``.
+
+    ``db`` and ``runs`` default to ``directory/scheduler.db`` and ``directory/runs``; ``options``
+    are more ``start`` options (default ``--num-cpus 2``). The process starts its own local Ray
+    in its session: :meth:`cleanup` kills the whole session (Ray's processes can outlive a
+    SIGKILLed scheduler). Raises ``AssertionError`` with the log when it does not start.
+    """
+
+    def __init__(
+        self, directory: Path, name: str, *options: str, runner: str = SLEEP_TRAIN, db: Path | None = None,
+        runs: Path | None = None, env: dict[str, str] | None = None, start_timeout: float = 120.0,
+    ) -> None:
+        self.db = db or directory / "scheduler.db"
+        self.runs = runs or directory / "runs"
+        self.log = directory / f"{name}.log"
+        command = [
+            sys.executable, "-m", "tinker_scheduler", "start", "--port", "0", "--db", str(self.db),
+            "--runs-dir", str(self.runs), "--metrics-port", "-1", "--runner", runner,
+            "--shutdown-timeout", "60", *(options or ("--num-cpus", "2")),
+        ]
+        with open(self.log, "w") as out:
+            self.process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            )
+        deadline = time.monotonic() + start_timeout
+        while True:
+            match = re.search(r"listening on (\S+)", self.log.read_text())
+            if match:
+                self.address = match.group(1)
+                return
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.cleanup()
+                raise AssertionError(f"the scheduler did not start:\n{self.log.read_text()}")
+            time.sleep(0.1)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def kill9(self) -> None:
+        """SIGKILL the scheduler process only (not its Ray), as a crash would."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def terminate(self) -> int:
+        """SIGTERM (a graceful stop); the exit status."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=120)
+
+    def cleanup(self) -> None:
+        """Kill whatever is left of this process's session (its Ray processes)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
