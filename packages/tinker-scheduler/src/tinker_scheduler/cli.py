@@ -7,6 +7,7 @@ Added to the ``opentinker`` CLI by :mod:`tinker_scheduler.plugin`; also runnable
 from __future__ import annotations
 
 import ipaddress
+import os
 import signal
 import sys
 import threading
@@ -178,6 +179,12 @@ def start(
     sys.stdout.flush()
     scheduler.stop()
     typer.echo("scheduler stopped")
+    # The store, its lock, the model hosts and Ray are closed: end now. The interpreter's own
+    # finalisation of Ray's, gRPC's and torch's native state took 3 s more after a SIGTERM.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @app.command("add-tenant")
