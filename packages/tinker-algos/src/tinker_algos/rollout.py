@@ -1,9 +1,15 @@
 """Rollouts: episodes of a policy in text environments, through tinker-core's turn FSM.
 
 :func:`rollout` runs many episodes at once. Each turn, every unfinished episode's context (all
-tokens so far) is sampled in one batch; the action text goes to its env; the env's observation
+tokens so far) is sampled in one batch; the action text goes to its env as a
+:class:`tinker_core.env.Action` (a ``str`` carrying how the turn ended); the env's observation
 is appended as masked ``INTERACTING`` tokens. Only the policy's tokens (``GENERATING``) carry
 loss weight, so the gradient at prompt and environment positions is exactly zero.
+
+Observations become tokens through a :class:`tinker_algos.prompts.PromptRenderer` (the chat
+template of ``model.chat_template``; default ``auto``): the first one with the env spec's
+``system_prompt``, later ones as template deltas appended after the tokens the policy sampled,
+which are kept exactly as sampled.
 
 An env that raises or times out ends its episode with an error, counted per reason
 (``env_error``, ``env_timeout``, ``context_overflow``); the episode is left out of training.
@@ -23,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from tinker_algos.models import PolicyModel
-from tinker_algos.sampler import SamplingParams, sample
+from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
+from tinker_algos.sampler import TURN_END_OF, SamplingParams, sample
+from tinker_core.env import Action
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.timeouts import call_with_timeout
@@ -93,18 +101,20 @@ def rollout(
     turn_timeout_s: float | None = None,
     max_error_rate: float = 1.0,
     max_context_tokens: int | None = None,
+    renderer: PromptRenderer | None = None,
 ) -> RolloutResult:
     """Run one episode per seed (``params.n`` must be 1: repeat a seed for a group).
 
     ``seeds[i]`` seeds episode ``i``'s ``env.reset``; episodes with the same seed pose the same
     task (a GRPO group). ``params.seed`` seeds sampling; each turn uses ``params.seed + turn``.
+    ``renderer`` turns observations into tokens (default: ``model.chat_template: auto``).
     """
     if params.n != 1:
         raise ValueError("rollout() samples one action per episode per turn; set params.n = 1 and repeat seeds for groups")
     t0 = time.perf_counter()
     n = len(seeds)
     group_ids = list(group_ids) if group_ids is not None else list(range(n))
-    tok = policy.tokenizer
+    renderer = renderer or PromptRenderer.from_config(policy.tokenizer, "auto")
     max_pos = getattr(policy.base_model.config, "max_position_embeddings", None)
     limit = max_context_tokens or max_pos or 10**9
     envs: list[Any] = [None] * n
@@ -113,6 +123,7 @@ def rollout(
     rewards = [0.0] * n
     transcripts: list[list[tuple[str, str]]] = [[] for _ in range(n)]
     observations = [""] * n
+    convs = [Conversation() for _ in range(n)]
     successes = [False] * n
     errors: Counter[str] = Counter()
     new_tokens = 0
@@ -126,12 +137,10 @@ def rollout(
             try:
                 envs[i] = env_factory()
                 obs, _info = _env_call(turn_timeout_s, lambda e=envs[i], s=seed: e.reset(seed=int(s)))
-                if not isinstance(obs, str):
-                    from tinker_algos.tokenizer import render_prompt
-
-                    obs = render_prompt(tok, obs)
-                observations[i] = obs
-                fsms[i].append(tok.encode(obs, add_special_tokens=True))
+                spec_i = getattr(envs[i], "env_spec", None)
+                ids, convs[i] = renderer.start(obs, getattr(spec_i, "system_prompt", "") or "")
+                observations[i] = renderer.text_of(obs)
+                fsms[i].append(ids)
             except cf.TimeoutError:
                 fail(i, "env_timeout")
             except Exception:
@@ -149,7 +158,13 @@ def rollout(
             active = [i for i in active if episodes[i] is None]
             if not active:
                 break
-            turn_params = SamplingParams(**{**params.__dict__, "seed": None if params.seed is None else params.seed + turn})
+            turn_params = SamplingParams(
+                **{
+                    **params.__dict__,
+                    "seed": None if params.seed is None else params.seed + turn,
+                    "eos_token_ids": (*params.eos_token_ids, *renderer.extra_eos_ids),
+                }
+            )
             contexts = [fsms[i].tokens for i in active]
             samples = sample(policy, contexts, turn_params, adapter=adapter)
             for i, outs in zip(active, samples, strict=True):
@@ -159,9 +174,10 @@ def rollout(
                 fsm.append(seq.tokens, logprobs=seq.logprobs)
                 new_tokens += len(seq.tokens)
                 fsm.transition(TurnState.INTERACTING)
+                action = Action(seq.text, TURN_END_OF[seq.stop_reason])
                 try:
                     obs, reward, terminated, truncated, _info = _env_call(
-                        turn_timeout_s, lambda e=envs[i], a=seq.text: e.step(a)
+                        turn_timeout_s, lambda e=envs[i], a=action: e.step(a)
                     )
                 except cf.TimeoutError:
                     fail(i, "env_timeout")
@@ -187,12 +203,15 @@ def rollout(
                         truncated=bool(truncated or (last_turn and not terminated)),
                     )
                     continue
-                if not isinstance(obs, str):
-                    from tinker_algos.tokenizer import render_prompt
-
-                    obs = render_prompt(tok, obs)
-                observations[i] = obs
-                fsm.append(tok.encode(obs, add_special_tokens=False))
+                try:
+                    ids = renderer.next(convs[i], seq.tokens, seq.text, obs)
+                except TemplateError:
+                    raise
+                except Exception:
+                    fail(i, "env_error")  # an observation the template cannot render
+                    continue
+                observations[i] = renderer.text_of(obs)
+                fsm.append(ids)
     finally:
         for e in envs:
             if e is not None:
@@ -220,11 +239,12 @@ def evaluate(
     stop: Sequence[str] = ("\n",),
     max_turns: int | None = None,
     adapter: str | None = None,
+    renderer: PromptRenderer | None = None,
 ) -> dict[str, float]:
     """Greedy held-out evaluation: ``eval/accuracy`` (episodes reaching the top reward) and more."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=tuple(stop), seed=seed)
     seeds = [seed + i for i in range(num_episodes)]
-    result = rollout(policy, env_factory, seeds, params, max_turns=max_turns, adapter=adapter)
+    result = rollout(policy, env_factory, seeds, params, max_turns=max_turns, adapter=adapter, renderer=renderer)
     m = result.metrics(prefix="eval")
     return {
         "eval/accuracy": m["eval/success_rate"],

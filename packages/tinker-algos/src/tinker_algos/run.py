@@ -64,6 +64,7 @@ from tinker_algos.checkpoint import (
 from tinker_algos.device import DeviceError, resolve_device, seed_everything
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
+from tinker_algos.prompts import PromptRenderer
 from tinker_algos.run_dir import make_run_dir
 from tinker_algos.trainer import Trainer, TrainerConfig
 from tinker_core.config import EnvConfig, JobConfig, StageConfig, load_config, parse_config
@@ -199,6 +200,8 @@ class Run:
             except DeviceError as e:
                 raise e.in_config() from None
             self.policy = PolicyModel.load(job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision)
+        # model.chat_template: how env observations become prompts (a ConfigError naming it when unusable)
+        self.renderer = PromptRenderer.from_config(self.policy.tokenizer, job.model.chat_template)
         self.in_turn(self.seed)  # after loading: a shared model was loaded once, earlier
         self.lora = (
             LoraSpec(rank=job.lora.rank, alpha=job.lora.alpha, dropout=job.lora.dropout, target_modules=list(job.lora.target_modules))
@@ -275,7 +278,10 @@ class Run:
             if start == 0:
                 set_rng_state(torch.load(self.resume_from / "trainer" / "rng_state.pt", weights_only=False))
         env_factory, eval_env_factory = env_factories(stage.env)
-        ctx = StageContext(self.job, stage, si, self.policy, trainer, self.dir, self.adapter, env_factory, eval_env_factory, self.cb.on_log)
+        ctx = StageContext(
+            self.job, stage, si, self.policy, trainer, self.dir, self.adapter, env_factory, eval_env_factory, self.cb.on_log,
+            renderer=self.renderer,
+        )
         algo = get_algorithm(stage.algorithm.name)(ctx)
         if resuming_here and start > 0:
             assert self.resume_from is not None

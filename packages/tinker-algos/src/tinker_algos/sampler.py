@@ -18,11 +18,16 @@ Logprobs. For each generated token the sampler reports two numbers:
 Importance-sampling losses should use the one matching how the trainer scores tokens (the raw
 one unless the trainer also divides by the sampling temperature).
 
-Stopping. A row stops at the first of: a token in ``stop_token_ids`` (reason ``"stop_id"``), the
-tokenizer's eos token when ``stop_at_eos`` (``"eos"``), a generated text containing one of
-``stop`` (``"stop_string"``), or ``max_new_tokens`` (``"length"``). The stopping token is kept in
-``tokens`` (it was sampled and has a logprob); ``text`` is the decode of ``tokens`` without special
-tokens, so it ends with the stop string when one matched.
+Stopping. A row stops at the first of: a token in ``stop_token_ids`` (reason ``"stop_id"``), an
+end-of-turn token when ``stop_at_eos`` (``"eos"``: the generation config's eos ids, the
+tokenizer's eos, the end-of-turn token of its chat template such as ``<|im_end|>``, and
+``eos_token_ids``; see :func:`tinker_algos.prompts.eos_token_ids`), a generated text containing
+one of ``stop`` (``"stop_string"``), or ``max_new_tokens`` (``"length"``). The stopping token is
+kept in ``tokens`` (it was sampled and has a logprob); ``text`` is the decode of ``tokens`` without
+special tokens and without the end-of-turn token, so it ends with the stop string when one
+matched. :data:`TURN_END_OF` maps a stop reason to what an env sees (:class:`tinker_core.env.Action`).
+Padding: prompts are left-padded with the tokenizer's pad token (its eos when it has none); pad
+positions are masked out of attention, so the pad id never matters, even when it equals eos.
 
 Randomness: ``SamplingParams.seed`` seeds a private ``torch.Generator`` (same seed, same prompts,
 same samples); with ``seed=None`` the global torch RNG is used (so :func:`seed_everything` and
@@ -42,9 +47,12 @@ import torch
 from tinker_algos.models import PolicyModel, cache_kwarg, position_ids_from_mask
 
 if TYPE_CHECKING:
+    from tinker_core.env import TurnEnd
     from tinker_core.types import Batch, Trajectory
 
 StopReason = Literal["stop_string", "stop_id", "eos", "length"]
+TURN_END_OF: dict[str, TurnEnd] = {"eos": "end_of_turn", "stop_id": "end_of_turn", "stop_string": "stop_string", "length": "length"}
+"""A sampler stop reason -> how the turn ended, as an env sees it (``Action.stop_reason``)."""
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 
 
@@ -60,6 +68,7 @@ class SamplingParams:
     stop: Sequence[str] = ()
     stop_token_ids: Sequence[int] = ()
     stop_at_eos: bool = True
+    eos_token_ids: Sequence[int] = ()  # more end-of-turn ids (e.g. a custom chat template's), reason "eos"
     seed: int | None = None
 
     def validate(self) -> None:
@@ -216,7 +225,8 @@ def sample(
     tokens, lps, raws, reasons = gen
     out: list[list[SampledSequence]] = [[] for _ in prompt_ids]
     for b, (pi, si) in enumerate(rows):
-        text = policy.tokenizer.decode(tokens[b], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        shown = tokens[b][:-1] if reasons[b] == "eos" else tokens[b]  # no end-of-turn token in the text
+        text = policy.tokenizer.decode(shown, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         out[pi].append(
             SampledSequence(
                 prompt_tokens=list(prompt_ids[pi]),
@@ -252,9 +262,11 @@ def _decode(
     if params.seed is not None:
         generator = torch.Generator(device=device)
         generator.manual_seed(int(params.seed))
+    from tinker_algos.prompts import eos_token_ids
+
     stop_ids = {int(t) for t in params.stop_token_ids}
-    eos = policy.eos_token_id if params.stop_at_eos else None
-    stop_ids_t = torch.tensor(sorted(stop_ids | ({eos} if eos is not None else set())), device=device)
+    eos = eos_token_ids(tok, policy.base_model, params.eos_token_ids) if params.stop_at_eos else set()
+    stop_ids_t = torch.tensor(sorted(stop_ids | eos), device=device)
     window = max((len(s) for s in params.stop), default=0) + 8  # tokens decoded per stop check
 
     cache = DynamicCache() if use_cache else None
@@ -294,7 +306,7 @@ def _decode(
             gen_lps[b].append(lp_l[b])
             gen_raw[b].append(raw_l[b])
             if hit_l[b]:
-                reasons[b] = "eos" if next_l[b] == eos and next_l[b] not in stop_ids else "stop_id"
+                reasons[b] = "eos" if next_l[b] in eos and next_l[b] not in stop_ids else "stop_id"
             elif params.stop:
                 tail = tok.decode(gen_tokens[b][-window:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
                 if any(s in tail for s in params.stop):

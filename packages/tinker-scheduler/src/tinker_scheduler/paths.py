@@ -132,6 +132,8 @@ class PathPolicy:
         self.check_model(config.model.name, tenant, "model.name")
         if config.model.tokenizer is not None:
             self.check_model(config.model.tokenizer, tenant, "model.tokenizer")
+        if config.model.chat_template not in ("auto", "tokenizer", "none"):  # a template file
+            self.check_data(config.model.chat_template, tenant, "model.chat_template")
         for i, stage in enumerate(config.resolved_stages()):
             where = "algorithm" if config.algorithm is not None else f"stages[{i}].algorithm"
             if stage.algorithm.data is not None:

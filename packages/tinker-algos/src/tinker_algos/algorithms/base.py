@@ -36,6 +36,7 @@ class StageContext:
     env_factory: Callable[[], Any] | None
     eval_env_factory: Callable[[], Any] | None
     log: Callable[[str], None]
+    renderer: Any = None  # a tinker_algos.prompts.PromptRenderer (model.chat_template); None = 'auto'
 
     @property
     def algo(self) -> Any:
@@ -90,6 +91,7 @@ class StageContext:
             adapter=self.adapter,
             turn_timeout_s=r.turn_timeout_s,
             max_error_rate=r.max_error_rate,
+            renderer=self.renderer,
         )
 
     def require_env(self) -> Callable[[], Any]:
@@ -128,6 +130,7 @@ class Algorithm:
             stop=r.stop,
             max_turns=r.max_turns,
             adapter=self.ctx.adapter,
+            renderer=self.ctx.renderer,
         )
 
     def state_dict(self) -> dict[str, Any]:

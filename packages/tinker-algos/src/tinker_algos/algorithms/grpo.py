@@ -108,6 +108,7 @@ class GRPO(Algorithm):
             adapter=self.ctx.adapter,
             turn_timeout_s=r.turn_timeout_s,
             max_steps=r.max_turns,
+            renderer=self.ctx.renderer,
         )
 
     def advantages(self, batch: Batch, token_rewards_B_T: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:

@@ -17,7 +17,10 @@ from typing import Any
 from tinker_algos.multiagent.batcher import Batcher
 from tinker_algos.multiagent.guarded_env import EpisodeError
 from tinker_algos.multiagent.roles import Agent, Learner, Scripted
+from tinker_algos.prompts import Conversation, PromptRenderer
+from tinker_algos.sampler import TURN_END_OF, SampledSequence
 from tinker_core.coordinator import EpisodeResult, call_agent_async
+from tinker_core.env import Action
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.seeding import derive_seed
 from tinker_core.types import Trajectory
@@ -26,11 +29,13 @@ __all__ = ["AsyncAgent", "EpisodeAgents"]
 
 
 class _Seat:
-    """One learner role of one episode: its FSM and adapter."""
+    """One learner role of one episode: its FSM, adapter, chat so far and last sample."""
 
     def __init__(self, adapter: str | None) -> None:
         self.adapter = adapter
         self.fsm = TurnFSM()
+        self.conv = Conversation()
+        self.last: SampledSequence | None = None
 
 
 class AsyncAgent:
@@ -54,15 +59,17 @@ class EpisodeAgents:
         roles: Sequence[str],
         plan: Mapping[str, Learner | Scripted],
         batcher: Batcher,
-        tokenizer: Any,
+        renderer: PromptRenderer,
         context_limit: int,
         max_new_tokens: int,
         turn_timeout_s: float | None,
+        system_prompt: str = "",
     ) -> None:
         self.index = index
         self.roles = tuple(roles)
         self.batcher = batcher
-        self.tok = tokenizer
+        self.renderer = renderer
+        self.system_prompt = system_prompt
         self.limit = context_limit
         self.max_new_tokens = max_new_tokens
         self.turn_timeout_s = turn_timeout_s
@@ -74,16 +81,17 @@ class EpisodeAgents:
         self.overflow: str | None = None
 
     async def learner(self, role: str, observation: Any) -> str:
-        """The policy's move for ``role``: sample, record in the role's FSM, answer the text."""
+        """The policy's move for ``role``: sample, record in the role's FSM, answer the text (an
+        :class:`~tinker_core.env.Action` carrying how the turn ended).
+
+        The observation is rendered by the renderer: the first as the role's prompt (with the
+        env's system prompt), later ones appended after the role's last sampled tokens."""
         seat = self.seats[role]
         fsm = seat.fsm
-        if isinstance(observation, str):
-            text = observation
+        if seat.last is None:
+            obs_ids, seat.conv = self.renderer.start(observation, self.system_prompt)
         else:
-            from tinker_algos.tokenizer import render_prompt
-
-            text = render_prompt(self.tok, observation)
-        obs_ids = list(self.tok.encode(text, add_special_tokens=fsm.num_turns == 0))
+            obs_ids = self.renderer.next(seat.conv, seat.last.tokens, seat.last.text, observation)
         if fsm.num_tokens + len(obs_ids) + self.max_new_tokens > self.limit:
             self.overflow = (
                 f"role {role!r}: context of {fsm.num_tokens + len(obs_ids)} tokens + max_new_tokens="
@@ -97,7 +105,8 @@ class EpisodeAgents:
         fsm.append(seq.tokens, logprobs=seq.logprobs)
         fsm.transition(TurnState.INTERACTING)
         self.new_tokens += len(seq.tokens)
-        return seq.text
+        seat.last = seq
+        return Action(seq.text, TURN_END_OF[seq.stop_reason])
 
     def scripted_agent(self, role: str) -> Agent:
         """The scripted agent of ``role``, each call limited to ``turn_timeout_s``."""

@@ -23,6 +23,7 @@ from tinker_algos.sampler import SamplingParams
 from tinker_core.registry import env_spec
 
 if TYPE_CHECKING:
+    from tinker_algos.prompts import PromptRenderer
     from tinker_core.env import EnvSpec
 
 __all__ = ["collect_for_grpo", "env_spec_of", "evaluate_multi_agent", "stage_env_spec"]
@@ -73,6 +74,7 @@ def collect_for_grpo(ctx: Any, step: int, settings: MultiAgentParams, spec: EnvS
         turn_timeout_s=r.turn_timeout_s,
         max_steps=r.max_turns,
         max_error_rate=r.max_error_rate,
+        renderer=ctx.renderer,
     )
 
 
@@ -88,6 +90,7 @@ def evaluate_multi_agent(
     adapter: str | None = None,
     turn_timeout_s: float | None = 30.0,
     max_steps: int | None = None,
+    renderer: PromptRenderer | None = None,
 ) -> dict[str, float]:
     """Greedy held-out play against the scripted opponent ``opponent_name`` that the env offers
     (its ``scripted_opponents``), the policy's role alternating.
@@ -112,7 +115,7 @@ def evaluate_multi_agent(
         agents: dict[str, RoleSpec] = {r: Learner(adapter) if r == role else opponent(opponent_name) for r in roles}
         res = multi_agent_rollout(
             policy, env_factory, [seed + i for i in idx], params, agents=agents,
-            turn_timeout_s=turn_timeout_s, max_steps=max_steps,
+            turn_timeout_s=turn_timeout_s, max_steps=max_steps, renderer=renderer,
         )
         for ep in res.episodes:
             if ep.error is not None or ep.result is None:

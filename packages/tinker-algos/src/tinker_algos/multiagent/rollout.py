@@ -66,6 +66,7 @@ from tinker_algos.multiagent.episode import EpisodeAgents
 from tinker_algos.multiagent.guarded_env import EpisodeError, GuardedEnv
 from tinker_algos.multiagent.results import MultiAgentEpisode, MultiAgentRolloutResult
 from tinker_algos.multiagent.roles import Learner, RoleSpec, resolve_agents
+from tinker_algos.prompts import PromptRenderer
 from tinker_algos.rollout import RolloutError
 from tinker_algos.sampler import SamplingParams
 from tinker_core.coordinator import DEFAULT_MAX_STEPS, play_episode_async
@@ -100,6 +101,7 @@ def multi_agent_rollout(
     max_error_rate: float = 1.0,
     max_context_tokens: int | None = None,
     options: dict[str, Any] | None = None,
+    renderer: PromptRenderer | None = None,
 ) -> MultiAgentRolloutResult:
     """Play one multi-agent episode per seed; see the module docstring.
 
@@ -117,6 +119,7 @@ def multi_agent_rollout(
         max_error_rate: the fraction of failed episodes above which :class:`RolloutError` is raised.
         max_context_tokens: a learner's context limit (default: the model's window).
         options: passed to every ``env.reset``.
+        renderer: turns observations into tokens (default: ``model.chat_template: auto``).
     """
     if params.n != 1:
         raise ValueError("multi_agent_rollout() samples one action per turn; set params.n = 1 and repeat seeds for groups")
@@ -128,7 +131,9 @@ def multi_agent_rollout(
     group_ids = list(group_ids) if group_ids is not None else list(range(n))
     if len(group_ids) != n:
         raise ValueError(f"group_ids has {len(group_ids)} entries for {n} seeds; give one per episode")
-    tok = policy.tokenizer
+    renderer = renderer or PromptRenderer.from_config(policy.tokenizer, "auto")
+    if renderer.extra_eos_ids:
+        params = SamplingParams(**{**params.__dict__, "eos_token_ids": (*params.eos_token_ids, *renderer.extra_eos_ids)})
     max_pos = getattr(policy.base_model.config, "max_position_embeddings", None)
     limit = int(max_context_tokens or max_pos or 10**9)
 
@@ -171,7 +176,10 @@ def multi_agent_rollout(
 
         async def one(i: int) -> None:
             seed = int(seeds[i])
-            ea = EpisodeAgents(i, seed, roles, plan, batcher, tok, limit, params.max_new_tokens, turn_timeout_s)
+            ea = EpisodeAgents(
+                i, seed, roles, plan, batcher, renderer, limit, params.max_new_tokens, turn_timeout_s,
+                system_prompt=spec.system_prompt if spec is not None else "",
+            )
             seats[i] = ea
             try:
                 result = await play_episode_async(

@@ -1,0 +1,273 @@
+"""Prompt rendering: an env's observation (text or chat messages) -> the policy's token ids.
+
+The one step between environments and the sampler. A :class:`PromptRenderer` is built from a
+tokenizer and ``model.chat_template`` (:meth:`PromptRenderer.from_config`):
+
+* ``auto`` (default): the tokenizer's chat template when it has one, plain text otherwise. The
+  tiny preset's character template (``role: content`` lines, :data:`CHAR_CHAT_TEMPLATE`) counts as
+  plain: text observations reach the tiny model as they are, as before chat rendering existed, so
+  tiny-model runs and their metrics are unchanged.
+* ``tokenizer``: the tokenizer's chat template; a ConfigError naming the field when it has none.
+* ``none``: plain text (chat-message observations as ``role: content`` lines).
+* the path of a Jinja file: that chat template.
+
+Chat rendering (a chat template in use), turn by turn:
+
+1. The first observation is the conversation's first user message (a list of messages is used as
+   is), after the env's ``EnvSpec.system_prompt`` unless the list starts with a system message;
+   rendered with ``add_generation_prompt=True`` and encoded without the tokenizer's own special
+   tokens (the template writes them).
+2. The tokens the policy sampled are appended exactly as sampled (token-in, token-out: never
+   decoded and re-encoded), its end-of-turn token included when it emitted one.
+3. The env's reply is the next user message (a list: its messages, e.g. one ``tool`` message).
+   Its tokens are the *delta* between the templated conversation with and without it, so earlier
+   tokens are never re-encoded: first what the template writes after an assistant message that
+   the policy did not sample itself (``<|im_end|>\\n`` in ChatML after a turn cut off at the
+   token limit or by a stop string; only ``\\n`` after a turn the policy ended with
+   ``<|im_end|>``), then the new message and the generation prompt. A template that renders
+   earlier turns differently once a message is added (not append-only) raises TemplateError.
+
+Plain rendering: the first observation is encoded with the tokenizer's special tokens (e.g.
+``<bos>``), later ones without; chat messages are rendered first (the tokenizer's template for
+``auto``, ``role: content`` lines for ``none``).
+
+Stopping: :attr:`PromptRenderer.end_of_turn_id` is the special token the template closes an
+assistant message with (``<|im_end|>`` in ChatML); :func:`eos_token_ids` gathers every id that
+ends a turn (generation config, tokenizer, the tokenizer's template), and the sampler stops at them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinker_algos.model_files import CHAR_CHAT_TEMPLATE
+from tinker_core.errors import ConfigError, OpenTinkerError
+
+logger = logging.getLogger(__name__)
+
+CHAT_TEMPLATE_MODES = ("auto", "tokenizer", "none")
+FIELD = "model.chat_template"
+_SENTINEL = "<<opentinker-assistant-content-7f3a>>"
+
+
+class TemplateError(OpenTinkerError, ValueError):
+    """A chat template that cannot render a multi-turn episode by appending (see the module docstring)."""
+
+
+@dataclass
+class Conversation:
+    """One episode's chat so far (chat rendering only): the messages its tokens render."""
+
+    messages: list[dict[str, str]] = field(default_factory=list)
+
+
+def as_messages(observation: Any, role: str = "user") -> list[dict[str, str]]:
+    """An observation as chat messages: text is one ``role`` message; a list is checked and copied."""
+    if isinstance(observation, str):
+        return [{"role": role, "content": observation}]
+    if not isinstance(observation, Sequence):
+        raise TypeError(f"an observation is a str or a list of chat messages, got {type(observation).__name__}")
+    out = []
+    for i, m in enumerate(observation):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ValueError(f"observation message {i} needs str 'role' and 'content' keys, got {m!r}")
+        out.append(dict(m))
+    return out
+
+
+def _template_of(tokenizer: Any) -> str | None:
+    t = getattr(tokenizer, "chat_template", None)
+    if isinstance(t, dict):  # several named templates: the default one
+        t = t.get("default")
+    return t or None
+
+
+def _special_ids(tokenizer: Any) -> set[int]:
+    ids = {int(i) for i in getattr(tokenizer, "all_special_ids", [])}
+    for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(t, "special", False):
+            ids.add(int(i))
+    return ids
+
+
+def _render(tokenizer: Any, template: str | None, messages: list[dict[str, str]], generation_prompt: bool) -> str:
+    if template is None:
+        lines = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        return lines + ("assistant: " if generation_prompt else "")
+    text = tokenizer.apply_chat_template(
+        messages, chat_template=template, tokenize=False, add_generation_prompt=generation_prompt
+    )
+    return str(text)
+
+
+def _closing(tokenizer: Any, template: str) -> tuple[str, int | None, str]:
+    """``(closing, end_of_turn_id, end_of_turn_text)``: what the template writes after an
+    assistant message's content, and the special token that text starts with (None if none)."""
+    text = _render(
+        tokenizer, template, [{"role": "user", "content": "x"}, {"role": "assistant", "content": _SENTINEL}], False
+    )
+    at = text.rfind(_SENTINEL)
+    if at < 0:
+        return "", None, ""
+    closing = text[at + len(_SENTINEL) :]
+    ids = tokenizer.encode(closing, add_special_tokens=False) if closing else []
+    if ids and int(ids[0]) in _special_ids(tokenizer):
+        eot_text = str(tokenizer.convert_ids_to_tokens(int(ids[0])))
+        if closing.startswith(eot_text):
+            return closing, int(ids[0]), eot_text
+    return closing, None, ""
+
+
+def template_end_of_turn_id(tokenizer: Any, template: str | None = None) -> int | None:
+    """The special token a chat template closes an assistant message with (``<|im_end|>`` in
+    ChatML); ``template`` defaults to the tokenizer's. None without a template or such a token."""
+    template = template if template is not None else _template_of(tokenizer)
+    if not template:
+        return None
+    try:
+        return _closing(tokenizer, template)[1]
+    except Exception:  # a template that cannot render this probe names no end-of-turn token
+        return None
+
+
+def _ids(value: Any) -> Iterable[int]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return (int(v) for v in value)
+
+
+def eos_token_ids(tokenizer: Any, model: Any = None, extra: Iterable[int] = ()) -> set[int]:
+    """Every token id that ends a turn: the generation config's eos ids (``model``'s), the
+    tokenizer's eos, the tokenizer's chat-template end-of-turn token, and ``extra``."""
+    out = set(_ids(getattr(tokenizer, "eos_token_id", None)))
+    gen = getattr(model, "generation_config", None)
+    out |= set(_ids(getattr(gen, "eos_token_id", None)))
+    eot = template_end_of_turn_id(tokenizer)
+    if eot is not None:
+        out.add(eot)
+    out |= {int(t) for t in extra}
+    return out
+
+
+class PromptRenderer:
+    """Renders an episode's observations to token ids (see the module docstring).
+
+    ``template``: the chat template (None: plain ``role: content`` lines for chat messages).
+    ``chat``: whether observations go through the template as chat turns (True) or reach the
+    model as plain text (False; chat-message observations are rendered with ``template`` first).
+    """
+
+    def __init__(self, tokenizer: Any, template: str | None, *, chat: bool) -> None:
+        self.tokenizer = tokenizer
+        self.template = template
+        self.chat = bool(chat and template is not None)
+        self.closing, self.end_of_turn_id, self._eot_text = "", None, ""
+        if self.chat:
+            assert template is not None
+            self.closing, self.end_of_turn_id, self._eot_text = _closing(tokenizer, template)
+
+    @classmethod
+    def from_config(cls, tokenizer: Any, chat_template: str = "auto", *, field: str = FIELD) -> PromptRenderer:
+        """The renderer ``model.chat_template`` asks for; a ConfigError naming ``field`` when the
+        file is missing or unusable, or the tokenizer has no template and one is required."""
+        own = _template_of(tokenizer)
+        if chat_template == "none":
+            return cls(tokenizer, None, chat=False)
+        if chat_template == "auto":
+            if own is None:
+                return cls(tokenizer, None, chat=False)
+            return cls._checked(tokenizer, own, own != CHAR_CHAT_TEMPLATE, field, "the tokenizer's chat template")
+        if chat_template == "tokenizer":
+            if own is None:
+                raise ConfigError(
+                    [
+                        f"{field}: 'tokenizer' asks for the tokenizer's chat template, but this tokenizer has none; "
+                        "use 'auto' or 'none' for plain text, or give the path of a Jinja template file"
+                    ]
+                )
+            return cls._checked(tokenizer, own, True, field, "the tokenizer's chat template")
+        path = Path(chat_template).expanduser()
+        if not path.is_file():
+            raise ConfigError(
+                [
+                    f"{field}: {chat_template!r} is not 'auto', 'tokenizer', 'none' or an existing file; "
+                    "give the path of a Jinja chat-template file"
+                ]
+            )
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError([f"{field}: cannot read {path}: {e}"]) from None
+        return cls._checked(tokenizer, text, True, field, str(path))
+
+    @classmethod
+    def _checked(cls, tokenizer: Any, template: str, chat: bool, field: str, what: str) -> PromptRenderer:
+        try:
+            renderer = cls(tokenizer, template, chat=chat)
+            renderer.start("1+1=")
+        except Exception as e:
+            raise ConfigError([f"{field}: {what} does not render a conversation: {type(e).__name__}: {e}"]) from None
+        return renderer
+
+    @property
+    def extra_eos_ids(self) -> tuple[int, ...]:
+        """Token ids the sampler should stop at besides the model's eos (the template's end of turn)."""
+        return () if self.end_of_turn_id is None else (self.end_of_turn_id,)
+
+    def text_of(self, observation: Any) -> str:
+        """A readable text of an observation (for transcripts): text as is, messages rendered."""
+        if isinstance(observation, str):
+            return observation
+        return _render(self.tokenizer, self.template, as_messages(observation), True)
+
+    def start(self, observation: Any, system_prompt: str = "") -> tuple[list[int], Conversation]:
+        """Token ids of an episode's first prompt, and the conversation to continue it with."""
+        tok = self.tokenizer
+        if not self.chat:
+            return list(tok.encode(self.text_of(observation), add_special_tokens=True)), Conversation()
+        messages = as_messages(observation)
+        if system_prompt and not (messages and messages[0]["role"] == "system"):
+            messages = [{"role": "system", "content": system_prompt}, *messages]
+        text = _render(tok, self.template, messages, True)
+        return list(tok.encode(text, add_special_tokens=False)), Conversation(messages)
+
+    def next(
+        self, conversation: Conversation, action_tokens: Sequence[int], action_text: str, observation: Any
+    ) -> list[int]:
+        """Token ids to append after the policy's ``action_tokens``: the env's reply ``observation``
+        as the next message (the delta described in the module docstring)."""
+        tok = self.tokenizer
+        if not self.chat:
+            return list(tok.encode(self.text_of(observation), add_special_tokens=False))
+        before = [*conversation.messages, {"role": "assistant", "content": str(action_text)}]
+        after = [*before, *as_messages(observation)]
+        a = _render(tok, self.template, before, False)
+        u = _render(tok, self.template, after, True)
+        if not u.startswith(a) or not a.endswith(self.closing):
+            raise TemplateError(
+                "the chat template renders earlier turns differently once a message is added, so a "
+                "multi-turn episode cannot be extended by appending tokens; use a template that only "
+                f"appends ({FIELD}: a file) or '{FIELD}: none'"
+            )
+        closing = self.closing
+        if self.end_of_turn_id is not None and action_tokens and int(action_tokens[-1]) == self.end_of_turn_id:
+            closing = closing[len(self._eot_text) :]  # the policy wrote the end-of-turn token itself
+        conversation.messages = after
+        return list(tok.encode(closing + u[len(a) :], add_special_tokens=False))
+
+
+__all__ = [
+    "CHAT_TEMPLATE_MODES",
+    "Conversation",
+    "PromptRenderer",
+    "TemplateError",
+    "as_messages",
+    "eos_token_ids",
+    "template_end_of_turn_id",
+]
