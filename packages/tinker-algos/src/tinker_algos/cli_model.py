@@ -61,17 +61,19 @@ class StageProgress:
         self.tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> StageProgress:
-        self.progress.start()
-        return self
+        return self  # the display starts with the first stage: an early error shows alone
 
     def __exit__(self, *exc: Any) -> None:
-        self.progress.stop()
+        if self.tasks:
+            self.progress.stop()
 
     def discard(self) -> None:
         """Leave no bars behind (an error line is all that shows)."""
         self.progress.live.transient = True
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.tasks:
+            self.progress.start()
         if stage not in self.tasks:
             for other in self.tasks.values():  # earlier stages are finished
                 task = self.progress.tasks[other]
@@ -95,8 +97,7 @@ def import_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="The Hugging Face directory to write.", show_default=False)],
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists.")] = False,
 ) -> None:
-    """Import a GGUF file as a Hugging Face model directory (fp32 safetensors, tokenizer, chat
-    template, generation config)."""
+    """Import a GGUF file as a Hugging Face model directory (safetensors, tokenizer, chat template)."""
     from tinker_algos.hub import ModelLoadError, check_gguf, import_gguf
 
     if output.exists() and not force:
@@ -125,7 +126,7 @@ def fetch_command(
     if name not in PRESETS:
         from tinker_core.errors import did_you_mean
 
-        close = did_you_mean(name, PRESETS)
+        close = did_you_mean(name, PRESETS) or next((p for p in sorted(PRESETS) if p.startswith(name)), None)
         hint = f"did you mean {close!r}?" if close else f"presets: {', '.join(sorted(PRESETS))}"
         _fail(f"unknown model preset {name!r}; {hint}")
     if is_fetched(name):
