@@ -93,10 +93,9 @@ def test_kill_9_then_restart_runs_every_job_exactly_once_and_resumes_the_running
     assert [e.cursor for e in events] == list(range(1, len(events) + 1))
     reasons = [e.state_change.reason for e in events if e.WhichOneof("event") == "state_change"]
     assert reasons[2].startswith("scheduler restarted; resumes from its newest checkpoint")
-    training = steps[:-1]  # the last one is the final evaluation
-    assert training == sorted(set(training)) and training[0] == 1 and training[-1] == 30  # no step twice
-    # every step is there, except at most the one whose checkpoint was being flushed at the kill
-    assert len(training) >= 29
+    # every step once, also the one whose checkpoint was written as the scheduler died (the
+    # resumed run reports it again); the last one is the final evaluation
+    assert steps == list(range(1, 31)) + [30]
 
 
 def test_sigterm_checkpoints_and_requeues_then_a_restart_finishes_the_work(tmp_path, processes):

@@ -88,6 +88,18 @@ def _write_checkpoint(run_dir: Path, step: int, keep: int) -> Path:
     return path
 
 
+def _metrics_of(run_dir: Path, step: int) -> dict[str, float] | None:
+    """The metrics ``metrics.jsonl`` holds for ``step`` (the last line of it), else None."""
+    found = None
+    path = run_dir / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(ValueError):
+            row = json.loads(line)
+            if row.get("step") == step:
+                found = {k: v for k, v in row.items() if k != "step"}
+    return found
+
+
 def _append_line(path: Path, line: str) -> None:
     with open(path, "a") as f:
         f.write(line + "\n")
@@ -100,7 +112,8 @@ def sleep_train(config: Any, run_dir: Path | str, callbacks: Any = None) -> Slee
 
     Step ``s`` (1-based) reports ``{"losses/policy": 1/s, "rollout/tokens_per_s": 1000.0,
     "rollout/errors/env_error": params.rollout_errors}``; checkpoints follow ``config.checkpoint.every`` (0 = only at the
-    end) and ``keep``; with ``config.checkpoint.resume`` it continues after the newest checkpoint.
+    end) and ``keep``; with ``config.checkpoint.resume`` it continues after the newest checkpoint,
+    first reporting that checkpoint's step again (as ``tinker_algos.train`` does).
     """
     if isinstance(config, dict):
         from tinker_core.config import parse_config
@@ -126,6 +139,8 @@ def sleep_train(config: Any, run_dir: Path | str, callbacks: Any = None) -> Slee
     _append_line(run_dir / "attempts.jsonl", json.dumps({"start_step": start}))
     print(f"sleep_train: starting at step {start} of {total}", flush=True)
     call("on_log", f"resumed from step {start}" if start else "starting from scratch")
+    if start and (again := _metrics_of(run_dir, start)) is not None:
+        call("on_metrics", start, again)  # as tinker_algos.train: the resume step once more
 
     metrics: dict[str, float] = {}
     step = start
