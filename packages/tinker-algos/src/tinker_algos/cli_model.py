@@ -18,14 +18,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 EXIT_BAD_INPUT = 2
 STAGE_LABELS = {
@@ -63,13 +56,11 @@ class StageProgress:
     def __enter__(self) -> StageProgress:
         return self  # the display starts with the first stage: an early error shows alone
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self.tasks:
+            if exc_type is not None:  # leave no bars behind: the error line is all that shows
+                self.progress.live.transient = True
             self.progress.stop()
-
-    def discard(self) -> None:
-        """Leave no bars behind (an error line is all that shows)."""
-        self.progress.live.transient = True
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         if not self.tasks:
@@ -81,7 +72,7 @@ class StageProgress:
             self.tasks[stage] = self.progress.add_task(STAGE_LABELS.get(stage, stage), total=total or 1, detail="")
         detail = ""
         if stage == "download" and total:
-            detail = DownloadColumn().render(self.progress.tasks[self.tasks[stage]]).plain
+            detail = f"{done / 1e6:.1f}/{total / 1e6:.1f} MB"
         elif stage == "weights" and total:
             detail = f"{done}/{total} tensors"
         self.progress.update(self.tasks[stage], completed=done, total=total or 1, detail=detail)
@@ -98,21 +89,16 @@ def import_command(
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists.")] = False,
 ) -> None:
     """Import a GGUF file as a Hugging Face model directory (safetensors, tokenizer, chat template)."""
-    from tinker_algos.hub import ModelLoadError, check_gguf, import_gguf
+    from tinker_algos.hub import ModelLoadError, import_gguf
 
     if output.exists() and not force:
         _fail(f"--output {output} already exists; choose another directory or pass --force")
-    try:
-        check_gguf(gguf_file)  # bad input fails before any progress display
-    except ModelLoadError as e:
-        _fail(str(e))
     started = time.perf_counter()
-    with StageProgress() as bars:
-        try:
+    try:
+        with StageProgress() as bars:
             path = import_gguf(gguf_file, output, progress=bars, overwrite=force)
-        except ModelLoadError as e:
-            bars.discard()
-            _fail(str(e))
+    except ModelLoadError as e:
+        _fail(str(e))  # the display is gone by now (transient on error)
     typer.echo(f"imported {gguf_file} -> {path} ({_size_mb(path):.0f} MB, {time.perf_counter() - started:.0f} s)")
 
 
@@ -132,12 +118,11 @@ def fetch_command(
     if is_fetched(name):
         typer.echo(str(fetch_preset(name)))
         return
-    with StageProgress() as bars:
-        try:
+    try:
+        with StageProgress() as bars:
             path = fetch_preset(name, progress=bars)
-        except ModelLoadError as e:
-            bars.discard()
-            _fail(str(e))
+    except ModelLoadError as e:
+        _fail(str(e))
     typer.echo(str(path))
 
 

@@ -85,9 +85,8 @@ def supported_tensor_types() -> list[str]:
     return [t.name for t in GGMLQuantizationType if _can_dequantize(t)]
 
 
-def check_gguf(gguf_file: str | Path) -> GGUFInfo:
-    """Read ``gguf_file``'s header with the ``gguf`` package; raise :class:`GGUFError` when
-    transformers could not import it (see the module docstring)."""
+def check_magic(gguf_file: str | Path) -> Path:
+    """The path, when it is a file starting with the GGUF magic bytes (a cheap first check)."""
     path = Path(gguf_file).expanduser()
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "does not exist"
@@ -96,6 +95,13 @@ def check_gguf(gguf_file: str | Path) -> GGUFInfo:
         magic = fh.read(4)
     if magic != GGUF_MAGIC:
         raise GGUFError(f"{path} is not a GGUF file (it does not start with the bytes 'GGUF')")
+    return path
+
+
+def check_gguf(gguf_file: str | Path) -> GGUFInfo:
+    """Read ``gguf_file``'s header with the ``gguf`` package; raise :class:`GGUFError` when
+    transformers could not import it (see the module docstring)."""
+    path = check_magic(gguf_file)
     from gguf import GGUFReader
 
     size = path.stat().st_size
@@ -186,7 +192,8 @@ def import_gguf(
 ) -> Path:
     """Import ``gguf_file`` into ``output_dir`` (a Hugging Face directory, fp32 safetensors).
 
-    ``progress(stage, done, total)`` follows the :data:`STAGES`. Raises :class:`GGUFError` for a file that cannot be imported and
+    ``progress(stage, done, total)`` follows the :data:`STAGES` (the first call comes once the
+    file is known to be GGUF). Raises :class:`GGUFError` for a file that cannot be imported and
     ``FileExistsError`` when ``output_dir`` exists and ``overwrite`` is false. ``metadata`` is
     added to the ``opentinker.json`` written beside the model. Returns the path.
     """
@@ -194,6 +201,7 @@ def import_gguf(
     output = Path(output_dir).expanduser()
     if output.exists() and not overwrite:
         raise FileExistsError(f"{output} already exists; choose another --output or pass --force")
+    check_magic(gguf_file)  # before any progress: a missing or non-GGUF file is an error line alone
     report("check", 0, 1)
     info = check_gguf(gguf_file)
     report("check", 1, 1)
