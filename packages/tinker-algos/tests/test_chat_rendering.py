@@ -223,6 +223,50 @@ def test_sampled_multi_turn_episodes_train_on_the_sampled_tokens(chat_policy, al
             assert delta == f"{closing}{IM_START}user\n{obs}{IM_END}\n{IM_START}assistant\n"
 
 
+def test_multi_agent_roles_train_on_their_sampled_tokens_with_env_views_as_user_turns(chat_policy) -> None:
+    pytest.importorskip("tinker_env_games", reason="the games envs (tinker-env-games, a dev dependency) are not installed")
+    import tinker_algos.multiagent.batcher as batcher_module
+    from tinker_algos.multiagent import multi_agent_rollout
+    from tinker_env_games.tictactoe import TicTacToeEnv
+
+    turn_ends: list[str | None] = []
+
+    class Recording(TicTacToeEnv):
+        def step(self, action: str) -> None:
+            turn_ends.append(turn_end_of(action))
+            super().step(action)
+
+    samples: list[SampledSequence] = []
+
+    def record(policy, contexts, params, **kw):
+        out = sample(policy, contexts, params, **kw)
+        samples.extend(o[0] for o in out)
+        return out
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(batcher_module, "sample", record)
+    try:
+        # one episode: episodes of tictactoe all start from the same board, hence the same prompts
+        res = multi_agent_rollout(chat_policy, Recording, [0], SamplingParams(max_new_tokens=4, stop=(), seed=0))
+    finally:
+        mp.undo()
+    tok = chat_policy.tokenizer
+    assert turn_ends and set(turn_ends) <= {"length", "end_of_turn"}  # what the learners' turns were
+    trained = 0
+    for ep in res.episodes:
+        for traj in ep.trajectories.values():
+            tokens = traj.tokens_T.tolist()
+            mine = [s for s in samples if tokens[: len(s.prompt_tokens)] == s.prompt_tokens]
+            assert traj.tokens_T[traj.loss_mask_T > 0].tolist() == [t for s in mine for t in s.tokens]
+            assert tok.decode(mine[0].prompt_tokens).startswith(f"{IM_START}system\n")
+            for prev, nxt in zip(mine, mine[1:], strict=False):
+                assert nxt.prompt_tokens[: len(prev.full_tokens)] == prev.full_tokens
+                assert f"{IM_START}user\n" in tok.decode(nxt.prompt_tokens[len(prev.full_tokens) :])
+            assert len(mine) >= 2  # illegal moves are retried: every role takes several turns
+            trained += len(mine)
+    assert trained == len(turn_ends)
+
+
 # ---- stopping -------------------------------------------------------------------------------------
 def test_eos_ids_are_the_generation_config_the_tokenizer_and_the_template_end_of_turn(chat_policy, tok) -> None:
     im_end = tok.convert_tokens_to_ids(IM_END)
