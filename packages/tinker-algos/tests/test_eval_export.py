@@ -180,6 +180,9 @@ def test_eval_skips_a_damaged_newest_checkpoint_and_takes_a_checkpoint_dir(lora_
     weights = run / "checkpoints" / "step-000003" / "trainer" / "adapter" / "adapter_model.safetensors"
     weights.write_bytes(weights.read_bytes()[:-8])
     assert find_source(run).step == 2
+    result = invoke("eval", run, "-o", tmp_path / "run.json")
+    assert result.exit_code == 0 and "(step 2)" in result.stdout, result.output
+    assert f"skipped damaged checkpoint {run / 'checkpoints' / 'step-000003'}: " in result.stderr
     assert "is damaged" in refused("eval", run / "checkpoints" / "step-000003")
     out = tmp_path / "e.json"
     assert invoke("eval", run / "checkpoints" / "step-000002", "-o", out).exit_code == 0

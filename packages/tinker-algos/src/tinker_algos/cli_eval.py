@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tinker_algos.cli import _fail
+from tinker_algos.cli import _fail, err_console
 
 SOURCE_HELP = "A run directory (its newest intact checkpoint), a checkpoint directory, or a saved adapter."
 
@@ -52,6 +52,8 @@ def eval_command(
         report = evaluate_source(src, settings, base_model=base_model, device=device)
     except (EvalError, ModelLoadError, DeviceError, ConfigError) as e:
         _fail(str(e))
+    for line in src.skipped:
+        err_console.print(f"skipped damaged checkpoint {line}", markup=False, highlight=False)
     target = output or default_output(src, settings.env.id)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(report.to_dict(), indent=1) + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from math import prod
 from pathlib import Path
 from typing import Any, Literal
@@ -62,6 +62,8 @@ class Source:
     job: JobConfig | None
     checkpoint: Path | None = None
     step: int | None = None
+    #: newer checkpoints of the run that were skipped as damaged: ``"<dir>: <why>"``
+    skipped: tuple[str, ...] = ()
 
 
 def _read_json(f: Path) -> dict[str, Any]:
@@ -75,9 +77,11 @@ def _read_json(f: Path) -> dict[str, Any]:
 
 
 def _run_job(run_dir: Path) -> JobConfig | None:
-    """The job config of run directory ``run_dir`` (its ``config.json``), None when it is no run."""
+    """The job config of run directory ``run_dir`` (its ``config.json``), None when it is no run
+    (a run has the marker, or -- written before markers -- a ``checkpoints/`` directory)."""
     f = run_dir / "config.json"
-    if not (run_dir / RUN_MARKER).is_file() or not f.is_file():
+    is_run = (run_dir / RUN_MARKER).is_file() or (run_dir / "checkpoints").is_dir()
+    if not is_run or not f.is_file():
         return None
     try:
         return parse_config(_read_json(f))
@@ -86,8 +90,8 @@ def _run_job(run_dir: Path) -> JobConfig | None:
 
 
 def _enclosing_job(path: Path) -> JobConfig | None:
-    """The config of the run directory ``path`` lies in (up to three levels up), else None."""
-    for parent in list(path.resolve().parents)[:3]:
+    """The config of the run directory ``path`` lies in (up to four levels up), else None."""
+    for parent in list(path.resolve().parents)[:4]:
         job = _run_job(parent)
         if job is not None:
             return job
@@ -120,12 +124,15 @@ def find_source(path: str | Path) -> Source:
     job = _run_job(path)
     if job is not None or (path / "checkpoints").is_dir():
         found = _checkpoints(path)
+        skipped: list[str] = []
         for ckpt in reversed(found):
             try:
                 progress, _verified = _verified_progress(ckpt)
-            except CheckpointError:
+            except CheckpointError as e:
+                skipped.append(f"{ckpt}: {e}")
                 continue
-            return _from_trainer_checkpoint("run", path, ckpt / "trainer", job or _enclosing_job(ckpt), progress.global_step)
+            source = _from_trainer_checkpoint("run", path, ckpt / "trainer", job, progress.global_step)
+            return replace(source, skipped=tuple(skipped))
         what = f"all {len(found)} checkpoints in it are damaged" if found else "it has no checkpoint yet (checkpoints/step-N)"
         raise EvalError(f"run directory {path}: {what}")
     if (path / MANIFEST).is_file():
@@ -233,6 +240,8 @@ def eval_settings(
         where = "the run's config has no env" if job is not None else "this source has no run config"
         raise EvalError(f"{where}; pass --env ID to choose the environment")
     env = stage.env if stage is not None and stage.env is not None else EnvConfig(id=env_id)  # type: ignore[arg-type]
+    # the sampling limits the policy was trained with, also on another env than the run's
+    stage = stage or (job.resolved_stages()[-1] if job is not None else None)
     rollout: RolloutConfig = stage.rollout if stage is not None and stage.rollout is not None else RolloutConfig()
     if split is not None:
         env = env.model_copy(update={"eval_kwargs": {**(env.eval_kwargs if env.eval_kwargs is not None else env.kwargs), "split": split}})
