@@ -371,6 +371,28 @@ def test_a_job_with_a_missing_template_file_fails_before_training(tiny_dir, tmp_
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+def test_opentinker_train_with_a_missing_template_file_exits_2_with_one_line(tiny_dir, tmp_path, monkeypatch) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from tinker_algos import plugin
+
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-math")
+    cli = typer.Typer(add_completion=False)
+    cli.command()(lambda: None)  # keeps `train` a subcommand, as in `opentinker`
+    plugin.opentinker_register_commands(cli=cli)
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"model: {{name: {tiny_dir}, chat_template: {tmp_path / 'missing.jinja'}}}\n"
+        "env: {id: math/arithmetic-v0}\nalgorithm: {name: grpo, steps: 1}\nlogging: {tensorboard: false, plot: false}\n"
+    )
+    result = CliRunner().invoke(cli, ["train", str(config), "--run-dir", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: model.chat_template: ") and "missing.jinja" in lines[0]
+    assert "Traceback" not in result.output
+
+
 # ---- the real model -----------------------------------------------------------------------------
 class AskOnce(TextEnv):
     """One question; keeps the action and how the turn ended."""

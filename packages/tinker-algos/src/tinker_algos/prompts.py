@@ -54,6 +54,15 @@ FIELD = "model.chat_template"
 _SENTINEL = "<<opentinker-assistant-content-7f3a>>"
 
 
+class ChatTemplateError(ConfigError):
+    """``model.chat_template`` cannot be used (a missing or broken file, a tokenizer without a
+    template asked for one): a :class:`ConfigError` whose text is one line naming the field."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__([message])
+        self.args = (message,)
+
+
 class TemplateError(OpenTinkerError, ValueError):
     """A chat template that cannot render a multi-turn episode by appending (see the module docstring)."""
 
@@ -94,7 +103,9 @@ def _special_ids(tokenizer: Any) -> set[int]:
     return ids
 
 
-def _render(tokenizer: Any, template: str | None, messages: list[dict[str, str]], generation_prompt: bool) -> str:
+def render_messages(tokenizer: Any, template: str | None, messages: list[dict[str, str]], generation_prompt: bool) -> str:
+    """Chat messages as text: through ``template`` (a Jinja chat template), or, when it is None,
+    as plain ``role: content`` lines followed by ``assistant: `` for the generation prompt."""
     if template is None:
         lines = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
         return lines + ("assistant: " if generation_prompt else "")
@@ -107,7 +118,7 @@ def _render(tokenizer: Any, template: str | None, messages: list[dict[str, str]]
 def _closing(tokenizer: Any, template: str) -> tuple[str, int | None, str]:
     """``(closing, end_of_turn_id, end_of_turn_text)``: what the template writes after an
     assistant message's content, and the special token that text starts with (None if none)."""
-    text = _render(
+    text = render_messages(
         tokenizer, template, [{"role": "user", "content": "x"}, {"role": "assistant", "content": _SENTINEL}], False
     )
     at = text.rfind(_SENTINEL)
@@ -174,8 +185,9 @@ class PromptRenderer:
 
     @classmethod
     def from_config(cls, tokenizer: Any, chat_template: str = "auto", *, field: str = FIELD) -> PromptRenderer:
-        """The renderer ``model.chat_template`` asks for; a ConfigError naming ``field`` when the
-        file is missing or unusable, or the tokenizer has no template and one is required."""
+        """The renderer ``model.chat_template`` asks for; a :class:`ChatTemplateError` naming
+        ``field`` when the file is missing or unusable, or the tokenizer has no template and one is
+        required."""
         own = _template_of(tokenizer)
         if chat_template == "none":
             return cls(tokenizer, None, chat=False)
@@ -185,25 +197,21 @@ class PromptRenderer:
             return cls._checked(tokenizer, own, own != CHAR_CHAT_TEMPLATE, field, "the tokenizer's chat template")
         if chat_template == "tokenizer":
             if own is None:
-                raise ConfigError(
-                    [
-                        f"{field}: 'tokenizer' asks for the tokenizer's chat template, but this tokenizer has none; "
-                        "use 'auto' or 'none' for plain text, or give the path of a Jinja template file"
-                    ]
+                raise ChatTemplateError(
+                    f"{field}: 'tokenizer' asks for the tokenizer's chat template, but this tokenizer has none; "
+                    "use 'auto' or 'none' for plain text, or give the path of a Jinja template file"
                 )
             return cls._checked(tokenizer, own, True, field, "the tokenizer's chat template")
         path = Path(chat_template).expanduser()
         if not path.is_file():
-            raise ConfigError(
-                [
-                    f"{field}: {chat_template!r} is not 'auto', 'tokenizer', 'none' or an existing file; "
-                    "give the path of a Jinja chat-template file"
-                ]
+            raise ChatTemplateError(
+                f"{field}: {chat_template!r} is not 'auto', 'tokenizer', 'none' or an existing file; "
+                "give the path of a Jinja chat-template file"
             )
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError([f"{field}: cannot read {path}: {e}"]) from None
+            raise ChatTemplateError(f"{field}: cannot read {path}: {e}") from None
         return cls._checked(tokenizer, text, True, field, str(path))
 
     @classmethod
@@ -212,7 +220,7 @@ class PromptRenderer:
             renderer = cls(tokenizer, template, chat=chat)
             renderer.start("1+1=")
         except Exception as e:
-            raise ConfigError([f"{field}: {what} does not render a conversation: {type(e).__name__}: {e}"]) from None
+            raise ChatTemplateError(f"{field}: {what} does not render a conversation: {type(e).__name__}: {e}") from None
         return renderer
 
     @property
@@ -224,7 +232,7 @@ class PromptRenderer:
         """A readable text of an observation (for transcripts): text as is, messages rendered."""
         if isinstance(observation, str):
             return observation
-        return _render(self.tokenizer, self.template, as_messages(observation), True)
+        return render_messages(self.tokenizer, self.template, as_messages(observation), True)
 
     def start(self, observation: Any, system_prompt: str = "") -> tuple[list[int], Conversation]:
         """Token ids of an episode's first prompt, and the conversation to continue it with."""
@@ -234,7 +242,7 @@ class PromptRenderer:
         messages = as_messages(observation)
         if system_prompt and not (messages and messages[0]["role"] == "system"):
             messages = [{"role": "system", "content": system_prompt}, *messages]
-        text = _render(tok, self.template, messages, True)
+        text = render_messages(tok, self.template, messages, True)
         return list(tok.encode(text, add_special_tokens=False)), Conversation(messages)
 
     def next(
@@ -247,8 +255,8 @@ class PromptRenderer:
             return list(tok.encode(self.text_of(observation), add_special_tokens=False))
         before = [*conversation.messages, {"role": "assistant", "content": str(action_text)}]
         after = [*before, *as_messages(observation)]
-        a = _render(tok, self.template, before, False)
-        u = _render(tok, self.template, after, True)
+        a = render_messages(tok, self.template, before, False)
+        u = render_messages(tok, self.template, after, True)
         if not u.startswith(a) or not a.endswith(self.closing):
             raise TemplateError(
                 "the chat template renders earlier turns differently once a message is added, so a "
@@ -264,10 +272,12 @@ class PromptRenderer:
 
 __all__ = [
     "CHAT_TEMPLATE_MODES",
+    "ChatTemplateError",
     "Conversation",
     "PromptRenderer",
     "TemplateError",
     "as_messages",
     "eos_token_ids",
+    "render_messages",
     "template_end_of_turn_id",
 ]

@@ -1,4 +1,8 @@
-"""Tokenizers: loading, and prompt rendering.
+"""Tokenizers: loading, and rendering the prompts given to ``sample()``.
+
+Environment observations in rollouts go through :class:`tinker_algos.prompts.PromptRenderer`
+(``model.chat_template``, multi-turn deltas); both render chat messages with
+:func:`tinker_algos.prompts.render_messages`.
 
 The tiny preset's character-level tokenizer is built by
 :func:`tinker_algos.model_files.build_char_tokenizer` (re-exported here with its vocabulary).
@@ -31,6 +35,7 @@ from tinker_algos.model_files import (  # re-exported: their home was this modul
     build_char_tokenizer,
     resolve_model,
 )
+from tinker_algos.prompts import render_messages
 
 logger = logging.getLogger(__name__)
 
@@ -120,13 +125,7 @@ def render_prompt(
                 raise ValueError(f"prompt message {i} needs 'role' and 'content' keys, got {sorted(m)}")
     else:
         raise TypeError(f"prompt must be a str or a list of chat messages, got {type(prompt).__name__}")
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt
-        )
-        return str(text)
-    lines = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-    return lines + ("assistant: " if add_generation_prompt else "")
+    return render_messages(tokenizer, getattr(tokenizer, "chat_template", None) or None, messages, add_generation_prompt)
 
 
 def encode_prompt(
