@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -139,6 +140,29 @@ def _first_line(e: BaseException) -> str:
 
 
 @contextlib.contextmanager
+def _one_reader_per_file() -> Iterator[None]:
+    """Parse each GGUF file once while the block runs: the header check, the tokenizer, the config
+    and the weights each construct a ``gguf.GGUFReader`` (about 10 s apiece for SmolLM2's 49k-token
+    vocabulary on this machine); they get the same read-only reader instead."""
+    import gguf
+
+    original = gguf.GGUFReader
+    readers: dict[tuple[str, str], Any] = {}
+
+    def shared(path: Any, mode: str = "r") -> Any:
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = original(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = shared  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original  # type: ignore[misc]
+
+
+@contextlib.contextmanager
 def _quiet_transformers(report: Progress) -> Iterator[None]:
     """No tqdm bars or warnings from transformers while it works; its per-tensor dequantisation
     loop reports to ``report("weights", i, n)`` instead (the caller draws the progress)."""
@@ -202,10 +226,15 @@ def import_gguf(
     if output.exists() and not overwrite:
         raise FileExistsError(f"{output} already exists; choose another --output or pass --force")
     check_magic(gguf_file)  # before any progress: a missing or non-GGUF file is an error line alone
+    with _one_reader_per_file():
+        return _import(gguf_file, output, report, overwrite=overwrite, metadata=metadata)
+
+
+def _import(gguf_file: str | Path, output: Path, report: Progress, *, overwrite: bool, metadata: dict[str, Any] | None) -> Path:
+    started = time.perf_counter()
     report("check", 0, 1)
     info = check_gguf(gguf_file)
     report("check", 1, 1)
-    started = time.perf_counter()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
