@@ -67,7 +67,8 @@ odd_names = st.one_of(
     st.sampled_from(["..", "../x", "/tmp/x", "a/b", "x\x00y", "n" * 256, "", " ", "-", "é", "runs", "local"]),
     st.text(max_size=40),
 )
-odd_paths = st.sampled_from(["/etc", "/etc/passwd", "..", "../../alice", "~", "/", "runs/alice", "RUNS/alice/x", "tiny:99"])
+odd_paths = st.sampled_from(["/etc", "/etc/passwd", "..", "../../alice", "~", "~0", "~no-such-user/x", "/", "runs/alice",
+                             "RUNS/alice/x", "tiny:99"])
 
 
 @st.composite
@@ -318,3 +319,13 @@ def test_a_forged_page_token_nested_deeply_or_past_the_stores_integers_is_refuse
         server.stub.List(jobs_pb2.ListJobsRequest(page_token=token), metadata=_metadata(server, "alice"), timeout=WAIT_S)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details().startswith("page_token: not a token this server gave you")
+
+
+@pytest.mark.parametrize("name", ["~0", "~no-such-user/model"])
+def test_a_model_path_of_an_unknown_users_home_is_refused_like_any_other_path(server: Server, name: str) -> None:
+    """Found by the TrainingService fuzzer: ``~0`` failed with UNKNOWN ("Could not determine home directory")."""
+    text = f"model: {{name: {json.dumps(name)}}}\nalgorithm: {{name: sft, steps: 2}}\n"
+    with pytest.raises(grpc.RpcError) as info:
+        server.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=text), metadata=_metadata(server, "alice"), timeout=WAIT_S)
+    assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert info.value.details().startswith(f"model.name: {name!r} is not a base model this scheduler allows")

@@ -78,7 +78,10 @@ class PathPolicy:
     # ---- what a tenant reads --------------------------------------------------------------
 
     def _readable(self, path: str, tenant: str) -> bool:
-        real = Path(os.path.realpath(Path(path).expanduser()))
+        try:
+            real = Path(os.path.realpath(Path(path).expanduser()))
+        except RuntimeError:  # '~name' of a user this server does not have
+            return False
         if _inside(real, self.runs_dir):
             return _inside(real, self.tenant_dir(tenant))
         return any(_inside(real, root) for root in self.model_roots)

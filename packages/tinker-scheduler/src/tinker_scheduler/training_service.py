@@ -48,7 +48,7 @@ from tinker_algos import tinker_ops
 from tinker_core.proto import common_pb2, request_key, tensors, training_pb2, training_pb2_grpc
 from tinker_scheduler import training_wire as wire
 from tinker_scheduler.auth import AuthMode
-from tinker_scheduler.errors import StatusError
+from tinker_scheduler.errors import StatusError, classify
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.rpc import abort, caller_tenant
 from tinker_scheduler.sessions import Caller, HostCall, Session, SessionManager
@@ -81,6 +81,9 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
             return fn(tenant)
         except StatusError as e:
             abort(context, getattr(grpc.StatusCode, e.code, grpc.StatusCode.INTERNAL), str(e))
+        except Exception as e:  # noqa: BLE001 - e.g. a base model a local host cannot load: a status, never UNKNOWN
+            code, message = classify(e)
+            abort(context, getattr(grpc.StatusCode, code), message)
 
     def _session_call(self, context: grpc.ServicerContext, method: str, request: Any,
                       fn: Callable[[Session, HostCall], Any], check: Callable[[Session], None] | None = None) -> Any:
@@ -148,6 +151,11 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         def check(s: Session) -> None:
             tinker_ops.check_sample([len(p.tokens) for p in request.prompts], request.sampling_params.max_tokens,
                                     request.num_samples or 1, s.info.get("context_length"), self.limits)
+            vocab = s.info.get("vocab_size")
+            for i, p in enumerate(request.prompts):
+                bad = [t for t in p.tokens if not 0 <= t < vocab] if vocab else []
+                if bad:
+                    raise ValueError(f"prompts[{i}]: token id {bad[0]} is outside the model's vocabulary [0, {vocab})")
 
         def fn(s: Session, call: HostCall) -> training_pb2.SampleResponse:
             path = self.sessions.own_path(s.tenant, request.sampler_path, "sampler_path") if request.sampler_path else ""
