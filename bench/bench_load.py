@@ -165,8 +165,9 @@ def run_load(address: str, keys: list[str], shape: LoadShape = LoadShape()) -> L
         try:
             submit_then_cancel(c)
         except BaseException:
-            start.abort()  # the main thread must not wait for this client forever
+            start.abort()  # neither the main thread nor a watcher waits for this client forever
             submitted_all.abort()
+            first_job[c].set()
             raise
 
     def submit_then_cancel(c: int) -> None:
@@ -216,8 +217,8 @@ def run_load(address: str, keys: list[str], shape: LoadShape = LoadShape()) -> L
                 code = e.code().name if hasattr(e, "code") else type(e).__name__
                 rec.errors["Watch"][code] += 1
 
-    threads = [threading.Thread(target=client, args=(c,), name=f"client-{c}") for c in range(shape.clients)]
-    threads += [threading.Thread(target=watcher, args=(w,), name=f"watch-{w}") for w in range(shape.watchers)]
+    threads = [threading.Thread(target=client, args=(c,), name=f"client-{c}", daemon=True) for c in range(shape.clients)]
+    threads += [threading.Thread(target=watcher, args=(w,), name=f"watch-{w}", daemon=True) for w in range(shape.watchers)]
     for t in threads:
         t.start()
     seconds: dict[str, float] = {}
