@@ -5,8 +5,9 @@ as its own process (``python -m tinker_scheduler start``, its own local Ray). Ea
 something after the job reported a few steps, then checks that the job SUCCEEDS, resumed from a
 checkpoint (not from step 0), and that nothing is lost or damaged: every step's metrics in the
 job store and in the run directory equal those of an uninterrupted job of the same config (same
-seed; it runs beside the resumed one on the same scheduler), each step is reported once, the event cursors have no gap, every checkpoint left verifies
-against its manifest, and the SQLite job store passes its integrity check.
+seed; it runs beside the resumed one on the same scheduler), each step is reported once, the
+event cursors have no gap, every checkpoint left verifies against its manifest, and the SQLite
+job store passes its integrity check.
 
 Kill -9 of the scheduler with the test workload, SIGTERM and a damaged newest checkpoint are in
 ``packages/tinker-scheduler/tests/test_recovery.py`` and ``test_checkpoint_recovery.py``.
@@ -14,6 +15,7 @@ Kill -9 of the scheduler with the test workload, SIGTERM and a damaged newest ch
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -115,7 +117,7 @@ def check_nothing_lost(client: JobClient, job_id: str, reference_id: str, db: Pa
     checkpoints = sorted((Path(final.run_dir) / "checkpoints").iterdir())
     assert checkpoints and checkpoints[-1].name == f"step-{STEPS:06d}"
     assert all(verify(c) for c in checkpoints)
-    with sqlite3.connect(db) as conn:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     return events
 
