@@ -147,6 +147,17 @@ def test_an_unreachable_index_is_one_line_saying_what_to_run(monkeypatch, tmp_pa
     assert list(tmp_path.rglob("*.gguf")) == [] and not any(p.is_file() for p in tmp_path.rglob("*"))
 
 
+def test_a_damaged_cached_download_is_removed_and_the_error_says_to_fetch_again(tmp_path):
+    from tinker_algos.hub import FetchError, fetch_preset
+
+    damaged = gguf_path(PRESETS["smollm2-135m-instruct"], tmp_path)
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"GGUF" + b"\0" * 20)  # magic bytes, then nothing readable
+    with pytest.raises(FetchError, match="cached download was removed: run `opentinker model fetch smollm2-135m-instruct`"):
+        fetch_preset("smollm2-135m-instruct", cache=tmp_path)
+    assert not damaged.exists() and not (tmp_path / "models" / "smollm2-135m-instruct").exists()
+
+
 # ---- the CLI ---------------------------------------------------------------------------------
 def test_model_commands_are_registered_and_importing_them_loads_no_torch():
     group = typer.main.get_command(cli()).commands["model"]

