@@ -244,6 +244,7 @@ def test_a_full_fine_tuning_run_exports_a_full_model_with_or_without_merge(full_
     assert result.exit_code == 0 and "full model (a full fine-tuning run)" in result.stdout, result.output
     assert invoke("export", full_run, "-o", merged, "--merge").exit_code == 0
     assert not (plain / "adapter_config.json").exists()
+    assert all(f.stat().st_mode & 0o044 == 0o044 for f in plain.iterdir())  # others can read it
     ids, want = logits_of(trained_policy(full_run, 2))
     fresh = load_in_fresh_process(tmp_path, "-", full_plain=plain, full_merged=merged)
     for path in (plain, merged):

@@ -154,6 +154,8 @@ def export(
         if getattr(model, "generation_config", None) is not None:
             model.generation_config.save_pretrained(str(tmp))
         policy.tokenizer.save_pretrained(str(tmp))
+        for f in tmp.iterdir():  # readable by whoever serves it (the weights file may come out 600)
+            f.chmod(0o644)
 
     if output.is_dir() and not any(output.iterdir()):
         output.rmdir()  # an empty directory given as the target is replaced like a new one
