@@ -230,3 +230,15 @@ def test_a_damaged_page_is_found_by_the_check_at_open(tmp_path):
     with pytest.raises(StoreError) as caught:
         JobStore(path)
     assert "quick_check" in _one_line_naming(caught.value, path)
+
+
+def test_the_queue_can_be_read_without_configs(store):
+    # the scheduling loop reads the queue every tick: summaries keep a long queue of big
+    # configs from being re-read each time (a job's config is read when it starts)
+    big = "# " + "x" * 100_000 + "\nalgorithm: {name: sft}\n"
+    first, _ = store.submit(new_job(config=big))
+    second, _ = store.submit(new_job(config=big, request_id="r2"))
+    summaries = store.in_state(JobState.QUEUED, with_config=False)
+    assert [j.id for j in summaries] == [first.id, second.id]
+    assert all(j.config_text == "" and j.config_json == "" for j in summaries)
+    assert [j.config_text for j in store.in_state(JobState.QUEUED)] == [big, big]

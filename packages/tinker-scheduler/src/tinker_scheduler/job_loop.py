@@ -278,13 +278,18 @@ class JobLoop:
                 ray.kill(run.actor, no_restart=True)
 
     def _dispatch(self) -> None:
-        queued = self.store.in_state(JobState.QUEUED)
+        # summaries: the loop runs every tick, so a long queue of big configs must not be re-read
+        # each time; a job's config is read when it starts (and once for its host key)
+        queued = self.store.in_state(JobState.QUEUED, with_config=False)
         if not queued:
             return
         # 1. LoRA jobs whose base model a running host already serves join it: no new resources
         for job in sorted(queued, key=lambda j: (-j.priority, j.seq)):
             shared = self._shared_host_key(job)
-            if shared is not None and self._launch_shared(job, *shared, demand=None):
+            if shared is None:
+                continue
+            full = self.store.get(job.id)
+            if full is None or self._launch_shared(full, *shared, demand=None):
                 queued = [j for j in queued if j.id != job.id]
         if not queued:
             return
@@ -296,9 +301,10 @@ class JobLoop:
         candidates = [
             QueuedJob(j.id, j.tenant, j.priority, j.seq, Resources(j.cpus, j.gpus, j.memory_gb)) for j in queued
         ]
-        records = {j.id: j for j in queued}
         for choice in plan(candidates, self.free(), self.capacity, by_tenant):
-            job = records[choice.job_id]
+            job = self.store.get(choice.job_id)
+            if job is None:
+                continue
             shared = self._shared_host_key(job)
             if shared is not None:  # joins a host started earlier in this loop, or starts one
                 self._launch_shared(job, *shared, demand=choice.demand)
@@ -312,8 +318,11 @@ class JobLoop:
         if job.id not in self._host_keys:
             from tinker_core.config import JobConfig
 
+            full = job if job.config_json else self.store.get(job.id)
+            if full is None:
+                return None
             try:
-                self._host_keys[job.id] = shared_host_of(JobConfig.model_validate_json(job.config_json))
+                self._host_keys[job.id] = shared_host_of(JobConfig.model_validate_json(full.config_json))
             except ValueError:
                 self._host_keys[job.id] = None  # _launch reports the error
         return self._host_keys[job.id]

@@ -48,7 +48,7 @@ class _StoreCollector(Collector):
             jobs.add_metric([state.name], n)
         yield jobs
         yield GaugeMetricFamily("opentinker_queue_depth", "Jobs waiting in the queue.", value=counts[JobState.QUEUED])
-        queued = self._store.in_state(JobState.QUEUED)
+        queued = self._store.in_state(JobState.QUEUED, with_config=False)
         oldest = max((time.time() - j.queued_at for j in queued), default=0.0)
         yield GaugeMetricFamily(
             "opentinker_queue_oldest_wait_seconds", "How long the oldest queued job has waited.", value=oldest

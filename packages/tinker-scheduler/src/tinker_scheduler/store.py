@@ -350,9 +350,10 @@ class JobStore:
         params.append(limit)
         return [JobRecord.from_row(r) for r in self._query(sql, params)]
 
-    def in_state(self, state: JobState) -> list[JobRecord]:
-        """Every job in ``state``, oldest first."""
-        rows = self._query("SELECT * FROM jobs WHERE state = ? ORDER BY seq", (int(state),))
+    def in_state(self, state: JobState, *, with_config: bool = True) -> list[JobRecord]:
+        """Every job in ``state``, oldest first; summaries (no config text) without ``with_config``."""
+        columns = "*" if with_config else _SUMMARY_COLUMNS
+        rows = self._query(f"SELECT {columns} FROM jobs WHERE state = ? ORDER BY seq", (int(state),))
         return [JobRecord.from_row(r) for r in rows]
 
     def counts_by_state(self) -> dict[JobState, int]:
