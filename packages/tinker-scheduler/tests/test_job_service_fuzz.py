@@ -40,6 +40,7 @@ WAIT_S = 30.0
 WATCH_LIVE_S = 0.2
 #: Every call's outcome (status code name) over the module, for the reliability report.
 TALLY: Counter[str] = Counter()
+BY_METHOD: Counter[str] = Counter()
 
 
 def alias_bomb(levels: int) -> str:
@@ -153,6 +154,7 @@ def server(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Itera
         channel.close()
         scheduler.stop()
         print(f"\njob service fuzz: {sum(TALLY.values())} calls: {dict(sorted(TALLY.items()))}")
+        print(dict(sorted(BY_METHOD.items())))
 
 
 def _metadata(server: Server, caller: str) -> tuple[tuple[str, str], ...]:
@@ -191,6 +193,7 @@ def _call(server: Server, method: str, request: Any, caller: str, *, stream_time
             answer = events
     except grpc.RpcError as e:
         TALLY[e.code().name] += 1
+        BY_METHOD[f"{method} {e.code().name}"] += 1
         assert e.code() in CLEAR, f"{method}: {e.code()} {e.details()}"
         assert e.details() and "Traceback" not in e.details(), f"{method}: {e.code()} {e.details()!r}"
         if tenant is None:
@@ -199,6 +202,7 @@ def _call(server: Server, method: str, request: Any, caller: str, *, stream_time
         assert not hinted, f"{method} hinted at another tenant's job: {e.details()}"
         return None
     TALLY["OK"] += 1
+    BY_METHOD[f"{method} OK"] += 1
     assert tenant is not None, f"{method} answered a caller without a valid key"
     jobs = answer.jobs if method == "List" else [] if method == "Watch" else [answer]
     for job in jobs:

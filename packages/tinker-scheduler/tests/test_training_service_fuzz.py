@@ -43,6 +43,7 @@ VOCAB = 101  # and its vocabulary
 SEQ = [1, 20, 21, 22, 30, 31, 2]
 #: Every call's outcome (status code name) over the module, for the reliability report.
 TALLY: Counter[str] = Counter()
+BY_METHOD: Counter[str] = Counter()
 
 floats = st.one_of(
     st.floats(-10, 10), st.sampled_from([0.0, 1.0, -1.0, math.nan, math.inf, -math.inf, 1e30, -1e30]),
@@ -52,10 +53,10 @@ token_ids = st.one_of(st.integers(0, VOCAB - 1), st.sampled_from([-1, VOCAB, -(2
 
 @st.composite
 def datums(draw: Any) -> training_pb2.Datum:
-    kind = draw(st.sampled_from(["good", "good", "random", "long", "empty"]))
+    kind = draw(st.sampled_from(["good"] * 6 + ["random", "random", "long", "empty"]))
     if kind == "good":
         seq = draw(st.lists(st.integers(0, VOCAB - 1), min_size=2, max_size=20))
-        w = draw(st.one_of(st.just([1.0] * (len(seq) - 1)), st.lists(floats, min_size=len(seq) - 1, max_size=len(seq) - 1)))
+        w = draw(st.one_of(st.just([1.0] * (len(seq) - 1)), st.just([1.0] * (len(seq) - 1)), st.lists(floats, min_size=len(seq) - 1, max_size=len(seq) - 1)))
         d = training_pb2.Datum(tokens=seq[:-1], target_tokens=seq[1:], loss_weights=w)
         if draw(st.booleans()):
             d.advantages.extend(draw(st.lists(floats, min_size=len(seq) - 1, max_size=len(seq) - 1)))
@@ -78,11 +79,12 @@ token_lists = st.one_of(
     st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=12), st.lists(token_ids, max_size=8),
     st.sampled_from([[5] * CONTEXT, [5] * (CONTEXT + 1)]),
 )
-callers = st.sampled_from(["alice", "alice", "alice", "alice", "bob", "bob", "nobody", "forged"])
+callers = st.sampled_from(["alice"] * 5 + ["bob"] * 3 + ["nobody", "forged"])
 #: ("own", i): a session of the caller's tenant; ("any", i): of either tenant; a string: an odd id.
-session_refs = st.one_of(st.tuples(st.sampled_from(["own", "own", "own", "any"]), st.integers(0, 10)), st.text(max_size=16))
+_pooled = st.tuples(st.sampled_from(["own", "own", "own", "any"]), st.integers(0, 10))
+session_refs = st.one_of(_pooled, _pooled, _pooled, _pooled, st.text(max_size=16))
 #: A saved path: an int picks one the fuzzer saw saved (either tenant's); strings are odd paths.
-path_refs = st.one_of(st.integers(0, 10), st.sampled_from(["", "/etc", "/etc/passwd", "..", "../..", "tokenizer", "RUNS",
+path_refs = st.one_of(st.integers(0, 10), st.integers(0, 10), st.sampled_from(["", "/etc", "/etc/passwd", "..", "../..", "tokenizer", "RUNS",
                                                             "RUNS/alice/sessions", "RUNS/bob/sessions/x/../..", "\x00"]))
 names = st.one_of(st.sampled_from(["s1", "s2", "step-000001", "../escape", "/abs", "", ".hidden", "a" * 129, "\x00"]),
                   st.text(max_size=12))
@@ -95,30 +97,37 @@ options = st.one_of(st.just(""), st.sampled_from([
     "{}", "[]", "{", '{"precision": "fp7"}', '{"device": "cuda:99"}', '{"device": "banana"}', '{"revision": "main"}',
     '{"precision": "bf16"}', '{"device": "cpu"}', '{"device": 3}', '{"precision": null}',
 ]), st.text(max_size=12))
-ops = st.one_of(
+_calls = (
     st.tuples(st.just("create"), callers, base_models, st.sampled_from([-1, 0, 1, 2, 4, 1025, 100_000, 2**31 - 1]), floats,
               st.sampled_from([0.0, 0.1, -0.5, 1.0, math.nan]),
               st.sampled_from([[], ["q_proj"], ["nope"], [""]]), st.integers(-(2**63), 2**63 - 1), options,
               st.sampled_from(["", "c1", "c2"])),
-    st.tuples(st.just("forward_backward"), callers, session_refs, st.lists(datums(), max_size=3),
-              st.sampled_from(["cross_entropy", "importance_sampling", "ppo", "cispo", "", "nope"]),
+    st.tuples(st.just("forward_backward"), callers, session_refs, st.lists(datums(), max_size=2),
+              st.sampled_from(["cross_entropy"] * 4 + ["importance_sampling", "ppo", "cispo", "", "nope"]),
               st.dictionaries(st.sampled_from(["clip_low_threshold", "clip_high_threshold", "eps_low", "dual_clip", "x"]),
                               floats, max_size=2), st.sampled_from(["", "r1", "r2"])),
     st.tuples(st.just("forward"), callers, session_refs, st.lists(datums(), max_size=3),
               st.sampled_from(["", "cross_entropy", "nope"])),
-    st.tuples(st.just("optim_step"), callers, session_refs, floats, floats, floats, floats, st.sampled_from(["", "r1", "r3"])),
+    st.tuples(st.just("optim_step"), callers, session_refs, st.one_of(st.just(1e-3), floats), st.one_of(st.just(0.0), floats),
+              st.one_of(st.just(0.0), floats), st.one_of(st.just(0.0), floats), st.sampled_from(["", "r1", "r3"])),
     st.tuples(st.just("sample"), callers, session_refs, st.lists(token_lists, max_size=3),
               st.sampled_from([1, 4, 4, 4, -1, 0, 8193, 2**31 - 1]), st.sampled_from([-1, 0, 1, 1, 3, 2000]),
               st.one_of(st.none(), st.none(), floats), st.one_of(st.none(), st.none(), floats), st.sampled_from([-1, 0, 1, 5, 2**31 - 1]),
-              st.lists(st.text(max_size=3), max_size=2), st.lists(token_ids, max_size=2), path_refs),
+              st.lists(st.text(max_size=3), max_size=2), st.lists(token_ids, max_size=2), st.one_of(st.just(""), path_refs)),
+    # and a Sample / SaveWeightsForSampler that get past the field checks, to reach the model
+    st.tuples(st.just("sample"), callers, _pooled, st.lists(st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=8),
+              min_size=1, max_size=2), st.integers(1, 6), st.integers(1, 3), st.one_of(st.none(), st.floats(0, 2)),
+              st.one_of(st.none(), st.floats(0.05, 1)), st.integers(0, 50), st.lists(st.text(max_size=3), max_size=2),
+              st.lists(st.integers(0, VOCAB - 1), max_size=2), st.one_of(st.just(""), st.integers(0, 10))),
+    st.tuples(st.just("save_sampler"), callers, _pooled, st.sampled_from(["w1", "w2"])),
     st.tuples(st.just("logprobs"), callers, session_refs, st.lists(token_lists, max_size=3)),
     st.tuples(st.just("save_state"), callers, session_refs, names),
     st.tuples(st.just("save_sampler"), callers, session_refs, names),
     st.tuples(st.just("load_state"), callers, session_refs, path_refs, st.booleans()),
     st.tuples(st.just("get_weights"), callers, session_refs, path_refs, st.booleans()),
     st.tuples(st.just("info"), callers, session_refs),
-    st.tuples(st.just("close"), callers, session_refs),
 )
+ops = st.one_of(*_calls, *_calls, st.tuples(st.just("close"), callers, session_refs))  # closing less often than the rest
 
 
 @dataclass
@@ -159,6 +168,7 @@ def server(ray_session: None, tmp_path_factory: pytest.TempPathFactory) -> Itera
         scheduler.stop()
         torch.set_num_threads(threads)
         print(f"\ntraining service fuzz: {sum(TALLY.values())} calls: {dict(sorted(TALLY.items()))}")
+        print(dict(sorted(BY_METHOD.items())))
 
 
 def _md(keys: dict[str, str], caller: str) -> tuple[tuple[str, str], ...]:
@@ -176,12 +186,14 @@ def _call(server: Server, method: str, request: Any, caller: str) -> Any:
             answer = tensors.join_tensor_chunks(answer)
     except grpc.RpcError as e:
         TALLY[e.code().name] += 1
+        BY_METHOD[f"{method} {e.code().name}"] += 1
         assert e.code() in CLEAR, f"{method}: {e.code()} {e.details()}"
         assert e.details() and "Traceback" not in e.details(), f"{method}: {e.code()} {e.details()!r}"
         if tenant is None:
             assert e.code() == grpc.StatusCode.UNAUTHENTICATED, f"{method} by {caller}: {e.code()} {e.details()}"
         return None
     TALLY["OK"] += 1
+    BY_METHOD[f"{method} OK"] += 1
     assert tenant is not None, f"{method} answered a caller without a valid key"
     sid = getattr(request, "session_id", "")
     if sid and method != "CloseSession":  # (closing an unknown or foreign session is a no-op answer)
@@ -278,7 +290,7 @@ def _run(server: Server, sequence: list[tuple[Any, ...]]) -> None:
                 server.sessions[tenant].remove(s)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(ops, min_size=1, max_size=8))
 def test_random_training_service_sequences_get_an_answer_or_a_clear_status(server: Server, sequence: list[tuple[Any, ...]]) -> None:
     TALLY["sequences"] += 1

@@ -17,8 +17,9 @@ from tinker_scheduler.sessions import SessionRequest
 
 #: Keys ``CreateTrainingSessionRequest.options_json`` may hold.
 OPTION_KEYS = ("precision", "device", "revision")
-#: The largest ``lora_rank``: a larger one holds more weights than the models it adapts (a rank of
-#: 100,000 gave the tiny model 1.1 billion trainable parameters; 2**31 - 1 asked for a terabyte).
+#: The largest ``lora_rank``: more is no use for an adapter and can ask a shared host for more memory
+#: than it has (a rank of 100,000 gave the tiny model 1.1 billion trainable parameters; 2**31 - 1
+#: asked for a terabyte).
 MAX_LORA_RANK = 1024
 
 
