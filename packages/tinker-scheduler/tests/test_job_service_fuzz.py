@@ -111,18 +111,19 @@ def config_texts(draw: Any) -> str:
 
 callers = st.sampled_from(["alice", "alice", "alice", "bob", "bob", "x-api-key", "nobody", "forged", "prefix", "basic"])
 job_refs = st.one_of(st.integers(min_value=0, max_value=20), st.text(max_size=30))  # an int: a job made so far
-request_ids = st.one_of(st.just(""), st.sampled_from(["r1", "r2"]), st.text(max_size=20))
+request_ids = st.one_of(st.just(""), st.sampled_from(["r1", "r2", "x" * 256, "x" * 257, "x" * 200_000]), st.text(max_size=20))
 priorities = st.one_of(st.none(), st.integers(-101, 101), st.sampled_from([-(2**31), 2**31 - 1]))
 page_tokens = st.one_of(
-    st.just(""), st.text(max_size=40), st.sampled_from(["foreign", "own", *DEEP_TOKENS]),
+    st.just(""), st.just("own"), st.text(max_size=40), st.sampled_from(["foreign", "own", *DEEP_TOKENS]),
     st.builds(lambda t, b: base64.urlsafe_b64encode(json.dumps({"tenant": t, "states": [], "before": b}).encode()).decode(),
               st.sampled_from(["alice", "bob", "local", ""]), st.one_of(st.integers(-5, 10**20), st.text(max_size=3))),
 )
 ops = st.one_of(
     st.tuples(st.just("submit"), callers, config_texts(), st.integers(0, 3), request_ids, priorities),
     st.tuples(st.just("get"), callers, job_refs),
-    st.tuples(st.just("list"), callers, st.lists(st.integers(-1, 7), max_size=3), st.integers(-3, 2**31 - 1), page_tokens),
-    st.tuples(st.just("cancel"), callers, job_refs, st.text(max_size=50)),
+    st.tuples(st.just("list"), callers, st.one_of(st.lists(st.integers(1, 5), max_size=2), st.lists(st.integers(-1, 7), max_size=3)),
+              st.one_of(st.integers(0, 3), st.integers(-3, 2**31 - 1)), page_tokens),
+    st.tuples(st.just("cancel"), callers, job_refs, st.one_of(st.text(max_size=50), st.sampled_from(["r" * 4097, "r" * 3_000_000]))),
     st.tuples(st.just("watch"), callers, job_refs, st.integers(0, 2**64 - 1)),
 )
 
@@ -258,7 +259,7 @@ def _run(server: Server, sequence: list[tuple[Any, ...]]) -> None:
             _call(server, "Watch", request, caller, stream_timeout=WATCH_LIVE_S if own else None)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(ops, min_size=1, max_size=10))
 def test_random_job_service_sequences_get_an_answer_or_a_clear_status(server: Server, sequence: list[tuple[Any, ...]]) -> None:
     TALLY["sequences"] += 1
@@ -333,3 +334,26 @@ def test_a_model_path_of_an_unknown_users_home_is_refused_like_any_other_path(se
         server.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=text), metadata=_metadata(server, "alice"), timeout=WAIT_S)
     assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert info.value.details().startswith(f"model.name: {name!r} is not a base model this scheduler allows")
+
+
+def test_long_request_ids_and_cancel_reasons_are_refused_so_list_pages_stay_small(server: Server) -> None:
+    """Found while fuzzing: a 200,000-character client_request_id and a 3 MB Cancel reason were stored
+    and sent back in every List page (a reason near 4 MiB would break List for that tenant's clients)."""
+    from tinker_scheduler.job_service import MAX_REASON_CHARS, MAX_REQUEST_ID_CHARS
+
+    md = _metadata(server, "alice")
+    submit = server.stub.Submit
+    with pytest.raises(grpc.RpcError) as info:
+        submit(jobs_pb2.SubmitJobRequest(config_text=job_config_text(), client_request_id="x" * (MAX_REQUEST_ID_CHARS + 1)),
+               metadata=md, timeout=WAIT_S)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith(f"client_request_id: {MAX_REQUEST_ID_CHARS + 1} characters, over the limit")
+    job = submit(jobs_pb2.SubmitJobRequest(config_text=job_config_text(), client_request_id="x" * MAX_REQUEST_ID_CHARS),
+                 metadata=md, timeout=WAIT_S)
+    server.jobs["alice"][job.id] = job.config_text
+    with pytest.raises(grpc.RpcError) as info:
+        server.stub.Cancel(jobs_pb2.CancelJobRequest(job_id=job.id, reason="r" * (MAX_REASON_CHARS + 1)), metadata=md, timeout=WAIT_S)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and info.value.details().startswith("reason: 4,097 characters")
+    assert server.stub.Get(jobs_pb2.GetJobRequest(job_id=job.id), metadata=md, timeout=WAIT_S).state == jobs_pb2.JOB_STATE_QUEUED
+    cancelled = server.stub.Cancel(jobs_pb2.CancelJobRequest(job_id=job.id, reason="r" * MAX_REASON_CHARS), metadata=md, timeout=WAIT_S)
+    assert cancelled.state == jobs_pb2.JOB_STATE_CANCELLED and cancelled.reason == "r" * MAX_REASON_CHARS

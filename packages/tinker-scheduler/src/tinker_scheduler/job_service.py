@@ -32,6 +32,10 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 #: A List page stops growing past this many bytes (a client's default limit is 4 MiB).
 MAX_PAGE_BYTES = 1024 * 1024
+#: The longest ``client_request_id`` (a UUID has 36 characters) and Cancel ``reason``: both are
+#: stored with the job and sent back in every List page.
+MAX_REQUEST_ID_CHARS = 256
+MAX_REASON_CHARS = 4096
 #: How deeply a job config may nest mappings and lists (a real one uses a handful of levels).
 MAX_CONFIG_DEPTH = 64
 #: The largest cursor the store can hold; a larger ``after_cursor`` means the same: no event after it.
@@ -235,6 +239,10 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
 
     def Submit(self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
         tenant = self._tenant(context)
+        if len(request.client_request_id) > MAX_REQUEST_ID_CHARS:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                  f"client_request_id: {len(request.client_request_id):,} characters, over the limit of "
+                  f"{MAX_REQUEST_ID_CHARS}; send a short unique key such as a UUID")
         try:
             check_config_size(len(request.config_text.encode("utf-8")))  # before any parsing
         except ConfigError as e:
@@ -332,6 +340,9 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
 
     def Cancel(self, request: jobs_pb2.CancelJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
         tenant = self._tenant(context)
+        if len(request.reason) > MAX_REASON_CHARS:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                  f"reason: {len(request.reason):,} characters, over the limit of {MAX_REASON_CHARS:,}")
         job = self._job(context, tenant, request.job_id)
         if job.state.terminal:
             return job_message(job)
