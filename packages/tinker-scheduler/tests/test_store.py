@@ -242,3 +242,15 @@ def test_the_queue_can_be_read_without_configs(store):
     assert [j.id for j in summaries] == [first.id, second.id]
     assert all(j.config_text == "" and j.config_json == "" for j in summaries)
     assert [j.config_text for j in store.in_state(JobState.QUEUED)] == [big, big]
+
+
+def test_jobs_version_moves_with_job_rows_not_with_events(store):
+    # the scheduling loop re-plans the queue only when this moves (or resources change)
+    v0 = store.jobs_version
+    job, _ = store.submit(new_job())
+    v1 = store.jobs_version
+    assert v1 > v0
+    store.append_events(job.id, [PendingEvent("log", {"text": "hello"})])
+    assert store.jobs_version == v1
+    store.transition(job.id, JobState.RUNNING, "started")
+    assert store.jobs_version > v1

@@ -257,7 +257,7 @@ def eval_settings(
         top_p=rollout.top_p,
         top_k=rollout.top_k,
         seed=seed if seed is not None else derive_seed(job.seed if job is not None else 0, "eval"),
-        chat_template=getattr(job.model, "chat_template", None) if job is not None else None,
+        chat_template=job.model.chat_template if job is not None else None,
     )
 
 

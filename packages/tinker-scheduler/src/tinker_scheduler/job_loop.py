@@ -36,6 +36,9 @@ from tinker_scheduler.placement import (
 from tinker_scheduler.policy import QueuedJob, Resources, plan
 from tinker_scheduler.store import JobRecord, JobState, JobStore, PendingEvent
 
+REPLAN_S = 5.0
+"""The queue is re-planned at least this often even when nothing seems to have changed."""
+
 if TYPE_CHECKING:
     from tinker_scheduler.metrics import SchedulerMetrics
 
@@ -68,6 +71,7 @@ class JobLoop:
         self.runs: dict[str, Run] = {}
         self.runs_lock = threading.Lock()
         self._host_keys: dict[str, tuple[HostKey, dict[str, Any]] | None] = {}
+        self._planned: tuple[Any, ...] | None = None  # what the last full dispatch saw
 
     def running_job_ids(self) -> list[str]:
         with self.runs_lock:
@@ -280,8 +284,19 @@ class JobLoop:
     def _dispatch(self) -> None:
         # summaries: the loop runs every tick, so a long queue of big configs must not be re-read
         # each time; a job's config is read when it starts (and once for its host key)
+        # nothing to re-plan unless a job was submitted or changed, resources were freed, or
+        # REPLAN_S passed (a safety net): a long queue costs little while it waits
+        seen = (
+            self.store.jobs_version, self.free(), tuple(self.running_job_ids()), int(time.monotonic() // REPLAN_S)
+        )
+        if seen == self._planned:
+            return
+        self._plan(seen)
+
+    def _plan(self, seen: tuple[Any, ...]) -> None:
         queued = self.store.in_state(JobState.QUEUED, with_config=False)
         if not queued:
+            self._planned = seen
             return
         # 1. LoRA jobs whose base model a running host already serves join it: no new resources
         for job in sorted(queued, key=lambda j: (-j.priority, j.seq)):
@@ -292,6 +307,7 @@ class JobLoop:
             if full is None or self._launch_shared(full, *shared, demand=None):
                 queued = [j for j in queued if j.id != job.id]
         if not queued:
+            self._planned = seen
             return
         # 2. the rest by the queue policy; a LoRA job there starts a new shared host
         by_tenant: dict[str, Resources] = {}
@@ -310,6 +326,7 @@ class JobLoop:
                 self._launch_shared(job, *shared, demand=choice.demand)
             else:
                 self._launch(job, choice.demand)
+        self._planned = seen
 
     def _shared_host_key(self, job: JobRecord) -> tuple[HostKey, dict[str, Any]] | None:
         """The model host key and ``ModelHost`` arguments of a job that may share a host, else None."""

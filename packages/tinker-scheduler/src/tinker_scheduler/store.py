@@ -145,6 +145,7 @@ class JobStore:
         self._lock = threading.RLock()
         self._changed = threading.Condition(threading.Lock())
         self._version = 0
+        self._jobs_version = 0
         self._conn = open_store_file(str(path))
         try:
             with self._lock:
@@ -193,10 +194,19 @@ class JobStore:
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
-    def _notify(self) -> None:
+    def _notify(self, *, jobs_changed: bool = False) -> None:
         with self._changed:
             self._version += 1
+            if jobs_changed:
+                self._jobs_version += 1
             self._changed.notify_all()
+
+    @property
+    def jobs_version(self) -> int:
+        """Grows whenever a job is submitted or changes state; not on log or metric events, nor on
+        :meth:`update` (checkpoint columns). The scheduling loop re-plans only when it moved."""
+        with self._changed:
+            return self._jobs_version
 
     @property
     def version(self) -> int:
@@ -301,7 +311,7 @@ class JobStore:
             )
             self._append(db, job_id, [PendingEvent("state", _state_payload(JobState.UNSPECIFIED, JobState.QUEUED, "submitted"), now)])
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        self._notify()
+        self._notify(jobs_changed=True)
         return JobRecord.from_row(row), True
 
     def get(self, job_id: str, tenant: str | None = None) -> JobRecord | None:
@@ -395,7 +405,7 @@ class JobStore:
             db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), job_id))
             self._append(db, job_id, [PendingEvent("state", _state_payload(current, to, reason), now)])
             job = JobRecord.from_row(db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
-        self._notify()
+        self._notify(jobs_changed=True)
         return job
 
     def update(self, job_id: str, **columns: Any) -> None:
