@@ -95,6 +95,26 @@ def test_config_validate_missing_file_exits_2(tmp_path):
     assert result.returncode == 2 and "does not exist" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("optimizer:\n  params:\n    a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+         + "".join(f"    a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 7)),
+         "  - its YAML aliases expand to over 1,000 values"),
+        ("optimizer: {params: {x: " + "[" * 300 + "]" * 300 + "}}\n", "  - nested deeper than 64 levels; "),
+    ],
+    ids=["alias-bomb", "300-deep"],
+)
+def test_config_validate_refuses_an_alias_bomb_or_deep_nesting_in_one_line_and_exits_2(tmp_path, text, problem):
+    """Both were reported valid (and ``train`` then wrote a 94 MB config.json, or failed with a traceback)."""
+    path = tmp_path / "job.yaml"
+    path.write_text("algorithm: {name: sft, steps: 2}\n" + text)
+    result = opentinker("config", "validate", str(path), "--no-plugins")
+    assert result.returncode == 2, result.stdout
+    assert f"{path}: 1 problem(s)" in result.stderr and problem in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_config_schema_prints_json_schema():
     result = CliRunner().invoke(app, ["config", "schema"])
     assert result.exit_code == 0

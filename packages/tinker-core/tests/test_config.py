@@ -231,3 +231,53 @@ def test_a_binary_or_unreadable_config_file_is_one_clear_error(tmp_path):
         load_config(path, check_plugins=False)
     [problem] = info.value.problems
     assert problem.startswith("not valid YAML: unacceptable character #x0000") and "\n" not in problem
+
+
+def alias_bomb(levels: int) -> str:
+    """~450 bytes of YAML (levels=6) whose aliases stand for 9**(levels + 1) strings in ``optimizer.params``."""
+    lines = ["    a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"    a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]
+    return "algorithm: {name: sft, steps: 2}\noptimizer:\n  params:\n" + "\n".join(lines) + "\n"
+
+
+def deep_params(levels: int) -> str:
+    """A config whose ``optimizer.params.x`` nests ``levels`` lists (the deepest at depth levels + 2)."""
+    return "algorithm: {name: sft, steps: 2}\noptimizer: {params: {x: " + "[" * levels + "]" * levels + "}}\n"
+
+
+def test_a_yaml_alias_bomb_is_one_config_error_before_it_expands(tmp_path):
+    """Found by the reliability suite: ~450 bytes validated, and ``opentinker train`` then wrote a
+    94 MB config.json (each alias level more: 9 times as much)."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(alias_bomb(6))
+    for source in (alias_bomb(6), path):
+        with pytest.raises(ConfigError) as info:
+            load_config(source, check_plugins=False)
+        [problem] = info.value.problems
+        assert problem.startswith("its YAML aliases expand to over 1,000 values") and "write the values out" in problem
+    assert info.value.source == str(path)
+    # aliases that expand to no more values than the text has bytes are fine
+    text = "algorithm: {name: sft, steps: 2}\noptimizer: {params: {w: &a [1, 2], x: *a, y: *a}}\n"
+    assert load_config(text, check_plugins=False).optimizer.params == {"w": [1, 2], "x": [1, 2], "y": [1, 2]}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [deep_params(300), deep_params(62), "a: " + "[" * 20_000 + "]" * 20_000, '{"a": ' * 20_000 + "1" + "}" * 20_000],
+    ids=["params-300-deep", "params-just-over", "yaml-20000-deep", "json-20000-deep"],
+)
+def test_a_config_nested_too_deeply_is_one_config_error(tmp_path, text):
+    """Found by the reliability suite: 300 levels validated, then ``opentinker train`` failed with a
+    traceback (pydantic's "Maximum serialization depth exceeded" writing config.json); 20,000 levels
+    stop YAML's parser with a RecursionError (it was "not valid YAML: nested too deeply")."""
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, check_plugins=False)
+    [problem] = info.value.problems
+    assert problem.startswith("nested deeper than 64 levels; ") and "flatten" in problem and "\n" not in problem
+
+
+def test_a_config_nested_up_to_the_limit_loads_and_dumps():
+    config = load_config(deep_params(61), check_plugins=False)  # the deepest list at depth 63
+    assert json.loads(config.model_dump_json())["optimizer"]["params"]["x"] is not None

@@ -18,7 +18,13 @@ import grpc
 import yaml
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from tinker_core.config import JobConfig, check_config_size, parse_config
+from tinker_core.config import (
+    CONFIG_TOO_DEEP,
+    JobConfig,
+    check_config_shape,
+    check_config_size,
+    parse_config,
+)
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
 from tinker_scheduler.auth import AuthMode
@@ -36,8 +42,6 @@ MAX_PAGE_BYTES = 1024 * 1024
 #: stored with the job and sent back in every List page.
 MAX_REQUEST_ID_CHARS = 256
 MAX_REASON_CHARS = 4096
-#: How deeply a job config may nest mappings and lists (a real one uses a handful of levels).
-MAX_CONFIG_DEPTH = 64
 #: The largest cursor the store can hold; a larger ``after_cursor`` means the same: no event after it.
 MAX_CURSOR = 2**63 - 1
 #: How long a Watch sleeps between checks when nothing happens (it is woken on new events).
@@ -94,37 +98,22 @@ def parse_config_text(text: str, config_format: int) -> tuple[Any, int]:
     """Decode ``config_text`` as YAML or JSON; returns ``(data, detected format)``.
 
     Raises :class:`ValueError` naming what is wrong, also for a text nested deeper than
-    :data:`MAX_CONFIG_DEPTH` or whose YAML aliases expand to more values than it has bytes (an
-    alias bomb: a few hundred bytes can stand for billions).
+    :data:`tinker_core.config.MAX_CONFIG_DEPTH` or whose YAML aliases expand to more values than
+    it has bytes (an alias bomb): :func:`tinker_core.config.check_config_shape`, which
+    :func:`tinker_core.config.load_config` runs too.
     """
     try:
         data, detected = _decode_config_text(text, config_format)
     except RecursionError:
-        raise ValueError(f"config_text: nested too deeply (the limit is {MAX_CONFIG_DEPTH} levels)") from None
+        raise ValueError(f"config_text: {CONFIG_TOO_DEEP}") from None
     except ValueError as e:
         message = str(e)
         raise ValueError(message if message.startswith("config_text:") else f"config_text: {message}") from None
-    _check_shape(data, budget=max(len(text), 1000))  # without aliases every value takes at least a byte of text
+    try:
+        check_config_shape(data, len(text))
+    except ConfigError as e:
+        raise ValueError(f"config_text: {e.problems[0]}") from None
     return data, detected
-
-
-def _check_shape(data: Any, budget: int) -> None:
-    """Refuse ``data`` nested deeper than :data:`MAX_CONFIG_DEPTH` or holding over ``budget`` values
-    (keys, items and scalars); the walk stops at the first excess."""
-    count, stack = 1, [(data, 0)]
-    while stack:  # each value is counted as it is pushed: the stack stays within the count
-        value, depth = stack.pop()
-        if isinstance(value, dict | list):
-            if depth >= MAX_CONFIG_DEPTH:
-                raise ValueError(f"config_text: nested deeper than {MAX_CONFIG_DEPTH} levels")
-            items = list(value.values()) if isinstance(value, dict) else value
-            count += len(items) * (2 if isinstance(value, dict) else 1)
-            if count > budget:
-                raise ValueError(
-                    f"config_text: its YAML aliases expand to over {budget:,} values (more than the text has bytes); "
-                    "write the values out instead of repeating aliases"
-                )
-            stack.extend((item, depth + 1) for item in items)
 
 
 def _decode_config_text(text: str, config_format: int) -> tuple[Any, int]:

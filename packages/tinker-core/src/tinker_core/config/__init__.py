@@ -17,7 +17,10 @@ Every public name of the three is importable from ``tinker_core.config``.
 from __future__ import annotations
 
 from tinker_core.config.loading import (
+    CONFIG_TOO_DEEP,
     MAX_CONFIG_BYTES,
+    MAX_CONFIG_DEPTH,
+    check_config_shape,
     check_config_size,
     check_plugin_names,
     format_validation_error,
@@ -62,7 +65,9 @@ from tinker_core.config.reference import (
 __all__ = [
     "ALGORITHMS",
     "ALGORITHM_MODELS",
+    "CONFIG_TOO_DEEP",
     "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
     "AlgorithmConfig",
     "AnyAlgorithm",
     "CheckpointConfig",
@@ -88,6 +93,7 @@ __all__ = [
     "SFTAlgorithm",
     "SFTParams",
     "StageConfig",
+    "check_config_shape",
     "check_config_size",
     "check_plugin_names",
     "format_validation_error",

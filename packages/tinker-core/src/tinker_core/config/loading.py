@@ -26,6 +26,39 @@ def check_config_size(size: int, source: str | None = None) -> None:
         )
 
 
+MAX_CONFIG_DEPTH = 64
+"""How deeply a job config may nest mappings and lists (a real one uses a handful of levels)."""
+
+CONFIG_TOO_DEEP = (f"nested deeper than {MAX_CONFIG_DEPTH} levels; a job config needs a handful -- "
+                   "flatten the deeply nested value")
+"""The problem reported for a config nested past :data:`MAX_CONFIG_DEPTH` (also when the parser
+itself gives up with a :class:`RecursionError`)."""
+
+
+def check_config_shape(data: Any, text_length: int, source: str | None = None) -> None:
+    """Raise :class:`ConfigError` when parsed config ``data`` nests deeper than
+    :data:`MAX_CONFIG_DEPTH` or holds more values (keys, items and scalars) than its text of
+    ``text_length`` characters could without YAML aliases (an alias bomb: a few hundred bytes can
+    stand for billions of values). Run it on the parsed data before validating or dumping it; the
+    walk stops at the first excess."""
+    budget = max(text_length, 1000)  # without aliases every value takes at least a character
+    count, stack = 1, [(data, 0)]
+    while stack:  # each value is counted as it is pushed: the stack stays within the count
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth >= MAX_CONFIG_DEPTH:
+                raise ConfigError([CONFIG_TOO_DEEP], source)
+            items = list(value.values()) if isinstance(value, dict) else value
+            count += len(items) * (2 if isinstance(value, dict) else 1)
+            if count > budget:
+                raise ConfigError(
+                    [f"its YAML aliases expand to over {budget:,} values (more than the text has bytes); "
+                     "write the values out instead of repeating aliases"],
+                    source,
+                )
+            stack.extend((item, depth + 1) for item in items)
+
+
 def _loc(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
@@ -194,7 +227,8 @@ def load_config(path_or_text: str | Path, *, check_plugins: bool = True) -> JobC
     except yaml.YAMLError as e:
         raise ConfigError([f"not valid YAML: {' '.join(str(e).split())}"], source) from None
     except RecursionError:
-        raise ConfigError(["not valid YAML: nested too deeply"], source) from None
+        raise ConfigError([CONFIG_TOO_DEEP], source) from None
     if data is None:
         raise ConfigError(["the file is empty; a job needs at least 'algorithm' (or 'stages')"], source)
+    check_config_shape(data, len(text), source)
     return parse_config(data, source=source, check_plugins=check_plugins)
