@@ -229,3 +229,18 @@ def test_a_lora_job_on_a_shared_host_with_a_device_this_machine_lacks_fails_once
     assert job.state == jobs_pb2.JOB_STATE_FAILED, job.reason
     assert job.reason.startswith("DeviceError: model.device: 'cuda:99'") and "\n" not in job.reason, job.reason
     assert scheduler.store.get(job_id).restarts == 0  # not retried: the host answered, it did not die
+
+
+def test_a_model_the_host_cannot_load_is_one_line_per_session_and_job_not_a_dead_host(tmp_path, monkeypatch):
+    # a Ray host whose constructor raised was only ever reported as "the model host died"
+    # (UNAVAILABLE); the host now starts and tells each session and job why it cannot serve
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    host = ModelHost("no-such-org/no-such-model-xyz")
+    try:
+        status, code, message = host.add_session({"session_id": "s", "lora_rank": 4})
+        assert (status, code) == ("error", "INVALID_ARGUMENT")
+        assert message.startswith("model.name ") and "no-such-model-xyz" in message and "\n" not in message
+        result = host.run_job("j1", "tinker_algos.train", {"name": "j1"}, str(tmp_path / "j1"))
+        assert result["status"] == "failed" and result["error"].startswith("ModelLoadError: model.name ")
+    finally:
+        host.close()

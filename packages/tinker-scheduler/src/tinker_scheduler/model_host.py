@@ -20,15 +20,13 @@ owns the whole model, so a host built with ``full=True`` serves exactly one sess
   loss keys, Adam and sampling defaults, stop reasons) is :mod:`tinker_algos.tinker_ops`.
 
 **Jobs.** A whole LoRA job (``tinker_algos.train``) can run on the host too (:meth:`run_job`,
-see :mod:`tinker_scheduler.hosted_jobs`).
-
-Requests are plain Python values (numpy arrays, dicts, strings): :meth:`ModelHost.call` returns
-``("ok", result)`` or ``("error", code, message)`` where ``code`` is a gRPC status code name, so
-the caller (:mod:`tinker_scheduler.host_pool`) maps errors without unpickling exceptions.
-
-The class is used directly (in-process, ``host_backend="local"``) or as a Ray actor
-(``ray.remote(ModelHost)`` with ``max_concurrency > 1``: the actor's threads block in
-:meth:`call` while the executor thread works). Imported by Ray workers: torch is imported lazily.
+see :mod:`tinker_scheduler.hosted_jobs`). Requests are plain Python values (numpy arrays, dicts,
+strings): :meth:`ModelHost.call` returns ``("ok", result)`` or ``("error", code, message)`` where
+``code`` is a gRPC status code name, so the caller (:mod:`tinker_scheduler.host_pool`) maps
+errors without unpickling exceptions. The class is used directly (in-process,
+``host_backend="local"``) or as a Ray actor (``ray.remote(ModelHost)`` with ``max_concurrency >
+1``: the actor's threads block in :meth:`call` while the executor thread works). Imported by Ray
+workers: torch is imported lazily.
 """
 
 from __future__ import annotations
@@ -108,18 +106,18 @@ class ModelHost:
         import torch
 
         from tinker_algos.device import DeviceError
-        from tinker_algos.models import PolicyModel
+        from tinker_algos.models import ModelLoadError, PolicyModel
         from tinker_algos.tinker_ops import context_length
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
         self.base_model = base_model
         self.full = full
-        self.load_error: DeviceError | None = None  # a device this machine lacks: told each session and job
+        self.load_error: DeviceError | ModelLoadError | None = None  # told each session and job
         self.policy: Any = None
         try:
             self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
-        except DeviceError as e:
+        except (DeviceError, ModelLoadError) as e:
             self.load_error = e
         #: The longest sequence the model takes (None: its config does not say).
         self.context_length = context_length(self.policy.base_model.config) if self.policy is not None else None
@@ -252,7 +250,9 @@ class ModelHost:
         When the job ends its adapter is unloaded from the model.
         """
         if self.load_error is not None:
-            return {"status": "failed", "error": f"DeviceError: {self.load_error.in_config()}", "config_error": False}
+            e = self.load_error  # a DeviceError names the job config's field, model.device
+            detail = e.in_config() if hasattr(e, "in_config") else str(e)
+            return {"status": "failed", "error": f"{type(e).__name__}: {detail}", "config_error": False}
         return self.jobs.run(job_id, runner, config, run_dir)
 
     def drain_job(self, job_id: str, stored: int = 0) -> list[dict[str, Any]]:
