@@ -103,7 +103,8 @@ def test_a_rollout_samples_from_the_templated_prompt(chat_policy, algos_and_math
         res = rollout(chat_policy, env_factory, [11], SamplingParams(max_new_tokens=4, stop=(), seed=0))
     finally:
         mp.undo()
-    assert chat_policy.tokenizer.decode(seen[0]) == chatml([{"role": "user", "content": obs}], True)
+    system = {"role": "system", "content": env_factory().env_spec.system_prompt}  # the env spec's
+    assert chat_policy.tokenizer.decode(seen[0]) == chatml([system, {"role": "user", "content": obs}], True)
     assert res.trajectories[0].tokens_T[: len(seen[0])].tolist() == seen[0]
 
 

@@ -351,10 +351,11 @@ def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None
     _train, factory = env_factories(settings.env)
     assert factory is not None
     extra: dict[str, Any] = {}
-    if settings.chat_template is not None:  # the prompts the run trained on
+    if settings.chat_template is not None or settings.env.system_prompt is not None:  # the prompts the run trained on
         from tinker_algos.prompts import PromptRenderer
 
-        extra["renderer"] = PromptRenderer.from_config(policy.tokenizer, settings.chat_template)
+        renderer = PromptRenderer.from_config(policy.tokenizer, settings.chat_template or "auto")
+        extra["renderer"] = renderer.with_system_prompt(settings.env.system_prompt)
     result = rollout(
         policy, factory, seeds, params, group_ids=[s - settings.seed for s in seeds], max_turns=settings.max_turns, adapter=adapter, **extra
     )

@@ -14,7 +14,8 @@ tokenizer and ``model.chat_template`` (:meth:`PromptRenderer.from_config`):
 Chat rendering (a chat template in use), turn by turn:
 
 1. The first observation is the conversation's first user message (a list of messages is used as
-   is), after the env's ``EnvSpec.system_prompt`` unless the list starts with a system message;
+   is), after the system prompt (the job's ``env.system_prompt``, else the env's
+   ``EnvSpec.system_prompt``; none when empty) unless the list starts with a system message;
    rendered with ``add_generation_prompt=True`` and encoded without the tokenizer's own special
    tokens (the template writes them).
 2. The tokens the policy sampled are appended exactly as sampled (token-in, token-out: never
@@ -38,6 +39,7 @@ ends a turn (generation config, tokenizer, the tokenizer's template), and the sa
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -172,11 +174,14 @@ class PromptRenderer:
     ``template``: the chat template (None: plain ``role: content`` lines for chat messages).
     ``chat``: whether observations go through the template as chat turns (True) or reach the
     model as plain text (False; chat-message observations are rendered with ``template`` first).
+    ``system_prompt``: replaces the env spec's system prompt given to :meth:`start` (the job's
+    ``env.system_prompt``; ``""``: none); None keeps the env's.
     """
 
-    def __init__(self, tokenizer: Any, template: str | None, *, chat: bool) -> None:
+    def __init__(self, tokenizer: Any, template: str | None, *, chat: bool, system_prompt: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.template = template
+        self.system_prompt = system_prompt
         self.chat = bool(chat and template is not None)
         self.closing, self.end_of_turn_id, self._eot_text = "", None, ""
         if self.chat:
@@ -223,6 +228,14 @@ class PromptRenderer:
             raise ChatTemplateError(f"{field}: {what} does not render a conversation: {type(e).__name__}: {e}") from None
         return renderer
 
+    def with_system_prompt(self, system_prompt: str | None) -> PromptRenderer:
+        """This renderer with ``system_prompt`` replacing the env's (itself when None)."""
+        if system_prompt is None:
+            return self
+        out = copy.copy(self)
+        out.system_prompt = system_prompt
+        return out
+
     @property
     def extra_eos_ids(self) -> tuple[int, ...]:
         """Token ids the sampler should stop at besides the model's eos (the template's end of turn)."""
@@ -240,6 +253,8 @@ class PromptRenderer:
         if not self.chat:
             return list(tok.encode(self.text_of(observation), add_special_tokens=True)), Conversation()
         messages = as_messages(observation)
+        if self.system_prompt is not None:
+            system_prompt = self.system_prompt
         if system_prompt and not (messages and messages[0]["role"] == "system"):
             messages = [{"role": "system", "content": system_prompt}, *messages]
         text = render_messages(tok, self.template, messages, True)

@@ -7,9 +7,9 @@ is appended as masked ``INTERACTING`` tokens. Only the policy's tokens (``GENERA
 loss weight, so the gradient at prompt and environment positions is exactly zero.
 
 Observations become tokens through a :class:`tinker_algos.prompts.PromptRenderer` (the chat
-template of ``model.chat_template``; default ``auto``): the first one with the env spec's
-``system_prompt``, later ones as template deltas appended after the tokens the policy sampled,
-which are kept exactly as sampled.
+template of ``model.chat_template``; default ``auto``): the first one with the system prompt
+(the job's ``env.system_prompt`` the renderer carries, else the env spec's), later ones as
+template deltas appended after the tokens the policy sampled, which are kept exactly as sampled.
 
 An env that raises or times out ends its episode with an error, counted per reason
 (``env_error``, ``env_timeout``, ``context_overflow``); the episode is left out of training.

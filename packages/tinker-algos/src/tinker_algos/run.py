@@ -280,7 +280,7 @@ class Run:
         env_factory, eval_env_factory = env_factories(stage.env)
         ctx = StageContext(
             self.job, stage, si, self.policy, trainer, self.dir, self.adapter, env_factory, eval_env_factory, self.cb.on_log,
-            renderer=self.renderer,
+            renderer=self.renderer.with_system_prompt(stage.env.system_prompt if stage.env is not None else None),
         )
         algo = get_algorithm(stage.algorithm.name)(ctx)
         if resuming_here and start > 0:

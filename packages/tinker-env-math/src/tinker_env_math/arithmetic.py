@@ -67,6 +67,9 @@ ARITHMETIC_SPEC = EnvSpec(
         "the result as a decimal integer followed by a newline, e.g. '47\\n' for the prompt "
         "'12+35=' (a leading '-' for negative results)"
     ),
+    # for chat models only (prompts through a chat template); the tiny preset's plain-text
+    # prompts never show it. SmolLM2-135M-Instruct: 41% greedy on 1-digit sums with it, 11% without.
+    system_prompt="You are a calculator. Reply with only the result, a single number.",
     metadata={
         "prompt_format": "<a><op><b>=",
         "kwargs": {

@@ -113,6 +113,10 @@ class EnvConfig(_Model):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Arguments to the env factory.")
     address: str | None = Field(None, description="host:port of an EnvService; None builds the env in-process.")
     eval_kwargs: dict[str, Any] | None = Field(None, description="Factory arguments for held-out evaluation.")
+    system_prompt: str | None = Field(
+        None,
+        description="System message for chat-template prompts (training and evaluation): None uses the env spec's, '' gives none; ignored for plain-text prompts.",
+    )
 
     @field_validator("id")
     @classmethod
