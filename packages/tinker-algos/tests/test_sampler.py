@@ -202,3 +202,34 @@ def test_logprob_agreement_oracle():
     assert out["mean_abs_diff"] == pytest.approx(np.log(2))
     assert out["kl_k1"] == pytest.approx(0.693147, abs=1e-6)
     assert out["kl_k3"] == pytest.approx(0.193147, abs=1e-6)  # ORACLES.md: k3 for 0.5 vs 0.25
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_new_tokens=12, seed=3, n=2, stop_at_eos=False),  # T=1: one log_softmax
+        SamplingParams(max_new_tokens=12, seed=4, temperature=0.7, top_k=6, top_p=0.9),
+        SamplingParams(max_new_tokens=12, seed=5, stop=["I", "*"], stop_token_ids=[87]),  # rows stop apart
+    ],
+)
+def test_shared_prefix_and_cache_give_the_reference_paths_samples(policy, params):
+    # a chat template puts the same system prompt before every prompt: the cached path runs that
+    # prefix once and repeats its cache; the no-cache path recomputes every left-padded row each step
+    system = "You are a careful calculator. Answer with the number only.\n"
+    prompts = [system + p for p in ["12+34=", "7-2=", "100+1=", "x"]]
+    same_length = [system + p for p in ["12+34=", "56+78="]]  # no padding: no attention mask
+    for batch in (prompts, same_length, PROMPTS):
+        fast = sample(policy, batch, params)
+        ref = sample(policy, batch, params, use_cache=False)
+        assert tokens_of(fast) == tokens_of(ref)
+        for g1, g2 in zip(fast, ref, strict=True):
+            for a, b in zip(g1, g2, strict=True):
+                assert (a.stop_reason, a.text) == (b.stop_reason, b.text)
+                np.testing.assert_allclose(a.logprobs, b.logprobs, atol=1e-5)
+                np.testing.assert_allclose(a.raw_logprobs, b.raw_logprobs, atol=1e-5)
+    # and a prompt's samples are those it gets alone (greedy: no RNG shared with neighbours)
+    greedy = SamplingParams(max_new_tokens=10, temperature=0.0, stop_at_eos=False)
+    alone = sample(policy, prompts[1], greedy)[0][0]
+    batched = sample(policy, prompts, greedy)[1][0]
+    assert alone.tokens == batched.tokens
+    np.testing.assert_allclose(alone.raw_logprobs, batched.raw_logprobs, atol=1e-5)

@@ -2,6 +2,8 @@
 
 The decode loop is ours (not ``model.generate``): prompts are left-padded into one batch, the
 prefill runs once, then each step feeds one token per row with a ``transformers.DynamicCache``.
+A prefix all prompts share (a chat template's system prompt, the ``n`` copies of one prompt) is
+computed once and its cache repeated for every row; only the last position's logits are computed.
 Positions count only real tokens (:func:`tinker_algos.models.position_ids_from_mask`), so a
 prompt's logprobs do not depend on how much padding its batch needed and agree with the trainer's
 right-padded forward pass.
@@ -36,6 +38,7 @@ checkpointed RNG state govern it).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -242,84 +245,146 @@ def sample(
     return out
 
 
+_MIN_SHARED_POSITIONS = 32  # share a common prefix when that saves at least this many token positions
+_REASON_CODES: tuple[StopReason | None, ...] = (None, "eos", "stop_id", "stop_string")
+
+
+def _shared_prefix_len(ids_rows: list[list[int]]) -> int:
+    """Length of the prefix every row shares, leaving each row at least one token of its own."""
+    first, n = ids_rows[0], min(len(r) for r in ids_rows) - 1
+    for r in ids_rows[1:]:
+        n = next((i for i in range(n) if r[i] != first[i]), n)
+    return n
+
+
+def _accepts(module: Any, name: str) -> bool:
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    try:
+        return name in inspect.signature(base.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _decode(
     policy: PolicyModel, ids_rows: list[list[int]], params: SamplingParams, *, use_cache: bool
 ) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
+    """The decode loop. Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
+
+    With the cache, the prefix every row shares (a chat template's system prompt, the ``n``
+    copies of one prompt) is run once for one row and its KV cache repeated for the batch; pads
+    sit after it and are masked out, and positions count real tokens only, so each row sees the
+    same positions and tokens as alone. Prefill and decode compute the last position's logits
+    only. Tokens, logprobs and stop state stay on the device; the host reads one flag per step
+    (all rows done?) plus, with stop strings, the new tokens.
+    """
     from transformers import DynamicCache
+
+    from tinker_algos.prompts import eos_token_ids
 
     module, spec, tok = policy.module, policy.spec, policy.tokenizer
     device = spec.device
-    B, L = len(ids_rows), max(len(r) for r in ids_rows)
-    pad = policy.pad_token_id
-    tokens_B_L = torch.full((B, L), pad, dtype=torch.long)
-    mask_B_L = torch.zeros((B, L), dtype=torch.long)
-    for b, r in enumerate(ids_rows):  # left padding
-        tokens_B_L[b, L - len(r) :] = torch.tensor(r, dtype=torch.long)
-        mask_B_L[b, L - len(r) :] = 1
-    seq_B_S, mask_B_S = tokens_B_L.to(device), mask_B_L.to(device)
+    B, N, pad = len(ids_rows), params.max_new_tokens, policy.pad_token_id
+    P = _shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
+    if (B - 1) * P < _MIN_SHARED_POSITIONS:  # too little saved to pay for a forward call of its own
+        P = 0
+    S = max(len(r) for r in ids_rows) - P  # width of the own-prompt region
+    T = P + S + N
+    tokens_B_T = torch.full((B, T), pad, dtype=torch.long)
+    mask_B_T = torch.ones((B, T), dtype=torch.long)
+    for b, r in enumerate(ids_rows):
+        own = len(r) - P
+        tokens_B_T[b, :P] = torch.tensor(r[:P], dtype=torch.long)
+        tokens_B_T[b, P + S - own : P + S] = torch.tensor(r[P:], dtype=torch.long)
+        mask_B_T[b, P : P + S - own] = 0  # pads between the shared prefix and the row's own tokens
+    tokens_B_T, mask_B_T = tokens_B_T.to(device), mask_B_T.to(device)
+    pos_B_T = position_ids_from_mask(mask_B_T)
 
     generator = None
     if params.seed is not None:
         generator = torch.Generator(device=device)
         generator.manual_seed(int(params.seed))
-    from tinker_algos.prompts import eos_token_ids
-
     stop_ids = {int(t) for t in params.stop_token_ids}
     eos = eos_token_ids(tok, policy.base_model, params.eos_token_ids) if params.stop_at_eos else set()
-    stop_ids_t = torch.tensor(sorted(stop_ids | eos), device=device)
+    stop_ids_t = torch.tensor(sorted(stop_ids | eos), dtype=torch.long, device=device)
+    stop_only_t = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)  # reason "stop_id" wins
     window = max((len(s) for s in params.stop), default=0) + 8  # tokens decoded per stop check
+    plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
 
-    cache = DynamicCache() if use_cache else None
-    cache_kw = cache_kwarg(module)
-    gen_tokens: list[list[int]] = [[] for _ in range(B)]
-    gen_lps: list[list[float]] = [[] for _ in range(B)]
-    gen_raw: list[list[float]] = [[] for _ in range(B)]
-    reasons: list[StopReason | None] = [None] * B
-    done_B = torch.zeros(B, dtype=torch.bool, device=device)
+    cache_kw = {cache_kwarg(module): DynamicCache()} if use_cache else {}
+    last_only = {"logits_to_keep": 1} if _accepts(module, "logits_to_keep") else {}
+    padded = not bool(mask_B_T.all())  # no pads: no mask to build and apply (SDPA's causal path)
 
-    for step in range(params.max_new_tokens):
+    def forward(lo: int, hi: int) -> torch.Tensor:
+        """Logits (float) at column ``hi - 1`` after feeding columns ``lo:hi`` (all of them without cache)."""
+        lo = lo if use_cache else 0
         with spec.autocast():
-            if cache is not None:
-                feed = seq_B_S if step == 0 else seq_B_S[:, -1:]
-                pos = position_ids_from_mask(mask_B_S)[:, -feed.shape[1] :]
-                out = module(
-                    input_ids=feed, attention_mask=mask_B_S, position_ids=pos, use_cache=True,
-                    **{cache_kw: cache},
-                )
-            else:
-                out = module(
-                    input_ids=seq_B_S, attention_mask=mask_B_S,
-                    position_ids=position_ids_from_mask(mask_B_S), use_cache=False,
-                )
-        logits_B_V = out.logits[:, -1].float()
-        next_B, lp_B = choose_tokens(logits_B_V, params, generator)
-        raw_B = torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
-        next_B = torch.where(done_B, torch.full_like(next_B, pad), next_B)
-        hit_id_B = torch.isin(next_B, stop_ids_t) & ~done_B if stop_ids_t.numel() else torch.zeros_like(done_B)
+            out = module(
+                input_ids=tokens_B_T[:, lo:hi], attention_mask=mask_B_T[:, :hi] if padded else None,
+                position_ids=pos_B_T[:, lo:hi],
+                use_cache=use_cache, **cache_kw, **last_only,
+            )
+        return out.logits[:, -1].float()
 
-        next_l, lp_l, raw_l, hit_l = next_B.tolist(), lp_B.tolist(), raw_B.tolist(), hit_id_B.tolist()
-        done_l = done_B.tolist()
-        for b in range(B):
-            if done_l[b]:
-                continue
-            gen_tokens[b].append(next_l[b])
-            gen_lps[b].append(lp_l[b])
-            gen_raw[b].append(raw_l[b])
-            if hit_l[b]:
-                reasons[b] = "eos" if next_l[b] in eos and next_l[b] not in stop_ids else "stop_id"
-            elif params.stop:
-                tail = tok.decode(gen_tokens[b][-window:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    if P:  # the shared prefix once, its cache repeated for every row
+        with spec.autocast():
+            module(
+                input_ids=tokens_B_T[:1, :P], attention_mask=None, position_ids=pos_B_T[:1, :P],
+                use_cache=True, **cache_kw, **last_only,
+            )
+        next(iter(cache_kw.values())).batch_repeat_interleave(B)
+
+    gen_B_N = torch.full((B, N), pad, dtype=torch.long, device=device)
+    lp_B_N = torch.zeros((B, N), device=device)
+    raw_B_N = torch.zeros((B, N), device=device)
+    reason_B = torch.zeros(B, dtype=torch.long, device=device)  # index into _REASON_CODES
+    done_B = torch.zeros(B, dtype=torch.bool, device=device)
+    end_B = torch.full((B,), N, dtype=torch.long, device=device)
+    texts: list[list[int]] = [[] for _ in range(B)]  # only with stop strings
+    steps = N
+    for step in range(N):
+        col = P + S + step  # the column the new token goes to
+        logits_B_V = forward(P if step == 0 else col - 1, col)
+        if plain:  # the sampled distribution is the raw one: one log_softmax
+            raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
+            next_B = torch.multinomial(raw_B_V.exp(), 1, generator=generator).squeeze(-1)
+            raw_B = raw_B_V.gather(-1, next_B[:, None]).squeeze(-1)
+            lp_B = raw_B
+        else:
+            next_B, lp_B = choose_tokens(logits_B_V, params, generator)
+            raw_B = torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
+        live_B = ~done_B
+        next_B = torch.where(done_B, pad, next_B)
+        gen_B_N[:, step], lp_B_N[:, step], raw_B_N[:, step] = next_B, lp_B, raw_B
+        if stop_ids_t.numel():
+            hit_B = torch.isin(next_B, stop_ids_t) & live_B
+            code_B = torch.where(torch.isin(next_B, stop_only_t), 2, 1)
+            reason_B = torch.where(hit_B, code_B, reason_B)
+            done_B = done_B | hit_B
+        if params.stop:
+            next_l, done_l = next_B.tolist(), done_B.tolist()
+            for b in torch.nonzero(live_B).flatten().tolist():
+                texts[b].append(next_l[b])
+                if done_l[b]:
+                    continue
+                tail = tok.decode(texts[b][-window:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
                 if any(s in tail for s in params.stop):
-                    reasons[b] = "stop_string"
-            if reasons[b] is not None:
-                done_B[b] = True
-        if bool(done_B.all()):
-            break
-        seq_B_S = torch.cat([seq_B_S, next_B[:, None]], dim=1)
-        mask_B_S = torch.cat([mask_B_S, torch.ones_like(mask_B_S[:, :1])], dim=1)
+                    reason_B[b], done_B[b] = 3, True
+        end_B = torch.where(done_B & live_B, step + 1, end_B)
+        if step + 1 < N:
+            if bool(done_B.all()):
+                steps = step + 1
+                break
+            tokens_B_T[:, col] = next_B
 
-    final: list[StopReason] = [r if r is not None else "length" for r in reasons]
-    return gen_tokens, gen_lps, gen_raw, final
+    ends = end_B.tolist()  # a row's tokens run up to and including its stopping token
+    gen_l, lp_l, raw_l = gen_B_N[:, :steps].tolist(), lp_B_N[:, :steps].tolist(), raw_B_N[:, :steps].tolist()
+    final: list[StopReason] = [_REASON_CODES[c] or "length" for c in reason_B.tolist()]
+    return (
+        [g[:e] for g, e in zip(gen_l, ends, strict=True)],
+        [g[:e] for g, e in zip(lp_l, ends, strict=True)],
+        [g[:e] for g, e in zip(raw_l, ends, strict=True)],
+        final,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
