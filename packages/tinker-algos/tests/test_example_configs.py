@@ -1,0 +1,29 @@
+"""Every job config under examples/ validates (with the installed plugins), and the SmolLM2
+example trains a LoRA adapter with GRPO through the chat template with its system prompt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tinker_core.config import load_config
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_example_config_validates(path: Path) -> None:
+    job = load_config(path)
+    assert job.resolved_stages()
+
+
+def test_the_smollm2_example_is_lora_grpo_through_the_chat_template() -> None:
+    job = load_config(EXAMPLES / "smollm2-arithmetic.yaml")
+    (stage,) = job.resolved_stages()
+    assert job.model.name == "smollm2-135m-instruct" and job.model.chat_template == "auto"
+    assert job.lora is not None and stage.algorithm.name == "grpo"
+    assert stage.env is not None and stage.env.id == "math/arithmetic-v0" and stage.env.system_prompt
+    assert stage.env.eval_kwargs is not None and stage.env.eval_kwargs["split"] == "test"
+    assert 0 < stage.algorithm.eval_every < stage.algorithm.steps and job.checkpoint.every > 0
+    assert stage.rollout is not None and stage.rollout.stop == []  # chat models stop at <|im_end|>
