@@ -233,3 +233,15 @@ def test_shared_prefix_and_cache_give_the_reference_paths_samples(policy, params
     batched = sample(policy, prompts, greedy)[1][0]
     assert alone.tokens == batched.tokens
     np.testing.assert_allclose(alone.raw_logprobs, batched.raw_logprobs, atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_a_model_whose_weights_diverged_is_a_precondition_error_not_torchs(policy, temperature):
+    # found by the TrainingService fuzzer: a session whose weights went to NaN answered Sample
+    # with INTERNAL "probability tensor contains either inf, nan or element < 0"
+    from tinker_core.errors import PreconditionError
+
+    with torch.no_grad():
+        policy.base_model.get_output_embeddings().weight.fill_(float("nan"))
+    with pytest.raises(PreconditionError, match="not finite .* weights have diverged"):
+        sample(policy, PROMPTS, SamplingParams(max_new_tokens=4, temperature=temperature, seed=0))

@@ -51,3 +51,11 @@ def test_data_and_sampling_fields_are_checked():
     with pytest.raises(StatusError, match="max_tokens"):
         wire.sampling_fields(training_pb2.SamplingParams())
     assert wire.adam_fields(training_pb2.AdamParams(learning_rate=0.5))["learning_rate"] == 0.5
+
+
+def test_a_state_that_cannot_serve_the_request_is_failed_precondition():
+    from tinker_core.errors import PreconditionError
+    from tinker_scheduler.errors import classify
+
+    assert classify(PreconditionError("weights have diverged")) == ("FAILED_PRECONDITION", "weights have diverged")
+    assert classify(ValueError("bad")) == ("INVALID_ARGUMENT", "bad")

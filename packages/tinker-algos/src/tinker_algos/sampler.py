@@ -160,8 +160,24 @@ def choose_tokens(
     scaled = logits_B_V / params.temperature if params.temperature != 1.0 else logits_B_V
     scaled = _filter_logits(scaled, params.top_k, params.top_p)
     logp_B_V = torch.log_softmax(scaled, dim=-1)
-    next_B = torch.multinomial(logp_B_V.exp(), 1, generator=generator).squeeze(-1)
+    next_B = draw(logp_B_V, generator)
     return next_B, logp_B_V.gather(-1, next_B[:, None]).squeeze(-1)
+
+
+def draw(logp_B_V: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from log-probabilities; a distribution that is not finite (the model's
+    weights diverged) is a :class:`~tinker_core.errors.PreconditionError`, not torch's error."""
+    try:
+        return torch.multinomial(logp_B_V.exp(), 1, generator=generator).squeeze(-1)
+    except RuntimeError as e:
+        if bool(torch.isfinite(logp_B_V).all()):
+            raise
+        from tinker_core.errors import PreconditionError
+
+        raise PreconditionError(
+            "the model's next-token distribution is not finite (NaN or inf logits): its weights have "
+            "diverged; load an earlier state or lower the learning rate"
+        ) from e
 
 
 def _resolve_prompts(policy: PolicyModel, prompts: Sequence[Prompt] | Prompt, chat: bool | None) -> list[list[int]]:
@@ -346,7 +362,7 @@ def _decode(
         logits_B_V = forward(P if step == 0 else col - 1, col)
         if plain:  # the sampled distribution is the raw one: one log_softmax
             raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
-            next_B = torch.multinomial(raw_B_V.exp(), 1, generator=generator).squeeze(-1)
+            next_B = draw(raw_B_V, generator)
             raw_B = raw_B_V.gather(-1, next_B[:, None]).squeeze(-1)
             lp_B = raw_B
         else:

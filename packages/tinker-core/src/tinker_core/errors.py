@@ -51,6 +51,11 @@ class FSMError(OpenTinkerError):
     """An illegal transition of the turn state machine."""
 
 
+class PreconditionError(OpenTinkerError, RuntimeError):
+    """A valid request that the current state cannot serve (e.g. a model whose weights diverged
+    to NaN); a server answers FAILED_PRECONDITION."""
+
+
 class ConfigError(OpenTinkerError, ValueError):
     """A job configuration that failed validation; ``problems`` lists each one."""
 

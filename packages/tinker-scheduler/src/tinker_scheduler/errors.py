@@ -25,11 +25,14 @@ def invalid(message: str) -> StatusError:
 
 
 def classify(error: BaseException) -> tuple[str, str]:
-    """``(code, message)`` of any exception: bad input is INVALID_ARGUMENT, the rest INTERNAL (logged)."""
-    from tinker_core.errors import OpenTinkerError
+    """``(code, message)`` of any exception: bad input is INVALID_ARGUMENT, a state that cannot serve
+    the request FAILED_PRECONDITION, the rest INTERNAL (logged)."""
+    from tinker_core.errors import OpenTinkerError, PreconditionError
 
     if isinstance(error, StatusError):
         return error.code, str(error)
+    if isinstance(error, PreconditionError):
+        return "FAILED_PRECONDITION", str(error)
     if isinstance(error, ValueError | TypeError | KeyError | OpenTinkerError):
         return "INVALID_ARGUMENT", str(error)
     logger.error("model host request failed", exc_info=error)
