@@ -1,9 +1,18 @@
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 import tinker_core
 import tinker_core.registry
+
+# The fuzzers run a fixed sequence of examples by default, so a run (CI's too) does not depend on
+# luck; HYPOTHESIS_PROFILE=explore draws new examples each run to look for new failures.
+settings.register_profile("fixed", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
 @pytest.fixture(autouse=True)

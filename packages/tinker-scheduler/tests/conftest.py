@@ -12,11 +12,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_TMPDIR", str(Path(tempfile.gettempdir()) / "opentinker-scheduler-tests-ray"))
 Path(os.environ["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
+
+# The fuzzers run a fixed sequence of examples by default, so a run (CI's too) does not depend on
+# luck; HYPOTHESIS_PROFILE=explore draws new examples each run to look for new failures.
+settings.register_profile("fixed", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
 @pytest.fixture(scope="session")
