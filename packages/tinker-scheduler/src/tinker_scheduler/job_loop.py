@@ -282,10 +282,8 @@ class JobLoop:
                 ray.kill(run.actor, no_restart=True)
 
     def _dispatch(self) -> None:
-        # summaries: the loop runs every tick, so a long queue of big configs must not be re-read
-        # each time; a job's config is read when it starts (and once for its host key)
-        # nothing to re-plan unless a job was submitted or changed, resources were freed, or
-        # REPLAN_S passed (a safety net): a long queue costs little while it waits
+        # nothing to re-plan unless a job was submitted or changed state, resources were freed,
+        # or REPLAN_S passed (a safety net): a long queue costs little while it waits
         seen = (
             self.store.jobs_version, self.free(), tuple(self.running_job_ids()), int(time.monotonic() // REPLAN_S)
         )
@@ -294,6 +292,7 @@ class JobLoop:
         self._plan(seen)
 
     def _plan(self, seen: tuple[Any, ...]) -> None:
+        # summaries: a job's config is read only when it starts (and once for its host key)
         queued = self.store.in_state(JobState.QUEUED, with_config=False)
         if not queued:
             self._planned = seen
