@@ -33,6 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "tinker_client": {"tinker_core"},
     "tinker_algos": {"tinker_core"},
     "tinker_scheduler": {"tinker_core", "tinker_algos"},
+    "tinker_serve": {"tinker_core", "tinker_algos"},
     **{env: {"tinker_core"} for env in ENVS},
 }
 """Import package -> the other first-party packages its source may import."""

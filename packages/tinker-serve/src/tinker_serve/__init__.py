@@ -1,0 +1,1 @@
+"""OpenTinker serving: an OpenAI-compatible HTTP server on the project's sampler."""

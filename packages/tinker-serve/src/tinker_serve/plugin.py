@@ -1,0 +1,1 @@
+"""The ``opentinker`` plugin of tinker-serve (its CLI command is added here)."""
