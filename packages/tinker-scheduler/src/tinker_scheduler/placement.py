@@ -1,9 +1,20 @@
 """Where jobs run: the Ray cluster's resources, a job's own worker, or a shared model host.
 
 Resources are accounted by the scheduler itself: capacity is the Ray cluster's total CPUs, GPUs
-and memory (capped by ``num_cpus`` / ``num_gpus``), free is capacity minus what running jobs
-and model hosts reserve. The whole cluster is treated as one pool; on a multi-node cluster a job
-whose bundle fits in the pool but on no single node waits (RUNNING) until Ray can place it.
+and memory over its live nodes (capped by ``num_cpus`` / ``num_gpus``; :func:`cluster_capacity`,
+re-read every few seconds, so a node that joins gets work and a lost node's share is no longer
+handed out), free is capacity minus what running jobs and model hosts reserve. The whole cluster
+is treated as one pool; on a multi-node cluster a job whose bundle fits in the pool but on no
+single node waits (RUNNING) until Ray can place it. Every job actor and model host asks Ray for
+its CPUs, GPUs and memory; the scheduler's own process holds no model.
+
+**State travels by a shared filesystem.** A job runs on whichever node Ray places it, and writes
+its checkpoints and ``metrics.jsonl`` straight into its run directory under the scheduler's
+``runs_dir``; a job resumed on another node (its first node was lost) reads its newest
+checkpoint from there. So ``runs_dir`` must be the same path on every Ray node and on the
+scheduler: one disk on one machine, or shared storage (NFS, a ReadWriteMany volume; see
+``docs/guides/kubernetes.md``). Nothing is copied between nodes by the scheduler or through Ray's
+object store.
 
 A job runs either in its own :class:`~tinker_scheduler.worker.JobWorker` actor, placed in a
 placement group of the job's resources (:func:`start_worker`), or -- a LoRA job, when the runner
@@ -82,6 +93,14 @@ def connect_ray(ray_address: str | None, num_cpus: float | None, num_gpus: float
             # this machine. Ray's local node counts whole CPUs/GPUs; a fractional cap is applied below.
             ray.init(address="local", num_cpus=_whole(num_cpus), num_gpus=_whole(num_gpus), **kwargs)
         owns = True
+    return cluster_capacity(num_cpus, num_gpus), owns
+
+
+def cluster_capacity(num_cpus: float | None, num_gpus: float | None) -> Resources:
+    """What the scheduler may use now: the connected Ray cluster's CPUs, GPUs and memory over its
+    live nodes, CPUs and GPUs capped at ``num_cpus`` / ``num_gpus`` (None: no cap)."""
+    import ray
+
     total = ray.cluster_resources()
     cpus = float(total.get("CPU", 0.0))
     gpus = float(total.get("GPU", 0.0))
@@ -89,7 +108,7 @@ def connect_ray(ray_address: str | None, num_cpus: float | None, num_gpus: float
         cpus = min(cpus, float(num_cpus))
     if num_gpus is not None:
         gpus = min(gpus, float(num_gpus))
-    return Resources(cpus=cpus, gpus=gpus, memory_gb=float(total.get("memory", 0.0)) / GIB), owns
+    return Resources(cpus=cpus, gpus=gpus, memory_gb=float(total.get("memory", 0.0)) / GIB)
 
 
 def _whole(amount: float | None) -> int | None:
@@ -110,7 +129,8 @@ def shared_host_of(config: Any) -> tuple[HostKey, dict[str, Any]] | None:
 
 def start_worker(job_id: str, demand: Resources, runner: str, config: Any, run_dir: str) -> tuple[Any, Any, Any]:
     """Start a job in a :class:`~tinker_scheduler.worker.JobWorker` actor in a placement group
-    of ``demand``; returns ``(actor, placement group, ref of run())``."""
+    of ``demand``, on whichever node Ray finds room; returns ``(actor, placement group, ref of
+    run())``. ``run_dir`` must be reachable at this path from every node (see the module doc)."""
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

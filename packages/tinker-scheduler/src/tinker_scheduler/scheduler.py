@@ -11,6 +11,8 @@
 
 One background thread runs the *scheduling loop* (:mod:`tinker_scheduler.job_loop`), which owns
 everything that touches Ray for jobs, every ``tick_s`` or sooner when a Submit or Cancel wakes it.
+The same thread re-reads the Ray cluster's resources every ``CAPACITY_REFRESH_S``: nodes that
+join or leave change what the queue may use and the fair shares.
 
 The pieces: :mod:`~tinker_scheduler.config` (options), :mod:`~tinker_scheduler.placement` (Ray),
 :mod:`~tinker_scheduler.host_pool` (model hosts), :mod:`~tinker_scheduler.sessions`
@@ -32,7 +34,7 @@ from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostPool
 from tinker_scheduler.job_loop import JobLoop
 from tinker_scheduler.paths import PathPolicy
-from tinker_scheduler.placement import Run, connect_ray
+from tinker_scheduler.placement import Run, cluster_capacity, connect_ray
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.store import JobStore
 
@@ -42,6 +44,9 @@ if TYPE_CHECKING:
     from tinker_scheduler.sessions import SessionManager
 
 logger = logging.getLogger("tinker_scheduler")
+
+CAPACITY_REFRESH_S = 2.0
+"""How often the scheduling loop re-reads the Ray cluster's resources (nodes join and leave)."""
 
 
 class Scheduler:
@@ -242,9 +247,27 @@ class Scheduler:
         self._server = GrpcServer(self.config, jobs=JobService(self), training=training)
         self.port = self._server.port
 
+    def refresh_capacity(self) -> Resources:
+        """Re-read the Ray cluster's resources (capped by ``num_cpus``/``num_gpus``) into the
+        capacity the queue plans with and Submit checks against; returns it."""
+        capacity = cluster_capacity(self.config.num_cpus, self.config.num_gpus)
+        if capacity != self.capacity:
+            logger.info("Ray cluster resources changed: %s (was %s)", capacity, self.capacity)
+            self.capacity = capacity
+            if self.jobs is not None:
+                self.jobs.capacity = capacity
+        return capacity
+
     def _loop(self) -> None:
         assert self.jobs is not None
+        refreshed = time.monotonic()
         while not self._halt.is_set():
+            if time.monotonic() - refreshed >= CAPACITY_REFRESH_S:
+                refreshed = time.monotonic()
+                try:
+                    self.refresh_capacity()
+                except Exception:  # keep the last known capacity; the error is in the log
+                    logger.warning("could not re-read the Ray cluster's resources", exc_info=True)
             try:
                 self.jobs.tick(closing=self._closing.is_set())
             except Exception:  # keep scheduling; the error is in the log
