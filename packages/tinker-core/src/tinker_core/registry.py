@@ -5,10 +5,17 @@ points in the group ``opentinker``; ``OPENTINKER_LOAD_PLUGINS`` (comma-separated
 names) limits which load, ``OPENTINKER_DISABLE_PLUGIN_AUTOLOAD`` turns entry-point loading off
 (then only ``OPENTINKER_LOAD_PLUGINS`` and plugins added with :func:`register_plugin` load).
 Set ``OPENTINKER_DEBUG_PLUGINS=1`` to print each hook call on stderr.
+
+A plugin whose entry point fails to import is skipped: one warning (logger
+``tinker_core.registry``) names it, its distribution and the error, and :func:`list_plugins`
+reports it with ``error`` set, so ``opentinker plugins`` still works and every other plugin
+loads. Once loaded, every env is registered with gymnasium too
+(:mod:`tinker_core.gymnasium_envs`), so ``gymnasium.make(env_id)`` builds it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -23,9 +30,11 @@ import pluggy
 from tinker_core import hookspecs
 from tinker_core.env import EnvSpec
 from tinker_core.errors import DuplicateNameError, PluginError, UnknownNameError
+from tinker_core.gymnasium_envs import register_specs
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]*$")
 LOCAL_DIST = "<local>"
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -54,12 +63,14 @@ class Entry(Generic[T]):
 
 @dataclass
 class PluginInfo:
-    """A loaded plugin: its distribution and everything it registered, by kind."""
+    """A plugin: its distribution and everything it registered, by kind; ``error`` is why it
+    could not be imported (then it registered nothing), None when it loaded."""
 
     name: str
     distribution: str
     version: str | None
     registers: dict[str, list[str]] = field(default_factory=dict)
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +78,7 @@ class PluginInfo:
             "distribution": self.distribution,
             "version": self.version,
             "registers": {k: sorted(v) for k, v in self.registers.items()},
+            "error": self.error,
         }
 
 
@@ -140,6 +152,12 @@ class PluginSystem:
             if self._loaded:
                 self._register(plugin, name, distribution, None)
                 self._collect([plugin])
+                self._register_with_gymnasium()
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether discovery has run (the registries are filled)."""
+        return self._loaded
 
     def ensure_loaded(self) -> None:
         if self._loaded:
@@ -147,22 +165,34 @@ class PluginSystem:
         with self._lock:
             if self._loaded:
                 return
-            loaded: list[Any] = []
-            for plugin, dist, version, name in self._entry_point_plugins():
-                self._register(plugin, name, dist, version)
-                loaded.append(plugin)
-            for plugin, dist in self._extra:
-                self._register(plugin, None, dist, None)
-                loaded.append(plugin)
-            try:
-                self.pm.check_pending()
-            except pluggy.PluginValidationError as e:
-                raise PluginError(
-                    f"plugin {self._dist_of(e.plugin)[0]!r} implements a hook that does not "
-                    f"exist: {e}; hook names are {', '.join(hookspecs.HOOK_NAMES)}"
-                ) from e
-            self._collect(loaded)
+            self._load()
             self._loaded = True
+            self._register_with_gymnasium()
+
+    def _register_with_gymnasium(self) -> None:
+        register_specs(entry.options["spec"] for entry in self.envs.entries())
+
+    def _load(self) -> None:
+        loaded: list[Any] = []
+        for plugin, dist, version, name in self._entry_point_plugins():
+            self._register(plugin, name, dist, version)
+            loaded.append(plugin)
+        for plugin, dist in self._extra:
+            self._register(plugin, None, dist, None)
+            loaded.append(plugin)
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as e:
+            raise PluginError(
+                f"plugin {self._dist_of(e.plugin)[0]!r} implements a hook that does not "
+                f"exist: {e}; hook names are {', '.join(hookspecs.HOOK_NAMES)}"
+            ) from e
+        self._collect(loaded)
+
+    @property
+    def failures(self) -> list[PluginInfo]:
+        """The plugins whose entry point failed to import (each with its ``error``)."""
+        return [p for p in self.plugins if p.error is not None]
 
     def _entry_point_plugins(self) -> Iterator[tuple[Any, str, str | None, str]]:
         allow_raw = os.environ.get("OPENTINKER_LOAD_PLUGINS")
@@ -179,15 +209,18 @@ class PluginSystem:
             if allow is not None and dist not in allow:
                 continue
             seen.add(dist)
+            version = ep.dist.version if ep.dist else None
             try:
                 plugin = ep.load()
-            except Exception as e:  # a broken plugin must say which one
-                raise PluginError(
-                    f"could not load plugin {ep.name!r} ({ep.value}) from distribution {dist!r}: "
-                    f"{type(e).__name__}: {e}; fix or uninstall it, or leave it out of "
-                    "OPENTINKER_LOAD_PLUGINS"
-                ) from e
-            yield plugin, dist, (ep.dist.version if ep.dist else None), ep.name
+            except Exception as e:  # a broken plugin is skipped: reported, never fatal for the others
+                error = f"{type(e).__name__}: {e}".strip()
+                self.plugins.append(PluginInfo(name=ep.name, distribution=dist, version=version, error=error))
+                log.warning(
+                    "warning: skipping plugin %r (%s) of distribution %r, which failed to import: %s; "
+                    "fix or uninstall it ('opentinker plugins' lists it)", ep.name, ep.value, dist, error,
+                )
+                continue
+            yield plugin, dist, version, ep.name
         if allow:
             missing = sorted(allow - seen)
             if missing:

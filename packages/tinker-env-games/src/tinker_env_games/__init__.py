@@ -5,13 +5,15 @@ Registers ``games/guess-number-v0``, ``games/tictactoe-v0`` and ``games/connect-
 (:mod:`tinker_env_games.opponents`; the board games offer them by name in
 ``scripted_opponents``). The multi-agent episode coordinator lives in
 :mod:`tinker_core.coordinator`; its names are re-exported here for compatibility. Names below
-load on first use, so importing the package (which plugin discovery does) costs almost nothing.
+load on first use, so plugin discovery, which imports the package, stays cheap; importing it
+yourself registers its envs with gymnasium (:mod:`tinker_core.gymnasium_envs`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tinker_core.gymnasium_envs import register_package
 from tinker_core.lazy import lazy_package
 
 __version__ = "0.1.0"
@@ -31,3 +33,5 @@ if TYPE_CHECKING:  # pragma: no cover - read by lazy_package too
     from tinker_env_games.tictactoe import TicTacToeEnv as TicTacToeEnv
 
 __getattr__, __dir__, __all__ = lazy_package(__name__, "__version__")
+
+register_package(__name__)  # gymnasium.make("<env id>") works after `import tinker_env_games`

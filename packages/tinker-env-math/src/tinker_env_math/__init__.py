@@ -1,14 +1,16 @@
 """tinker-env-math: OpenTinker environment plugin for arithmetic, tool-use math and datasets.
 
 Registers ``math/arithmetic-v0``, ``math/calculator-v0`` and ``math/dataset-v0`` (see
-:mod:`tinker_env_math.plugin`). Names below load on first use, so importing the package (which
-plugin discovery does) costs almost nothing.
+:mod:`tinker_env_math.plugin`). Names below load on first use, so plugin discovery, which imports the
+package, stays cheap; importing it yourself registers its envs with gymnasium
+(:mod:`tinker_core.gymnasium_envs`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tinker_core.gymnasium_envs import register_package
 from tinker_core.lazy import lazy_package
 
 __version__ = "0.1.0"
@@ -36,3 +38,5 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_env_math.parsing import parse_answer as parse_answer
 
 __getattr__, __dir__, __all__ = lazy_package(__name__, "__version__")
+
+register_package(__name__)  # gymnasium.make("<env id>") works after `import tinker_env_math`
