@@ -27,11 +27,21 @@ Modules: :mod:`.codec` (JSON fields and observations in messages), :mod:`.guard`
 abandonable env calls), :mod:`.sessions` (the session table), :mod:`.servicer` (the
 ``EnvService`` RPCs), :mod:`.server` (:func:`serve_env`, :class:`EnvServer`),
 :mod:`.client` (:class:`RemoteEnv`, :class:`RemoteMultiAgentEnv`, :class:`RemoteEnvError`).
-This package imports grpc; ``import tinker_core`` does not import it.
+This package imports grpc, which the extra ``tinker-core[grpc]`` installs (tinker-client,
+tinker-algos and tinker-scheduler depend on it); ``import tinker_core`` does not import it.
 """
 
 from __future__ import annotations
 
+try:
+    import google.protobuf
+    import grpc
+    import grpc_health
+except ImportError as e:  # an env author's install: tinker-core without its wire protocol
+    raise ImportError(
+        f"tinker_core.remote (envs over gRPC) needs grpcio and protobuf ({e}): pip install 'tinker-core[grpc]'",
+        name=e.name,
+    ) from e
 from tinker_core.proto import ENV_SERVICE as SERVICE_NAME
 from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_core.remote.client import (
