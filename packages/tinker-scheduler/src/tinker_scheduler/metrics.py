@@ -1,7 +1,9 @@
 """The scheduler's Prometheus metrics (prometheus-client), in a registry of its own.
 
-Exposed on ``--metrics-port`` at ``/metrics``. Names and labels (no job ids or tenant names,
-so the endpoint reveals nothing about other tenants and its cardinality stays fixed):
+Exposed on ``--metrics-port`` at ``/metrics``. Scheduler-wide series carry no job ids or tenant
+names; the ``opentinker_job_*`` gauges carry ``job`` and ``tenant`` labels, exist only while the
+job runs (removed when it stops, so cardinality stays at the number of running jobs), and show
+its last reported value. The endpoint is for the operator: serve it where tenants cannot read it.
 
 ==================================================  =========  ====================================
 ``opentinker_jobs{state}``                          gauge      jobs in each state (from the store)
@@ -15,11 +17,17 @@ so the endpoint reveals nothing about other tenants and its cardinality stays fi
 ``opentinker_actor_restarts_total``                 counter    job actors restarted after dying
 ``opentinker_jobs_finished_total{state}``           counter    jobs that reached a terminal state
 ``opentinker_resources_free{resource}``             gauge      cpus, gpus, memory_gb not held
+``opentinker_job_reward{job,tenant}``               gauge      ``env/reward_mean``
+``opentinker_job_loss{job,tenant}``                 gauge      ``losses/total``
+``opentinker_job_tokens_per_second{job,tenant}``    gauge      ``rollout/tokens_per_s`` (or another
+                                                               ``*tokens_per_s`` key)
+``opentinker_job_step_seconds{job,tenant}``         gauge      ``time/step_s``: the last step's time
 ==================================================  =========  ====================================
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,6 +41,14 @@ from tinker_scheduler.store import JobState, JobStore
 #: Metric key prefix of per-reason rollout error counts in a step (``rollout/errors/timeout``);
 #: a plain ``rollout/errors`` counts under reason ``all``.
 ROLLOUT_ERRORS = "rollout/errors"
+TOKENS_PER_S = "rollout/tokens_per_s"
+#: Reported metric key -> (the per-job gauge showing its last value, its help text).
+JOB_GAUGES = {
+    "env/reward_mean": ("opentinker_job_reward", "A running job's last reported mean reward (env/reward_mean)."),
+    "losses/total": ("opentinker_job_loss", "A running job's last reported loss (losses/total)."),
+    TOKENS_PER_S: ("opentinker_job_tokens_per_second", "A running job's last reported tokens per second."),
+    "time/step_s": ("opentinker_job_step_seconds", "A running job's last step's wall-clock seconds (time/step_s)."),
+}
 
 
 class _StoreCollector(Collector):
@@ -100,6 +116,12 @@ class SchedulerMetrics:
             registry=self.registry,
         )
         self._tokens_by_job: dict[str, float] = {}
+        self._store = store
+        self._tenant_of: dict[str, str] = {}
+        self.per_job = {
+            key: Gauge(name, doc, labelnames=["job", "tenant"], registry=self.registry)
+            for key, (name, doc) in JOB_GAUGES.items()
+        }
 
     def observe_metrics(self, job_id: str, values: dict[str, float]) -> None:
         """Update the derived metrics from one step's reported metrics."""
@@ -114,11 +136,29 @@ class SchedulerMetrics:
         if tokens is not None:
             self._tokens_by_job[job_id] = float(tokens)
             self.tokens_per_second.set(sum(self._tokens_by_job.values()))
+        shown = {key: values.get(key) for key in JOB_GAUGES}
+        shown[TOKENS_PER_S] = tokens
+        shown = {k: float(v) for k, v in shown.items() if v is not None}
+        if shown:
+            tenant = self._tenant(job_id)
+            for key, value in shown.items():
+                self.per_job[key].labels(job_id, tenant).set(value)
+
+    def _tenant(self, job_id: str) -> str:
+        if job_id not in self._tenant_of:
+            job = self._store.get(job_id)
+            self._tenant_of[job_id] = job.tenant if job is not None else ""
+        return self._tenant_of[job_id]
 
     def job_stopped(self, job_id: str) -> None:
         """Forget a job that no longer runs (its throughput leaves the sum)."""
         if self._tokens_by_job.pop(job_id, None) is not None:
             self.tokens_per_second.set(sum(self._tokens_by_job.values()))
+        tenant = self._tenant_of.pop(job_id, None)
+        if tenant is not None:
+            for gauge in self.per_job.values():
+                with contextlib.suppress(KeyError):  # a gauge the job never reported
+                    gauge.remove(job_id, tenant)
 
     def set_free(self, cpus: float, gpus: float, memory_gb: float) -> None:
         self.resources_free.labels("cpus").set(cpus)

@@ -9,7 +9,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from tinker_core.config.models import ALGORITHMS, JobConfig, models_in
+from tinker_core.config.models import ALGORITHMS, TRACKERS, JobConfig, models_in
 from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -169,8 +169,23 @@ def check_plugin_names(config: JobConfig) -> list[str]:
     return problems
 
 
+def check_trackers(config: JobConfig) -> list[str]:
+    """Problems with ``logging.report_to``: each listed tracker whose library is not installed here,
+    naming the extra that installs it (found without importing it)."""
+    from importlib.util import find_spec
+
+    return [missing_tracker(name) for name in config.logging.report_to or () if find_spec(TRACKERS[name][0]) is None]
+
+
+def missing_tracker(name: str) -> str:
+    """The one line that says tracker ``name`` (a ``logging.report_to`` value) is not installed."""
+    module, extra = TRACKERS[name]
+    return f"logging.report_to: {name} needs the {module} package; pip install '{extra}' (or drop {name})"
+
+
 def parse_config(data: Any, *, source: str | None = None, check_plugins: bool = True) -> JobConfig:
-    """Validate a mapping; raise :class:`ConfigError` listing every problem found."""
+    """Validate a mapping; raise :class:`ConfigError` listing every problem found (with
+    ``check_plugins``, also unknown plugin names and trackers whose library is not installed)."""
     if not isinstance(data, dict):
         raise ConfigError([f"(top level): expected a mapping of sections, got {type(data).__name__}"], source)
     try:
@@ -180,8 +195,8 @@ def parse_config(data: Any, *, source: str | None = None, check_plugins: bool = 
         if check_plugins:
             problems += _plugin_problems_of_raw(data)
         raise ConfigError(problems, source) from None
-    if check_plugins:
-        problems = check_plugin_names(config)
+    if check_plugins:  # and the trackers: what this machine must have installed to run the job
+        problems = check_plugin_names(config) + check_trackers(config)
         if problems:
             raise ConfigError(problems, source)
     return config

@@ -331,13 +331,57 @@ class CheckpointConfig(_Model):
     resume: bool = Field(True, description="Resume from the newest intact checkpoint in the run directory (damaged ones are skipped and logged).")
 
 
+Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
+TRACKERS: dict[str, tuple[str, str]] = {
+    "tensorboard": ("tensorboard", "tinker-algos[tensorboard]"),
+    "wandb": ("wandb", "tinker-algos[wandb]"),
+    "mlflow": ("mlflow", "tinker-algos[mlflow]"),
+    "trackio": ("trackio", "tinker-algos[trackio]"),
+}
+"""``logging.report_to`` names -> (the module it imports, the extra that installs it)."""
+
+
 class LoggingConfig(_Model):
-    """Where metrics go: JSONL, TensorBoard, a learning-curve plot."""
+    """Where metrics go: JSONL, experiment trackers (TensorBoard, W&B, MLflow, trackio), a plot."""
 
     jsonl: bool = Field(True, description="Write metrics.jsonl in the run directory.")
-    tensorboard: bool = Field(True, description="Write TensorBoard event files.")
-    plot: bool = Field(True, description="Write a learning-curve PNG at the end.")
+    tensorboard: bool = Field(
+        True,
+        description="Write TensorBoard event files (skipped with one warning when tensorboard is not installed); "
+        "with report_to set, it follows whether report_to lists tensorboard.",
+    )
+    report_to: list[Tracker] | None = Field(
+        None,
+        description="Experiment trackers that get every logged step: tensorboard, wandb, mlflow, trackio. "
+        "None: [tensorboard] when 'tensorboard' is true, else none. Each needs its library "
+        "(pip install 'tinker-algos[wandb]', ...); a listed one that is missing fails the job before it starts.",
+    )
+    project: str = Field(
+        "opentinker", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="The W&B project, MLflow experiment or trackio project the job's run goes to (named after the job).",
+    )
+    plot: bool = Field(True, description="Write a learning-curve PNG at the end (skipped with one warning without matplotlib).")
     every: int = Field(1, ge=1, le=MAX_STEPS, description="Log metrics every N steps.")
+
+    @model_validator(mode="after")
+    def _one_tensorboard_switch(self) -> LoggingConfig:
+        if self.report_to is None:
+            return self
+        self.report_to = list(dict.fromkeys(self.report_to))  # each tracker once, in the given order
+        listed = "tensorboard" in self.report_to
+        if "tensorboard" in self.model_fields_set and self.tensorboard != listed:
+            raise ValueError(
+                f"tensorboard: {str(self.tensorboard).lower()} contradicts report_to: {self.report_to}; "
+                "drop 'tensorboard' and list the trackers in report_to"
+            )
+        self.tensorboard = listed  # written back, so config.json reads the same way again
+        return self
+
+    def trackers(self) -> list[str]:
+        """The trackers this job reports to (``report_to``, or ``[tensorboard]`` by default)."""
+        if self.report_to is not None:
+            return list(self.report_to)
+        return ["tensorboard"] if self.tensorboard else []
 
 
 class StageConfig(_Model):
