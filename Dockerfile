@@ -25,14 +25,16 @@ COPY packages ./packages
 RUN uv sync --locked --no-dev --all-packages --no-editable
 
 FROM ${PYTHON_IMAGE}
-# KubeRay's probes run wget in the Ray containers; tini reaps Ray's child processes
-# hadolint ignore=DL3008
+# KubeRay's probes run wget in the Ray containers; tini reaps Ray's child processes. KubeRay
+# starts Ray in a login shell (bash -l), whose /etc/profile resets PATH: profile.d puts ours back.
+# hadolint ignore=DL3008,SC2016
 RUN apt-get update \
     && apt-get install -y --no-install-recommends wget tini \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --uid 1000 --user-group --create-home --home-dir /home/opentinker opentinker \
     && mkdir -p /data \
-    && chown opentinker:opentinker /data
+    && chown opentinker:opentinker /data \
+    && echo 'export PATH=/opt/opentinker/bin:$PATH' > /etc/profile.d/opentinker.sh
 COPY --from=build /opt/opentinker /opt/opentinker
 ENV PATH=/opt/opentinker/bin:$PATH \
     OPENTINKER_HOME=/data \

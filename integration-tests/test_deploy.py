@@ -315,7 +315,9 @@ def test_the_dockerfiles_install_from_the_lock_run_as_non_root_and_start_the_sch
     assert entrypoint[-1] == "opentinker" and command[:2] == ["scheduler", "start"]
     assert "--host" in command and command[command.index("--host") + 1] == "0.0.0.0"
     env = " ".join(args for word, args in cpu if word == "ENV")
-    assert "OPENTINKER_HOME=/data" in env
+    assert "OPENTINKER_HOME=/data" in env and "PATH=/opt/opentinker/bin:$PATH" in env
+    # KubeRay runs `ray start` in a login shell, whose /etc/profile resets PATH
+    assert "export PATH=/opt/opentinker/bin:$PATH' > /etc/profile.d/opentinker.sh" in runs
     # what the build copies is in the context
     patterns = ignore_patterns()
     for word, args in cpu:
@@ -362,4 +364,7 @@ def test_the_image_install_command_resolves_from_the_lock_with_only_the_build_co
         cwd=context, env=env, capture_output=True, text=True, timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "torch==" in done.stderr and "ray==" in done.stderr
+    plan = done.stderr
+    # the runtime, and the writers a job's default logging section uses (TensorBoard, the plot)
+    for package in ("torch==", "ray==", "grpcio==", "tensorboard==", "matplotlib=="):
+        assert f" + {package}" in plan, f"the image would not install {package.rstrip('=')}"
