@@ -17,6 +17,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
 from tinker_client.new import register as register_new_command
@@ -41,26 +42,32 @@ app.add_typer(env_app, name="env")
 @app.command()
 def plugins(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
+    check: Annotated[bool, typer.Option("--check", help="Exit 1 when a plugin failed to load (for CI).")] = False,
 ) -> None:
-    """List installed plugins: distribution, version and what each registers."""
+    """List installed plugins: distribution, version and what each registers (or why it failed to load)."""
     from tinker_core.registry import list_plugins
 
     try:
         infos = list_plugins()
     except OpenTinkerError as e:
         fail(str(e), "check OPENTINKER_LOAD_PLUGINS, or reinstall the plugin named above")
+    failed = [i for i in infos if i.error is not None]
     if as_json:
         typer.echo(json.dumps([i.to_dict() for i in infos], indent=2))
-        return
-    table = Table(title="OpenTinker plugins")
-    for col in ("distribution", "version", "plugin", "registers"):
-        table.add_column(col)
-    for info in sorted(infos, key=lambda i: (i.distribution, i.name)):
-        registers = "\n".join(
-            f"{kind.replace('_', ' ')}: {', '.join(sorted(names))}" for kind, names in sorted(info.registers.items())
-        )
-        table.add_row(info.distribution, info.version or "-", info.name, registers or "-")
-    Console().print(table)
+    else:
+        table = Table(title="OpenTinker plugins")
+        for col in ("distribution", "version", "plugin", "registers"):
+            table.add_column(col, overflow="fold")
+        for info in sorted(infos, key=lambda i: (i.distribution, i.name)):
+            registers = "\n".join(
+                f"{kind.replace('_', ' ')}: {', '.join(sorted(names))}" for kind, names in sorted(info.registers.items())
+            )
+            if info.error is not None:
+                registers = Text(f"failed to load: {info.error}", style="red")
+            table.add_row(info.distribution, info.version or "-", info.name, registers or "-")
+        Console(highlight=False).print(table)
+    if failed and check:  # each failure was reported above (and warned about once, on stderr)
+        raise typer.Exit(1)
 
 
 # ---- config -------------------------------------------------------------------------------
@@ -213,45 +220,10 @@ def _print_job(job: Any) -> None:
     typer.echo(line)
 
 
-HEADLINE_METRICS = (
-    "env/reward_mean",
-    "eval/accuracy",
-    "losses/total",
-    "kl/sample_train",
-    "optim/grad_norm",
-    "rollout/tokens_per_s",
-)
-
-
 def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int | None:
-    """Print a job's events until it ends; the exit code follows its final state (None with
-    ``logs_only``: printing the logs succeeds whatever the job's end)."""
-    from tinker_client.jobs import pb, state_name
+    from tinker_client.watch import follow
 
-    final = None
-    for event in client.watch(job_id):
-        kind = event.WhichOneof("event")
-        if kind == "log":
-            typer.echo(event.log.text)
-        elif logs_only:
-            pass
-        elif kind == "state_change":
-            sc = event.state_change
-            typer.echo(f"[{state_name(sc.state)}] {sc.reason}".rstrip())
-            final = sc.state
-        elif kind == "metrics":
-            values = event.metrics.values
-            keys = [k for k in HEADLINE_METRICS if k in values] or sorted(values)[:6]
-            shown = "  ".join(f"{k}={values[k]:.4g}" for k in keys)
-            typer.echo(f"step {event.metrics.step}: {shown}")
-    if logs_only:
-        return None
-    job = client.get(job_id)
-    final = job.state if final is None else final
-    typer.echo(f"job {job.id} {state_name(job.state)}; run dir: {job.run_dir}")
-    if job.run_dir:
-        typer.echo(f"learning curve: {Path(job.run_dir) / 'curve.png'}")
-    return 0 if final == pb.JOB_STATE_SUCCEEDED else 1
+    return follow(client, job_id, logs_only=logs_only)
 
 
 def _read_config_text(file: Path) -> str:
@@ -316,17 +288,48 @@ def list_jobs(
     api_key: ApiKeyOpt = None,
     tls_ca: TlsCaOpt = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="Show at most N jobs (the newest).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
 ) -> None:
-    """List your jobs, newest first (fetched page by page, so thousands of jobs are fine)."""
+    """List your jobs, newest first: a table on a terminal, one line per job when piped
+    (fetched page by page, so thousands of jobs are fine)."""
     from tinker_client.jobs import parse_state
 
     try:
         states = [parse_state(s) for s in state or []]
     except ValueError as e:
         fail(str(e))
+    console = Console(highlight=False)
     with _scheduler(scheduler, api_key, tls_ca) as client:
-        for job in client.list(states, limit=limit):
-            _print_job(job)
+        if as_json:
+            typer.echo(json.dumps([_job_dict(job) for job in client.list(states, limit=limit)], indent=2))
+        elif console.is_terminal:
+            console.print(_jobs_table(client.list(states, limit=limit)))
+        else:  # piped: one line per job, as scripts expect
+            for job in client.list(states, limit=limit):
+                _print_job(job)
+
+
+def _job_dict(job: Any) -> dict[str, Any]:
+    from tinker_client.jobs import state_name
+
+    created = job.created_at.ToDatetime().isoformat() + "Z" if job.HasField("created_at") else None
+    return {"id": job.id, "state": state_name(job.state).lower(), "priority": job.priority, "name": job.name,
+            "tenant": job.tenant, "created_at": created, "reason": job.reason, "run_dir": job.run_dir}
+
+
+def _jobs_table(jobs: Iterator[Any]) -> Table:
+    from tinker_client.jobs import state_name
+
+    styles = {"SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "dim", "RUNNING": "cyan"}
+    table = Table(title="Jobs (newest first)")
+    table.add_column("id", no_wrap=True)
+    for col in ("state", "prio", "name", "created (UTC)", "reason"):
+        table.add_column(col, justify="right" if col == "prio" else "left", overflow="fold")
+    for job in jobs:
+        state = state_name(job.state)
+        created = job.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S") if job.HasField("created_at") else ""
+        table.add_row(job.id, Text(state, style=styles.get(state, "")), str(job.priority), job.name, created, job.reason)
+    return table
 
 
 _job_command(
@@ -401,14 +404,26 @@ def build_app() -> typer.Typer:
     return app
 
 
+def show_flags_as_flags(command: Any) -> Any:
+    """Drop the ``<bool>`` placeholder typer's help shows beside every flag (``--fresh``, ``--help``),
+    in ``command`` and all its subcommands; returns ``command``."""
+    help_option = command.get_help_option(command.context_class(command, info_name=command.name))
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        show_flags_as_flags(sub)
+    return command
+
+
 def main(argv: list[str] | None = None) -> Any:
     try:
-        cli = build_app()
+        cli = show_flags_as_flags(typer.main.get_command(build_app()))
     except OpenTinkerError as e:
         err_console.print(f"[bold red]error:[/] {e}", markup=True)
         return sys.exit(EXIT_BAD_INPUT)
     try:
-        return cli(args=argv, prog_name="opentinker", standalone_mode=True)
+        return cli.main(args=argv, prog_name="opentinker", standalone_mode=True)
     except OpenTinkerError as e:  # a command let one through: still one line and exit 2
         err_console.print(f"[bold red]error:[/] {e}", markup=True)
         sys.exit(EXIT_BAD_INPUT)

@@ -48,9 +48,9 @@ def _is_loopback(host: str) -> bool:
 def start(
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves every interface.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="gRPC port; 0 picks a free one (printed at start).")] = DEFAULT_PORT,
-    db: Annotated[Path | None, typer.Option(help="SQLite job store [default: $OPENTINKER_HOME/scheduler.db].")] = None,
+    db: Annotated[Path | None, typer.Option(help="SQLite job store (default $OPENTINKER_HOME/scheduler.db).")] = None,
     runs_dir: Annotated[
-        Path | None, typer.Option(help="Jobs write to RUNS_DIR/<tenant>/<job-id>/ [default: $OPENTINKER_HOME/runs].")
+        Path | None, typer.Option(help="Jobs write to RUNS_DIR/<tenant>/<job-id>/ (default $OPENTINKER_HOME/runs).")
     ] = None,
     ray_address: Annotated[
         str | None, typer.Option(help="Join this Ray cluster (e.g. 'auto' or HOST:6379); default: start a local Ray.")
@@ -190,7 +190,7 @@ def start(
 @app.command("add-tenant")
 def add_tenant(
     name: Annotated[str, typer.Argument(help="Tenant name: lowercase letters, digits, '-' and '_'.")],
-    db: Annotated[Path | None, typer.Option(help="SQLite job store [default: $OPENTINKER_HOME/scheduler.db].")] = None,
+    db: Annotated[Path | None, typer.Option(help="SQLite job store (default $OPENTINKER_HOME/scheduler.db).")] = None,
 ) -> None:
     """Create tenant NAME (if new) and a new API key for it; the key is printed once, on stdout."""
     from tinker_scheduler.config import default_home
