@@ -76,7 +76,7 @@ def test_register_specs_leaves_known_ids_and_ids_gymnasium_cannot_parse():
 
     tinker_core.registry.get_registry("envs")
     before = gym.registry["echo/echo-v0"]
-    assert register_specs([EnvSpec(id="echo/echo-v0"), EnvSpec(id="my.ns/thing-v0")]) == []
+    assert register_specs([(EnvSpec(id="echo/echo-v0"), object), (EnvSpec(id="my.ns/thing-v0"), object)]) == []
     assert gym.registry["echo/echo-v0"] is before and "my.ns/thing-v0" not in gym.registry
 
 

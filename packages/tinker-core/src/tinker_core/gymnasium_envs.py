@@ -1,8 +1,8 @@
 """OpenTinker envs in gymnasium's registry, so ``gymnasium.make("math/arithmetic-v0")`` builds them.
 
 gymnasium (1.x) discovers no plugins: it knows an env id once something has registered it. Two
-things do here, both with :func:`tinker_core.registry.make_env` as the entry point (so the env
-is built exactly as a job builds it, keyword arguments passed through):
+things do here, both building the env with the factory the plugin registered, exactly as
+:func:`tinker_core.make_env` does (keyword arguments passed through):
 
 - loading OpenTinker's plugin registry (any ``make_env``, ``opentinker`` command or job)
   registers every installed single-agent env (multi-agent envs are not gymnasium envs);
@@ -21,19 +21,26 @@ gymnasium already knows is left as it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tinker_core.env import EnvSpec
 
-ENTRY_POINT = "tinker_core.registry:make_env"
-"""What gymnasium calls to build an OpenTinker env: ``make_env(env_id=..., **kwargs)``."""
+def build_env(factory: Callable[..., Any], spec: EnvSpec, **kwargs: Any) -> Any:
+    """``factory(**kwargs)``, the env carrying its ``env_spec`` (how every OpenTinker env is built)."""
+    env = factory(**kwargs)
+    if getattr(env, "env_spec", None) is None:
+        env.env_spec = spec
+    return env
 
 
-def register_specs(specs: Iterable[EnvSpec]) -> list[str]:
-    """Register each single-agent env of ``specs`` with gymnasium (unless its id is there already); the ids added.
+def register_specs(envs: Iterable[tuple[EnvSpec, Callable[..., Any]]]) -> list[str]:
+    """Register each single-agent ``(spec, factory)`` of ``envs`` with gymnasium (unless its id
+    is there already); the ids added. ``gymnasium.make(id, **kwargs)`` then calls
+    :func:`build_env` with the factory.
 
     Multi-agent envs (a spec with ``roles``) are not gymnasium envs and are left out, as is an
     id gymnasium's id syntax does not accept (a ``.`` in the namespace).
@@ -42,11 +49,11 @@ def register_specs(specs: Iterable[EnvSpec]) -> list[str]:
     from gymnasium.error import Error
 
     added = []
-    for spec in specs:
+    for spec, factory in envs:
         if spec.roles or spec.id in gymnasium.registry:
             continue
         try:
-            gymnasium.register(spec.id, entry_point=ENTRY_POINT, kwargs={"env_id": spec.id})
+            gymnasium.register(spec.id, entry_point=partial(build_env, factory, spec))
         except Error:
             continue
         added.append(spec.id)
@@ -57,19 +64,19 @@ def register_package(package: str) -> list[str]:
     """Register with gymnasium the envs of the ``opentinker`` entry points in ``package``; the ids added.
 
     Called by an env package's ``__init__``: it calls the package's ``opentinker_register_envs``
-    hook with a callback that only notes each spec (the hook imports the env modules, as plugin
-    discovery does when it calls the hook).
+    hook with a callback that only notes each spec and factory (the hook imports the env
+    modules, as plugin discovery does when it calls the hook).
     """
     from tinker_core.hookspecs import ENTRY_POINT_GROUP
 
-    specs: list[EnvSpec] = []
+    envs: list[tuple[EnvSpec, Callable[..., Any]]] = []
 
-    def collect(spec: EnvSpec, factory: Any) -> None:
-        specs.append(spec)
+    def collect(spec: EnvSpec, factory: Callable[..., Any]) -> None:
+        envs.append((spec, factory))
 
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.module == package or ep.module.startswith(package + "."):
             hook = getattr(ep.load(), "opentinker_register_envs", None)
             if hook is not None:
                 hook(register=collect)
-    return register_specs(specs)
+    return register_specs(envs)

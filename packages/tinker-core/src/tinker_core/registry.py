@@ -30,7 +30,7 @@ import pluggy
 from tinker_core import hookspecs
 from tinker_core.env import EnvSpec
 from tinker_core.errors import DuplicateNameError, PluginError, UnknownNameError
-from tinker_core.gymnasium_envs import register_specs
+from tinker_core.gymnasium_envs import build_env, register_specs
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]*$")
 LOCAL_DIST = "<local>"
@@ -170,7 +170,7 @@ class PluginSystem:
             self._register_with_gymnasium()
 
     def _register_with_gymnasium(self) -> None:
-        register_specs(entry.options["spec"] for entry in self.envs.entries())
+        register_specs((entry.options["spec"], entry.obj) for entry in self.envs.entries())
 
     def _load(self) -> None:
         loaded: list[Any] = []
@@ -405,11 +405,7 @@ def env_spec(env_id: str) -> EnvSpec:
 def make_env(env_id: str, **kwargs: Any) -> Any:
     """Build a registered environment: ``make_env("math/arithmetic-v0", digits=2)``."""
     entry = get_registry("envs").get(env_id)
-    env = entry.obj(**kwargs)
-    spec = entry.options["spec"]
-    if getattr(env, "env_spec", None) is None:
-        env.env_spec = spec
-    return env
+    return build_env(entry.obj, entry.options["spec"], **kwargs)
 
 
 def get_advantage_estimator(name: str) -> Entry[Any]:
