@@ -422,3 +422,68 @@ def test_the_real_instruct_model_ends_its_turn_with_im_end_and_the_env_is_told(s
     assert traj is not None and traj.tokens_T[-1] == policy.tokenizer.convert_tokens_to_ids(IM_END)  # sampled, kept
     (action,) = envs[0].seen
     assert turn_end_of(action) == "end_of_turn" and IM_END not in action and action.strip()
+
+
+# ---- offline data (SFT examples, DPO pairs) -----------------------------------------------------
+def test_offline_examples_are_tokenized_as_the_sampler_sees_and_writes_them(tok) -> None:
+    from tinker_algos.algorithms.common import example_trajectory
+
+    renderer = PromptRenderer.from_config(tok, "auto")
+    traj = example_trajectory(tok, "2+3=", "5", renderer, "Reply with the number only.")
+    prompt_ids, _ = renderer.start("2+3=", "Reply with the number only.")
+    tokens, mask = traj.tokens_T.tolist(), traj.loss_mask_T.tolist()
+    completion = [t for t, m in zip(tokens, mask, strict=True) if m]
+    assert tokens[: len(prompt_ids)] == prompt_ids and not any(mask[: len(prompt_ids)])
+    # the completion ends its turn as a sampled answer does (the sampler stops at <|im_end|>)
+    assert completion == [*tok.encode("5", add_special_tokens=False), tok.convert_tokens_to_ids(IM_END)]
+    messages = [{"role": "system", "content": "Reply with the number only."}, {"role": "user", "content": "2+3="}]
+    assert tok.decode(tokens) == chatml(messages, True) + "5" + IM_END
+    # plain text (the tiny preset, model.chat_template: none) is encoded as before: <bos>, no end of turn
+    plain = example_trajectory(tok, "2+3=", "5", PromptRenderer.from_config(tok, "none"))
+    expected = [*tok.encode("2+3=", add_special_tokens=True), *tok.encode("5", add_special_tokens=False)]
+    assert plain.tokens_T.tolist() == expected == example_trajectory(tok, "2+3=", "5").tokens_T.tolist()
+
+
+@pytest.mark.parametrize("algorithm", ["sft", "dpo"])
+def test_sft_and_dpo_data_reach_a_chat_model_through_its_template(
+    algorithm, chat_model_dir, tmp_path, monkeypatch, algos_and_math_plugins
+) -> None:
+    import json
+
+    from tinker_algos import train
+    from tinker_algos.trainer import Trainer
+
+    data = tmp_path / "data.jsonl"
+    record = {"prompt": "2+3=", "completion": "5"} if algorithm == "sft" else {"prompt": "2+3=", "chosen": "5", "rejected": "6"}
+    data.write_text(json.dumps(record) + "\n")
+    seen: list[Any] = []
+    original = Trainer.forward_backward
+
+    def spy(self: Any, batch: Any, *a: Any, **k: Any) -> Any:
+        seen.append(batch)
+        return original(self, batch, *a, **k)
+
+    monkeypatch.setattr(Trainer, "forward_backward", spy)
+    cfg = {
+        "name": f"{algorithm}-chat",
+        "model": {"name": str(chat_model_dir), "device": "cpu"},
+        "env": {"id": "math/arithmetic-v0"},  # its spec's system prompt: "You are a calculator. ..."
+        "lora": {"rank": 2, "alpha": 4},
+        "stages": [{"algorithm": {"name": algorithm, "steps": 1, "batch_size": 2, "data": str(data), "eval_size": 1}}],
+        "rollout": {"max_new_tokens": 2},
+        "logging": {"tensorboard": False, "plot": False},
+    }
+    assert train(cfg, run_dir=tmp_path / "run").status == "completed"
+    from tinker_core.registry import env_spec
+
+    system = env_spec("math/arithmetic-v0").system_prompt
+    prompt = chatml([{"role": "system", "content": system}, {"role": "user", "content": "2+3="}], True)
+    row = [int(t) for t, m in zip(seen[0].tokens_B_T[0], seen[0].attention_mask_B_T[0], strict=True) if m]
+    assert tok_text(chat_model_dir, row) == prompt + "5" + IM_END
+    if algorithm == "dpo":
+        rejected = [int(t) for t, m in zip(seen[0].tokens_B_T[1], seen[0].attention_mask_B_T[1], strict=True) if m]
+        assert tok_text(chat_model_dir, rejected) == prompt + "6" + IM_END
+
+
+def tok_text(model_dir: Path, ids: list[int]) -> str:
+    return load_tokenizer(model_dir).decode(ids)

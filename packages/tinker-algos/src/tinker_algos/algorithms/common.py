@@ -6,8 +6,9 @@
 * :func:`sampler_agreement` -- how far the sampler's logprobs are from the trainer's.
 * :func:`resolve_estimator`, :func:`check_loss_config` -- fail on a wrong name or key before
   any work.
-* :func:`read_jsonl`, :func:`shuffled_batch`, :func:`example_trajectory` -- offline data files
-  (SFT examples, DPO pairs): read, cycled through in per-epoch shuffled order, tokenized.
+* :func:`read_jsonl`, :func:`shuffled_batch`, :func:`example_trajectory`,
+  :func:`stage_system_prompt` -- offline data files (SFT examples, DPO pairs): read, cycled
+  through in per-epoch shuffled order, tokenized through the chat template like rollouts.
 * :func:`optim_metrics` -- the ``optim/*`` keys of one ``optim_step``.
 
 Algorithms import these from here, never from each other.
@@ -153,14 +154,38 @@ def shuffled_batch(ctx: StageContext, items: Sequence[_T], step: int) -> list[_T
     return out
 
 
-def example_trajectory(tokenizer: Any, prompt: str, completion: str) -> Trajectory:
-    """A trajectory that trains on ``completion`` only: the prompt with the tokenizer's special
-    tokens (``<bos>``), the completion without -- what the sampler later sees and produces."""
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=True)
-    completion_ids = tokenizer.encode(completion, add_special_tokens=False)
+def example_trajectory(
+    tokenizer: Any, prompt: str, completion: str, renderer: Any = None, system_prompt: str = ""
+) -> Trajectory:
+    """A trajectory that trains on ``completion`` only, tokenized as the sampler later sees and
+    produces it: the prompt through ``renderer`` (a :class:`tinker_algos.prompts.PromptRenderer`:
+    the chat template with ``system_prompt`` and the generation prompt for a chat model, plain text
+    with ``<bos>`` otherwise), the completion without special tokens, ending with the template's
+    end-of-turn token for a chat model (so the model learns to end its turn, as the sampler stops
+    there). ``renderer=None`` is plain text (the prompt with the tokenizer's special tokens)."""
+    if renderer is None:
+        prompt_ids = list(tokenizer.encode(prompt, add_special_tokens=True))
+    else:
+        prompt_ids, _ = renderer.start(prompt, system_prompt)
+    completion_ids = list(tokenizer.encode(completion, add_special_tokens=False))
+    if renderer is not None and renderer.chat and renderer.end_of_turn_id is not None:
+        completion_ids.append(int(renderer.end_of_turn_id))
     tokens = [*prompt_ids, *completion_ids]
     mask = [0.0] * len(prompt_ids) + [1.0] * len(completion_ids)
     return Trajectory(tokens, [0.0] * len(tokens), mask, [0.0])
+
+
+def stage_system_prompt(ctx: StageContext, env: Any = None) -> str:
+    """The env spec's system prompt for offline examples of the stage: that of ``env`` (an env
+    instance) or of the stage's env id; ``""`` without one (the job's ``env.system_prompt``, which
+    the stage's renderer carries, overrides it in :meth:`PromptRenderer.start`)."""
+    spec = getattr(env, "env_spec", None)
+    if spec is None and ctx.stage.env is not None and not ctx.stage.env.address:
+        try:
+            spec = tinker_core.registry.env_spec(ctx.stage.env.id)
+        except Exception:  # an id only a remote server knows: no system prompt
+            spec = None
+    return getattr(spec, "system_prompt", "") or ""
 
 
 def optim_metrics(opt: dict[str, float]) -> dict[str, float]:

@@ -25,8 +25,9 @@ model with adapters off for LoRA, a frozen copy for full fine-tuning.
 
 Implementation details:
 
-1. A pair's log-ratio is summed over its response tokens (the prompt is masked): the prompt is
-   encoded with special tokens (``<bos>``), the response without, exactly as SFT does.
+1. A pair's log-ratio is summed over its response tokens (the prompt is masked): prompt and
+   response are tokenized exactly as SFT does (through the chat template for a chat model, the
+   response ending with its end-of-turn token).
 2. Aggregation is ``seq-mean-token-mean`` unless ``algorithm.aggregation`` is set: every token of
    a pair carries the pair's loss, so this is the mean over pairs whatever the lengths.
 3. ``micro_batch_size`` must be even, so that a pair never straddles two micro-batches.
@@ -56,6 +57,7 @@ from tinker_algos.algorithms.common import (
     optim_metrics,
     read_jsonl,
     shuffled_batch,
+    stage_system_prompt,
 )
 from tinker_algos.losses import preference_metrics
 from tinker_algos.rollout import RolloutResult
@@ -167,11 +169,11 @@ class DPO(Algorithm):
         return shuffled_batch(self.ctx, self.pairs, step)
 
     def pair_batch(self, pairs: list[PreferencePair]) -> Batch:
-        tok = self.ctx.policy.tokenizer
+        tok, renderer, system = self.ctx.policy.tokenizer, self.ctx.renderer, stage_system_prompt(self.ctx)
         trajs = []
         for pair in pairs:
-            trajs.append(example_trajectory(tok, pair.prompt, pair.chosen))
-            trajs.append(example_trajectory(tok, pair.prompt, pair.rejected))
+            trajs.append(example_trajectory(tok, pair.prompt, pair.chosen, renderer, system))
+            trajs.append(example_trajectory(tok, pair.prompt, pair.rejected, renderer, system))
         return Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
 
     def collect(self, step: int) -> RolloutResult:
