@@ -189,10 +189,37 @@ def test_eval_skips_a_damaged_newest_checkpoint_and_takes_a_checkpoint_dir(lora_
     assert json.loads(out.read_text())["step"] == 2
 
 
+def test_eval_of_a_job_config_is_its_untrained_model_on_the_problems_training_evaluates(lora_run, tmp_path):
+    import yaml
+
+    from tinker_algos.evaluation import eval_settings, run_eval
+
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(job()))
+    src = find_source(config)
+    assert (src.kind, src.weights, src.base_model) == ("config", "base", "tiny")
+    out, trained_out = tmp_path / "base.json", tmp_path / "trained.json"
+    result = invoke("eval", config, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert invoke("eval", lora_run, "-o", trained_out).exit_code == 0
+    base, trained = json.loads(out.read_text()), json.loads(trained_out.read_text())
+    assert base["source"] == str(config) and base["step"] is None
+    assert (base["env"], base["env_kwargs"], base["n"]) == (trained["env"], trained["env_kwargs"], trained["n"])
+    assert [e["seed"] for e in base["episodes"]] == [e["seed"] for e in trained["episodes"]]
+    # the untrained model, loaded as training starts from it
+    policy = PolicyModel.load("tiny", device="cpu", precision="fp32")
+    policy.model.eval()
+    metrics, _ = run_eval(policy, eval_settings(src.job))
+    assert base["metrics"] == pytest.approx(metrics)
+    assert "holds no trained weights to export" in refused("export", config, "-o", tmp_path / "x")
+
+
 def test_eval_bad_input_is_one_error_line_and_exit_2(lora_run, tmp_path):
     assert "does not exist" in refused("eval", tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     assert "is not a run directory, a checkpoint" in refused("eval", tmp_path / "empty")
+    (tmp_path / "bad.yaml").write_text("algorithm: {name: grpo, steps: -1}\n")
+    assert "steps" in refused("eval", tmp_path / "bad.yaml")
     assert "did you mean 'echo/echo-v0'" in refused("eval", lora_run, "--env", "echo/ecko-v0")
     assert "--n must be at least 1" in refused("eval", lora_run, "--n", "0")
     assert "--samples must be at least 1" in refused("eval", lora_run, "--samples", "0")

@@ -23,7 +23,7 @@ SOURCE_HELP = "A run directory (its newest intact checkpoint), a checkpoint dire
 
 
 def eval_command(
-    source: Annotated[Path, typer.Argument(help=SOURCE_HELP + " A model directory works too, with --env.")],
+    source: Annotated[Path, typer.Argument(help=SOURCE_HELP + " A model directory works too, with --env; a job config (.yaml) evaluates its untrained model, the baseline.")],
     env: Annotated[str | None, typer.Option("--env", help="Env id (default: the run's env, with its eval_kwargs).")] = None,
     split: Annotated[str | None, typer.Option("--split", help="Set the env's 'split' argument (e.g. test).")] = None,
     n: Annotated[int | None, typer.Option("--n", help="Problems to play (default: the run's algorithm.eval_size, else 64).")] = None,

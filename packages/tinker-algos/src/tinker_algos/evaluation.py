@@ -1,8 +1,9 @@
 """Held-out evaluation of a trained policy: ``opentinker eval`` (:mod:`tinker_algos.cli_eval`).
 
 :func:`find_source` tells what a path names -- a run directory (its newest intact checkpoint), a
-run checkpoint (``checkpoints/step-N``), a trainer checkpoint, a saved PEFT adapter or a Hugging
-Face model directory -- and :func:`load_policy` loads it with the existing loaders
+run checkpoint (``checkpoints/step-N``), a trainer checkpoint, a saved PEFT adapter, a Hugging
+Face model directory, or a job config file (its model untrained: the baseline a run starts from,
+on the same held-out problems its training evaluates) -- and :func:`load_policy` loads it with the existing loaders
 (:meth:`PolicyModel.load`, :meth:`PolicyModel.load_adapter`). :func:`evaluate_source` runs the
 episodes through :func:`tinker_algos.rollout.rollout` with the settings held-out evaluation
 uses during training (the stage's env with its ``eval_kwargs``, ``rollout.max_new_tokens``,
@@ -34,11 +35,22 @@ from tinker_algos.run import (
     env_factories,
 )
 from tinker_algos.run_dir import RUN_MARKER
-from tinker_core.config import EnvConfig, JobConfig, RolloutConfig, StageConfig, parse_config
-from tinker_core.errors import OpenTinkerError
+from tinker_core.config import (
+    EnvConfig,
+    JobConfig,
+    RolloutConfig,
+    StageConfig,
+    load_config,
+    parse_config,
+)
+from tinker_core.errors import ConfigError, OpenTinkerError
 from tinker_core.seeding import derive_seed
 
-SourceKind = Literal["run", "checkpoint", "adapter", "model"]
+SourceKind = Literal["run", "checkpoint", "adapter", "model", "config"]
+
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+"""A file with one of these suffixes given to :func:`find_source` is read as a job config."""
 
 
 class EvalError(OpenTinkerError, ValueError):
@@ -50,13 +62,14 @@ class Source:
     """What a path given to ``opentinker eval``/``export`` names, resolved to weights on disk.
 
     ``weights`` is ``"adapter"`` (``weights_dir`` is a peft adapter directory, applied to
-    ``base_model``) or ``"full"`` (``weights_dir`` is a ``save_pretrained`` model + tokenizer).
+    ``base_model``), ``"full"`` (``weights_dir`` is a ``save_pretrained`` model + tokenizer) or
+    ``"base"`` (a job config: its ``model`` section loaded as training starts from it).
     ``job`` is the run's config when the source lies in a run directory, else None.
     """
 
     kind: SourceKind
     path: Path
-    weights: Literal["adapter", "full"]
+    weights: Literal["adapter", "full", "base"]
     weights_dir: Path
     base_model: str | None
     job: JobConfig | None
@@ -119,8 +132,17 @@ def find_source(path: str | Path) -> Source:
     path = Path(path)
     if not path.exists():
         raise EvalError(f"{path} does not exist")
+    if path.is_file() and path.suffix in CONFIG_SUFFIXES:
+        try:
+            job = load_config(path)
+        except ConfigError as e:
+            raise EvalError(f"job config {path}: " + "; ".join(e.problems)) from None
+        return Source("config", path, "base", path, job.model.name, job)
     if not path.is_dir():
-        raise EvalError(f"{path} is not a directory (give a run directory, a checkpoint, an adapter or a model directory)")
+        raise EvalError(
+            f"{path} is not a directory or a job config (give a run directory, a checkpoint, an adapter, "
+            "a model directory, or a .yaml job config to evaluate its untrained model)"
+        )
     job = _run_job(path)
     if job is not None or (path / "checkpoints").is_dir():
         found = _checkpoints(path)
@@ -171,6 +193,10 @@ def load_policy(source: Source, *, base_model: str | None = None, device: str | 
     spec = resolve_device(device or (job.model.device if job else "cpu"), job.model.precision if job else None)
     if source.weights == "full":
         return PolicyModel.load(source.weights_dir, spec=spec), None
+    if source.weights == "base" and job is not None:
+        policy = PolicyModel.load(base_model or job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision)
+        policy.model.eval()
+        return policy, None
     base = base_model or source.base_model
     if not base:
         raise EvalError(f"{source.path}: no base model is recorded for this adapter; pass --base-model NAME")

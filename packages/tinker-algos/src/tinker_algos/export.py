@@ -136,6 +136,8 @@ def export(
     """
     output = Path(output)
     source = find_source(path)
+    if source.weights == "base":
+        raise EvalError(f"{path} is a job config: it holds no trained weights to export; give a run directory, a checkpoint or an adapter")
     check_output(output, force=force)
     layout: Literal["adapter", "full"] = "adapter" if source.weights == "adapter" and not merge else "full"
     name = portable_base_name(source, base_model) if layout == "adapter" else None
