@@ -1,0 +1,386 @@
+"""The HTTP app of ``opentinker serve``: OpenAI's routes on a :class:`~tinker_serve.served.ServedModels`.
+
+Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions`` (``stream:
+true`` answers server-sent events ending with ``data: [DONE]``), vLLM's ``POST
+/v1/load_lora_adapter`` and ``POST /v1/unload_lora_adapter``, ``GET /health`` and ``GET /`` (a
+chat page). With an API key every ``/v1`` route wants ``Authorization: Bearer KEY`` (401
+otherwise). Every error is OpenAI-shaped (:class:`tinker_serve.protocol.APIError`): 400 for bad
+parameters, malformed JSON and prompts longer than the context, 401, 404 for an unknown model or
+route; an unexpected failure is a 500 whose body names no more than its type (the traceback goes
+to the server's log). A streaming client that disconnects cancels its generation: its rows leave
+the batch before the next decode step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from importlib.resources import files
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tinker_algos.sampler import SamplingParams
+from tinker_serve.engine import Event, TokenInfo
+from tinker_serve.engine import Request as EngineRequest
+from tinker_serve.protocol import (
+    APIError,
+    ChatRequest,
+    CompletionRequest,
+    LoadAdapterRequest,
+    UnloadAdapterRequest,
+    bad_request,
+    finish_reason,
+    usage,
+)
+from tinker_serve.served import ServedModels
+
+logger = logging.getLogger(__name__)
+DEFAULT_CHAT_MAX_TOKENS = 512
+"""``max_tokens`` of a chat request that gives none (capped by what the context has left)."""
+
+
+def create_app(served: ServedModels, *, api_key: str | None = None) -> FastAPI:
+    """The ASGI app; its lifespan starts and stops the engine's thread."""
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        served.engine.start()
+        try:
+            yield
+        finally:
+            served.engine.stop()
+
+    app = FastAPI(title="opentinker serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.served = served
+
+    async def authorize(request: Request) -> None:
+        if not api_key:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if not given:
+            raise APIError(401, "You didn't provide an API key: send 'Authorization: Bearer KEY'.", code="invalid_api_key")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+            raise APIError(401, "Incorrect API key provided.", code="invalid_api_key")
+
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
+
+    @v1.get("/models")
+    async def list_models() -> dict[str, Any]:
+        data = [
+            {"id": m.name, "object": "model", "created": m.created, "owned_by": "opentinker",
+             "root": m.source, "parent": None if m.adapter is None else served.base_name}
+            for m in served.models.values()
+        ]
+        return {"object": "list", "data": data}
+
+    @v1.post("/completions", response_model=None)
+    async def completions(body: CompletionRequest) -> Any:
+        model = served.get(body.model)
+        body.refuse_unsupported(("suffix", "best_of"))
+        if body.echo:
+            raise bad_request("'echo' is not supported by this server", "echo")
+        prompts = _completion_prompts(served, body.prompt)
+        params = _params(body, body.max_tokens or 16)
+        for ids in prompts:
+            _check_length(served, len(ids), params.max_new_tokens, "prompt")
+        if body.stream:
+            return _sse(_stream_completion(served, model.name, prompts, params, body))
+        return await _complete(served, model.name, prompts, params, body)
+
+    @v1.post("/chat/completions", response_model=None)
+    async def chat_completions(body: ChatRequest) -> Any:
+        model = served.get(body.model)
+        body.refuse_unsupported(("tools", "functions", "response_format", "suffix"))
+        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
+        ids, _ = served.renderer.start(messages)
+        if not ids:
+            raise bad_request("the messages render to no tokens", "messages")
+        asked = body.max_completion_tokens or body.max_tokens
+        room = (served.max_positions or len(ids) + DEFAULT_CHAT_MAX_TOKENS) - len(ids)
+        params = _params(body, asked or max(1, min(DEFAULT_CHAT_MAX_TOKENS, room)))
+        _check_length(served, len(ids), params.max_new_tokens, "messages")
+        top = (body.top_logprobs or 0) if body.logprobs else 0
+        if body.top_logprobs and not body.logprobs:
+            raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        if body.stream:
+            return _sse(_stream_chat(served, model.name, ids, params, body, top))
+        return await _chat(served, model.name, ids, params, body, top)
+
+    @v1.post("/load_lora_adapter")
+    def load_lora_adapter(body: LoadAdapterRequest) -> PlainTextResponse:
+        served.load_adapter(body.lora_name, body.lora_path)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+
+    @v1.post("/unload_lora_adapter")
+    def unload_lora_adapter(body: UnloadAdapterRequest) -> PlainTextResponse:
+        served.unload_adapter(body.lora_name)
+        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
+
+    app.include_router(v1)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "rows": served.engine.active_rows, "waiting": served.engine.waiting}
+
+    @app.get("/", response_class=HTMLResponse)
+    async def chat_page() -> HTMLResponse:
+        return HTMLResponse(files("tinker_serve").joinpath("chat.html").read_text(encoding="utf-8"))
+
+    _install_error_handlers(app)
+    return app
+
+
+# ---- errors ------------------------------------------------------------------------------------
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, e: APIError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        if first.get("type") == "json_invalid":
+            err = bad_request(f"the request body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}", code="invalid_json")
+        else:
+            param = _param(first.get("loc", ())) or None
+            msg = "; ".join(f"{_param(x.get('loc', ())) or 'body'}: {x.get('msg')}" for x in e.errors())
+            err = bad_request(msg or "invalid request", param)
+        return JSONResponse(err.body(), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
+        return JSONResponse(APIError(e.status_code, str(e.detail), type=kind).body(), status_code=e.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, e: Exception) -> JSONResponse:
+        logger.exception("tinker-serve: unexpected error")
+        err = APIError(500, f"internal server error ({type(e).__name__}); see the server's log", type="internal_server_error")
+        return JSONResponse(err.body(), status_code=500)
+
+
+def _param(loc: Any) -> str:
+    """A validation error's location as a dotted field path (without pydantic's union-member tags)."""
+    parts = []
+    for p in loc:
+        if p == "body" and not parts:
+            continue
+        if isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "list", "dict", "none")):
+            break
+        parts.append(str(p))
+    return ".".join(parts)
+
+
+# ---- requests -> engine ------------------------------------------------------------------------
+def _completion_prompts(served: ServedModels, prompt: Any) -> list[list[int]]:
+    from tinker_algos.tokenizer import encode_prompt
+
+    items: list[Any] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
+    if not items:
+        raise bad_request("'prompt' is empty", "prompt")
+    vocab = len(served.policy.tokenizer)
+    out = []
+    for item in items:
+        ids = list(item) if isinstance(item, list) else encode_prompt(served.policy.tokenizer, item)
+        if not ids:
+            raise bad_request("a prompt encodes to no tokens", "prompt")
+        if any(not 0 <= t < vocab for t in ids):
+            raise bad_request(f"a prompt token id is outside the vocabulary [0, {vocab})", "prompt")
+        out.append(ids)
+    return out
+
+
+def _params(body: CompletionRequest | ChatRequest, max_tokens: int) -> SamplingParams:
+    return SamplingParams(
+        max_new_tokens=max_tokens,
+        temperature=1.0 if body.temperature is None else body.temperature,
+        top_p=1.0 if body.top_p is None else body.top_p,
+        top_k=max(0, body.top_k or 0),
+        n=body.n,
+        stop=body.stop_list(),
+        seed=body.seed,
+        stop_at_eos=not body.ignore_eos,
+    )
+
+
+def _check_length(served: ServedModels, prompt_len: int, max_tokens: int, param: str) -> None:
+    limit = served.max_positions
+    if limit is not None and prompt_len + max_tokens > limit:
+        raise bad_request(
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt_len + max_tokens} tokens ({prompt_len} in the {param}, {max_tokens} in the completion). "
+            "Please reduce the length of the prompt or max_tokens.",
+            param if prompt_len >= limit else "max_tokens",
+            "context_length_exceeded",
+        )
+
+
+async def _generate(
+    served: ServedModels, prompts: list[list[int]], params: SamplingParams, adapter: str | None, top: int, logprobs: bool
+) -> AsyncIterator[tuple[int, Event]]:
+    """``(prompt index, event)`` until every sample has finished; leaving early cancels the rest."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+    reqs = []
+    for i, ids in enumerate(prompts):
+        def on_event(ev: Event, i: int = i) -> None:
+            with contextlib.suppress(RuntimeError):  # the event loop has closed: nobody listens
+                loop.call_soon_threadsafe(queue.put_nowait, (i, ev))
+
+        reqs.append(EngineRequest(ids, replace(params), on_event, adapter, top, logprobs))
+    finished: set[tuple[int, int]] = set()
+    try:
+        for r in reqs:
+            try:
+                served.engine.submit(r)
+            except ValueError as e:
+                raise bad_request(str(e)) from None
+        while len(finished) < len(prompts) * params.n:
+            i, ev = await queue.get()
+            if (i, ev.sample) in finished:
+                continue
+            if ev.finish_reason is not None:
+                finished.add((i, ev.sample))
+            yield i, ev
+    finally:
+        if len(finished) < len(prompts) * params.n:
+            for r in reqs:
+                served.engine.cancel(r)
+
+
+def _failed(ev: Event) -> APIError:
+    return APIError(500, ev.error or "generation failed", type="internal_server_error")
+
+
+def _sse(chunks: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    async def events() -> AsyncIterator[str]:
+        try:
+            async for chunk in chunks:
+                yield f"data: {json.dumps(chunk)}\n\n"
+        except APIError as e:
+            yield f"data: {json.dumps(e.body())}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _completion_logprobs(tokens: list[TokenInfo], offset: int) -> dict[str, Any]:
+    offsets, at = [], offset
+    for t in tokens:
+        offsets.append(at)
+        at += len(t.text)
+    return {
+        "tokens": [t.text for t in tokens],
+        "token_logprobs": [t.logprob for t in tokens],
+        "top_logprobs": [dict(t.top) for t in tokens],
+        "text_offset": offsets,
+    }
+
+
+def _chat_logprobs(tokens: list[TokenInfo]) -> dict[str, Any]:
+    def entry(text: str, lp: float) -> dict[str, Any]:
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+
+    return {"content": [{**entry(t.text, t.logprob), "top_logprobs": [entry(s, v) for s, v in t.top]} for t in tokens]}
+
+
+async def _complete(served: ServedModels, model: str, prompts: list[list[int]], params: SamplingParams, body: CompletionRequest) -> dict[str, Any]:
+    adapter = served.get(model).adapter
+    n = params.n
+    texts: dict[int, str] = {}
+    toks: dict[int, list[TokenInfo]] = {}
+    reasons: dict[int, str | None] = {}
+    used = 0
+    async for i, ev in _generate(served, prompts, params, adapter, body.logprobs or 0, body.logprobs is not None):
+        if ev.finish_reason == "error":
+            raise _failed(ev)
+        k = i * n + ev.sample
+        texts[k] = texts.get(k, "") + ev.text
+        toks.setdefault(k, []).extend(ev.tokens)
+        if ev.finish_reason:
+            reasons[k] = finish_reason(ev.finish_reason)
+            used += ev.completion_tokens
+    choices = [
+        {"index": k, "text": texts.get(k, ""), "finish_reason": reasons.get(k),
+         "logprobs": _completion_logprobs(toks.get(k, []), 0) if body.logprobs is not None else None}
+        for k in range(len(prompts) * n)
+    ]
+    return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": model,
+            "choices": choices, "usage": usage(sum(len(p) for p in prompts), used)}
+
+
+async def _stream_completion(
+    served: ServedModels, model: str, prompts: list[list[int]], params: SamplingParams, body: CompletionRequest
+) -> AsyncIterator[dict[str, Any]]:
+    adapter = served.get(model).adapter
+    rid, created, used = f"cmpl-{uuid.uuid4().hex}", int(time.time()), 0
+    offsets: dict[int, int] = {}
+    async for i, ev in _generate(served, prompts, params, adapter, body.logprobs or 0, body.logprobs is not None):
+        if ev.finish_reason == "error":
+            raise _failed(ev)
+        k = i * params.n + ev.sample
+        lp = _completion_logprobs(ev.tokens, offsets.get(k, 0)) if body.logprobs is not None else None
+        offsets[k] = offsets.get(k, 0) + len(ev.text)
+        used += ev.completion_tokens
+        choice = {"index": k, "text": ev.text, "logprobs": lp, "finish_reason": finish_reason(ev.finish_reason)}
+        yield {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice]}
+    if body.stream_options and body.stream_options.include_usage:
+        yield {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [],
+               "usage": usage(sum(len(p) for p in prompts), used)}
+
+
+async def _chat(served: ServedModels, model: str, ids: list[int], params: SamplingParams, body: ChatRequest, top: int) -> dict[str, Any]:
+    adapter = served.get(model).adapter
+    texts: dict[int, str] = {}
+    toks: dict[int, list[TokenInfo]] = {}
+    reasons: dict[int, str | None] = {}
+    used = 0
+    async for _, ev in _generate(served, [ids], params, adapter, top, body.logprobs):
+        if ev.finish_reason == "error":
+            raise _failed(ev)
+        texts[ev.sample] = texts.get(ev.sample, "") + ev.text
+        toks.setdefault(ev.sample, []).extend(ev.tokens)
+        if ev.finish_reason:
+            reasons[ev.sample] = finish_reason(ev.finish_reason)
+            used += ev.completion_tokens
+    choices = [
+        {"index": k, "message": {"role": "assistant", "content": texts.get(k, "")}, "finish_reason": reasons.get(k),
+         "logprobs": _chat_logprobs(toks.get(k, [])) if body.logprobs else None}
+        for k in range(params.n)
+    ]
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": choices, "usage": usage(len(ids), used)}
+
+
+async def _stream_chat(
+    served: ServedModels, model: str, ids: list[int], params: SamplingParams, body: ChatRequest, top: int
+) -> AsyncIterator[dict[str, Any]]:
+    adapter = served.get(model).adapter
+    rid, created, used = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), 0
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices, **extra}
+
+    yield chunk([{"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None} for k in range(params.n)])
+    async for _, ev in _generate(served, [ids], params, adapter, top, body.logprobs):
+        if ev.finish_reason == "error":
+            raise _failed(ev)
+        used += ev.completion_tokens
+        delta = {"content": ev.text} if ev.text or not ev.finish_reason else {}
+        lp = _chat_logprobs(ev.tokens) if body.logprobs else None
+        yield chunk([{"index": ev.sample, "delta": delta, "logprobs": lp, "finish_reason": finish_reason(ev.finish_reason)}])
+    if body.stream_options and body.stream_options.include_usage:
+        yield chunk([], usage=usage(len(ids), used))

@@ -1,0 +1,134 @@
+"""The OpenAI API's request bodies and error shape, as far as ``opentinker serve`` implements them.
+
+Requests are pydantic models; fields OpenAI defines that change nothing here (``user``,
+``presence_penalty: 0``...) are accepted and ignored, fields that would change the answer and
+are not implemented (``echo``, nonzero penalties, ``logit_bias``, ``tools``, ``suffix``) are
+refused with a 400 naming the field. Every error is ``{"error": {"message", "type", "param",
+"code"}}`` (:class:`APIError`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_LOGPROBS = 20
+
+
+class APIError(Exception):
+    """An error answered as OpenAI does: ``status`` and ``{"error": {...}}``."""
+
+    def __init__(
+        self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Sampling(BaseModel):
+    """Fields completions and chat completions share."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1)  # vLLM's extension: -1 or 0 = off
+    ignore_eos: bool = False  # vLLM's extension: generate past end-of-turn tokens
+    n: int = Field(1, ge=1, le=16)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    presence_penalty: float | None = 0.0
+    frequency_penalty: float | None = 0.0
+    logit_bias: dict[str, float] | None = None
+
+    def stop_list(self) -> list[str]:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if any(not s for s in stops):
+            raise bad_request("'stop' contains an empty string", "stop")
+        return stops
+
+    def refuse_unsupported(self, names: tuple[str, ...] = ()) -> None:
+        if self.presence_penalty or self.frequency_penalty:
+            which = "presence_penalty" if self.presence_penalty else "frequency_penalty"
+            raise bad_request(f"'{which}' is not supported by this server; leave it at 0", which)
+        if self.logit_bias:
+            raise bad_request("'logit_bias' is not supported by this server", "logit_bias")
+        extra = self.model_extra or {}
+        for name in names:
+            if extra.get(name) not in (None, False, "", [], "none"):
+                raise bad_request(f"'{name}' is not supported by this server", name)
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``: ``prompt`` is text, a list of texts, token ids or lists of ids."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(p.text for p in self.content)
+        return self.content or ""
+
+
+class ChatRequest(_Sampling):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+
+
+class LoadAdapterRequest(BaseModel):
+    """vLLM's ``POST /v1/load_lora_adapter`` body."""
+
+    model_config = ConfigDict(extra="allow")
+    lora_name: str = Field(min_length=1)
+    lora_path: str = Field(min_length=1)
+
+
+class UnloadAdapterRequest(BaseModel):
+    """vLLM's ``POST /v1/unload_lora_adapter`` body."""
+
+    model_config = ConfigDict(extra="allow")
+    lora_name: str = Field(min_length=1)
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+
+
+def finish_reason(reason: str | None) -> str | None:
+    """The engine's reason as OpenAI names it (``abort``/``error`` end as ``stop``)."""
+    return None if reason is None else ("length" if reason == "length" else "stop")
