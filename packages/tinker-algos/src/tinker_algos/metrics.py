@@ -1,8 +1,10 @@
-"""Where metrics go: ``metrics.jsonl``, TensorBoard, and the learning-curve PNG.
+"""Where metrics go: ``metrics.jsonl``, the experiment trackers, and the learning-curve PNG.
 
 Keys are namespaced (``env/reward_mean``, ``losses/policy``, ``optim/grad_norm``,
 ``rollout/tokens_per_s``, ``kl/sample_train``, ``eval/accuracy``). Keys under ``time/`` and keys
 ending in ``_per_s`` measure wall-clock time; every other value is deterministic under a seed.
+Trackers (TensorBoard, W&B, MLflow, trackio) are in :mod:`tinker_algos.trackers`; matplotlib is
+optional: without it :func:`plot_curves` warns once and draws nothing.
 """
 
 from __future__ import annotations
@@ -12,12 +14,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+from tinker_algos.trackers import Tracker, close_all, log_to, open_trackers, warn_once
+from tinker_core.config import JobConfig, LoggingConfig
+
 CURVES = (
     ("reward", ("env/reward_mean",)),
     ("held-out accuracy", ("eval/accuracy",)),
     ("KL", ("kl/policy_ref", "kl/sample_train")),
     ("loss", ("losses/total",)),
 )
+"""The candidate panels of the learning curve: title and the keys drawn in it."""
+KL_NEGLIGIBLE = 1e-6
+"""A KL panel whose values all stay below this (in absolute value) is left out of the plot."""
 
 
 def is_timing(key: str) -> bool:
@@ -25,9 +33,14 @@ def is_timing(key: str) -> bool:
 
 
 class MetricsLog:
-    """Appends one JSON object per logged step; on resume, drops lines after the checkpoint."""
+    """Appends one JSON object per logged step and sends it to the trackers; on resume, drops
+    lines after the checkpoint. ``tensorboard=True`` with no ``trackers`` given is the default
+    TensorBoard output (skipped with one warning when tensorboard is not installed)."""
 
-    def __init__(self, run_dir: Path, *, jsonl: bool = True, tensorboard: bool = True, resume_step: int = 0) -> None:
+    def __init__(
+        self, run_dir: Path, *, jsonl: bool = True, tensorboard: bool = True, resume_step: int = 0,
+        trackers: dict[str, Tracker] | None = None,
+    ) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.jsonl = jsonl
         self.rows: list[dict[str, Any]] = []
@@ -35,11 +48,17 @@ class MetricsLog:
             kept = [r for r in read_metrics(self.path) if r["step"] <= resume_step]
             self.rows = kept
             self.path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in kept), encoding="utf-8")
-        self.writer: Any = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+        if trackers is None:
+            trackers = open_trackers(run_dir, LoggingConfig(tensorboard=tensorboard), resume_step=resume_step)
+        self.trackers = trackers
 
-            self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=resume_step + 1)
+    @classmethod
+    def for_job(cls, run_dir: Path, job: JobConfig, *, resume_step: int = 0) -> MetricsLog:
+        """The log ``job.logging`` asks for: JSONL and the trackers of ``logging.report_to``."""
+        trackers = open_trackers(
+            run_dir, job.logging, name=job.name, config=job.model_dump(mode="json"), resume_step=resume_step
+        )
+        return cls(run_dir, jsonl=job.logging.jsonl, resume_step=resume_step, trackers=trackers)
 
     def log(self, step: int, stage: str, metrics: dict[str, float]) -> None:
         row = {"step": step, "stage": stage, **{k: float(v) for k, v in metrics.items()}}
@@ -47,15 +66,10 @@ class MetricsLog:
         if self.jsonl:
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(row, sort_keys=True) + "\n")
-        if self.writer is not None:
-            for k, v in metrics.items():
-                if math.isfinite(float(v)):
-                    self.writer.add_scalar(k, float(v), step)
+        log_to(self.trackers, step, metrics)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
-            self.writer.close()
+        close_all(self.trackers)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
@@ -69,33 +83,59 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def plot_curves(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:
-    """A 2x2 learning-curve PNG (reward, held-out accuracy, KL, loss against step)."""
-    if not rows:
-        return None
-    import matplotlib
+def curve_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str], str]]:
+    """The panels worth drawing: ``(title, keys, y scale)`` for each of :data:`CURVES` that has
+    finite values logged. KL is left out when every value is below :data:`KL_NEGLIGIBLE` (noise
+    such as 1e-14 says nothing) and otherwise drawn on a log scale (symlog when it goes negative)."""
+    panels = []
+    for title, keys in CURVES:
+        logged = [k for k in keys if any(k in r and math.isfinite(r[k]) for r in rows)]
+        if not logged:
+            continue
+        scale = "linear"
+        if title == "KL":
+            values = [r[k] for r in rows for k in logged if k in r and math.isfinite(r[k])]
+            if max(abs(v) for v in values) < KL_NEGLIGIBLE:
+                continue
+            scale = "log" if min(values) > 0 else "symlog"
+        panels.append((title, logged, scale))
+    return panels
 
+
+def plot_curves(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:
+    """A learning-curve PNG with the panels of :func:`curve_panels` against step; None when there
+    is nothing to draw or matplotlib is not installed (warned once)."""
+    panels = curve_panels(rows)
+    if not panels:
+        return None
+    try:
+        import matplotlib
+    except ImportError:
+        warn_once("missing:matplotlib", "learning curve: needs the matplotlib package; pip install 'tinker-algos[plot]'; no curve.png")
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    cols = 1 if len(panels) == 1 else 2
+    nrows = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.5 * nrows), squeeze=False)
     boundaries = [rows[i]["step"] for i in range(1, len(rows)) if rows[i]["stage"] != rows[i - 1]["stage"]]
-    for ax, (label, keys) in zip(axes.flat, CURVES, strict=True):
-        drawn = False
+    for ax, (label, keys, scale) in zip(axes.flat, panels, strict=False):
         for key in keys:
             pts = [(r["step"], r[key]) for r in rows if key in r and math.isfinite(r[key])]
-            if pts:
-                xs, ys = zip(*pts, strict=True)
-                ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, markersize=3, label=key)
-                drawn = True
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, markersize=3, label=key)
         for b in boundaries:
             ax.axvline(b - 0.5, color="grey", linestyle=":", linewidth=1)
-        ax.set_title(label)
+        if scale == "symlog":
+            ax.set_yscale("symlog", linthresh=KL_NEGLIGIBLE)
+        elif scale == "log":
+            ax.set_yscale("log")
+        ax.set_title(label + (" (log scale)" if scale != "linear" else ""))
         ax.set_xlabel("step")
-        if drawn:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

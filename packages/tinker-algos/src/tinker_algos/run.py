@@ -209,7 +209,7 @@ class Run:
             else None
         )
         self.adapter = (self.shared.adapter if self.shared is not None else ADAPTER) if self.lora else None
-        self.log = MetricsLog(self.dir, jsonl=job.logging.jsonl, tensorboard=job.logging.tensorboard, resume_step=self.global_step)
+        self.log = MetricsLog.for_job(self.dir, job, resume_step=self.global_step)
         last = self.log.rows[-1] if self.resume_from is not None and self.log.rows else None
         if last is not None and last["step"] == self.global_step:
             # the checkpoint's step once more: a caller killed before it kept that step's report

@@ -335,10 +335,10 @@ Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
 TRACKERS: dict[str, tuple[str, str]] = {
     "tensorboard": ("tensorboard", "tinker-algos[tensorboard]"),
     "wandb": ("wandb", "tinker-algos[wandb]"),
-    "mlflow": ("mlflow", "tinker-algos[mlflow]"),
+    "mlflow": ("mlflow", "mlflow"),  # no extra: MLflow's stubs need protobuf < 7, tinker-core needs 7
     "trackio": ("trackio", "tinker-algos[trackio]"),
 }
-"""``logging.report_to`` names -> (the module it imports, the extra that installs it)."""
+"""``logging.report_to`` names -> (the module it imports, what to ``pip install`` for it)."""
 
 
 class LoggingConfig(_Model):
