@@ -201,7 +201,7 @@ def test_logprob_agreement_oracle():
     out = logprob_agreement(s, t, m)
     assert out["mean_abs_diff"] == pytest.approx(np.log(2))
     assert out["kl_k1"] == pytest.approx(0.693147, abs=1e-6)
-    assert out["kl_k3"] == pytest.approx(0.193147, abs=1e-6)  # ORACLES.md: k3 for 0.5 vs 0.25
+    assert out["kl_k3"] == pytest.approx(0.193147, abs=1e-6)  # docs/reference/oracles.md: k3 for 0.5 vs 0.25
 
 
 @pytest.mark.parametrize(

@@ -410,7 +410,7 @@ def test_broken_multi_agent_envs_fail_naming_the_problem(env_cls, check, match):
 
 # ---- advantage estimators -----------------------------------------------------------------------
 def grpo(inputs: AdvantageInputs, eps: float = 1e-6) -> AdvantageOutputs:
-    """Group-normalised advantages, numpy only (ORACLES.md: unbiased std, size-1 group -> 0)."""
+    """Group-normalised advantages, numpy only (docs/reference/oracles.md: unbiased std, size-1 group -> 0)."""
     adv_B = np.zeros_like(inputs.rewards_B)
     for g in np.unique(inputs.group_ids_B):
         idx = np.flatnonzero(inputs.group_ids_B == g)

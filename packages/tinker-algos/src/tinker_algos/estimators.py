@@ -3,7 +3,7 @@
 Every estimator comes in two layers (the TorchRL habit):
 
 * a pure function over arrays (``gae_advantages``, ``grpo_advantages``, ...) that is trivially
-  testable against the oracles in ``ORACLES.md``;
+  testable against the oracles in ``docs/reference/oracles.md``;
 * a wrapper ``name(inputs: AdvantageInputs, **config) -> AdvantageOutputs`` that reads the
   contract type, checks its config keys and is what :mod:`tinker_algos.plugin` registers.
 

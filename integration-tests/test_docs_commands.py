@@ -1,0 +1,117 @@
+"""The shell commands in the docs that are marked runnable, run as a reader would run them.
+
+A fenced ``console`` / ``bash`` / ``sh`` block preceded by the line ``<!-- runnable -->`` is run
+here; mark only blocks that take seconds and need no network, GPU or running service (the Python
+blocks are run by ``test_docs.py``). In a block whose lines start with ``$ ``, those lines (and
+their ``\\`` continuation lines) are the commands and the lines after each are its output;
+otherwise every line is a command. Each command must exit 0, unless its shown output has a line
+starting with ``error:``: then it must fail, and print that line (whitespace aside).
+
+All runnable blocks of a page run in order, in one shell per block, in one fresh directory per
+page (``examples/`` is linked in), with the workspace's ``opentinker`` first on ``PATH``, an
+empty model cache (``OPENTINKER_CACHE``) and ``HF_HUB_OFFLINE=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+MARKER = "<!-- runnable -->"
+BLOCK = re.compile(r"^<!-- runnable -->\n```(?:console|bash|sh)[^\n]*\n(.*?)^```", re.M | re.S)
+SENTINEL = "@@docs-command-exit@@"
+
+
+@dataclass
+class Command:
+    text: str
+    shown: list[str]  # the output the page shows after it
+
+    @property
+    def shown_errors(self) -> list[str]:
+        return [line for line in self.shown if line.startswith("error:")]
+
+
+def commands(block: str) -> list[Command]:
+    lines = block.splitlines()
+    if not any(line.startswith("$ ") for line in lines):
+        return [Command(line, []) for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    out: list[Command] = []
+    continuing = False
+    for line in lines:
+        if line.startswith("$ ") or continuing:
+            text = line[2:] if line.startswith("$ ") and not continuing else line
+            if continuing:
+                out[-1].text += "\n" + text
+            else:
+                out.append(Command(text, []))
+            continuing = line.rstrip().endswith("\\")
+        elif out:
+            out[-1].shown.append(line)
+    return out
+
+
+def runnable_pages() -> dict[str, list[str]]:
+    pages = {}
+    for path in sorted(DOCS.rglob("*.md")):
+        blocks = BLOCK.findall(path.read_text(encoding="utf-8"))
+        if blocks:
+            pages[path.relative_to(DOCS).as_posix()] = blocks
+    return pages
+
+
+def squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+def run_block(cmds: list[Command], cwd: Path, env: dict[str, str]) -> list[tuple[int, str]]:
+    """Run the commands in one bash; each one's exit status and output (stdout and stderr)."""
+    script = "".join(f"{c.text}\necho \"{SENTINEL} $?\"\n" for c in cmds)
+    result = subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+                            stdin=subprocess.DEVNULL, timeout=120)
+    parts = re.split(rf"^{SENTINEL} (\d+)$", result.stdout, flags=re.M)
+    outputs = parts[0:-1:2]
+    codes = [int(c) for c in parts[1::2]]
+    # stderr is not interleaved with the sentinels: give all of it to every command's output
+    return [(code, out + result.stderr) for code, out in zip(codes, outputs, strict=True)]
+
+
+def test_the_marker_finds_blocks_and_splits_commands_from_output():
+    cmds = commands("$ opentinker one --x \\\n    --y\nshown\nerror: bad\n$ two\n")
+    assert [(c.text, c.shown) for c in cmds] == [("opentinker one --x \\\n    --y", ["shown", "error: bad"]), ("two", [])]
+    assert cmds[0].shown_errors == ["error: bad"]
+    assert [c.text for c in commands("a   # note\n\n# comment\nb\n")] == ["a   # note", "b"]
+    assert runnable_pages(), f"no page marks a block with {MARKER}"
+
+
+@pytest.mark.parametrize("page", sorted(runnable_pages()))
+def test_runnable_doc_commands(page, tmp_path):
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "examples").symlink_to(ROOT / "examples")
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OPENTINKER_CACHE": str(tmp_path / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        "NO_COLOR": "1",
+        "COLUMNS": "400",  # rich wraps at the terminal width; one line per message here
+    }
+    for i, block in enumerate(runnable_pages()[page]):
+        cmds = commands(block)
+        for cmd, (code, output) in zip(cmds, run_block(cmds, workdir, env), strict=True):
+            where = f"{page} block {i}: `{cmd.text}`"
+            if cmd.shown_errors:
+                assert code != 0, f"{where} should fail as the page shows; it exited 0:\n{output[-2000:]}"
+                for line in cmd.shown_errors:
+                    assert squash(line) in squash(output), f"{where}: the page shows\n  {line}\nthe command printed:\n{output[-2000:]}"
+            else:
+                assert code == 0, f"{where} exited {code}:\n{output[-2000:]}"
