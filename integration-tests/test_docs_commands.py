@@ -115,3 +115,11 @@ def test_runnable_doc_commands(page, tmp_path):
                     assert squash(line) in squash(output), f"{where}: the page shows\n  {line}\nthe command printed:\n{output[-2000:]}"
             else:
                 assert code == 0, f"{where} exited {code}:\n{output[-2000:]}"
+
+
+def test_no_reference_to_the_oracles_file_that_moved():
+    """The oracles live in docs/reference/oracles.md; ``ORACLES.md`` (outside the repository) is
+    a dead reference wherever it is named."""
+    files = [*DOCS.rglob("*.md"), ROOT / "README.md", *ROOT.glob("packages/*/src/**/*.py"), *ROOT.glob("packages/*/tests/**/*.py")]
+    stale = [str(f.relative_to(ROOT)) for f in files if "ORACLES.md" in f.read_text(encoding="utf-8")]
+    assert not stale, f"point these at docs/reference/oracles.md: {stale}"
