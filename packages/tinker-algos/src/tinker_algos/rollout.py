@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,7 +36,7 @@ from tinker_algos.sampler import TURN_END_OF, SamplingParams, sample
 from tinker_core.env import Action
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
-from tinker_core.timeouts import call_with_timeout
+from tinker_core.timeouts import CallRunner
 from tinker_core.types import Trajectory
 
 
@@ -83,10 +85,13 @@ class RolloutResult:
         return out
 
 
-def _env_call(timeout_s: float | None, fn: Callable[[], Any]) -> Any:
-    """``fn()`` under ``timeout_s`` in a daemon thread (abandoned when stuck, so a stuck env
-    cannot hang the process); an overrun raises a ``TimeoutError`` (``cf.TimeoutError``)."""
-    return call_with_timeout(fn, timeout_s, name="opentinker-env", message=f"env call took longer than {timeout_s} s")
+def _env_error(error: BaseException) -> str:
+    """The error reason of a failed env call (a ``BaseException`` that is no ``Exception`` is re-raised)."""
+    if isinstance(error, cf.TimeoutError):
+        return "env_timeout"
+    if isinstance(error, Exception):
+        return "env_error"
+    raise error
 
 
 def rollout(
@@ -108,6 +113,9 @@ def rollout(
     ``seeds[i]`` seeds episode ``i``'s ``env.reset``; episodes with the same seed pose the same
     task (a GRPO group). ``params.seed`` seeds sampling; each turn uses ``params.seed + turn``.
     ``renderer`` turns observations into tokens (default: ``model.chat_template: auto``).
+    ``turn_timeout_s`` limits each env call; the calls of a turn (all resets, then all steps)
+    run in order in one pooled worker thread (:class:`tinker_core.timeouts.CallRunner`), or
+    inline with ``None``.
     """
     if params.n != 1:
         raise ValueError("rollout() samples one action per episode per turn; set params.n = 1 and repeat seeds for groups")
@@ -124,30 +132,50 @@ def rollout(
     transcripts: list[list[tuple[str, str]]] = [[] for _ in range(n)]
     observations = [""] * n
     convs = [Conversation() for _ in range(n)]
-    successes = [False] * n
     errors: Counter[str] = Counter()
     new_tokens = 0
+    first_prompts: dict[tuple[str, str], tuple[list[int], list[dict[str, str]]]] = {}  # a group's task, encoded once
 
     def fail(i: int, reason: str) -> None:
         errors[reason] += 1
         episodes[i] = Episode(None, 0.0, fsms[i].num_turns, False, reason, transcripts[i])
 
+    def start(i: int, obs: Any) -> None:
+        spec_i = getattr(envs[i], "env_spec", None)
+        system = getattr(spec_i, "system_prompt", "") or ""
+        key = (obs, system) if isinstance(obs, str) else None
+        if key is not None and key in first_prompts:
+            ids, messages = first_prompts[key]
+            convs[i] = Conversation(list(messages))
+        else:
+            ids, convs[i] = renderer.start(obs, system)
+            if key is not None:
+                first_prompts[key] = (ids, list(convs[i].messages))
+        observations[i] = renderer.text_of(obs)
+        fsms[i].append(ids)
+
+    runner = CallRunner(turn_timeout_s, name="opentinker-env", message=f"env call took longer than {turn_timeout_s} s")
     try:
-        for i, seed in enumerate(seeds):
+        for i in range(n):
             try:
                 envs[i] = env_factory()
-                obs, _info = _env_call(turn_timeout_s, lambda e=envs[i], s=seed: e.reset(seed=int(s)))
-                spec_i = getattr(envs[i], "env_spec", None)
-                ids, convs[i] = renderer.start(obs, getattr(spec_i, "system_prompt", "") or "")
-                observations[i] = renderer.text_of(obs)
-                fsms[i].append(ids)
-            except cf.TimeoutError:
-                fail(i, "env_timeout")
+            except Exception:
+                fail(i, "env_error")
+        made = [i for i in range(n) if episodes[i] is None]
+        resets = runner.map([partial(envs[i].reset, seed=int(seeds[i])) for i in made])
+        for i, (value, error) in zip(made, resets, strict=True):
+            if error is not None:
+                fail(i, _env_error(error))
+                continue
+            try:
+                obs, _info = value
+                start(i, obs)
             except Exception:
                 fail(i, "env_error")
         spec = getattr(envs[0], "env_spec", None) if envs and envs[0] is not None else None
         hi = float(spec.reward_range[1]) if spec is not None else 1.0
         turn_cap = max_turns or (spec.max_turns if spec is not None else 1)
+        eos_ids = (*params.eos_token_ids, *renderer.extra_eos_ids)
         for turn in range(turn_cap):
             active = [i for i in range(n) if episodes[i] is None]
             if not active:
@@ -158,46 +186,42 @@ def rollout(
             active = [i for i in active if episodes[i] is None]
             if not active:
                 break
-            turn_params = SamplingParams(
-                **{
-                    **params.__dict__,
-                    "seed": None if params.seed is None else params.seed + turn,
-                    "eos_token_ids": (*params.eos_token_ids, *renderer.extra_eos_ids),
-                }
+            turn_params = dataclasses.replace(
+                params, seed=None if params.seed is None else params.seed + turn, eos_token_ids=eos_ids
             )
-            contexts = [fsms[i].tokens for i in active]
-            samples = sample(policy, contexts, turn_params, adapter=adapter)
-            for i, outs in zip(active, samples, strict=True):
-                seq = outs[0]
+            samples = sample(policy, [fsms[i].tokens for i in active], turn_params, adapter=adapter)
+            seqs = [outs[0] for outs in samples]
+            for i, seq in zip(active, seqs, strict=True):
                 fsm = fsms[i]
                 fsm.transition(TurnState.GENERATING)
                 fsm.append(seq.tokens, logprobs=seq.logprobs)
                 new_tokens += len(seq.tokens)
                 fsm.transition(TurnState.INTERACTING)
-                action = Action(seq.text, TURN_END_OF[seq.stop_reason])
+            steps = runner.map(
+                [partial(envs[i].step, Action(seq.text, TURN_END_OF[seq.stop_reason])) for i, seq in zip(active, seqs, strict=True)]
+            )
+            last_turn = turn == turn_cap - 1
+            for i, seq, (value, error) in zip(active, seqs, steps, strict=True):
+                if error is not None:
+                    fail(i, _env_error(error))
+                    continue
                 try:
-                    obs, reward, terminated, truncated, _info = _env_call(
-                        turn_timeout_s, lambda e=envs[i], a=action: e.step(a)
-                    )
-                except cf.TimeoutError:
-                    fail(i, "env_timeout")
-                    continue
+                    obs, reward, terminated, truncated, _info = value
+                    reward = float(reward)
                 except Exception:
-                    fail(i, "env_error")
+                    fail(i, "env_error")  # not a (obs, reward, terminated, truncated, info) tuple
                     continue
-                reward = float(reward)
+                fsm = fsms[i]
                 fsm.end_turn(reward)
                 rewards[i] += reward
                 transcripts[i].append((observations[i], seq.text))
-                last_turn = turn == turn_cap - 1
                 if terminated or truncated or last_turn:
-                    successes[i] = reward >= hi - 1e-9
                     fsm.transition(TurnState.TERMINATED)
                     episodes[i] = Episode(
                         fsm.to_trajectory(group_id=int(group_ids[i])),
                         rewards[i],
                         fsm.num_turns,
-                        successes[i],
+                        reward >= hi - 1e-9,
                         None,
                         transcripts[i],
                         truncated=bool(truncated or (last_turn and not terminated)),
@@ -213,6 +237,7 @@ def rollout(
                 observations[i] = renderer.text_of(obs)
                 fsm.append(ids)
     finally:
+        runner.close()
         for e in envs:
             if e is not None:
                 with contextlib.suppress(Exception):  # a broken env must not hide the result

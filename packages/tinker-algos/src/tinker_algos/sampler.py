@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
+from tinker_algos.decode_rows import distinct_rows, reason_codes, shared_prefix_len, stop_enders
 from tinker_algos.models import PolicyModel, cache_kwarg, position_ids_from_mask
 
 if TYPE_CHECKING:
@@ -243,9 +244,12 @@ def sample(
             policy.module.train(was_training)
     tokens, lps, raws, reasons = gen
     out: list[list[SampledSequence]] = [[] for _ in prompt_ids]
+    texts: dict[tuple[int, ...], str] = {}  # samples repeat (short answers): decode each once
     for b, (pi, si) in enumerate(rows):
-        shown = tokens[b][:-1] if reasons[b] == "eos" else tokens[b]  # no end-of-turn token in the text
-        text = policy.tokenizer.decode(shown, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        shown = tuple(tokens[b][:-1] if reasons[b] == "eos" else tokens[b])  # no end-of-turn token in the text
+        text = texts.get(shown)
+        if text is None:
+            text = texts[shown] = policy.tokenizer.decode(list(shown), skip_special_tokens=True, clean_up_tokenization_spaces=False)
         out[pi].append(
             SampledSequence(
                 prompt_tokens=list(prompt_ids[pi]),
@@ -262,15 +266,8 @@ def sample(
 
 
 _MIN_SHARED_POSITIONS = 32  # share a common prefix when that saves at least this many token positions
-_REASON_CODES: tuple[StopReason | None, ...] = (None, "eos", "stop_id", "stop_string")
-
-
-def _shared_prefix_len(ids_rows: list[list[int]]) -> int:
-    """Length of the prefix every row shares, leaving each row at least one token of its own."""
-    first, n = ids_rows[0], min(len(r) for r in ids_rows) - 1
-    for r in ids_rows[1:]:
-        n = next((i for i in range(n) if r[i] != first[i]), n)
-    return n
+REASON_CODES: tuple[StopReason | None, ...] = (None, "eos", "stop_id", "stop_string")
+"""The codes the decode loop keeps per row: 0 = still running (ends as ``"length"``)."""
 
 
 def _accepts(module: Any, name: str) -> bool:
@@ -290,8 +287,10 @@ def _decode(
     copies of one prompt) is run once for one row and its KV cache repeated for the batch; pads
     sit after it and are masked out, and positions count real tokens only, so each row sees the
     same positions and tokens as alone. Prefill and decode compute the last position's logits
-    only. Tokens, logprobs and stop state stay on the device; the host reads one flag per step
-    (all rows done?) plus, with stop strings, the new tokens.
+    only. Rows with the same prompt are prefilled once (one row each) and the cache copied to
+    the others. Tokens, logprobs and stop state stay on the device; the host reads one flag per
+    step (all rows done?) plus, with stop strings, which rows' new token can complete one (it
+    decodes only those rows' last tokens).
     """
     from transformers import DynamicCache
 
@@ -300,66 +299,78 @@ def _decode(
     module, spec, tok = policy.module, policy.spec, policy.tokenizer
     device = spec.device
     B, N, pad = len(ids_rows), params.max_new_tokens, policy.pad_token_id
-    P = _shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
+    P = shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
     if (B - 1) * P < _MIN_SHARED_POSITIONS:  # too little saved to pay for a forward call of its own
         P = 0
     S = max(len(r) for r in ids_rows) - P  # width of the own-prompt region
     T = P + S + N
-    tokens_B_T = torch.full((B, T), pad, dtype=torch.long)
-    mask_B_T = torch.ones((B, T), dtype=torch.long)
+    tokens_np = np.full((B, T), pad, dtype=np.int64)  # filled on the host, then one copy each
+    mask_np = np.ones((B, T), dtype=np.int64)
     for b, r in enumerate(ids_rows):
         own = len(r) - P
-        tokens_B_T[b, :P] = torch.tensor(r[:P], dtype=torch.long)
-        tokens_B_T[b, P + S - own : P + S] = torch.tensor(r[P:], dtype=torch.long)
-        mask_B_T[b, P : P + S - own] = 0  # pads between the shared prefix and the row's own tokens
-    tokens_B_T, mask_B_T = tokens_B_T.to(device), mask_B_T.to(device)
+        tokens_np[b, :P] = r[:P]
+        tokens_np[b, P + S - own : P + S] = r[P:]
+        mask_np[b, P : P + S - own] = 0  # pads between the shared prefix and the row's own tokens
+    tokens_B_T, mask_B_T = torch.from_numpy(tokens_np).to(device), torch.from_numpy(mask_np).to(device)
     pos_B_T = position_ids_from_mask(mask_B_T)
 
     generator = None
     if params.seed is not None:
         generator = torch.Generator(device=device)
         generator.manual_seed(int(params.seed))
-    stop_ids = {int(t) for t in params.stop_token_ids}
     eos = eos_token_ids(tok, policy.base_model, params.eos_token_ids) if params.stop_at_eos else set()
-    stop_ids_t = torch.tensor(sorted(stop_ids | eos), dtype=torch.long, device=device)
-    stop_only_t = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)  # reason "stop_id" wins
-    window = max((len(s) for s in params.stop), default=0) + 8  # tokens decoded per stop check
     plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
+    stops = tuple(params.stop)
+    window = max((len(s) for s in stops), default=0) + 8  # tokens decoded per stop check
 
     cache_kw = {cache_kwarg(module): DynamicCache()} if use_cache else {}
     last_only = {"logits_to_keep": 1} if _accepts(module, "logits_to_keep") else {}
     padded = not bool(mask_B_T.all())  # no pads: no mask to build and apply (SDPA's causal path)
 
-    def forward(lo: int, hi: int) -> torch.Tensor:
-        """Logits (float) at column ``hi - 1`` after feeding columns ``lo:hi`` (all of them without cache)."""
+    def forward(lo: int, hi: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (float) at column ``hi - 1`` after feeding columns ``lo:hi`` (all of them without
+        cache) of every row, or of ``rows`` only."""
         lo = lo if use_cache else 0
+        toks, mask, pos = (tokens_B_T, mask_B_T, pos_B_T) if rows is None else (tokens_B_T[rows], mask_B_T[rows], pos_B_T[rows])
         with spec.autocast():
             out = module(
-                input_ids=tokens_B_T[:, lo:hi], attention_mask=mask_B_T[:, :hi] if padded else None,
-                position_ids=pos_B_T[:, lo:hi],
+                input_ids=toks[:, lo:hi], attention_mask=mask[:, :hi] if padded else None,
+                position_ids=pos[:, lo:hi],
                 use_cache=use_cache, **cache_kw, **last_only,
             )
         return out.logits[:, -1].float()
 
-    if P:  # the shared prefix once, its cache repeated for every row
+    # rows with the same prompt (a GRPO group's copies) are prefilled once, their cache then copied
+    first_of, row_of = distinct_rows(ids_rows) if use_cache else (list(range(B)), list(range(B)))
+    U = len(first_of)
+    if P:  # the shared prefix once, its cache repeated for every (distinct) row
         with spec.autocast():
             module(
                 input_ids=tokens_B_T[:1, :P], attention_mask=None, position_ids=pos_B_T[:1, :P],
                 use_cache=True, **cache_kw, **last_only,
             )
-        next(iter(cache_kw.values())).batch_repeat_interleave(B)
+        next(iter(cache_kw.values())).batch_repeat_interleave(U)
 
     gen_B_N = torch.full((B, N), pad, dtype=torch.long, device=device)
     lp_B_N = torch.zeros((B, N), device=device)
     raw_B_N = torch.zeros((B, N), device=device)
-    reason_B = torch.zeros(B, dtype=torch.long, device=device)  # index into _REASON_CODES
+    reason_B = torch.zeros(B, dtype=torch.long, device=device)  # index into REASON_CODES
     done_B = torch.zeros(B, dtype=torch.bool, device=device)
     end_B = torch.full((B,), N, dtype=torch.long, device=device)
-    texts: list[list[int]] = [[] for _ in range(B)]  # only with stop strings
+    code_V = can_end_V = None  # per vocabulary id: its stop reason code; whether it can end a stop string
     steps = N
     for step in range(N):
         col = P + S + step  # the column the new token goes to
-        logits_B_V = forward(P if step == 0 else col - 1, col)
+        if step == 0 and U < B:
+            rows_U = torch.tensor(first_of, dtype=torch.long, device=device)
+            row_of_B = torch.tensor(row_of, dtype=torch.long, device=device)
+            logits_B_V = forward(P, col, rows_U)[row_of_B]
+            next(iter(cache_kw.values())).reorder_cache(row_of_B)
+        else:
+            logits_B_V = forward(P if step == 0 else col - 1, col)
+        if code_V is None:
+            code_V = reason_codes(logits_B_V.shape[-1], eos, params.stop_token_ids, device)
+            can_end_V = stop_enders(tok, stops, logits_B_V.shape[-1], device) if stops else None
         if plain:  # the sampled distribution is the raw one: one log_softmax
             raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
             next_B = draw(raw_B_V, generator)
@@ -371,19 +382,18 @@ def _decode(
         live_B = ~done_B
         next_B = torch.where(done_B, pad, next_B)
         gen_B_N[:, step], lp_B_N[:, step], raw_B_N[:, step] = next_B, lp_B, raw_B
-        if stop_ids_t.numel():
-            hit_B = torch.isin(next_B, stop_ids_t) & live_B
-            code_B = torch.where(torch.isin(next_B, stop_only_t), 2, 1)
-            reason_B = torch.where(hit_B, code_B, reason_B)
-            done_B = done_B | hit_B
-        if params.stop:
-            next_l, done_l = next_B.tolist(), done_B.tolist()
-            for b in torch.nonzero(live_B).flatten().tolist():
-                texts[b].append(next_l[b])
-                if done_l[b]:
-                    continue
-                tail = tok.decode(texts[b][-window:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
-                if any(s in tail for s in params.stop):
+        code_B = code_V[next_B]
+        hit_B = (code_B > 0) & live_B
+        reason_B = torch.where(hit_B, code_B, reason_B)
+        done_B = done_B | hit_B
+        if can_end_V is not None:
+            # decode only rows whose new token can complete a stop string (e.g. it holds its last character)
+            for b in torch.nonzero(can_end_V[next_B] & ~done_B).flatten().tolist():
+                tail = tok.decode(
+                    gen_B_N[b, max(0, step + 1 - window) : step + 1].tolist(),
+                    skip_special_tokens=True, clean_up_tokenization_spaces=False,
+                )
+                if any(s in tail for s in stops):
                     reason_B[b], done_B[b] = 3, True
         end_B = torch.where(done_B & live_B, step + 1, end_B)
         if step + 1 < N:
@@ -394,7 +404,7 @@ def _decode(
 
     ends = end_B.tolist()  # a row's tokens run up to and including its stopping token
     gen_l, lp_l, raw_l = gen_B_N[:, :steps].tolist(), lp_B_N[:, :steps].tolist(), raw_B_N[:, :steps].tolist()
-    final: list[StopReason] = [_REASON_CODES[c] or "length" for c in reason_B.tolist()]
+    final: list[StopReason] = [REASON_CODES[c] or "length" for c in reason_B.tolist()]
     return (
         [g[:e] for g, e in zip(gen_l, ends, strict=True)],
         [g[:e] for g, e in zip(lp_l, ends, strict=True)],
