@@ -9,19 +9,17 @@ Exit codes: 0 success, 1 failure at run time, 2 bad input (a one-line reason, an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tinker_algos.progress import ProgressCallbacks, quiet_third_party_progress
 from tinker_core.errors import ConfigError
 
 EXIT_BAD_INPUT = 2
 RUNS = Path("runs")
 """The default run directory is ``runs/<config name>`` (relative to the current directory)."""
-SHOWN = ("env/reward_mean", "eval/accuracy", "losses/total", "kl/sample_train")
-"""The metrics the progress bar shows (by their last part)."""
 
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -31,47 +29,6 @@ def _fail(reason: str, hint: str | None = None) -> NoReturn:
     if hint:
         err_console.print(f"[dim]hint:[/] {hint}", markup=True)
     raise typer.Exit(EXIT_BAD_INPUT)
-
-
-class ProgressCallbacks:
-    """Training callbacks (see :func:`tinker_algos.train`) drawing a rich progress bar: steps
-    done, a few headline metrics, and the job's log lines above the bar."""
-
-    def __init__(self, total_steps: int, console: Console | None = None) -> None:
-        self.console = console or Console(stderr=True)
-        self.progress = Progress(
-            TextColumn("[bold]training"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[summary]}"),
-            console=self.console,
-            transient=False,
-        )
-        self.task = self.progress.add_task("train", total=total_steps, summary="")
-        self.last: dict[str, float] = {}
-
-    def __enter__(self) -> ProgressCallbacks:
-        self.progress.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.progress.stop()
-
-    def discard(self) -> None:
-        """Leave no progress bar behind when the run stops (a bad-input error is all that shows)."""
-        self.progress.live.transient = True
-
-    def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self.last.update(metrics)
-        summary = "  ".join(f"{k.split('/')[-1]}={self.last[k]:.3g}" for k in SHOWN if k in self.last)
-        self.progress.update(self.task, completed=step, summary=summary)
-
-    def on_log(self, line: str) -> None:
-        self.progress.console.print(line, markup=False, highlight=False)
-
-    def on_checkpoint(self, step: int, path: str) -> None:
-        self.progress.console.print(f"checkpoint at step {step}: {path}", markup=False, highlight=False)
 
 
 def _submit_and_watch(ctx: typer.Context, file: Path, options: dict[str, object]) -> NoReturn:
@@ -112,10 +69,6 @@ def train(
         for line in problems:
             err_console.print(line, markup=False)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    from tinker_algos.checkpoint import CheckpointError
-    from tinker_algos.device import DeviceError
-    from tinker_algos.model_files import ModelLoadError
-    from tinker_algos.run import train as run_training
     from tinker_algos.run_dir import RunDirError, check_inside, remove_run_dir
 
     target = run_dir or RUNS / config.name
@@ -126,7 +79,14 @@ def train(
             remove_run_dir(target, within=None if run_dir is not None else RUNS)
     except RunDirError as e:
         _fail(str(e))
+    quiet_third_party_progress()
     with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
+        callbacks.on_status("importing torch and transformers", short="importing")
+        from tinker_algos.checkpoint import CheckpointError
+        from tinker_algos.device import DeviceError
+        from tinker_algos.model_files import ModelLoadError
+        from tinker_algos.run import train as run_training
+
         try:
             result = run_training(config, run_dir=target, callbacks=callbacks)
         except (ConfigError, CheckpointError, DeviceError, ModelLoadError) as e:

@@ -16,9 +16,11 @@ If ``run_dir`` already holds a checkpoint and ``checkpoint.resume`` is true, the
 from the newest intact one (a damaged newer one is skipped, with a log line saying why), and the
 metrics from there on are exactly those of an uninterrupted run.
 ``callbacks`` may define ``on_metrics(step, metrics)``, ``on_log(line)``,
-``on_checkpoint(step, path)`` and ``should_stop()`` (polled between steps: when it returns true,
-the job checkpoints and returns with status ``"interrupted"``). A resumed run first reports the
-metrics of the step it resumes at once more (a scheduler killed before it stored them gets them).
+``on_status(text, short=None)`` (what the run is doing while no step reports: loading the model,
+its size, a stage's first step; without it these go to ``on_log``), ``on_checkpoint(step,
+path)`` and ``should_stop()`` (polled between steps: when it returns true, the job checkpoints
+and returns with status ``"interrupted"``). A resumed run first reports the metrics of the step
+it resumes at once more (a scheduler killed before it stored them gets them).
 
 ``shared`` runs a LoRA job on a model that other jobs use at the same time (the scheduler's
 shared model hosts): instead of loading ``config.model`` the job trains adapter
@@ -64,6 +66,7 @@ from tinker_algos.checkpoint import (
 from tinker_algos.device import DeviceError, resolve_device, seed_everything
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
+from tinker_algos.progress import describe_model, quiet_third_party_progress
 from tinker_algos.prompts import PromptRenderer
 from tinker_algos.run_dir import make_run_dir
 from tinker_algos.trainer import Trainer, TrainerConfig
@@ -113,7 +116,9 @@ def train(
     """Run (or resume) the job ``config`` with everything written under ``run_dir``.
 
     ``shared``: train on a model shared with other jobs (LoRA jobs only; see the module docstring).
+    Hugging Face's own progress bars are switched off in this process (they would fill the job's log).
     """
+    quiet_third_party_progress()
     return Run(_as_config(config), Path(run_dir), _Callbacks(callbacks), shared).run()
 
 
@@ -199,7 +204,10 @@ class Run:
                 spec = resolve_device(job.model.device, job.model.precision)
             except DeviceError as e:
                 raise e.in_config() from None
+            self.cb.on_status(f"loading model {job.model.name}")
+            t0 = time.perf_counter()
             self.policy = PolicyModel.load(job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision)
+            self.cb.on_status(f"model {job.model.name} loaded in {time.perf_counter() - t0:.1f} s: {describe_model(self.policy)}")
         # model.chat_template: how env observations become prompts (a ConfigError naming it when unusable)
         self.renderer = PromptRenderer.from_config(self.policy.tokenizer, job.model.chat_template)
         self.in_turn(self.seed)  # after loading: a shared model was loaded once, earlier
@@ -250,6 +258,7 @@ class Run:
         start = self.progress.stage_step if si == self.progress.stage_index else 0
         trainer, algo = self.in_turn(partial(self.start_stage, si, start))
         self.cb.on_log(f"stage {si} '{stage.name}': {stage.algorithm.name}, steps {start}..{steps}")
+        self.cb.on_status(f"first step of stage {si} ({stage.algorithm.name}): sampling, scoring, learning", short=f"step {self.global_step + 1}")
         for k in range(start, steps):
             if self.cb.should_stop():
                 self.save_interrupted(Progress(si, k, self.global_step), trainer, algo)
@@ -382,13 +391,16 @@ class Run:
 
 
 class _Callbacks:
-    """The optional callbacks object: a method it lacks does nothing (``should_stop``: False)."""
+    """The optional callbacks object: a method it lacks does nothing (``should_stop``: False;
+    ``on_status``: a log line, so a job on a scheduler shows its status in ``watch``)."""
 
     def __init__(self, obj: Any) -> None:
         self.obj = obj
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self.obj, name, None)
+        if fn is None and name == "on_status" and getattr(self.obj, "on_log", None) is not None:
+            return lambda text, short=None: self.obj.on_log(text)
         if fn is None:
             return _never if name == "should_stop" else _nothing
         return fn

@@ -27,6 +27,10 @@ Implementation details:
    :class:`tinker_core.config.MultiAgentConfig`). Held-out evaluation then plays greedily against
    ``eval_opponent`` (default: ``opponent``), alternating the policy's role.
 
+7. When every group's episodes got the same reward for 3 steps in a row (every advantage 0,
+   ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
+   line naming the likely fixes (:mod:`tinker_algos.algorithms.hints`).
+
 ``algorithm.params`` (:class:`tinker_core.config.GRPOParams`): ``estimator_config`` (keyword
 arguments of the estimator) and ``multi_agent``.
 """
@@ -47,6 +51,7 @@ from tinker_algos.algorithms.common import (
     resolve_estimator,
     sampler_agreement,
 )
+from tinker_algos.algorithms.hints import TiedRewardsHint
 from tinker_algos.multiagent import (
     MultiAgentParams,
     MultiAgentRolloutResult,
@@ -85,6 +90,7 @@ class GRPO(Algorithm):
                 f"{ctx.where}.params.multi_agent: the env {getattr(self.env_spec, 'id', '?')!r} is single-agent "
                 "(its spec has no roles); remove multi_agent or use a multi-agent env"
             ])
+        self.tied_hint = TiedRewardsHint(ctx.log)
 
     # ---- one step -----------------------------------------------------------------------------
     def collect(self, step: int) -> RolloutResult | MultiAgentRolloutResult:
@@ -132,6 +138,7 @@ class GRPO(Algorithm):
             metrics["rollout/empty_batch"] = 1.0
             return metrics
         batch = Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
+        self.tied_hint.observe(batch.rewards_B, batch.group_ids_B)
         mask = batch.loss_mask_B_T
         current = self.ctx.trainer.forward(batch, temperature=self.ctx.rollout_cfg.temperature)
         metrics.update(sampler_agreement(batch, current, mask))
