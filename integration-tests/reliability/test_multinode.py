@@ -6,12 +6,13 @@ joins later. The scheduler runs the real runner (``held_runner``: ``tinker_algos
 tiny model; a job named ``held...`` pauses once right after its checkpoint at step 3, so the
 test can lose its node while it is provably mid-run). One test walks through the story:
 
-1. a full fine-tuning job and a LoRA job (on a shared model host) fill node A -- checked by the
-   Ray node id each attempt logs -- and a third job waits in the queue;
+1. a full fine-tuning job (its own worker) and a LoRA job (on a shared model host) fill node A
+   -- checked by the Ray node id each attempt logs -- and pause; a third job waits in the queue
+   (with resources read once at start it would wait for them forever);
 2. node B joins: the scheduler re-reads the cluster's resources and the waiting job runs on B;
-3. node A is lost mid-job (``Cluster.remove_node``): the job is re-queued and resumes on B from
-   its checkpoint at step 3; every step is reported once (events and ``metrics.jsonl``), none
-   lost, none repeated.
+3. node A is lost mid-run (``Cluster.remove_node``): both jobs are re-queued and resume on B from
+   their checkpoints at step 3 (the LoRA job on a new shared host there); every step is reported
+   once (events and ``metrics.jsonl``), none lost, none repeated.
 
 State travels by the shared filesystem (documented in ``tinker_scheduler.placement`` and
 ``docs/guides/kubernetes.md``): the nodes share this machine's disk, and each job's checkpoints
@@ -125,6 +126,16 @@ def check_run_dir(job: Any, runs: Path, steps: int) -> None:
     assert all(verify(c) for c in checkpoints)
 
 
+def moved(events: list[Any], removed: float) -> float:
+    """Checks a job that lost its node once and resumed from its step-HOLD_STEP checkpoint;
+    returns how long after ``removed`` it was re-queued."""
+    requeued = [e for e in events if e.WhichOneof("event") == "state_change" and "restart 1 of 3" in e.state_change.reason]
+    assert len(requeued) == 1 and requeued[0].state_change.state == QUEUED, requeued
+    resumed = [e.log.text for e in events if e.WhichOneof("event") == "log" and e.log.text.startswith("resuming from ")]
+    assert len(resumed) == 1 and resumed[0].endswith(f"(step {HOLD_STEP})"), resumed
+    return requeued[0].time.seconds + requeued[0].time.nanos / 1e9 - removed
+
+
 def test_jobs_and_a_shared_host_run_on_worker_nodes_a_new_node_gets_work_and_a_lost_node_costs_no_step(
     cluster, tmp_path, processes
 ):
@@ -132,43 +143,41 @@ def test_jobs_and_a_shared_host_run_on_worker_nodes_a_new_node_gets_work_and_a_l
     scheduler = SchedulerProcess(tmp_path, "scheduler", "--ray-address", cluster.address, runner="held_runner:train")
     processes.append(scheduler)
     with JobClient(scheduler.address) as client:
-        held = client.submit(config("held-moving", STEPS), request_id="held").id
-        lora = client.submit(config("lora-shared", 3, lora=True), request_id="lora").id
+        held = client.submit(config("held-full", STEPS), request_id="full").id
+        lora = client.submit(config("held-lora", STEPS, lora=True), request_id="lora").id
         wait_for(client, held, RUNNING)
         wait_for(client, lora, RUNNING)
         late = client.submit(config("late", 2), request_id="late").id
-        # node A's 2 CPUs: the held job's worker and the LoRA job's model host; nothing is left
+        # node A's 2 CPUs: the full job's worker and the LoRA job's model host, both paused mid-run
         wait_for_log(client, held, f"held at step {HOLD_STEP}")
-        lora_job, lora_events = finished(client, lora)  # (B joins a quiet machine: less to wait for)
-        assert client.get(late).state == QUEUED  # (the idle model host still holds its CPU)
+        wait_for_log(client, lora, f"held at step {HOLD_STEP}")
+        assert client.get(late).state == QUEUED
 
         joined = time.time()
         node_b = cluster.add_node(num_cpus=2, resources={"worker_b": 1})
         late_job, late_events = finished(client, late)  # B's CPUs were re-read: it ran there
 
         removed = time.time()
-        cluster.remove_node(node_a)  # the held job's node is lost mid-job
+        cluster.remove_node(node_a)  # both paused jobs lose their node mid-run
         held_job, held_events = finished(client, held)
+        lora_job, lora_events = finished(client, lora)
 
     a, b = node_a.node_id[:12], node_b.node_id[:12]
-    assert nodes(lora_events) == [a]  # the LoRA job ran on a shared model host on node A
-    assert any("on a shared model host" in e.state_change.reason for e in lora_events if e.WhichOneof("event") == "state_change")
     assert nodes(late_events) == [b]
     started = [e.time.seconds + e.time.nanos / 1e9 for e in late_events
                if e.WhichOneof("event") == "state_change" and e.state_change.state == RUNNING]
     assert len(started) == 1 and started[0] >= joined  # it waited for B
-    assert nodes(held_events) == [a, b]  # first attempt on A, resumed on B
-    requeued = [e for e in held_events if e.WhichOneof("event") == "state_change" and "restart 1 of 3" in e.state_change.reason]
-    assert len(requeued) == 1 and requeued[0].state_change.state == QUEUED, requeued
-    resumed = [e.log.text for e in held_events if e.WhichOneof("event") == "log" and e.log.text.startswith("resuming from ")]
-    assert len(resumed) == 1 and resumed[0].endswith(f"(step {HOLD_STEP})"), resumed
-    # no step lost, none repeated: in what the scheduler stored and in the run directory
-    assert reported_steps(held_events) == list(range(1, STEPS + 1))
-    check_run_dir(held_job, scheduler.runs, STEPS)
-    assert reported_steps(lora_events) == [1, 2, 3]
-    check_run_dir(lora_job, scheduler.runs, 3)
+    # first attempts on A, resumed on B from their step-3 checkpoints; the LoRA job on a shared host both times
+    assert nodes(held_events) == [a, b] and nodes(lora_events) == [a, b]
+    assert sum("on a shared model host" in e.state_change.reason for e in lora_events
+               if e.WhichOneof("event") == "state_change" and e.state_change.state == RUNNING) == 2
+    noticed = moved(held_events, removed)
+    moved(lora_events, removed)
+    # no step lost, none repeated: in what the scheduler stored and in the run directories
+    for job, events in ((held_job, held_events), (lora_job, lora_events)):
+        assert reported_steps(events) == list(range(1, STEPS + 1))
+        check_run_dir(job, scheduler.runs, STEPS)
     check_run_dir(late_job, scheduler.runs, 2)
     assert "Ray cluster resources changed" in scheduler.log.read_text()
-    noticed = requeued[0].time.seconds + requeued[0].time.nanos / 1e9 - removed
-    print(f"node A removed mid-job; the job was re-queued {noticed:.1f} s later and resumed on node B "
-          f"from step {HOLD_STEP}")  # docs figure
+    print(f"node A removed mid-job; the full fine-tuning job was re-queued {noticed:.1f} s later; both jobs "
+          f"resumed on node B from step {HOLD_STEP}")  # docs figure
