@@ -88,7 +88,8 @@ def protos(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks; they write their numbers to bench/results/ (see docs/performance.md)."""
-    sync(session, "--all-packages")
+    """Benchmarks; they write their numbers to bench/results/ (see docs/performance.md). The
+    ``bench`` dependency group (TRL, for ``bench_vs_trl.py`` only) is installed here, never at runtime."""
+    sync(session, "--all-packages", "--group", "bench")
     for script in sorted((ROOT / "bench").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs, env=TEST_ENV)

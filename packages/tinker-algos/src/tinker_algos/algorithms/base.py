@@ -75,14 +75,15 @@ class StageContext:
         P, G = r.prompts_per_step, r.group_size
         return [self.step_seed(step, "task", p) for p in range(P) for _ in range(G)], [p for p in range(P) for _ in range(G)]
 
-    def group_rollout(self, step: int) -> Any:
-        """The step's single-agent episodes, grouped by task (see :meth:`task_seeds`)."""
+    def group_rollout(self, step: int, policy: PolicyModel | None = None) -> Any:
+        """The step's single-agent episodes, grouped by task (see :meth:`task_seeds`), sampled by
+        ``policy`` (default: the stage's; a copy with older weights samples ahead)."""
         from tinker_algos.rollout import rollout
 
         r = self.rollout_cfg
         seeds, group_ids = self.task_seeds(step)
         return rollout(
-            self.policy,
+            policy or self.policy,
             self.require_env(),
             seeds,
             self.sampling_params(step),

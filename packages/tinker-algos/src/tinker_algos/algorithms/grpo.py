@@ -15,7 +15,11 @@ Implementation details:
 3. Failed episodes (env error or time-out) are counted under ``rollout/errors/*`` and left out;
    the step fails only above ``rollout.max_error_rate``.
 4. ``kl/sample_train`` is the k3 estimate of KL(sampler || trainer) on the sampled tokens, from
-   the trainer's recomputed logprobs before the update (0 up to float noise on CPU).
+   the trainer's recomputed logprobs before the update (0 up to float noise on CPU). They are
+   the logprobs of the loss's own forward pass (``forward_backward(return_logprobs=True)``), so
+   no extra pass runs, except when they are needed before it (``kl.mode: reward``), the rollout
+   temperature is not 1, or dropout is on (then a separate no-grad ``forward`` gives them).
+   ``time/rollout_s`` is the part of the step spent collecting episodes.
 5. A KL penalty to the reference policy (``algorithm.kl``; the base model with adapters off for
    LoRA, a frozen copy of the stage's starting weights otherwise) is either subtracted from the
    token rewards (``mode: reward``) or added as a second loss term (``mode: loss``).
@@ -31,12 +35,18 @@ Implementation details:
    ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
    line naming the likely fixes (:mod:`tinker_algos.algorithms.hints`).
 
+8. ``rollout.max_staleness: k`` (default 0: on-policy) samples the batch of step ``s + k`` in a
+   background thread while step ``s`` trains, with the weights from before update ``s``
+   (:mod:`tinker_algos.rollout_ahead`); the loss's ratio to the sampler's logprobs corrects for
+   the ``k`` updates in between (use a clipped loss, ``ppo``, with ``k > 0``).
+
 ``algorithm.params`` (:class:`tinker_core.config.GRPOParams`): ``estimator_config`` (keyword
 arguments of the estimator) and ``multi_agent``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -60,6 +70,7 @@ from tinker_algos.multiagent import (
     stage_env_spec,
 )
 from tinker_algos.rollout import RolloutResult
+from tinker_algos.rollout_ahead import RolloutsAhead
 from tinker_core.algos import AdvantageInputs
 from tinker_core.config import GRPOParams
 from tinker_core.errors import ConfigError
@@ -82,6 +93,7 @@ class GRPO(Algorithm):
         self.reference = ReferencePolicy(ctx) if ctx.algo.kl.coef > 0 else None
         self.multi_agent: MultiAgentParams | None = None
         self.env_spec = stage_env_spec(ctx)
+        self.deterministic_pass = not _has_dropout(ctx.policy.module)
         if self.env_spec is not None and self.env_spec.roles:
             # the config typed the keys; this checks them against the env (its roles, its opponents)
             self.multi_agent = MultiAgentParams.for_env(self.params.multi_agent, self.env_spec, where=f"{ctx.where}.params.multi_agent")
@@ -91,12 +103,20 @@ class GRPO(Algorithm):
                 "(its spec has no roles); remove multi_agent or use a multi-agent env"
             ])
         self.tied_hint = TiedRewardsHint(ctx.log)
+        k = int(getattr(ctx.rollout_cfg, "max_staleness", 0) or 0)
+        if k and self.multi_agent is not None:
+            raise ConfigError(["rollout.max_staleness: sampling ahead is for single-agent envs; set it to 0 for a multi-agent env"])
+        self.ahead = RolloutsAhead(ctx, k) if k else None
 
     # ---- one step -----------------------------------------------------------------------------
     def collect(self, step: int) -> RolloutResult | MultiAgentRolloutResult:
         if self.multi_agent is not None:
             assert self.env_spec is not None
             return collect_for_grpo(self.ctx, step, self.multi_agent, self.env_spec)
+        if self.ahead is not None:
+            result = self.ahead.take(step)
+            self.ahead.start(step)  # the batch of step + k, with the weights before this update
+            return result
         return self.ctx.group_rollout(step)
 
     def evaluate(self) -> dict[str, float]:
@@ -130,8 +150,10 @@ class GRPO(Algorithm):
         return np.asarray(out.advantages_B_T, dtype=np.float32), dict(out.metrics)
 
     def step(self, step: int) -> dict[str, float]:
+        t0 = time.perf_counter()
         result = self.collect(step)
         metrics = result.metrics()
+        metrics["time/rollout_s"] = time.perf_counter() - t0
         trajs = result.trajectories
         if not trajs or sum(t.num_generated for t in trajs) == 0:
             metrics["optim/skipped_steps"] = float(self.ctx.trainer.skipped_steps)
@@ -140,23 +162,33 @@ class GRPO(Algorithm):
         batch = Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
         self.tied_hint.observe(batch.rewards_B, batch.group_ids_B)
         mask = batch.loss_mask_B_T
-        current = self.ctx.trainer.forward(batch, temperature=self.ctx.rollout_cfg.temperature)
-        metrics.update(sampler_agreement(batch, current, mask))
-
         kl = self.ctx.algo.kl
+        # The policy's logprobs before the update: those of forward_backward's own pass (detail 4)
+        # unless they are needed before it (KL as reward shaping), are at another temperature
+        # than the sampler's, or dropout makes the training pass differ from a plain forward.
+        reuse = self.deterministic_pass and self.ctx.rollout_cfg.temperature == 1.0 and not (
+            self.reference is not None and kl.mode == "reward"
+        )
+        current = None if reuse else self.ctx.trainer.forward(batch, temperature=self.ctx.rollout_cfg.temperature)
         token_rewards = None
         ref = None
         if self.reference is not None:
             ref = self.reference.logprobs(batch)
-            metrics["kl/policy_ref"], token_rewards = kl_to_reference(current, ref, batch, mask, kl)
+            if current is not None:
+                metrics["kl/policy_ref"], token_rewards = kl_to_reference(current, ref, batch, mask, kl)
         adv, est_metrics = self.advantages(batch, token_rewards)
         metrics.update({f"advantages/{k}": v for k, v in est_metrics.items()})
         metrics["advantages/abs_mean"] = float(np.abs(adv).sum() / max(mask.sum(), 1.0))
         # the policy loss: a registered name, by default tinker_algos.losses.importance_sampling
         # (l = -rho * A per token; `ppo`, `cispo` beside it), aggregated by tinker_algos.aggregation
-        fb = self.ctx.trainer.forward_backward(
-            batch, self.loss, agg=self.ctx.algo.aggregation, advantages_B_T=adv, **self.ctx.algo.loss_config
+        fb, fb_logprobs = self.ctx.trainer.forward_backward(
+            batch, self.loss, agg=self.ctx.algo.aggregation, advantages_B_T=adv, return_logprobs=True, **self.ctx.algo.loss_config
         )
+        if current is None:
+            current = fb_logprobs
+            if ref is not None:
+                metrics["kl/policy_ref"], _ = kl_to_reference(current, ref, batch, mask, kl)
+        metrics.update(sampler_agreement(batch, current, mask))
         metrics["losses/policy"] = fb["loss"]
         total = fb["loss"]
         if ref is not None and kl.mode == "loss":
@@ -171,8 +203,27 @@ class GRPO(Algorithm):
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return self.reference.state_dict() if self.reference is not None else {}
+        state = self.reference.state_dict() if self.reference is not None else {}
+        if self.ahead is not None:
+            state.update(self.ahead.state_dict())
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.reference is not None:
             self.reference.load_state_dict(state)
+        if self.ahead is not None:
+            self.ahead.load_state_dict(state)
+
+
+def _has_dropout(module: Any) -> bool:
+    """Whether a training-mode forward pass of ``module`` is random (a dropout with ``p > 0``, a
+    LoRA adapter's included, or an attention dropout in a model config)."""
+    import torch
+
+    for m in module.modules():
+        if isinstance(m, torch.nn.Dropout) and m.p > 0:
+            return True
+        config = getattr(m, "config", None)
+        if config is not None and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
+            return True
+    return False

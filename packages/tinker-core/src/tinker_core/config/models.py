@@ -291,6 +291,11 @@ class RolloutConfig(_Model):
     stop: list[str] = Field(default_factory=lambda: ["\n"], description="Stop strings.")
     max_error_rate: float = Field(0.1, ge=0.0, le=1.0, description="Rollout error rate above which the step fails.")
     turn_timeout_s: float = Field(30.0, gt=0.0, le=86_400.0, description="Per-turn timeout for env and agent calls (at most a day).")
+    max_staleness: int = Field(
+        0, ge=0, le=8,
+        description="Updates a batch may lag behind the policy: k > 0 samples step s + k's episodes while step s trains "
+        "(single-agent GRPO; the loss's ratio to the sampler's logprobs corrects for it). 0: on-policy.",
+    )
 
     @model_validator(mode="after")
     def _episodes_per_step(self) -> RolloutConfig:

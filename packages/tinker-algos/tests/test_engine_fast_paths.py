@@ -1,0 +1,168 @@
+"""The GRPO engine's fast paths (issue 13) keep their promises: env calls in one pooled worker
+thread, one prefill row per distinct prompt, stop-string decodes only where one can complete,
+and the pre-update logprobs taken from ``forward_backward`` instead of an extra forward pass."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import tinker_core
+import tinker_core.registry
+from tinker_algos import train
+from tinker_algos.decode_rows import stop_enders
+from tinker_algos.metrics import read_metrics
+from tinker_algos.models import PolicyModel
+from tinker_algos.rollout import rollout
+from tinker_algos.sampler import SamplingParams, sample
+from tinker_algos.trainer import Trainer
+from tinker_core import EnvSpec, TextEnv, hookimpl
+
+
+class ThreadsEnv(TextEnv):
+    """``Say hi:``; records the thread of every ``reset`` and ``step`` call."""
+
+    env_spec = EnvSpec(id="algostest/threads-v0", description="records the threads that call it", max_turns=2)
+    seen: list[threading.Thread] = []
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        ThreadsEnv.seen.append(threading.current_thread())
+        return "Say hi:\n", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        ThreadsEnv.seen.append(threading.current_thread())
+        return "again:\n", 0.5, False, False, {}
+
+
+class ParityEnv(TextEnv):
+    """``Say hi:``; reward 1 for an action of odd length, else 0: rewards that differ in a group."""
+
+    env_spec = EnvSpec(id="algostest/parity-v0", description="rewards odd-length actions", max_turns=1)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        return "Say hi:\n", {}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        return "", float(len(action) % 2), True, False, {}
+
+
+class _TestEnvsPlugin:
+    @hookimpl
+    def opentinker_register_envs(self, register: Any) -> None:
+        register(ThreadsEnv.env_spec, ThreadsEnv)
+        register(ParityEnv.env_spec, ParityEnv)
+
+
+@pytest.fixture
+def threads_env() -> Iterator[list[threading.Thread]]:
+    if "algostest/threads-v0" not in tinker_core.registry.get_registry("envs"):
+        tinker_core.registry.register_plugin(_TestEnvsPlugin(), name="algostest-fast-paths")
+    ThreadsEnv.seen = []
+    yield ThreadsEnv.seen
+
+
+def test_env_calls_run_in_one_pooled_worker_not_a_thread_each(policy: PolicyModel, threads_env: list[threading.Thread]) -> None:
+    factory = lambda: tinker_core.make_env("algostest/threads-v0")  # noqa: E731
+    params = SamplingParams(max_new_tokens=3, stop=("\n",), seed=0)
+    result = rollout(policy, factory, list(range(6)), params, turn_timeout_s=30.0)
+    assert not result.errors and [e.turns for e in result.episodes] == [2] * 6
+    assert len(threads_env) == 6 * 3  # 6 resets, 2 steps each
+    assert len(set(threads_env)) == 1 and threads_env[0] is not threading.current_thread()
+    threads_env.clear()
+    rollout(policy, factory, [0, 1], params, turn_timeout_s=None)  # no limit: called inline
+    assert set(threads_env) == {threading.current_thread()}
+
+
+def test_rows_with_the_same_prompt_are_prefilled_once(policy: PolicyModel) -> None:
+    prompts = [p for p in ["12+34=", "7-2=", "100+1="] for _ in range(4)]  # a GRPO step: 3 tasks x 4
+    params = SamplingParams(max_new_tokens=6, seed=3, stop=["\n"])
+    rows: list[int] = []
+    handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        fast = sample(policy, prompts, params)
+    finally:
+        handle.remove()
+    assert rows[0] == 3 and set(rows[1:]) <= {12}  # the prefill: one row per distinct prompt
+    ref = sample(policy, prompts, params, use_cache=False)
+    for g1, g2 in zip(fast, ref, strict=True):
+        for a, b in zip(g1, g2, strict=True):
+            assert (a.tokens, a.stop_reason, a.text) == (b.tokens, b.stop_reason, b.text)
+            np.testing.assert_allclose(a.raw_logprobs, b.raw_logprobs, atol=1e-5)
+
+
+def test_stop_strings_are_checked_only_where_one_can_complete(policy: PolicyModel, monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = policy.tokenizer
+    enders = stop_enders(tok, ("\n",), len(tok), "cpu")
+    assert enders.sum() >= 1 and all("\n" in tok.decode([i]) for i in np.flatnonzero(enders.numpy()))
+    assert bool(stop_enders(tok, ("ab ",), len(tok), "cpu").all())  # a trailing space: every token may end it
+    decodes: list[list[int]] = []
+    real = tok.decode
+    monkeypatch.setattr(tok, "decode", lambda ids, *a, **kw: (decodes.append(list(ids)), real(ids, *a, **kw))[1])
+    B, N = 8, 16
+    out = sample(policy, ["ab"] * 4 + ["cd"] * 4, SamplingParams(max_new_tokens=N, seed=0, stop=["\n"], stop_at_eos=False))
+    # before: one decode per live row per step (up to B x N); now a check only after a newline,
+    # plus at most one decode per row for the sample's text
+    assert len(decodes) <= 2 * B
+    for group in out:
+        for s in group:
+            assert ("\n" in s.text) == (s.stop_reason == "stop_string")
+
+
+def grpo_job(temperature: float) -> dict[str, Any]:
+    return {
+        "name": "grpo-fast",
+        "seed": 3,
+        "model": {"name": "tiny"},
+        "env": {"id": "echo/echo-v0", "kwargs": {"words": ["ab", "cd", "ef"]}},
+        "algorithm": {"name": "grpo", "steps": 2, "eval_size": 2, "eval_every": 0},
+        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 4, "stop": ["\n"], "temperature": temperature},
+        "optimizer": {"lr": 0.003},
+        "logging": {"tensorboard": False, "plot": False},
+    }
+
+
+@pytest.mark.usefixtures("algos_and_echo_plugins")
+@pytest.mark.parametrize(("temperature", "extra_forwards"), [(1.0, 0), (0.7, 2)])
+def test_grpo_takes_pre_update_logprobs_from_forward_backward(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, temperature: float, extra_forwards: int) -> None:
+    calls: list[float] = []
+    real = Trainer.forward
+
+    def counting(self: Trainer, batch: Any, **kw: Any) -> Any:
+        calls.append(kw.get("temperature", 1.0))
+        return real(self, batch, **kw)
+
+    monkeypatch.setattr(Trainer, "forward", counting)
+    train(grpo_job(temperature), run_dir=tmp_path)
+    assert len(calls) == extra_forwards  # at temperature 1 the loss's own pass gives them
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    for r in rows:
+        assert 0 <= r["kl/sample_train"] < 1e-4 and r["rollout/logprob_mean_abs_diff"] < 1e-4
+        assert 0 < r["time/rollout_s"] < r["time/step_s"]
+
+
+@pytest.mark.usefixtures("algos_and_echo_plugins", "threads_env")
+def test_max_staleness_one_samples_ahead_deterministically_and_resumes_exactly(tmp_path: Any, stop_after: Any, deterministic_metrics: Any) -> None:
+    job = grpo_job(1.0)
+    job["env"] = {"id": "algostest/parity-v0"}
+    job["algorithm"].update(steps=4, loss="ppo")
+    job["rollout"]["max_staleness"] = 1
+    job["checkpoint"] = {"every": 1, "keep": 5}
+    train(job, run_dir=tmp_path / "full")
+    train(job, run_dir=tmp_path / "again")
+    full = deterministic_metrics(tmp_path / "full")
+    assert deterministic_metrics(tmp_path / "again") == full  # timing never changes a batch
+    # step 1 samples on-policy; later batches were sampled one update earlier, so once an update
+    # moved the weights the sampler's logprobs differ from the trainer's (at k = 0: float noise)
+    moved = [i for i, r in enumerate(full) if r["optim/grad_norm"] > 0]
+    assert full[0]["kl/sample_train"] < 1e-6 and moved and moved[0] + 1 < len(full)
+    assert full[moved[0] + 1]["kl/sample_train"] > 1e-4
+    part = train(job, run_dir=tmp_path / "part", callbacks=stop_after(2))
+    assert part.status == "interrupted" and part.step == 2
+    train(job, run_dir=tmp_path / "part")
+    assert deterministic_metrics(tmp_path / "part") == full
