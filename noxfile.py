@@ -2,12 +2,16 @@
 
 ``tests`` runs each package's tests in an environment holding only that package and its
 declared dependencies (``uv sync --package``), so a missing dependency declaration fails there.
-``integration`` runs the cross-package tests in the full workspace environment.
+``integration`` runs the cross-package tests in the full workspace environment. ``dist`` builds
+every package's wheel and sdist and checks what PyPI would show (``twine check --strict``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tarfile
+import zipfile
 from pathlib import Path
 
 import nox
@@ -16,7 +20,7 @@ ROOT = Path(__file__).parent
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["tests", "integration"]
+nox.options.sessions = ["tests", "integration", "dist"]
 nox.options.reuse_existing_virtualenvs = True
 
 TEST_ENV = {
@@ -54,6 +58,28 @@ def integration(session: nox.Session) -> None:
     if not any((ROOT / "integration-tests").glob("test_*.py")):
         session.skip("integration-tests/ holds no tests yet")
     session.run("pytest", "integration-tests", "-q", *session.posargs, env=TEST_ENV)
+
+
+@nox.session
+def dist(session: nox.Session) -> None:
+    """Build every package (``uv build --all-packages``: wheel and sdist) into a temporary folder
+    and check them as PyPI would: ``twine check --strict``, and the LICENSE inside each file."""
+    session.install("twine>=6.0")
+    out = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(out, ignore_errors=True)
+    session.run("uv", "build", "--all-packages", "--quiet", "--out-dir", str(out), external=True)
+    wheels, sdists = sorted(out.glob("*.whl")), sorted(out.glob("*.tar.gz"))
+    if len(wheels) != len(PACKAGES) or len(sdists) != len(PACKAGES):
+        session.error(f"expected a wheel and an sdist for each of {len(PACKAGES)} packages, got {[p.name for p in wheels + sdists]}")
+    session.run("twine", "check", "--strict", *map(str, wheels + sdists))
+    unlicensed = [p.name for p in wheels if not any(n.endswith(".dist-info/licenses/LICENSE") for n in zipfile.ZipFile(p).namelist())]
+    for sdist in sdists:
+        with tarfile.open(sdist) as tar:
+            if not any(n.count("/") == 1 and n.endswith("/LICENSE") for n in tar.getnames()):
+                unlicensed.append(sdist.name)
+    if unlicensed:
+        session.error(f"no LICENSE file in: {', '.join(unlicensed)}")
+    session.log(f"{len(wheels)} wheels and {len(sdists)} sdists pass twine check --strict and carry their LICENSE")
 
 
 @nox.session
