@@ -99,3 +99,10 @@ def test_an_env_package_registers_its_envs_with_gymnasium_on_import(code):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
     out = subprocess.run([sys.executable, "-c", code + "print('ok')\n"], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_register_package_does_nothing_while_the_registry_discovers_plugins():
+    from tinker_core.gymnasium_envs import plugin_discovery, register_package
+
+    with plugin_discovery():  # discovery imports each env package; the registry registers them after
+        assert register_package("tinker_env_echo") == []

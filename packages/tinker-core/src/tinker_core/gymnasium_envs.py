@@ -21,7 +21,8 @@ gymnasium already knows is left as it is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,22 @@ def register_specs(envs: Iterable[tuple[EnvSpec, Callable[..., Any]]]) -> list[s
     return added
 
 
+_discovering = 0
+
+
+@contextlib.contextmanager
+def plugin_discovery() -> Iterator[None]:
+    """Held by OpenTinker's registry while it discovers plugins: it registers every env with
+    gymnasium itself afterwards, so :func:`register_package` (run as discovery imports each env
+    package) does nothing meanwhile."""
+    global _discovering
+    _discovering += 1
+    try:
+        yield
+    finally:
+        _discovering -= 1
+
+
 def register_package(package: str) -> list[str]:
     """Register with gymnasium the envs of the ``opentinker`` entry points in ``package``; the ids added.
 
@@ -69,6 +86,8 @@ def register_package(package: str) -> list[str]:
     """
     from tinker_core.hookspecs import ENTRY_POINT_GROUP
 
+    if _discovering:
+        return []
     envs: list[tuple[EnvSpec, Callable[..., Any]]] = []
 
     def collect(spec: EnvSpec, factory: Callable[..., Any]) -> None:

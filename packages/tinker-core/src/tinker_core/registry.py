@@ -30,7 +30,7 @@ import pluggy
 from tinker_core import hookspecs
 from tinker_core.env import EnvSpec
 from tinker_core.errors import DuplicateNameError, PluginError, UnknownNameError
-from tinker_core.gymnasium_envs import build_env, register_specs
+from tinker_core.gymnasium_envs import build_env, plugin_discovery, register_specs
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]*$")
 LOCAL_DIST = "<local>"
@@ -165,7 +165,8 @@ class PluginSystem:
         with self._lock:
             if self._loaded:
                 return
-            self._load()
+            with plugin_discovery():
+                self._load()
             self._loaded = True
             self._register_with_gymnasium()
 
