@@ -101,8 +101,14 @@ def test_an_env_package_registers_its_envs_with_gymnasium_on_import(code):
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
-def test_register_package_does_nothing_while_the_registry_discovers_plugins():
-    from tinker_core.gymnasium_envs import plugin_discovery, register_package
+def test_register_package_does_nothing_while_the_registry_discovers_plugins(monkeypatch):
+    from tinker_core import gymnasium_envs
 
-    with plugin_discovery():  # discovery imports each env package; the registry registers them after
-        assert register_package("tinker_env_echo") == []
+    def no_scan(**kwargs):
+        raise AssertionError("entry points scanned during discovery")
+
+    monkeypatch.setattr(gymnasium_envs.metadata, "entry_points", no_scan)
+    with gymnasium_envs.plugin_discovery():  # discovery imports each env package; the registry registers them after
+        assert gymnasium_envs.register_package("tinker_env_echo") == []
+    with pytest.raises(AssertionError, match="scanned"):
+        gymnasium_envs.register_package("tinker_env_echo")
