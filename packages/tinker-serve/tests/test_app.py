@@ -153,3 +153,28 @@ def test_hot_loading_an_adapter_from_a_run_directory(client, arithmetic_run, ser
     assert error_of(client.post("/v1/unload_lora_adapter", headers=AUTH, json={"lora_name": "sums"}), 404)["code"] == "model_not_found"
     assert error_of(client.post("/v1/completions", headers=AUTH, json={"model": "sums", "prompt": "1+2="}), 404)
     assert served.policy.adapter_names == []
+
+
+def test_a_failing_decode_step_is_a_500_without_traceback_and_the_engine_recovers(client, served, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated device failure")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(served.engine, "_forward", broken)
+        err = error_of(client.post("/v1/completions", headers=AUTH, json={"model": "tiny", "prompt": "1+1=", "max_tokens": 3}), 500)
+        assert err["type"] == "internal_server_error" and "simulated device failure" in err["message"]
+        with client.stream("POST", "/v1/completions", headers=AUTH, json={"model": "tiny", "prompt": "1+1=", "stream": True}) as r:
+            lines = [line for line in r.iter_lines() if line]
+        assert json.loads(lines[-2].removeprefix("data: "))["error"]["type"] == "internal_server_error"
+        assert lines[-1] == "data: [DONE]"
+    assert served.engine.active_rows == 0
+    assert client.post("/v1/completions", headers=AUTH, json={"model": "tiny", "prompt": "1+1=", "max_tokens": 3}).status_code == 200
+
+
+def test_an_unexpected_error_is_an_openai_shaped_500_naming_only_its_type(client, served, monkeypatch):
+    def boom(*args, **kwargs):
+        raise KeyError("secret internals")
+
+    monkeypatch.setattr(served.renderer, "start", boom)
+    err = error_of(client.post("/v1/chat/completions", headers=AUTH, json={"model": "tiny", "messages": [{"role": "user", "content": "x"}]}), 500)
+    assert err["type"] == "internal_server_error" and "KeyError" in err["message"] and "secret" not in err["message"]

@@ -185,10 +185,10 @@ class Engine:
         """Drop cancelled rows, admit waiting requests, pick a token for every row, emit events,
         drop finished rows, and run one decode step for the rest."""
         with self.lock:
-            admitted: list[Request] = []
+            admitted: list[Request] = []  # filled by _admit before its prefill
             try:
                 self._drop([i for i, r in enumerate(self._rows) if r.req.cancelled])
-                admitted = self._admit()
+                self._admit(admitted)
                 if not self._rows:
                     return
                 finished, next_ids = self._choose()
@@ -238,11 +238,11 @@ class Engine:
             layer.keys, layer.values = layer.keys[idx, :, first:], layer.values[idx, :, first:]
         self._mask = self._mask[:, first:]
 
-    def _admit(self) -> list[Request]:
+    def _admit(self, new: list[Request]) -> None:
+        """Move waiting requests that fit into the batch (appended to ``new`` first)."""
         from transformers import DynamicCache
 
         free = self.max_batch - len(self._rows)
-        new: list[Request] = []
         with self._wake:
             while self._waiting and (self._waiting[0].cancelled or self._waiting[0].params.n <= free):
                 req = self._waiting.popleft()
@@ -251,7 +251,7 @@ class Engine:
                 new.append(req)
                 free -= req.params.n
         if not new:
-            return new
+            return
         device = self.policy.spec.device
         S = max(len(r.prompt_ids) for r in new)
         ids = torch.full((len(new), S), self.policy.pad_token_id, dtype=torch.long)
@@ -280,7 +280,6 @@ class Engine:
             logits = torch.cat([self._logits, logits])
         self._cache, self._mask, self._pos, self._logits = DynamicCache(ddp_cache_data=kv), mask, pos, logits
         self._rows.extend(_Row(r, s) for r in new for s in range(r.params.n))
-        return new
 
     def _forward(
         self, ids_B_T: torch.Tensor, mask_B_L: torch.Tensor, pos_B_T: torch.Tensor, cache: Any, adapters: list[str | None]
