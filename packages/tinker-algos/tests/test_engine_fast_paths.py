@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 import tinker_core
 import tinker_core.registry
@@ -166,3 +167,36 @@ def test_max_staleness_one_samples_ahead_deterministically_and_resumes_exactly(t
     assert part.status == "interrupted" and part.step == 2
     train(job, run_dir=tmp_path / "part")
     assert deterministic_metrics(tmp_path / "part") == full
+
+
+@pytest.mark.parametrize(("loss", "agg"), [("ppo", "token-mean"), ("importance_sampling", "seq-mean-token-mean"), ("cispo", "token-mean")])
+def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_metrics(policy: PolicyModel, loss: str, agg: str) -> None:
+    from tinker_algos.sampler import sequences_to_batch
+    from tinker_algos.trainer import TrainerConfig
+    from tinker_algos.zero_advantage import policy_update
+
+    seqs = sample(policy, ["12+34=", "7-2=", "100+1=", "ab"], SamplingParams(max_new_tokens=5, seed=1, n=3, stop_at_eos=False))
+    batch = sequences_to_batch(seqs, pad_token_id=policy.pad_token_id, raw=True)
+    B, T = batch.tokens_B_T.shape
+    adv = np.random.default_rng(0).normal(size=(B, T)).astype(np.float32) * batch.loss_mask_B_T
+    adv[[0, 1, 2, 7]] = 0.0  # a tied group and one more row
+    results = {}
+    for skip in (False, True):
+        trainer = Trainer(policy, TrainerConfig(lr=1e-3))
+        rows: list[int] = []
+        handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        try:
+            metrics, logprobs = policy_update(trainer, batch, loss, agg, adv, {}, skip=skip)
+        finally:
+            handle.remove()
+        grads = [p.grad.clone() for p in trainer.params]
+        trainer.zero_grad()
+        results[skip] = (metrics, logprobs, grads, rows)
+    (m0, lp0, g0, rows0), (m1, lp1, g1, rows1) = results[False], results[True]
+    assert rows0 == [B] and sorted(rows1) == [4, B - 4]  # gradient pass on 8 rows, no-grad pass on 4
+    np.testing.assert_allclose(lp1, lp0, atol=1e-5)
+    for a, b in zip(g0, g1, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4)
+    assert m1.keys() == m0.keys()
+    for k in m0:
+        assert m1[k] == pytest.approx(m0[k], rel=1e-4, abs=1e-6), k

@@ -35,7 +35,11 @@ Implementation details:
    ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
    line naming the likely fixes (:mod:`tinker_algos.algorithms.hints`).
 
-8. ``rollout.max_staleness: k`` (default 0: on-policy) samples the batch of step ``s + k`` in a
+8. Rows whose advantage is 0 on every token (a group whose rewards tied) get no gradient from the
+   built-in policy losses, so they skip the gradient pass (a no-grad forward gives their
+   logprobs); ``loss_scale`` keeps the gradient and the logged metrics those of the whole batch
+   (:mod:`tinker_algos.zero_advantage`).
+9. ``rollout.max_staleness: k`` (default 0: on-policy) samples the batch of step ``s + k`` in a
    background thread while step ``s`` trains, with the weights from before update ``s``
    (:mod:`tinker_algos.rollout_ahead`); the loss's ratio to the sampler's logprobs corrects for
    the ``k`` updates in between (use a clipped loss, ``ppo``, with ``k > 0``).
@@ -71,6 +75,7 @@ from tinker_algos.multiagent import (
 )
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.rollout_ahead import RolloutsAhead
+from tinker_algos.zero_advantage import policy_update
 from tinker_core.algos import AdvantageInputs
 from tinker_core.config import GRPOParams
 from tinker_core.errors import ConfigError
@@ -181,8 +186,10 @@ class GRPO(Algorithm):
         metrics["advantages/abs_mean"] = float(np.abs(adv).sum() / max(mask.sum(), 1.0))
         # the policy loss: a registered name, by default tinker_algos.losses.importance_sampling
         # (l = -rho * A per token; `ppo`, `cispo` beside it), aggregated by tinker_algos.aggregation
-        fb, fb_logprobs = self.ctx.trainer.forward_backward(
-            batch, self.loss, agg=self.ctx.algo.aggregation, advantages_B_T=adv, return_logprobs=True, **self.ctx.algo.loss_config
+        # (rows whose advantage is 0, tied groups, skip the gradient pass: tinker_algos.zero_advantage)
+        fb, fb_logprobs = policy_update(
+            self.ctx.trainer, batch, self.loss, self.ctx.algo.aggregation, adv, dict(self.ctx.algo.loss_config),
+            skip=self.deterministic_pass,
         )
         if current is None:
             current = fb_logprobs
