@@ -204,6 +204,8 @@ class Run:
                 spec = resolve_device(job.model.device, job.model.precision)
             except DeviceError as e:
                 raise e.in_config() from None
+            if job.model.threads is not None:
+                torch.set_num_threads(job.model.threads)
             self.cb.on_status(f"loading model {job.model.name}")
             t0 = time.perf_counter()
             self.policy = PolicyModel.load(job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision)

@@ -85,6 +85,18 @@ class ModelConfig(_Model):
         ),
     )
 
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description=(
+            "CPU threads torch uses for this job's model (intra-op); None keeps torch's default, one per core. "
+            "On a machine other busy processes share, fewer threads than cores (1 on 2 cores) keeps a step "
+            "from slowing several-fold (docs/performance.md, 'Threads on a shared machine'); the same "
+            "count gives the same metrics. Ignored for jobs on a scheduler's shared model host (the host's own setting)."
+        ),
+    )
+
     _plain_names = field_validator("name", "revision", "tokenizer", "chat_template")(_no_control_chars)
 
     @property
