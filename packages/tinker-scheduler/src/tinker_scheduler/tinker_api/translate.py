@@ -1,0 +1,236 @@
+"""Tinker requests onto the TrainingService sessions (:class:`~tinker_scheduler.sessions.SessionManager`).
+
+A Tinker *model* (``create_model``) is one training session: its ``model_id`` is the session id.
+Checkpoints are named ``tinker://<model_id>/weights/<name>`` (a saved state) and
+``tinker://<model_id>/sampler_weights/<name>`` (sampler weights); they resolve only through the
+caller's own sessions, so another tenant's path is "not found". A *sampling session* samples from
+saved sampler weights on the model host of the session that saved them.
+
+The data alignment, loss names, Adam defaults and sampling defaults are those of
+:mod:`tinker_algos.tinker_ops`, applied by the model hosts; this module only reshapes the JSON
+and protobuf fields into the host operations' arguments.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tinker_algos import tinker_ops
+from tinker_scheduler.errors import StatusError
+from tinker_scheduler.policy import Resources
+from tinker_scheduler.sessions import SessionManager, SessionRequest
+from tinker_scheduler.training_service import NAME_RE
+from tinker_scheduler.training_wire import MAX_LORA_RANK
+
+#: Tinker ``loss_fn_inputs`` names -> the datum fields of :func:`tinker_algos.tinker_ops.datum_batch`.
+LOSS_INPUTS = {"target_tokens": "target_tokens", "weights": "loss_weights", "advantages": "advantages",
+               "logprobs": "sampling_logprobs"}
+#: Checkpoint kinds in ``tinker://`` paths -> the session subdirectory holding them.
+PATH_KINDS = {"weights": "states", "sampler_weights": "sampler"}
+
+
+@dataclass
+class SamplingSession:
+    tenant: str
+    model_id: str
+    sampler_path: str  # the sampler weights' file
+    model_path: str  # their tinker:// path
+
+
+class Models:
+    """The Tinker models and sampling sessions of one gateway."""
+
+    def __init__(self, sessions: SessionManager, *, free: Callable[[], Resources] | None = None,
+                 limits: tinker_ops.RequestLimits | None = None) -> None:
+        self.sessions = sessions
+        self.free = free
+        self.limits = limits or tinker_ops.RequestLimits()
+        self._sampling: dict[str, SamplingSession] = {}
+        self._lock = threading.Lock()
+
+    # ---- models -------------------------------------------------------------------------------
+    def create(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        lora = body.get("lora_config") or {}
+        rank = int(lora.get("rank", 32))
+        if not 0 < rank <= MAX_LORA_RANK:
+            raise StatusError("INVALID_ARGUMENT", f"lora_config.rank: must be in 1..{MAX_LORA_RANK} (got {rank})")
+        request = SessionRequest(base_model=str(body.get("base_model", "")), lora_rank=rank,
+                                 seed=int(lora.get("seed") or 0))
+        session = self.sessions.create(tenant, request, self.free() if self.free is not None else None)
+        return {"model_id": session.id, "type": "create_model"}
+
+    def info(self, tenant: str, model_id: str) -> dict[str, Any]:
+        session = self.sessions.get(tenant, model_id)
+        info = self.sessions.run(session, "", lambda call: call("info"))
+        return {
+            "type": "get_info", "model_id": model_id,
+            "model_data": {"arch": info.get("model_type"), "model_name": info.get("base_model"),
+                           "tokenizer_id": info.get("tokenizer_id")},
+            "is_lora": bool(info.get("lora_rank")), "lora_rank": info.get("lora_rank") or None,
+            "model_name": info.get("base_model"),
+        }
+
+    def unload(self, tenant: str, model_id: str) -> dict[str, Any]:
+        self.sessions.close_session(self.sessions.get(tenant, model_id))
+        return {"model_id": model_id, "type": "unload_model"}
+
+    # ---- training -----------------------------------------------------------------------------
+    def forward_backward(self, tenant: str, request: Mapping[str, Any]) -> tuple[list[list[float]], dict[str, float]]:
+        """Run a decoded ``ForwardBackwardRequest`` (:func:`protowire.read_forward_backward`)."""
+        session = self.sessions.get(tenant, request["model_id"])
+        data = [_datum(d, i) for i, d in enumerate(request["data"])]
+        loss_fn = request["loss_fn"]
+        if not request["forward_only"] and not loss_fn:
+            raise StatusError("INVALID_ARGUMENT", "loss_fn: is empty; name a loss such as 'cross_entropy'")
+        try:
+            tinker_ops.check_data([len(d["tokens"]) for d in data], session.info.get("context_length"), self.limits)
+        except ValueError as e:
+            raise StatusError("INVALID_ARGUMENT", str(e)) from None
+        op = "forward" if request["forward_only"] else "forward_backward"
+        kwargs = {"data": data, "loss_fn": loss_fn or "cross_entropy", "loss_config": dict(request["loss_fn_config"])}
+        r = self.sessions.run(session, "", lambda call: call(op, kwargs))
+        return [list(map(float, lp)) for lp in r["logprobs"]], reduction_named(r["metrics"])
+
+    def optim_step(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        session = self.sessions.get(tenant, str(body.get("model_id", "")))
+        params = body.get("adam_params") or body.get("optim_params") or {}
+        if body.get("optimizer_params") is not None:
+            raise StatusError("INVALID_ARGUMENT", "optimizer_params: only Adam (adam_params) is supported")
+        adam = {k: float(params.get(k, 0.0)) for k in ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm")}
+        r = self.sessions.run(session, "", lambda call: call("optim_step", {"adam": adam}))
+        return {"type": "optim_step", "metrics": {k: float(v) for k, v in r["metrics"].items()}}
+
+    # ---- checkpoints --------------------------------------------------------------------------
+    def save(self, tenant: str, body: Mapping[str, Any], kind: str) -> dict[str, Any]:
+        """``save_weights`` (kind ``weights``) or ``save_weights_for_sampler`` (``sampler_weights``).
+
+        Without a name (``save_weights_and_get_sampling_client``) the sampler weights get a fresh
+        name and the answer carries a new sampling session on them."""
+        model_id = str(body.get("model_id", ""))
+        session = self.sessions.get(tenant, model_id)
+        name = body.get("path") or f"ephemeral-{uuid.uuid4().hex[:12]}"
+        if not NAME_RE.match(name):
+            raise StatusError("INVALID_ARGUMENT", f"path: {name!r} is not a valid name; use letters, digits, '.', '_' and '-'")
+        target = str(session.dir / PATH_KINDS[kind] / name)
+        op = "save_state" if kind == "weights" else "save_weights_for_sampler"
+        self.sessions.run(session, "", lambda call: call(op, {"path": target}))
+        path = f"tinker://{model_id}/{kind}/{name}"
+        out: dict[str, Any] = {"path": path, "type": "save_weights" if kind == "weights" else "save_weights_for_sampler"}
+        if kind == "sampler_weights" and not body.get("path"):
+            out["sampling_session_id"] = self.new_sampling_session(tenant, model_path=path)
+        return out
+
+    def load(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        session = self.sessions.get(tenant, str(body.get("model_id", "")))
+        path = self.resolve(tenant, str(body.get("path", "")), "weights")
+        with_optimizer = bool(body.get("optimizer", body.get("load_optimizer_state", False)))
+        self.sessions.run(session, "", lambda call: call("load_state", {"path": path, "with_optimizer": with_optimizer}))
+        return {"path": body.get("path"), "type": "load_weights"}
+
+    def resolve(self, tenant: str, path: str, kind: str) -> str:
+        """The file behind a ``tinker://`` path of the caller's own session; NOT_FOUND otherwise."""
+        parts = path[len("tinker://"):].split("/") if path.startswith("tinker://") else []
+        if len(parts) != 3 or parts[1] != kind:
+            raise StatusError("INVALID_ARGUMENT", f"path: {path!r} is not a tinker://<model_id>/{kind}/<name> path")
+        session = self.sessions.get(tenant, parts[0])  # NOT_FOUND for another tenant's model
+        return self.sessions.own_path(tenant, str(session.dir / PATH_KINDS[kind] / parts[2]), "path")
+
+    # ---- sampling -----------------------------------------------------------------------------
+    def new_sampling_session(self, tenant: str, *, model_path: str | None = None, base_model: str | None = None) -> str:
+        if not model_path:
+            raise StatusError("UNIMPLEMENTED", "sampling a base model without a trained model is not supported yet; "
+                                               "pass model_path (a tinker://.../sampler_weights/... path)")
+        sampler_path = self.resolve(tenant, model_path, "sampler_weights")
+        sid = f"ss-{uuid.uuid4().hex[:12]}"
+        with self._lock:
+            self._sampling[sid] = SamplingSession(tenant, model_path[len("tinker://"):].split("/")[0], sampler_path, model_path)
+        return sid
+
+    def sampler_info(self, tenant: str, sampler_id: str) -> dict[str, Any]:
+        s = self.sampling_model(tenant, {"sampling_session_id": sampler_id})
+        session = self.sessions.get(tenant, s.model_id)
+        return {"sampler_id": sampler_id, "base_model": session.info.get("base_model"), "model_path": s.model_path}
+
+    def weights_info(self, tenant: str, path: str) -> dict[str, Any]:
+        kind = path[len("tinker://"):].split("/")[1] if path.count("/") >= 4 else "weights"
+        self.resolve(tenant, path, kind if kind in PATH_KINDS else "weights")
+        session = self.sessions.get(tenant, path[len("tinker://"):].split("/")[0])
+        rank = int(session.info.get("lora_rank") or 0)
+        return {"base_model": session.info.get("base_model"), "is_lora": rank > 0, "lora_rank": rank or None}
+
+    def sampling_model(self, tenant: str, body: Mapping[str, Any]) -> SamplingSession:
+        sid = body.get("sampling_session_id")
+        if not sid and body.get("model_path"):
+            sid = self.new_sampling_session(tenant, model_path=str(body["model_path"]))
+        with self._lock:
+            s = self._sampling.get(str(sid or ""))
+        if s is None or s.tenant != tenant:
+            raise StatusError("NOT_FOUND", f"sampling_session_id: no sampling session {sid!r}")
+        return s
+
+    def sample(self, tenant: str, body: Mapping[str, Any], target: SamplingSession) -> list[dict[str, Any]]:
+        if body.get("prompt_logprobs") or body.get("topk_prompt_logprobs") or body.get("topk_sample_logprobs"):
+            raise StatusError("UNIMPLEMENTED", "prompt_logprobs and top-k logprobs are not supported yet")
+        session = self.sessions.get(tenant, target.model_id)
+        prompt = _prompt_tokens(body.get("prompt") or {})
+        p = body.get("sampling_params") or {}
+        params: dict[str, Any] = {"max_tokens": int(p.get("max_tokens") or 0), "top_k": int(p.get("top_k") or 0)}
+        for name in ("temperature", "top_p", "seed"):
+            if p.get(name) is not None:
+                params[name] = p[name]
+        if p.get("top_k", -1) in (-1, None):
+            params["top_k"] = 0
+        stop = p.get("stop")
+        if stop:
+            key = "stop_token_ids" if all(isinstance(x, int) for x in stop) else "stop"
+            params[key] = list(stop) if isinstance(stop, list) else [stop]
+        n = int(body.get("num_samples") or 1)
+        if params["max_tokens"] <= 0:
+            raise StatusError("INVALID_ARGUMENT", "sampling_params.max_tokens: must be > 0")
+        try:
+            tinker_ops.check_sample([len(prompt)], params["max_tokens"], n, session.info.get("context_length"), self.limits)
+        except ValueError as e:
+            raise StatusError("INVALID_ARGUMENT", str(e)) from None
+        kwargs = {"prompts": [prompt], "params": params, "num_samples": n, "sampler_path": target.sampler_path}
+        rows = self.sessions.run(session, "", lambda call: call("sample", kwargs))
+        return list(rows[0])
+
+
+def reduction_named(metrics: Mapping[str, float]) -> dict[str, float]:
+    """Metrics named ``name:reduction`` as the SDK combines them across chunks: ``loss`` is left
+    out (it is ``loss:sum``), ``num_tokens`` sums, a loss's own metrics average."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if ":" in key:
+            out[key] = float(value)
+        elif key != "loss":
+            out[f"{key}:{'sum' if key == 'num_tokens' else 'mean'}"] = float(value)
+    return out
+
+
+def _datum(d: Mapping[str, Any], i: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"tokens": list(d["tokens"])}
+    for name, array in d["loss_fn_inputs"].items():
+        if name not in LOSS_INPUTS:
+            raise StatusError("INVALID_ARGUMENT", f"data[{i}].loss_fn_inputs.{name}: unknown; known: {sorted(LOSS_INPUTS)}")
+        out[LOSS_INPUTS[name]] = np.asarray(array).reshape(-1).tolist()
+    if "target_tokens" not in out:
+        raise StatusError("INVALID_ARGUMENT", f"data[{i}].loss_fn_inputs.target_tokens: is missing")
+    return out
+
+
+def _prompt_tokens(model_input: Mapping[str, Any]) -> list[int]:
+    tokens: list[int] = []
+    for chunk in model_input.get("chunks") or []:
+        if chunk.get("type", "encoded_text") != "encoded_text":
+            raise StatusError("INVALID_ARGUMENT", f"prompt.chunks: {chunk.get('type')!r} chunks are not supported (text tokens only)")
+        tokens.extend(int(t) for t in chunk.get("tokens") or [])
+    if not tokens:
+        raise StatusError("INVALID_ARGUMENT", "prompt: has no tokens")
+    return tokens
