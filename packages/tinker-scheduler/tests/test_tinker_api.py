@@ -87,3 +87,34 @@ def test_sdk_trains_samples_and_isolates_tenants(gateway) -> None:
     bad = httpx.post(f"{gw.url}/api/v1/get_info", json={"model_id": training.model_id},
                      headers={"X-API-Key": keys["alice"].removeprefix("tml-")})
     assert bad.status_code == 401 and "tml-" in bad.json()["detail"]
+
+
+def test_start_with_tinker_port_serves_the_gateway_beside_grpc(tmp_path) -> None:
+    import re
+    import time
+
+    from tinker_scheduler.testing import SchedulerProcess
+
+    process = SchedulerProcess(tmp_path, "tinker", "--num-cpus", "1", "--tinker-port", "0")
+    try:
+        url = None
+        end = time.monotonic() + 60  # a safety limit only
+        while url is None and time.monotonic() < end:
+            match = re.search(r"tinker API at (\S+)", process.log.read_text())
+            url = match.group(1) if match else time.sleep(0.1)
+        assert url, process.log.read_text()
+        assert httpx.get(f"{url}/api/v1/healthz").json() == {"status": "ok"}
+        caps = tinker.ServiceClient(base_url=url, api_key="tml-local").get_server_capabilities()
+        assert "tiny" in [m.model_name for m in caps.supported_models]
+        assert process.terminate() == 0
+    finally:
+        process.cleanup()
+
+
+def test_start_refuses_a_bad_tinker_port(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from tinker_scheduler.cli import app
+
+    result = CliRunner().invoke(app, ["start", "--db", str(tmp_path / "s.db"), "--tinker-port", "70000"])
+    assert result.exit_code == 2 and "--tinker-port: 70000 is not a port number" in result.stderr

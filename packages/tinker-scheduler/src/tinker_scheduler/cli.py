@@ -96,6 +96,9 @@ def start(
     max_new_tokens_per_sample: Annotated[
         int, typer.Option(help="TrainingService: a Sample request's max_tokens, at most.")
     ] = 8192,
+    tinker_port: Annotated[
+        int | None, typer.Option(help="Also serve the Tinker API (official tinker SDK) over HTTP on this port; 0 picks one. Off by default.")
+    ] = None,
 ) -> None:
     """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
     import logging
@@ -134,6 +137,8 @@ def start(
             _fail(f"{flag}: must be >= 1 (got {value})")
     if not 0 <= port <= 65535:
         _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
+    if tinker_port is not None and not 0 <= tinker_port <= 65535:
+        _fail(f"--tinker-port: {tinker_port} is not a port number", "use 0-65535 (0 picks a free one)")
     if mode == AuthMode.NONE and not _is_loopback(host):
         typer.echo(
             f"warning: --auth none on {host} lets anyone who can reach it submit jobs; "
@@ -155,6 +160,15 @@ def start(
         _fail(str(e))
     except OSError as e:
         _fail(str(e), code=1)
+    gateway = None
+    if tinker_port is not None:
+        from tinker_scheduler.tinker_api import serve
+
+        try:
+            gateway = serve(scheduler, host, tinker_port)
+        except OSError as e:
+            scheduler.stop()
+            _fail(f"--tinker-port: {e}", code=1)
 
     stop = threading.Event()
 
@@ -172,11 +186,15 @@ def start(
         f"resources {c.cpus:g} CPU, {c.gpus:g} GPU, {c.memory_gb:.1f} GiB; metrics {metrics}; "
         f"db {scheduler.db_path}; runs {scheduler.runs_dir}"
     )
+    if gateway is not None:
+        typer.echo(f"tinker API at {gateway.url} (tinker.ServiceClient(base_url=..., api_key='tml-<tenant key>'))")
     sys.stdout.flush()
     while not stop.wait(0.5):
         pass
     typer.echo("shutting down: asking running jobs to checkpoint...")
     sys.stdout.flush()
+    if gateway is not None:
+        gateway.stop()
     scheduler.stop()
     typer.echo("scheduler stopped")
     # The store, its lock, the model hosts and Ray are closed: end now. The interpreter's own
