@@ -78,12 +78,24 @@ def test_sdk_trains_samples_and_isolates_tenants(gateway) -> None:
     again = service.create_sampling_client(model_path=path).result()
     assert again.sample(prompt, num_samples=1, sampling_params=types.SamplingParams(max_tokens=2)).result().sequences
 
+    # save_state, then a new training client from it (weights and Adam state): same logprobs
+    state = training.save_state("ckpt").result().path
+    assert state == f"tinker://{training.model_id}/weights/ckpt"
+    restored = service.create_training_client_from_state_with_optimizer(state).result()
+    assert restored.model_id != training.model_id
+    before = training.forward([sft_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+    after = restored.forward([sft_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+    assert after == pytest.approx(before, abs=1e-5)
+
     # another tenant: the same "not found" as for nothing
+    with pytest.raises(tinker.NotFoundError):
+        other_state = tinker.ServiceClient(base_url=gw.url, api_key=keys["bob"])
+        other_state.create_training_client_from_state(state).result()
     other = tinker.ServiceClient(base_url=gw.url, api_key=keys["bob"])
     with pytest.raises(tinker.NotFoundError):
         other.create_sampling_client(model_path=path).result()
     raw = httpx.post(f"{gw.url}/api/v1/get_info", json={"model_id": training.model_id}, headers={"X-API-Key": keys["bob"]})
-    assert raw.status_code == 404 and "no training session" in raw.json()["detail"]
+    assert raw.status_code == 404 and "no model" in raw.json()["detail"]
     bad = httpx.post(f"{gw.url}/api/v1/get_info", json={"model_id": training.model_id},
                      headers={"X-API-Key": keys["alice"].removeprefix("tml-")})
     assert bad.status_code == 401 and "tml-" in bad.json()["detail"]

@@ -118,16 +118,20 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
     @app.post("/api/v1/session_heartbeat")
     async def heartbeat(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
+        own_session(tenant, body)
+        return {"type": "session_heartbeat"}
+
+    # ---- models ---------------------------------------------------------------------------------
+    def own_session(tenant: str, body: dict[str, Any]) -> None:
         with lock:
             owner = client_sessions.get(str(body.get("session_id")))
         if owner != tenant:
             raise StatusError("NOT_FOUND", f"session_id: no session {body.get('session_id')!r}")
-        return {"type": "session_heartbeat"}
 
-    # ---- models ---------------------------------------------------------------------------------
     @app.post("/api/v1/create_model")
     async def create_model(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
+        own_session(tenant, body)
         models.sessions.paths.check_model(str(body.get("base_model", "")).strip() or "", tenant, "base_model")
         return {"request_id": futures.submit(tenant, f"create-{tenant}", lambda: models.create(tenant, body))}
 
@@ -140,7 +144,7 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
     async def unload_model(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
         model_id = str(body.get("model_id", ""))
-        models.sessions.get(tenant, model_id)
+        models.session(tenant, model_id)
         return later(tenant, model_id, lambda: models.unload(tenant, model_id))
 
     # ---- training -------------------------------------------------------------------------------
@@ -153,7 +157,7 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
             raise StatusError("INVALID_ARGUMENT", "compressed bodies are not supported")
         decoded = protowire.read_forward_backward(await request.body())
         model_id = decoded["model_id"]
-        models.sessions.get(tenant, model_id)
+        models.session(tenant, model_id)
 
         def run() -> Response:
             logprobs, metrics = models.forward_backward(tenant, decoded)
@@ -165,30 +169,33 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
     async def optim_step(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
         model_id = str(body.get("model_id", ""))
-        models.sessions.get(tenant, model_id)
+        models.session(tenant, model_id)
         return later(tenant, model_id, lambda: models.optim_step(tenant, body))
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
         model_id = str(body.get("model_id", ""))
-        models.sessions.get(tenant, model_id)
+        models.session(tenant, model_id)
         return later(tenant, model_id, lambda: models.save(tenant, body, "weights"))
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_weights_for_sampler(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
         model_id = str(body.get("model_id", ""))
-        models.sessions.get(tenant, model_id)
+        models.session(tenant, model_id)
         return later(tenant, model_id, lambda: models.save(tenant, body, "sampler_weights"))
 
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
-        model_id = str(body.get("model_id", ""))
-        models.sessions.get(tenant, model_id)
+        model_id = str(body.get("model_id") or "")
+        if model_id:
+            models.session(tenant, model_id)
+        else:
+            own_session(tenant, body)
         models.resolve(tenant, str(body.get("path", "")), "weights")
-        return later(tenant, model_id, lambda: models.load(tenant, body))
+        return later(tenant, model_id or f"create-{tenant}", lambda: models.load(tenant, body))
 
     # ---- sampling -------------------------------------------------------------------------------
     @app.post("/api/v1/create_sampling_session")

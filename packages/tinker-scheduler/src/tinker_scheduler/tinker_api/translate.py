@@ -24,7 +24,7 @@ import numpy as np
 from tinker_algos import tinker_ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.policy import Resources
-from tinker_scheduler.sessions import SessionManager, SessionRequest
+from tinker_scheduler.sessions import Session, SessionManager, SessionRequest
 from tinker_scheduler.training_service import NAME_RE
 from tinker_scheduler.training_wire import MAX_LORA_RANK
 
@@ -52,21 +52,49 @@ class Models:
         self.free = free
         self.limits = limits or tinker_ops.RequestLimits()
         self._sampling: dict[str, SamplingSession] = {}
+        self._ids: dict[str, str] = {}  # Tinker model id -> session id
         self._lock = threading.Lock()
 
     # ---- models -------------------------------------------------------------------------------
     def create(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``create_model``: a LoRA session named ``<client session>:train:<model_seq_id>`` (the id
+        the SDK derives itself)."""
         lora = body.get("lora_config") or {}
         rank = int(lora.get("rank", 32))
+        model_id = self._model_id(tenant, body)
+        self._new_session(tenant, model_id, str(body.get("base_model", "")), rank, int(lora.get("seed") or 0))
+        return {"model_id": model_id, "type": "create_model"}
+
+    def _model_id(self, tenant: str, body: Mapping[str, Any]) -> str:
+        model_id = f"{body.get('session_id')}:train:{int(body.get('model_seq_id') or 0)}"
+        with self._lock:
+            if model_id in self._ids:
+                raise StatusError("ALREADY_EXISTS", f"model_seq_id: model {model_id!r} exists already")
+        return model_id
+
+    def _new_session(self, tenant: str, model_id: str, base_model: str, rank: int, seed: int) -> None:
         if not 0 < rank <= MAX_LORA_RANK:
-            raise StatusError("INVALID_ARGUMENT", f"lora_config.rank: must be in 1..{MAX_LORA_RANK} (got {rank})")
-        request = SessionRequest(base_model=str(body.get("base_model", "")), lora_rank=rank,
-                                 seed=int(lora.get("seed") or 0))
+            raise StatusError("INVALID_ARGUMENT", f"lora_config.rank: must be in 1..{MAX_LORA_RANK} (got {rank}); "
+                                                  "full fine-tuning is not served through the Tinker API yet")
+        request = SessionRequest(base_model=base_model, lora_rank=rank, seed=seed)
         session = self.sessions.create(tenant, request, self.free() if self.free is not None else None)
-        return {"model_id": session.id, "type": "create_model"}
+        with self._lock:
+            self._ids[model_id] = session.id
+
+    def session(self, tenant: str, model_id: str) -> Session:
+        """The tenant's session of Tinker model ``model_id``; NOT_FOUND for another tenant's."""
+        with self._lock:
+            session_id = self._ids.get(model_id, "")
+        try:
+            if session_id:
+                return self.sessions.get(tenant, session_id)
+        except StatusError as e:
+            if e.code != "NOT_FOUND":
+                raise
+        raise StatusError("NOT_FOUND", f"model_id: no model {model_id!r}; create one with create_lora_training_client")
 
     def info(self, tenant: str, model_id: str) -> dict[str, Any]:
-        session = self.sessions.get(tenant, model_id)
+        session = self.session(tenant, model_id)
         info = self.sessions.run(session, "", lambda call: call("info"))
         return {
             "type": "get_info", "model_id": model_id,
@@ -77,13 +105,13 @@ class Models:
         }
 
     def unload(self, tenant: str, model_id: str) -> dict[str, Any]:
-        self.sessions.close_session(self.sessions.get(tenant, model_id))
+        self.sessions.close_session(self.session(tenant, model_id))
         return {"model_id": model_id, "type": "unload_model"}
 
     # ---- training -----------------------------------------------------------------------------
     def forward_backward(self, tenant: str, request: Mapping[str, Any]) -> tuple[list[list[float]], dict[str, float]]:
         """Run a decoded ``ForwardBackwardRequest`` (:func:`protowire.read_forward_backward`)."""
-        session = self.sessions.get(tenant, request["model_id"])
+        session = self.session(tenant, request["model_id"])
         data = [_datum(d, i) for i, d in enumerate(request["data"])]
         loss_fn = request["loss_fn"]
         if not request["forward_only"] and not loss_fn:
@@ -98,7 +126,7 @@ class Models:
         return [list(map(float, lp)) for lp in r["logprobs"]], reduction_named(r["metrics"])
 
     def optim_step(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        session = self.sessions.get(tenant, str(body.get("model_id", "")))
+        session = self.session(tenant, str(body.get("model_id", "")))
         params = body.get("adam_params") or body.get("optim_params") or {}
         if body.get("optimizer_params") is not None:
             raise StatusError("INVALID_ARGUMENT", "optimizer_params: only Adam (adam_params) is supported")
@@ -113,7 +141,7 @@ class Models:
         Without a name (``save_weights_and_get_sampling_client``) the sampler weights get a fresh
         name and the answer carries a new sampling session on them."""
         model_id = str(body.get("model_id", ""))
-        session = self.sessions.get(tenant, model_id)
+        session = self.session(tenant, model_id)
         name = body.get("path") or f"ephemeral-{uuid.uuid4().hex[:12]}"
         if not NAME_RE.match(name):
             raise StatusError("INVALID_ARGUMENT", f"path: {name!r} is not a valid name; use letters, digits, '.', '_' and '-'")
@@ -127,18 +155,26 @@ class Models:
         return out
 
     def load(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        session = self.sessions.get(tenant, str(body.get("model_id", "")))
-        path = self.resolve(tenant, str(body.get("path", "")), "weights")
-        with_optimizer = bool(body.get("optimizer", body.get("load_optimizer_state", False)))
+        """``load_weights`` into a model, or (no ``model_id``: ``create_training_client_from_state``)
+        into a new model of the checkpoint's base model and rank."""
+        source = str(body.get("path", ""))
+        path = self.resolve(tenant, source, "weights")
+        model_id = str(body.get("model_id") or "")
+        if not model_id:
+            model_id = self._model_id(tenant, body)
+            info = self.weights_info(tenant, source)
+            self._new_session(tenant, model_id, str(info["base_model"]), int(info["lora_rank"] or 0), 0)
+        session = self.session(tenant, model_id)
+        with_optimizer = bool(body.get("optimizer"))
         self.sessions.run(session, "", lambda call: call("load_state", {"path": path, "with_optimizer": with_optimizer}))
-        return {"path": body.get("path"), "type": "load_weights"}
+        return {"path": source, "model_id": model_id, "type": "load_weights"}
 
     def resolve(self, tenant: str, path: str, kind: str) -> str:
         """The file behind a ``tinker://`` path of the caller's own session; NOT_FOUND otherwise."""
         parts = path[len("tinker://"):].split("/") if path.startswith("tinker://") else []
         if len(parts) != 3 or parts[1] != kind:
             raise StatusError("INVALID_ARGUMENT", f"path: {path!r} is not a tinker://<model_id>/{kind}/<name> path")
-        session = self.sessions.get(tenant, parts[0])  # NOT_FOUND for another tenant's model
+        session = self.session(tenant, parts[0])  # NOT_FOUND for another tenant's model
         return self.sessions.own_path(tenant, str(session.dir / PATH_KINDS[kind] / parts[2]), "path")
 
     # ---- sampling -----------------------------------------------------------------------------
@@ -154,13 +190,13 @@ class Models:
 
     def sampler_info(self, tenant: str, sampler_id: str) -> dict[str, Any]:
         s = self.sampling_model(tenant, {"sampling_session_id": sampler_id})
-        session = self.sessions.get(tenant, s.model_id)
+        session = self.session(tenant, s.model_id)
         return {"sampler_id": sampler_id, "base_model": session.info.get("base_model"), "model_path": s.model_path}
 
     def weights_info(self, tenant: str, path: str) -> dict[str, Any]:
         kind = path[len("tinker://"):].split("/")[1] if path.count("/") >= 4 else "weights"
         self.resolve(tenant, path, kind if kind in PATH_KINDS else "weights")
-        session = self.sessions.get(tenant, path[len("tinker://"):].split("/")[0])
+        session = self.session(tenant, path[len("tinker://"):].split("/")[0])
         rank = int(session.info.get("lora_rank") or 0)
         return {"base_model": session.info.get("base_model"), "is_lora": rank > 0, "lora_rank": rank or None}
 
@@ -177,7 +213,7 @@ class Models:
     def sample(self, tenant: str, body: Mapping[str, Any], target: SamplingSession) -> list[dict[str, Any]]:
         if body.get("prompt_logprobs") or body.get("topk_prompt_logprobs") or body.get("topk_sample_logprobs"):
             raise StatusError("UNIMPLEMENTED", "prompt_logprobs and top-k logprobs are not supported yet")
-        session = self.sessions.get(tenant, target.model_id)
+        session = self.session(tenant, target.model_id)
         prompt = _prompt_tokens(body.get("prompt") or {})
         p = body.get("sampling_params") or {}
         params: dict[str, Any] = {"max_tokens": int(p.get("max_tokens") or 0), "top_k": int(p.get("top_k") or 0)}
