@@ -41,9 +41,10 @@ def trainer_of(policy, **kwargs):
     return Trainer(policy, TrainerConfig(lr=1e-3), **kwargs)
 
 
-def sampler_matches_trainer(trainer, prompts, *, max_new_tokens: int, atol: float) -> list:
+def sampler_matches_trainer(trainer, prompts, *, max_new_tokens: int, max_diff: float, mean_diff: float) -> list:
     """Sample at temperature 1, score the same tokens with ``trainer.forward``: the per-token
-    logprobs of the two paths (KV-cached decoding vs one full pass) agree within ``atol``."""
+    logprobs of the two paths (KV-cached decoding vs one full pass) differ by at most
+    ``max_diff``, and by ``mean_diff`` on average."""
     from tinker_algos.sampler import SamplingParams, sample
 
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, stop_at_eos=False, seed=0)
@@ -52,9 +53,11 @@ def sampler_matches_trainer(trainer, prompts, *, max_new_tokens: int, atol: floa
     assert all(len(s.tokens) == max_new_tokens for s in seqs)
     assert all(np.isfinite(s.raw_logprobs).all() for s in seqs)
     scored = trainer.forward(completion_batch(seqs))
-    for row, s in enumerate(seqs):
-        start = len(s.prompt_tokens)
-        np.testing.assert_allclose(scored[row, start : start + len(s.tokens)], s.raw_logprobs, atol=atol)
+    diffs = np.concatenate([
+        np.abs(scored[row, len(s.prompt_tokens) : len(s.prompt_tokens) + len(s.tokens)] - np.asarray(s.raw_logprobs))
+        for row, s in enumerate(seqs)
+    ])
+    assert diffs.max() <= max_diff and diffs.mean() <= mean_diff, (diffs.max(), diffs.mean())
     return seqs
 
 
@@ -154,7 +157,7 @@ def test_tiny_model_sampler_and_trainer_agree_on_cuda(tiny_dir):
 
     policy = PolicyModel.load(tiny_dir, device="cuda", precision="fp32")
     trainer = trainer_of(policy)
-    seqs = sampler_matches_trainer(trainer, ["12+35=", "7+8=", "1+1="], max_new_tokens=16, atol=1e-3)
+    seqs = sampler_matches_trainer(trainer, ["12+35=", "7+8=", "1+1="], max_new_tokens=16, max_diff=1e-3, mean_diff=1e-4)
     metrics, moved = train_step(trainer, completion_batch(seqs))
     assert np.isfinite(metrics["loss"]) and moved > 0
 
@@ -191,7 +194,8 @@ def test_smollm2_sampler_and_trainer_agree_and_a_lora_step_trains_on_cuda(smollm
 
     trainer = trainer_of(smollm2_cuda, adapter="gpu-check", lora=LoraSpec(rank=8), adapter_seed=0)
     # bf16 autocast in both paths; the cached decode and the full pass round differently
-    seqs = sampler_matches_trainer(trainer, ["Name a colour.", "Count to three."], max_new_tokens=16, atol=0.25)
+    # (on the CPU under bf16-mixed: 0.11 at most, 0.03 on average)
+    seqs = sampler_matches_trainer(trainer, ["Name a colour.", "Count to three."], max_new_tokens=16, max_diff=0.5, mean_diff=0.1)
     metrics, moved = train_step(trainer, completion_batch(seqs))
     assert np.isfinite(metrics["loss"]) and moved > 0
     smollm2_cuda.remove_adapter("gpu-check")
