@@ -123,3 +123,15 @@ def test_a_client_that_hangs_up_mid_stream_stops_its_generation(server, helpers)
                 break  # leaving the block closes the connection mid-stream
     helpers.wait_until(lambda: engine.active_rows == 0, "the engine to drop the abandoned request")
     assert engine.decode_steps - steps < 900 and engine.waiting == 0
+
+
+def test_a_client_that_gives_up_on_a_whole_answer_stops_its_generation(server, helpers):
+    url, served = server
+    engine = served.engine
+    helpers.wait_until(lambda: engine.active_rows == 0, "an idle engine")
+    steps = engine.decode_steps
+    body = {"model": "tiny", "prompt": "1", "max_tokens": 1000, "temperature": 1.0, "ignore_eos": True}
+    with pytest.raises(httpx.ReadTimeout):  # the client hangs up after 0.5 s without an answer
+        httpx.post(f"{url}/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=0.5)
+    helpers.wait_until(lambda: engine.active_rows == 0, "the engine to drop the abandoned request")
+    assert engine.decode_steps - steps < 1000

@@ -87,7 +87,7 @@ def create_app(served: ServedModels, *, api_key: str | None = None) -> FastAPI:
         return {"object": "list", "data": data}
 
     @v1.post("/completions", response_model=None)
-    async def completions(body: CompletionRequest) -> Any:
+    async def completions(body: CompletionRequest, http: Request) -> Any:
         model = served.get(body.model)
         body.refuse_unsupported(("suffix", "best_of"))
         if body.echo:
@@ -98,10 +98,10 @@ def create_app(served: ServedModels, *, api_key: str | None = None) -> FastAPI:
             _check_length(served, len(ids), params.max_new_tokens, "prompt")
         if body.stream:
             return _sse(_stream_completion(served, model.name, prompts, params, body))
-        return await _complete(served, model.name, prompts, params, body)
+        return await _complete(served, model.name, prompts, params, body, http)
 
     @v1.post("/chat/completions", response_model=None)
-    async def chat_completions(body: ChatRequest) -> Any:
+    async def chat_completions(body: ChatRequest, http: Request) -> Any:
         model = served.get(body.model)
         body.refuse_unsupported(("tools", "functions", "response_format", "suffix"))
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
@@ -117,7 +117,7 @@ def create_app(served: ServedModels, *, api_key: str | None = None) -> FastAPI:
             raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         if body.stream:
             return _sse(_stream_chat(served, model.name, ids, params, body, top))
-        return await _chat(served, model.name, ids, params, body, top)
+        return await _chat(served, model.name, ids, params, body, top, http)
 
     @v1.post("/load_lora_adapter")
     def load_lora_adapter(body: LoadAdapterRequest) -> PlainTextResponse:
@@ -229,9 +229,11 @@ def _check_length(served: ServedModels, prompt_len: int, max_tokens: int, param:
 
 
 async def _generate(
-    served: ServedModels, prompts: list[list[int]], params: SamplingParams, adapter: str | None, top: int, logprobs: bool
+    served: ServedModels, prompts: list[list[int]], params: SamplingParams, adapter: str | None, top: int, logprobs: bool,
+    http: Request | None = None,
 ) -> AsyncIterator[tuple[int, Event]]:
-    """``(prompt index, event)`` until every sample has finished; leaving early cancels the rest."""
+    """``(prompt index, event)`` until every sample has finished; leaving early cancels the rest,
+    and so does ``http``'s client going away (checked about once a second)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
     reqs = []
@@ -248,8 +250,19 @@ async def _generate(
                 served.engine.submit(r)
             except ValueError as e:
                 raise bad_request(str(e)) from None
+        next_check = loop.time() + 1.0
         while len(finished) < len(prompts) * params.n:
-            i, ev = await queue.get()
+            try:
+                item: tuple[int, Event] | None = await asyncio.wait_for(queue.get(), timeout=1.0)
+            except TimeoutError:
+                item = None
+            if http is not None and loop.time() >= next_check:
+                next_check = loop.time() + 1.0
+                if await http.is_disconnected():
+                    return
+            if item is None:
+                continue
+            i, ev = item
             if (i, ev.sample) in finished:
                 continue
             if ev.finish_reason is not None:
@@ -297,14 +310,16 @@ def _chat_logprobs(tokens: list[TokenInfo]) -> dict[str, Any]:
     return {"content": [{**entry(t.text, t.logprob), "top_logprobs": [entry(s, v) for s, v in t.top]} for t in tokens]}
 
 
-async def _complete(served: ServedModels, model: str, prompts: list[list[int]], params: SamplingParams, body: CompletionRequest) -> dict[str, Any]:
+async def _complete(
+    served: ServedModels, model: str, prompts: list[list[int]], params: SamplingParams, body: CompletionRequest, http: Request
+) -> dict[str, Any]:
     adapter = served.get(model).adapter
     n = params.n
     texts: dict[int, str] = {}
     toks: dict[int, list[TokenInfo]] = {}
     reasons: dict[int, str | None] = {}
     used = 0
-    async for i, ev in _generate(served, prompts, params, adapter, body.logprobs or 0, body.logprobs is not None):
+    async for i, ev in _generate(served, prompts, params, adapter, body.logprobs or 0, body.logprobs is not None, http):
         if ev.finish_reason == "error":
             raise _failed(ev)
         k = i * n + ev.sample
@@ -342,13 +357,15 @@ async def _stream_completion(
                "usage": usage(sum(len(p) for p in prompts), used)}
 
 
-async def _chat(served: ServedModels, model: str, ids: list[int], params: SamplingParams, body: ChatRequest, top: int) -> dict[str, Any]:
+async def _chat(
+    served: ServedModels, model: str, ids: list[int], params: SamplingParams, body: ChatRequest, top: int, http: Request
+) -> dict[str, Any]:
     adapter = served.get(model).adapter
     texts: dict[int, str] = {}
     toks: dict[int, list[TokenInfo]] = {}
     reasons: dict[int, str | None] = {}
     used = 0
-    async for _, ev in _generate(served, [ids], params, adapter, top, body.logprobs):
+    async for _, ev in _generate(served, [ids], params, adapter, top, body.logprobs, http):
         if ev.finish_reason == "error":
             raise _failed(ev)
         texts[ev.sample] = texts.get(ev.sample, "") + ev.text
