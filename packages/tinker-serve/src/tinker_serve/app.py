@@ -7,8 +7,8 @@ chat page). With an API key every ``/v1`` route wants ``Authorization: Bearer KE
 otherwise). Every error is OpenAI-shaped (:class:`tinker_serve.protocol.APIError`): 400 for bad
 parameters, malformed JSON and prompts longer than the context, 401, 404 for an unknown model or
 route; an unexpected failure is a 500 whose body names no more than its type (the traceback goes
-to the server's log). A streaming client that disconnects cancels its generation: its rows leave
-the batch before the next decode step.
+to the server's log). A client that disconnects cancels its generation: its rows leave the batch
+before the next decode step (a non-streaming request notices within about a second).
 """
 
 from __future__ import annotations
