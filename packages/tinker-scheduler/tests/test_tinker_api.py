@@ -130,3 +130,21 @@ def test_start_refuses_a_bad_tinker_port(tmp_path) -> None:
 
     result = CliRunner().invoke(app, ["start", "--db", str(tmp_path / "s.db"), "--tinker-port", "70000"])
     assert result.exit_code == 2 and "--tinker-port: 70000 is not a port number" in result.stderr
+
+
+def test_bad_requests_get_the_status_the_sdk_expects_never_a_500(gateway) -> None:
+    gw, keys = gateway
+    key = {"X-API-Key": keys["alice"]}
+
+    def post(route: str, **kwargs):
+        return httpx.post(f"{gw.url}/api/v1/{route}", **kwargs)
+
+    assert post("no_such_route", json={}, headers=key).status_code == 404
+    assert post("retrieve_future", json={"request_id": "req-nope"}, headers=key).status_code == 404
+    assert post("create_session", content=b"{", headers=key).status_code == 400
+    assert post("get_info", content=b"[1", headers={**key, "content-type": "application/json"}).status_code == 400
+    garbage = post("forward_backward", content=b"\xff\xff\xff", headers={**key, "content-type": "application/x-protobuf"})
+    assert garbage.status_code == 400 and "protobuf" in garbage.json()["detail"]
+    assert post("create_session", json={}, headers={"X-API-Key": "tml-otk_wrong"}).status_code == 401
+    assert post("create_session", json={}).status_code == 401  # tenants exist: a key is required
+    assert post("optim_step", json={"model_id": "cs-x:train:0"}, headers=key).status_code == 404

@@ -27,12 +27,12 @@ class Gateway:
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host.strip("[]"), port))
+        self._socket.listen(2048)  # connections wait in the backlog until uvicorn serves them
         self.host = host
         self.port: int = self._socket.getsockname()[1]
         self.app = app
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
         self._server = uvicorn.Server(config)
-        self._started = threading.Event()
         self._thread = threading.Thread(target=self._run, name="opentinker-tinker-api", daemon=True)
         self._thread.start()
 

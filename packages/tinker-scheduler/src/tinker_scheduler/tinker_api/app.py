@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from tinker_scheduler.auth import AuthError, AuthMode
@@ -65,6 +66,15 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
     @app.exception_handler(ValueError)
     async def bad_input(_: Request, e: ValueError) -> JSONResponse:
         return _error("INVALID_ARGUMENT", str(e))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = (e.errors() or [{}])[0]
+        return _error("INVALID_ARGUMENT", f"the request body is not a JSON object ({first.get('msg', 'invalid')})")
+
+    @app.exception_handler(Exception)
+    async def failed(_: Request, e: Exception) -> JSONResponse:  # a status and one line, never a traceback
+        return _error(*classify(e))
 
     async def body_of(request: Request) -> tuple[str, dict[str, Any]]:
         tenant = tenant_of(store, auth, request.headers)
