@@ -60,14 +60,14 @@ def test_sdk_trains_samples_and_isolates_tenants(gateway) -> None:
     for s in result.sequences:
         assert 1 <= len(s.tokens) <= 4 and len(s.logprobs) == len(s.tokens)
 
-    # RL on its own samples: importance_sampling and ppo take advantages and sampling logprobs
+    # RL on its own samples: importance_sampling, ppo and cispo take advantages and sampling logprobs
     s = result.sequences[0]
     full = SEQ[:3] + list(s.tokens)
     n_prompt = len(SEQ[:3]) - 1
     rl = types.Datum(model_input=types.ModelInput.from_ints(full[:-1]), loss_fn_inputs={
         "target_tokens": full[1:], "logprobs": [0.0] * n_prompt + list(s.logprobs),
         "advantages": [0.0] * n_prompt + [1.0] * len(s.tokens)})
-    for loss in ("importance_sampling", "ppo"):
+    for loss in ("importance_sampling", "ppo", "cispo"):
         out = training.forward_backward([rl], loss).result()
         assert "loss:sum" in out.metrics
     training.optim_step(types.AdamParams(learning_rate=1e-3)).result()
