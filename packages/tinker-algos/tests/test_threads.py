@@ -44,3 +44,33 @@ def test_a_job_runs_with_the_threads_its_config_asks_for(tmp_path):
 def test_threads_must_be_positive():
     with pytest.raises(ConfigError, match="model.threads"):
         parse_config(job(threads=0))
+
+
+def _policy_in_child(code: str, **env: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    child_env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | env
+    out = subprocess.run([sys.executable, "-c", code], env=child_env, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_openmp_threads_wait_passively_when_half_the_cores_are_busy():
+    from tinker_algos.openmp import wait_policy_for
+
+    assert wait_policy_for(0.3, 2) is None and wait_policy_for(0.99, 2) is None
+    assert wait_policy_for(1.0, 2) == "PASSIVE" and wait_policy_for(7.5, 2) == "PASSIVE"
+    assert wait_policy_for(3.9, 8) is None and wait_policy_for(4.0, 8) == "PASSIVE"
+    assert wait_policy_for(0.5, 1) is None and wait_policy_for(1.0, 1) == "PASSIVE"
+
+
+def test_importing_tinker_algos_chooses_the_wait_policy_before_torch_loads():
+    busy = "import os; os.getloadavg = lambda: (64.0, 64.0, 64.0); "
+    idle = "import os; os.getloadavg = lambda: (0.0, 0.0, 0.0); "
+    show = "; print(os.environ.get('OMP_WAIT_POLICY'))"
+    assert _policy_in_child(busy + "import tinker_algos" + show) == "PASSIVE"
+    assert _policy_in_child(idle + "import tinker_algos" + show) == "None"
+    # the user's own choice stands, and torch already loaded is left alone (too late to matter)
+    assert _policy_in_child(busy + "import tinker_algos" + show, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
+    assert _policy_in_child(busy + "import torch, tinker_algos" + show) == "None"

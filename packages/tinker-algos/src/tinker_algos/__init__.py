@@ -17,7 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tinker_algos.openmp import choose_wait_policy
 from tinker_core.lazy import lazy_package
+
+# before anything loads torch: OpenMP threads wait passively on a busy machine (tinker_algos.openmp)
+choose_wait_policy()
 
 __version__ = "0.1.0"
 
