@@ -1,0 +1,163 @@
+"""A GRPO step on SmolLM2-135M-Instruct, split into its phases, under torch thread settings.
+
+Each case is a fresh child process (OpenMP reads ``OMP_WAIT_POLICY`` when torch loads) that runs
+``tinker_algos.train`` on ``examples/smollm2-arithmetic.yaml`` shortened to ``STEPS`` GRPO steps of
+4 prompts x 8 samples (LoRA r=16, 16 new tokens, temperature 0.7, through the chat template) and
+times, per step, by wrapping the functions the step calls:
+
+* sampling -- ``tinker_algos.sampler.sample`` as the rollout calls it;
+* env and bookkeeping -- the rest of ``tinker_algos.rollout.rollout`` (rendering prompts, env
+  ``reset``/``step``, trajectories);
+* logprobs -- ``Trainer.forward`` (the no-grad passes: current and reference logprobs);
+* update -- ``Trainer.forward_backward`` + ``Trainer.optim_step``;
+* other -- the step's wall time minus those (advantages, metrics, logging).
+
+The first step is a warm-up and the last holds the final evaluation: neither is reported. Cases: torch intra-op threads (1 and the core
+count) x ``OMP_WAIT_POLICY`` (libgomp's spin-then-sleep default, and ``PASSIVE``, which importing
+tinker_algos sets unless the variable is set) x 0
+or 1 busy-loop processes beside (a Python ``while True``, standing for another job on the
+machine). The machine's load average is recorded before and after each case.
+
+    uv run --no-sync python bench/bench_step_real.py [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import BENCH_DIR, load_snapshot, parse_args, print_table, write_results
+
+STEPS = 4
+PHASES = ("sampling", "env", "logprobs", "update", "other")
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
+    import tempfile
+
+    import torch
+    import yaml
+
+    torch.set_num_threads(spec["threads"])
+    import tinker_algos.rollout as rollout_mod
+    from tinker_algos import train
+    from tinker_algos.trainer import Trainer
+
+    spent = dict.fromkeys(("sample", "rollout", "forward", "update"), 0.0)
+    active: set[str] = set()  # trainer calls inside trainer calls count once, for the outer one
+
+    def timed(key: str, fn: Any, group: str | None = None) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            if group is not None and group in active:
+                return fn(*a, **k)
+            if group is not None:
+                active.add(group)
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[key] += time.perf_counter() - t0
+                active.discard(group)
+
+        return wrapper
+
+    rollout_mod.sample = timed("sample", rollout_mod.sample)
+    rollout_mod.rollout = timed("rollout", rollout_mod.rollout)  # the algorithms import it when they call it
+    Trainer.forward = timed("forward", Trainer.forward, "trainer")
+    Trainer.forward_backward = timed("update", Trainer.forward_backward, "trainer")
+    Trainer.optim_step = timed("update", Trainer.optim_step, "trainer")
+
+    cfg = yaml.safe_load((BENCH_DIR.parent / "examples" / "smollm2-arithmetic.yaml").read_text())
+    cfg["stages"][0]["algorithm"].update(steps=STEPS, eval_every=0, eval_size=1)
+    cfg["rollout"].update(prompts_per_step=4, group_size=8)
+    cfg["checkpoint"] = {"every": 0}
+    cfg["logging"] = {"tensorboard": False, "plot": False}
+    steps: list[dict[str, float]] = []
+
+    class Callbacks:
+        def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
+            wall = metrics["time/step_s"]
+            row = {
+                "step": step,
+                "wall_s": wall,
+                "sampling": spent["sample"],
+                "env": spent["rollout"] - spent["sample"],
+                "logprobs": spent["forward"],
+                "update": spent["update"],
+                "tokens": metrics.get("rollout/new_tokens", 0.0),
+            }
+            row["other"] = wall - sum(row[p] for p in PHASES[:-1])
+            steps.append(row)
+            for k in spent:
+                spent[k] = 0.0
+
+    with tempfile.TemporaryDirectory() as tmp:
+        result = train(cfg, run_dir=Path(tmp) / "run", callbacks=Callbacks())
+    assert result.status == "completed", result
+    # the first step warms up; the last also holds the final evaluation, which time/step_s leaves out
+    return {"threads": torch.get_num_threads(), "steps": steps[1:-1]}
+
+
+def _busy() -> None:  # pragma: no cover - a child process
+    while True:
+        pass
+
+
+def run_case(threads: int, policy: str | None, busy: int) -> dict[str, Any]:
+    env = dict(os.environ)
+    # empty: libgomp's own default (spin a while, then sleep); importing tinker_algos would set PASSIVE
+    env["OMP_WAIT_POLICY"] = policy or ""
+    procs = [mp.Process(target=_busy, daemon=True) for _ in range(busy)]
+    for p in procs:
+        p.start()
+    before = load_snapshot()
+    try:
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", json.dumps({"threads": threads})],
+            env=env, capture_output=True, text=True, check=True,
+        )
+    finally:
+        for p in procs:
+            p.terminate()
+            p.join()
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    steps = data["steps"]
+    mean = {k: sum(s[k] for s in steps) / len(steps) for k in ("wall_s", "tokens", *PHASES)}
+    return {"threads": threads, "omp_wait_policy": policy or "default", "busy_processes": busy,
+            "steps": steps, "mean": mean, "load_before": before, "load_after": load_snapshot()}
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "--child":
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        print(json.dumps(child(json.loads(sys.argv[2]))), flush=True)
+        return
+    args = parse_args(__doc__.splitlines()[0])
+    cores = os.cpu_count() or 1
+    cases = [(cores, None), (cores, "PASSIVE"), (1, None)]
+    rows = []
+    for busy in (0,) if args.quick else (0, 1):
+        for threads, policy in cases:
+            row = run_case(threads, policy, busy)
+            m = row["mean"]
+            print(f"busy={busy} threads={threads} omp={row['omp_wait_policy']}: {m['wall_s']:.1f} s/step "
+                  + ", ".join(f"{p} {m[p]:.1f}" for p in PHASES), flush=True)
+            rows.append(row)
+    print_table(
+        f"GRPO step on smollm2-135m-instruct, 4 prompts x 8, 16 new tokens (mean of steps 2..{STEPS - 1})",
+        ["busy", "threads", "OMP_WAIT_POLICY", "s/step", *PHASES, "loadavg before/after"],
+        [[r["busy_processes"], r["threads"], r["omp_wait_policy"], r["mean"]["wall_s"],
+          *(r["mean"][p] for p in PHASES),
+          f"{r['load_before']['loadavg_1m']:.2f}/{r['load_after']['loadavg_1m']:.2f}"] for r in rows],
+    )
+    write_results(args, "step_real", {"model": "smollm2-135m-instruct", "cases": rows})
+
+
+if __name__ == "__main__":
+    main()
