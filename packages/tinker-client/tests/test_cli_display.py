@@ -83,8 +83,13 @@ def test_other_commands_work_with_one_warning_when_a_plugin_is_broken(broken_pat
     config = tmp_path / "job.yaml"
     config.write_text(CONFIG)
     result = opentinker("config", "validate", str(config), env={"PYTHONPATH": broken_path})
-    assert result.returncode == 0, result.stderr
-    assert "valid" in result.stdout and result.stderr.count("warning: skipping plugin 'broken'") == 1
+    assert result.stderr.count("warning: skipping plugin 'broken'") == 1
+    # otherwise the answer is what it is without the broken plugin (valid where tinker-algos is
+    # installed; in this package's own test env its optimizer 'adamw' is unknown either way)
+    clean = opentinker("config", "validate", str(config))
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning: skipping plugin 'broken'")]
+    assert result.returncode == clean.returncode and result.stdout == clean.stdout
+    assert [line for line in result.stderr.splitlines() if line not in warning] == clean.stderr.splitlines()
 
 
 # ---- help screens -----------------------------------------------------------------------------

@@ -46,7 +46,8 @@ def test_a_listed_tracker_that_is_not_installed_is_one_line_naming_the_extra(mon
     data = {**SFT, "logging": {"report_to": ["wandb"]}}
     with pytest.raises(ConfigError) as e:
         parse_config(data)
-    assert e.value.problems == [
+    # (in tinker-core's own test env no plugin registers the default optimizer: that is another problem)
+    assert [p for p in e.value.problems if p.startswith("logging.")] == [
         "logging.report_to: wandb needs the no_such_module_for_wandb package; pip install 'tinker-algos[wandb]' (or drop wandb)"
     ]
     # check_plugins=False (a client submitting to a remote scheduler) does not look
