@@ -25,6 +25,7 @@ LOSS_NAMES = [
     "importance_sampling",
     "ppo",
     "cispo",
+    "dro",
     "dpo",
     "cdpo",
     "ipo",

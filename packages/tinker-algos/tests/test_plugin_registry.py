@@ -28,6 +28,7 @@ LOSSES = {
     "importance_sampling": "policy",
     "ppo": "policy",
     "cispo": "policy",
+    "dro": "policy",
     "dpo": "preference",
     "cdpo": "preference",
     "ipo": "preference",

@@ -90,8 +90,14 @@ def test_ppo_gets_tinkers_clip_defaults_and_threshold_keys():
         {"eps_low": 0.1, "eps_high": 0.1, "dual_clip": None}
     )
     assert loss_config("ppo", {"eps_low": 0.3, "dual_clip": 0.0}) == {"eps_low": 0.3, "dual_clip": None}
-    assert loss_config("cispo", {"clip_high_threshold": 1.5}) == pytest.approx({"eps_high": 0.5})
+    # CISPO's Tinker default is one-sided: clip_low_threshold = 0, clip_high_threshold = 4
+    assert loss_config("cispo", {}) == pytest.approx({"eps_low": 1.0, "eps_high": 3.0})
+    assert loss_config("cispo", {"clip_high_threshold": 1.5}) == pytest.approx({"eps_low": 1.0, "eps_high": 0.5})
+    assert loss_config("dro", {"beta": 0.1}) == {"beta": 0.1}
     assert loss_config("cross_entropy", {}) == {}
+    for bad in ({"clip_low_threshold": 1.5}, {"clip_high_threshold": 0.5}, {"clip_low_threshold": float("nan")}):
+        with pytest.raises(ValueError, match="loss_fn_config.clip_"):
+            loss_config("ppo", bad)
 
 
 def test_an_unknown_loss_is_named_with_a_suggestion():
@@ -184,3 +190,88 @@ def test_requests_at_the_limits_pass_and_without_limits_only_the_context_counts(
     tinker_ops.check_sample([1000], 10_000, 100, None)  # no context length known, no limits
     with pytest.raises(ValueError, match="context length of 64"):
         tinker_ops.check_data([64], 64)
+
+
+# ---- Tinker's documented loss formulas, by hand on small numbers --------------------------------
+# One datum of 3 targets; lp = the learner's logprobs of the targets, q = the sampler's ("logprobs"),
+# A = the advantages. Tinker sums every loss over the targets (loss:sum).
+LP, Q, ADV = [-0.2, -1.0, -0.5], [-0.4, -0.7, -0.5], [2.0, -1.0, 0.5]
+
+
+def tinker_step(loss_fn: str, config: dict) -> tuple[float, list[float]]:
+    """(loss:sum, d loss / d lp) of the registered loss as the gateway runs it on LP, Q, ADV."""
+    import torch
+
+    import tinker_core.registry
+    from tinker_core.algos import LossInputs
+
+    data = [datum([1, 5, 6, 7], advantages=ADV, sampling_logprobs=Q)]
+    batch, extra = datum_batch(data, loss_fn, pad_token_id=0)
+    cfg = loss_config(loss_fn, config)
+    lp_B_T = np.zeros((1, 4))
+    lp_B_T[0, 1:] = LP
+    total = evaluate_loss(lp_B_T.astype(np.float32), batch, extra, loss_fn, cfg)["loss:sum"]
+    lp = torch.tensor(lp_B_T, dtype=torch.float64, requires_grad=True)
+    mask = torch.as_tensor(batch.loss_mask_B_T, dtype=torch.float64)
+    out = tinker_core.registry.get_loss(loss_fn).obj(LossInputs(
+        logprobs_B_T=lp, mask_B_T=mask, sampling_logprobs_B_T=torch.as_tensor(batch.sampler_logprobs_B_T, dtype=torch.float64),
+        advantages_B_T=torch.as_tensor(batch.advantages_B_T, dtype=torch.float64),
+        **{k: torch.as_tensor(v, dtype=torch.float64) for k, v in extra.items()}), **cfg)
+    (out.loss_B_T * mask).sum().backward()
+    return total, lp.grad[0, 1:].tolist()
+
+
+def test_dro_is_tinkers_quadratic_penalty_formula():
+    # loss = -sum(lp * A - beta/2 * (lp - q)^2); delta = lp - q = [0.2, -0.3, 0]
+    beta = 0.05
+    expected = -((-0.2 * 2.0 - 0.025 * 0.04) + (-1.0 * -1.0 - 0.025 * 0.09) + (-0.5 * 0.5))
+    loss, grad = tinker_step("dro", {"beta": beta})
+    assert loss == pytest.approx(expected, abs=1e-6)  # -0.34675
+    assert grad == pytest.approx([-(2.0 - beta * 0.2), -(-1.0 + beta * 0.3), -0.5])  # -(A - beta * delta)
+    assert tinker_step("dro", {})[0] == pytest.approx(expected, abs=1e-6)  # beta = 0.05 by default
+    assert tinker_step("dro", {"beta": 1.0})[0] == pytest.approx(-(-0.4 - 0.02 + 1.0 - 0.045 - 0.25), abs=1e-6)
+
+
+def test_importance_sampling_is_tinkers_unclipped_ratio_times_advantage():
+    rho = np.exp(np.subtract(LP, Q))  # [e^0.2, e^-0.3, 1]
+    loss, grad = tinker_step("importance_sampling", {})
+    assert loss == pytest.approx(-float(np.sum(rho * ADV)), abs=1e-6)
+    assert grad == pytest.approx((-rho * ADV).tolist())
+
+
+def test_ppo_is_tinkers_min_of_clipped_and_unclipped_and_honours_thresholds():
+    rho = np.exp(np.subtract(LP, Q))  # 1.2214 (A=2), 0.7408 (A=-1), 1 (A=0.5)
+
+    def tinker_ppo(low: float, high: float) -> float:
+        return -float(np.sum(np.minimum(rho * ADV, np.clip(rho, low, high) * ADV)))
+
+    # defaults 0.8 / 1.2: both tokens clipped, min(2.443, 1.2 * 2) = 2.4 and min(-0.741, 0.8 * -1) = -0.8
+    assert tinker_step("ppo", {})[0] == pytest.approx(tinker_ppo(0.8, 1.2), abs=1e-6)
+    assert tinker_ppo(0.8, 1.2) == pytest.approx(-(2.4 - 0.8 + 0.5), abs=1e-6)
+    loss, grad = tinker_step("ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1})
+    assert loss == pytest.approx(tinker_ppo(0.9, 1.1), abs=1e-6)
+    # clipped tokens get no gradient: token 0 (above 1.1 with A > 0) and token 1 (below 0.9 with A < 0)
+    assert grad == pytest.approx([0.0, 0.0, -0.5])
+
+
+def test_cispo_is_tinkers_detached_clipped_ratio_times_logprob():
+    rho = np.exp(np.subtract(LP, Q))
+
+    def tinker_cispo(low: float, high: float) -> tuple[float, list[float]]:
+        w = np.clip(rho, low, high)
+        return -float(np.sum(w * np.array(LP) * ADV)), (-w * ADV).tolist()
+
+    for config, (low, high) in [({}, (0.0, 4.0)), ({"clip_low_threshold": 0.8, "clip_high_threshold": 1.1}, (0.8, 1.1))]:
+        loss, grad = tinker_step("cispo", config)
+        expected_loss, expected_grad = tinker_cispo(low, high)
+        assert loss == pytest.approx(expected_loss, abs=1e-6)
+        assert grad == pytest.approx(expected_grad)  # the ratio is detached: d/dlp = -clip(rho) * A
+
+
+def test_cross_entropy_is_tinkers_weighted_negative_logprob_sum():
+    import tinker_core.registry  # noqa: F401 - the registered losses
+
+    data = [datum([1, 5, 6, 7], [0.0, 0.5, 2.0])]
+    batch, extra = datum_batch(data, "cross_entropy", pad_token_id=0)
+    lp_B_T = np.array([[0.0, *LP]], dtype=np.float32)
+    assert evaluate_loss(lp_B_T, batch, extra, "cross_entropy", {})["loss:sum"] == pytest.approx(-(0.5 * -1.0 + 2.0 * -0.5))

@@ -23,6 +23,8 @@ Policy losses (kind ``"policy"``):
 * ``cispo`` (MiniMax-M1): ``l = -sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * lp``; the
   default ``eps_low = 1`` leaves the weight without a lower bound. Metrics: ``clipfrac``,
   ``approx_kl``.
+* ``dro`` (Tinker's name): ``l = -(lp * A - beta / 2 * (lp - lp_old)^2)``, ``beta = 0.05`` by
+  default. Metric: ``sq_log_ratio`` (mean ``(lp - lp_old)^2``).
 
 Supervised (kind ``"supervised"``): ``cross_entropy``: ``l = -w * lp`` with ``w =
 weights_B_T`` (default ``m``). Metric: ``nll``.
@@ -211,6 +213,19 @@ def cispo(inputs: LossInputs, *, eps_low: float = 1.0, eps_high: float = 0.28) -
     return LossOutputs(loss, metrics)
 
 
+@strict_config("loss")
+def dro(inputs: LossInputs, *, beta: float = 0.05) -> LossOutputs:
+    """Tinker's DRO: ``l = -(lp * A - beta / 2 * (lp - lp_old)^2)`` (a quadratic penalty, no ratio)."""
+    if beta < 0:
+        raise ValueError(f"loss 'dro': beta must be >= 0, got {beta}")
+    lp, on = _mask(inputs, "dro")
+    old = _field(inputs, "sampling_logprobs_B_T", "dro", on, lp, "the sampler's logprobs")
+    adv = _field(inputs, "advantages_B_T", "dro", on, lp, "from an advantage estimator")
+    delta = lp - old
+    loss = _select(on, -(lp * adv - 0.5 * beta * delta**2))
+    return LossOutputs(loss, {"sq_log_ratio": _masked_mean(delta**2, on)})
+
+
 # ---- supervised, value, KL ----------------------------------------------------------------
 
 
@@ -383,6 +398,7 @@ LOSSES: dict[str, tuple[Callable[..., LossOutputs], str]] = {
     "importance_sampling": (importance_sampling, "policy"),
     "ppo": (ppo, "policy"),
     "cispo": (cispo, "policy"),
+    "dro": (dro, "policy"),
     "dpo": (dpo, "preference"),
     "cdpo": (cdpo, "preference"),
     "ipo": (ipo, "preference"),

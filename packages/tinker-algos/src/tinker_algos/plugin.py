@@ -71,6 +71,7 @@ LOSS_TABLE: dict[str, tuple[str, str]] = {
     "importance_sampling": ("policy", "Tinker's importance-sampling policy gradient: -rho * A"),
     "ppo": ("policy", "PPO clipped surrogate, asymmetric clip, dual clip c=3"),
     "cispo": ("policy", "CISPO: -sg(clip(rho)) * A * logp"),
+    "dro": ("policy", "Tinker's DRO: -(logp * A - beta/2 * (logp - logp_old)^2)"),
     "dpo": ("preference", "DPO: -log sigmoid(beta * Delta) per chosen/rejected pair"),
     "cdpo": ("preference", "conservative DPO with label smoothing (default 0.1)"),
     "ipo": ("preference", "IPO: (Delta - 1/(2 beta))^2 per chosen/rejected pair"),

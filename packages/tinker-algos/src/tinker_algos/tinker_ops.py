@@ -34,6 +34,8 @@ from tinker_core.types import Batch
 #: Tinker's default PPO clip thresholds on the ratio (``eps_low = 1 - low``, ``eps_high = high - 1``).
 TINKER_CLIP_LOW = 0.8
 TINKER_CLIP_HIGH = 1.2
+#: Tinker's default ``(clip_low_threshold, clip_high_threshold)`` per loss: CISPO clips one side.
+TINKER_CLIPS = {"ppo": (TINKER_CLIP_LOW, TINKER_CLIP_HIGH), "cispo": (0.0, 4.0)}
 #: Tinker's ``AdamParams`` defaults, used where a field is 0 (unset on the wire).
 ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.95, "eps": 1e-12}
 #: :class:`tinker_algos.sampler.Sample` stop reasons -> Tinker's (``length``, ``stop_token``, ``stop_string``).
@@ -220,10 +222,12 @@ def sequence_logprobs(logprobs_B_T: np.ndarray, sequences: Sequence[Sequence[int
 def loss_config(loss_fn: str, config: Mapping[str, float]) -> dict[str, Any]:
     """Tinker's ``loss_fn_config`` -> keyword arguments of the registered loss ``loss_fn``.
 
-    ``ppo`` without explicit ``eps_low``/``eps_high``/``dual_clip`` gets Tinker's clip thresholds
-    (:data:`TINKER_CLIP_LOW`, :data:`TINKER_CLIP_HIGH`) and no dual clip; ``clip_low_threshold``
-    and ``clip_high_threshold`` become ``eps_low = 1 - low`` and ``eps_high = high - 1`` for
-    ``ppo`` and ``cispo``; ``dual_clip = 0`` means none. Other keys pass through as floats.
+    ``ppo`` and ``cispo`` take Tinker's ratio thresholds ``clip_low_threshold`` and
+    ``clip_high_threshold`` (``eps_low = 1 - low``, ``eps_high = high - 1``); a threshold left
+    out gets Tinker's default (:data:`TINKER_CLIPS`) and ``ppo`` gets no dual clip, as in
+    Tinker. A config in our own keys (``eps_low``, ``eps_high``, ``dual_clip``) passes through,
+    with ``dual_clip = 0`` meaning none. ``dro`` takes ``beta``. Other keys pass through as
+    floats (the loss refuses unknown ones).
     """
     import tinker_core.registry
 
@@ -232,18 +236,18 @@ def loss_config(loss_fn: str, config: Mapping[str, float]) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - UnknownNameError names close matches
         raise ValueError(f"loss_fn: {e}") from None
     cfg: dict[str, Any] = {k: float(v) for k, v in config.items()}
-    if loss_fn in ("ppo", "cispo"):
-        tinker_keys = {"clip_low_threshold", "clip_high_threshold"}
-        if loss_fn == "ppo" and not ({"eps_low", "eps_high", "dual_clip"} & set(cfg)):
-            low = cfg.pop("clip_low_threshold", TINKER_CLIP_LOW)
-            high = cfg.pop("clip_high_threshold", TINKER_CLIP_HIGH)
-            cfg.update(eps_low=1.0 - low, eps_high=high - 1.0, dual_clip=None)
-        elif tinker_keys & set(cfg):
-            if "clip_low_threshold" in cfg:
-                cfg["eps_low"] = 1.0 - cfg.pop("clip_low_threshold")
-            if "clip_high_threshold" in cfg:
-                cfg["eps_high"] = cfg.pop("clip_high_threshold") - 1.0
-        if loss_fn == "ppo" and cfg.get("dual_clip") == 0.0:
+    if loss_fn in TINKER_CLIPS:
+        own_keys = {"eps_low", "eps_high", "dual_clip"} & set(cfg)
+        defaults = dict(zip(("clip_low_threshold", "clip_high_threshold"), TINKER_CLIPS[loss_fn], strict=True))
+        for key, default in defaults.items():
+            if key not in cfg and own_keys:
+                continue
+            value = cfg.pop(key, default)
+            low = key == "clip_low_threshold"
+            if not (0.0 <= value <= 1.0 if low else value >= 1.0):
+                raise ValueError(f"loss_fn_config.{key}: must be {'in [0, 1]' if low else '>= 1'} (got {value})")
+            cfg["eps_low" if low else "eps_high"] = 1.0 - value if low else value - 1.0
+        if loss_fn == "ppo" and cfg.get("dual_clip", None if own_keys else 0.0) == 0.0:
             cfg["dual_clip"] = None
     return cfg
 
