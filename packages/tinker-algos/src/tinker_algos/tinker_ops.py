@@ -334,6 +334,52 @@ def sampled_sequences(rows: Sequence[Sequence[Any]]) -> list[list[dict[str, Any]
     ]
 
 
+#: Tinker's filler for an empty top-k cell (token id 0 with this logprob).
+MASK_LOGPROB = -99999.0
+
+
+def score_tokens(
+    policy: Any, sequences: Sequence[Sequence[int]], topk: int = 0, *, adapter: str | None = None, base: bool = False
+) -> list[dict[str, np.ndarray]]:
+    """Each sequence's own logprobs and (``topk > 0``) its ``topk`` likeliest tokens per position.
+
+    Per sequence of ``n`` tokens: ``logprobs`` (float32 ``[n]``, ``log p(seq[t] | seq[:t])`` at
+    temperature 1, NaN at position 0, which has no context) and, with ``topk``, ``topk_ids``
+    (int32 ``[n, k]``) and ``topk_logprobs`` (float32 ``[n, k]``, best first; row 0 holds Tinker's
+    empty cells: id 0, :data:`MASK_LOGPROB`). Scored with ``adapter`` active, or with every
+    adapter off when ``base``; one forward pass per sequence, in eval mode, without gradients.
+    """
+    import torch
+
+    module = policy.module
+    adapters = policy.adapters_disabled() if base else policy.using_adapter(adapter)
+    out: list[dict[str, np.ndarray]] = []
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad(), adapters:
+            for seq in sequences:
+                ids = torch.as_tensor([list(map(int, seq))], dtype=torch.long, device=policy.device)
+                with policy.spec.autocast():
+                    logits = module(input_ids=ids, use_cache=False).logits[0, :-1].float()
+                logp = torch.log_softmax(logits, dim=-1)
+                n = ids.shape[1]
+                lp = np.full(n, np.nan, dtype=np.float32)
+                lp[1:] = logp.gather(-1, ids[0, 1:, None])[:, 0].cpu().numpy()
+                row = {"logprobs": lp}
+                if topk > 0:
+                    k = min(int(topk), logp.shape[-1])
+                    values, indices = logp.topk(k, dim=-1)
+                    row["topk_ids"] = np.zeros((n, k), dtype=np.int32)
+                    row["topk_logprobs"] = np.full((n, k), MASK_LOGPROB, dtype=np.float32)
+                    row["topk_ids"][1:] = indices.cpu().numpy()
+                    row["topk_logprobs"][1:] = values.cpu().numpy()
+                out.append(row)
+    finally:
+        module.train(was_training)
+    return out
+
+
 def tokenizer_files(tokenizer: Any) -> dict[str, np.ndarray]:
     """A tokenizer's saved files (``tokenizer.json`` ...) as uint8 arrays, by file name."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from tinker_algos import tinker_ops
 from tinker_core.seeding import derive_seed
 from tinker_scheduler.errors import StatusError, classify, invalid
 from tinker_scheduler.host_executor import TurnExecutor
@@ -107,7 +108,6 @@ class ModelHost:
 
         from tinker_algos.device import DeviceError
         from tinker_algos.models import ModelLoadError, PolicyModel
-        from tinker_algos.tinker_ops import context_length
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
@@ -120,7 +120,7 @@ class ModelHost:
         except (DeviceError, ModelLoadError) as e:
             self.load_error = e
         #: The longest sequence the model takes (None: its config does not say).
-        self.context_length = context_length(self.policy.base_model.config) if self.policy is not None else None
+        self.context_length = tinker_ops.context_length(self.policy.base_model.config) if self.policy is not None else None
         self.executor = TurnExecutor()
         self.jobs = HostedJobs(self.policy, self.executor, self._describe)
         self._sessions: dict[str, _Session] = {}
@@ -309,26 +309,19 @@ class ModelHost:
 
     # the context length, checked before a request takes a turn (the service checks its limits too)
     def _check_forward_backward(self, data: Sequence[Mapping[str, Any]], **_: Any) -> None:
-        from tinker_algos import tinker_ops
-
         tinker_ops.check_data(_lengths(data), self.context_length)
 
     _check_forward = _check_forward_backward
 
     def _check_sample(self, prompts: Sequence[Sequence[int]], params: Mapping[str, Any], num_samples: int, **_: Any) -> None:
-        from tinker_algos import tinker_ops
-
         tinker_ops.check_sample([len(p) for p in prompts], int(params.get("max_tokens", 0)), num_samples, self.context_length)
 
     def _check_compute_logprobs(self, sequences: Sequence[Sequence[int]]) -> None:
-        from tinker_algos import tinker_ops
-
         tinker_ops.check_sequences([len(s) for s in sequences], self.context_length)
 
     def _op_forward_backward(
         self, session: _Session, data: Sequence[Mapping[str, Any]], loss_fn: str, loss_config: Mapping[str, float]
     ) -> dict[str, Any]:
-        from tinker_algos import tinker_ops
         from tinker_algos.trainer import TOKEN_SUM
 
         cfg = tinker_ops.loss_config(loss_fn, loss_config)
@@ -348,8 +341,6 @@ class ModelHost:
     def _op_forward(
         self, session: _Session, data: Sequence[Mapping[str, Any]], loss_fn: str, loss_config: Mapping[str, float]
     ) -> dict[str, Any]:
-        from tinker_algos import tinker_ops
-
         batch, extra = tinker_ops.datum_batch(data, loss_fn or None, self.policy.pad_token_id)
         with self._session_rng(session):
             logprobs_B_T = session.trainer.forward(batch)
@@ -360,10 +351,8 @@ class ModelHost:
         return {"logprobs": tinker_ops.per_datum_logprobs(logprobs_B_T, _lengths(data)), "metrics": metrics}
 
     def _op_optim_step(self, session: _Session, adam: Mapping[str, float]) -> dict[str, Any]:
-        from tinker_algos.tinker_ops import adam_step_args
-
         trainer = session.trainer
-        step_args, max_grad_norm = adam_step_args(adam)
+        step_args, max_grad_norm = tinker_ops.adam_step_args(adam)
         if trainer.pending_calls == 0:
             raise StatusError(
                 "FAILED_PRECONDITION",
@@ -394,9 +383,8 @@ class ModelHost:
 
     def _op_sample(
         self, session: _Session, prompts: Sequence[Sequence[int]], params: Mapping[str, Any],
-        num_samples: int, sampler_path: str = "",
+        num_samples: int, sampler_path: str = "", base: bool = False,
     ) -> list[list[dict[str, Any]]]:
-        from tinker_algos import tinker_ops
         from tinker_algos.sampler import sample
 
         if not prompts:
@@ -405,22 +393,29 @@ class ModelHost:
             if len(p) == 0:
                 raise invalid(f"prompts[{i}]: has no tokens")
         sp = tinker_ops.sampling_params(params, num_samples)
-        adapter = self._sampling_adapter(session, sampler_path)
+        adapter = None if base else self._sampling_adapter(session, sampler_path)  # base: every adapter off
         session.sample_calls += 1
         if sp.seed is None:  # the session's own stream: independent of other sessions
             sp.seed = derive_seed(session.spec.seed, 3, session.sample_calls, bits=SEED_BITS)
         with self._session_rng(session):
             try:
-                out = sample(self.policy, [list(map(int, p)) for p in prompts], sp, adapter=adapter)
+                with self.policy.adapters_disabled() if base else contextlib.nullcontext():
+                    out = sample(self.policy, [list(map(int, p)) for p in prompts], sp, adapter=adapter)
             except ValueError as e:
                 raise invalid(str(e)) from None
             if session.spec.adapter is not None:
                 self.policy.set_adapter(session.spec.adapter)
         return tinker_ops.sampled_sequences(out)
 
-    def _op_compute_logprobs(self, session: _Session, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
-        from tinker_algos import tinker_ops
+    def _op_score(
+        self, session: _Session, sequences: Sequence[Sequence[int]], topk: int = 0, sampler_path: str = "",
+        base: bool = False,
+    ) -> list[dict[str, np.ndarray]]:
+        """Logprobs and top-k tokens per position of whole sequences (``tinker_ops.score_tokens``)."""
+        adapter = None if base else self._sampling_adapter(session, sampler_path)
+        return tinker_ops.score_tokens(self.policy, sequences, topk, adapter=adapter, base=base)
 
+    def _op_compute_logprobs(self, session: _Session, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
         batch = tinker_ops.sequence_batch(sequences, self.policy.pad_token_id)
         with self._session_rng(session):
             lp = session.trainer.forward(batch)
@@ -463,9 +458,7 @@ class ModelHost:
 
     def _op_get_weights(self, session: _Session, path: str, trainable_only: bool) -> dict[str, np.ndarray]:
         if path == "tokenizer":
-            from tinker_algos.tinker_ops import tokenizer_files
-
-            return tokenizer_files(self.policy.tokenizer)
+            return tinker_ops.tokenizer_files(self.policy.tokenizer)
         if path:
             from safetensors.numpy import load_file
 

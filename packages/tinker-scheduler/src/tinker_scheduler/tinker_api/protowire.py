@@ -188,13 +188,31 @@ def forward_backward_output(logprobs: list[list[float]], metrics: dict[str, floa
     return out
 
 
-def sample_response(sequences: list[dict[str, Any]]) -> bytes:
-    """A ``SampleResponse``: per sequence its stop reason, int32 tokens and float32 logprobs."""
+def _topk(number: int, ids: np.ndarray, logprobs: np.ndarray) -> bytes:
+    """A ``TopkLogprobs``: row-major ``[length, k]`` int32 ids and float32 logprobs."""
+    length, k = np.shape(ids)
+    body = (_len(1, np.asarray(ids, dtype=np.int32).tobytes()) + _len(2, np.asarray(logprobs, dtype=np.float32).tobytes())
+            + _int(3, k) + _int(4, length))
+    return _len(number, body)
+
+
+def sample_response(answer: list[dict[str, Any]] | dict[str, Any]) -> bytes:
+    """A ``SampleResponse``: per sequence its stop reason, int32 tokens, float32 logprobs and (with
+    ``topk``) its top-k logprobs; then ``prompt_logprobs`` (float32, NaN where not scored) and
+    ``topk_prompt_logprobs`` when present. ``answer`` is the sequences alone or a dict of the
+    fields (``sequences``, ``prompt_logprobs``, ``topk_prompt_logprobs``)."""
+    fields_ = answer if isinstance(answer, dict) else {"sequences": answer}
     out = b""
-    for s in sequences:
+    for s in fields_["sequences"]:
         stop = STOP_REASON_LENGTH if s["stop_reason"] == "length" else STOP_REASON_STOP
         body = _int(1, stop) + _len(2, np.asarray(s["tokens"], dtype=np.int32).tobytes())
         if s.get("logprobs") is not None:
             body += _len(3, np.asarray(s["logprobs"], dtype=np.float32).tobytes())
+        if s.get("topk") is not None:
+            body += _topk(4, *s["topk"])
         out += _len(1, body)
+    if fields_.get("prompt_logprobs") is not None:
+        out += _len(2, np.asarray(fields_["prompt_logprobs"], dtype=np.float32).tobytes())
+    if fields_.get("topk_prompt_logprobs") is not None:
+        out += _topk(3, *fields_["topk_prompt_logprobs"])
     return out

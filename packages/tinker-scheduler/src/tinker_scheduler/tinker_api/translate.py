@@ -25,6 +25,7 @@ from tinker_algos import tinker_ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.sessions import Session, SessionManager, SessionRequest
+from tinker_scheduler.tinker_api import sampling
 from tinker_scheduler.training_service import NAME_RE
 from tinker_scheduler.training_wire import MAX_LORA_RANK
 
@@ -38,9 +39,11 @@ PATH_KINDS = {"weights": "states", "sampler_weights": "sampler"}
 @dataclass
 class SamplingSession:
     tenant: str
-    model_id: str
-    sampler_path: str  # the sampler weights' file
-    model_path: str  # their tinker:// path
+    model_id: str  # "" for the base model
+    sampler_path: str  # the sampler weights' file ("" for the base model)
+    model_path: str  # their tinker:// path ("" for the base model)
+    base_model: str = ""  # sampling the untrained base model: its name
+    session_id: str = ""  # ... and the hidden session on its host that samples it
 
 
 class Models:
@@ -179,19 +182,34 @@ class Models:
 
     # ---- sampling -----------------------------------------------------------------------------
     def new_sampling_session(self, tenant: str, *, model_path: str | None = None, base_model: str | None = None) -> str:
-        if not model_path:
-            raise StatusError("UNIMPLEMENTED", "sampling a base model without a trained model is not supported yet; "
-                                               "pass model_path (a tinker://.../sampler_weights/... path)")
-        sampler_path = self.resolve(tenant, model_path, "sampler_weights")
+        """A sampling session on saved sampler weights (``model_path``) or on the untrained
+        ``base_model``: a hidden LoRA-less sampler session on the base model's host, one per
+        tenant and base model (SessionManager's ``request_id`` makes repeats find it)."""
         sid = f"ss-{uuid.uuid4().hex[:12]}"
+        if model_path:
+            sampler_path = self.resolve(tenant, model_path, "sampler_weights")
+            target = SamplingSession(tenant, model_path[len("tinker://"):].split("/")[0], sampler_path, model_path)
+        elif base_model and str(base_model).strip():
+            name = str(base_model).strip()
+            request = SessionRequest(base_model=name, lora_rank=1, request_id=f"tinker-base-sampler:{name}")
+            session = self.sessions.create(tenant, request, self.free() if self.free is not None else None)
+            target = SamplingSession(tenant, "", "", "", base_model=name, session_id=session.id)
+        else:
+            raise StatusError("INVALID_ARGUMENT", "model_path or base_model: pass one (a tinker://.../sampler_weights/... "
+                                                  "path, or the name of a base model to sample untrained)")
         with self._lock:
-            self._sampling[sid] = SamplingSession(tenant, model_path[len("tinker://"):].split("/")[0], sampler_path, model_path)
+            self._sampling[sid] = target
         return sid
+
+    def _sampling_session(self, tenant: str, target: SamplingSession) -> Session:
+        if target.session_id:
+            return self.sessions.get(tenant, target.session_id)
+        return self.session(tenant, target.model_id)
 
     def sampler_info(self, tenant: str, sampler_id: str) -> dict[str, Any]:
         s = self.sampling_model(tenant, {"sampling_session_id": sampler_id})
-        session = self.session(tenant, s.model_id)
-        return {"sampler_id": sampler_id, "base_model": session.info.get("base_model"), "model_path": s.model_path}
+        session = self._sampling_session(tenant, s)
+        return {"sampler_id": sampler_id, "base_model": session.info.get("base_model"), "model_path": s.model_path or None}
 
     def weights_info(self, tenant: str, path: str) -> dict[str, Any]:
         kind = path[len("tinker://"):].split("/")[1] if path.count("/") >= 4 else "weights"
@@ -201,41 +219,38 @@ class Models:
         return {"base_model": session.info.get("base_model"), "is_lora": rank > 0, "lora_rank": rank or None}
 
     def sampling_model(self, tenant: str, body: Mapping[str, Any]) -> SamplingSession:
+        """The sampling session a request names; a ``SampleRequest``'s fields are checked here,
+        before any work is queued."""
+        if body.get("prompt") is not None:
+            prompt, _, _ = sampling.sample_args(body)
+            sampling.LogprobRequest.of(body, len(prompt))
         sid = body.get("sampling_session_id")
-        if not sid and body.get("model_path"):
-            sid = self.new_sampling_session(tenant, model_path=str(body["model_path"]))
+        if not sid and (body.get("model_path") or body.get("base_model")):
+            sid = self.new_sampling_session(tenant, model_path=body.get("model_path"), base_model=body.get("base_model"))
         with self._lock:
             s = self._sampling.get(str(sid or ""))
         if s is None or s.tenant != tenant:
             raise StatusError("NOT_FOUND", f"sampling_session_id: no sampling session {sid!r}")
         return s
 
-    def sample(self, tenant: str, body: Mapping[str, Any], target: SamplingSession) -> list[dict[str, Any]]:
-        if body.get("prompt_logprobs") or body.get("topk_prompt_logprobs") or body.get("topk_sample_logprobs"):
-            raise StatusError("UNIMPLEMENTED", "prompt_logprobs and top-k logprobs are not supported yet")
-        session = self.session(tenant, target.model_id)
-        prompt = _prompt_tokens(body.get("prompt") or {})
-        p = body.get("sampling_params") or {}
-        params: dict[str, Any] = {"max_tokens": int(p.get("max_tokens") or 0), "top_k": int(p.get("top_k") or 0)}
-        for name in ("temperature", "top_p", "seed"):
-            if p.get(name) is not None:
-                params[name] = p[name]
-        if p.get("top_k", -1) in (-1, None):
-            params["top_k"] = 0
-        stop = p.get("stop")
-        if stop:
-            key = "stop_token_ids" if all(isinstance(x, int) for x in stop) else "stop"
-            params[key] = list(stop) if isinstance(stop, list) else [stop]
-        n = int(body.get("num_samples") or 1)
-        if params["max_tokens"] <= 0:
-            raise StatusError("INVALID_ARGUMENT", "sampling_params.max_tokens: must be > 0")
+    def sample(self, tenant: str, body: Mapping[str, Any], target: SamplingSession) -> dict[str, Any]:
+        """A ``SampleRequest``: the samples, then (when asked) one ``score`` call for prompt logprobs
+        and top-k logprobs; the answer :func:`.protowire.sample_response` writes."""
+        session = self._sampling_session(tenant, target)
+        prompt, params, n = sampling.sample_args(body)
+        wants = sampling.LogprobRequest.of(body, len(prompt))
         try:
             tinker_ops.check_sample([len(prompt)], params["max_tokens"], n, session.info.get("context_length"), self.limits)
         except ValueError as e:
             raise StatusError("INVALID_ARGUMENT", str(e)) from None
-        kwargs = {"prompts": [prompt], "params": params, "num_samples": n, "sampler_path": target.sampler_path}
-        rows = self.sessions.run(session, "", lambda call: call("sample", kwargs))
-        return list(rows[0])
+        where = {"sampler_path": target.sampler_path, "base": bool(target.base_model)}
+        kwargs = {"prompts": [prompt], "params": params, "num_samples": n, **where}
+        samples = list(self.sessions.run(session, "", lambda call: call("sample", kwargs))[0])
+        scores: list[Any] = []
+        if wants.wanted:
+            score = {"sequences": wants.sequences(prompt, samples), "topk": max(wants.topk_prompt, wants.topk_sample), **where}
+            scores = self.sessions.run(session, "", lambda call: call("score", score))
+        return sampling.answer(wants, prompt, samples, scores)
 
 
 def reduction_named(metrics: Mapping[str, float]) -> dict[str, float]:
@@ -259,14 +274,3 @@ def _datum(d: Mapping[str, Any], i: int) -> dict[str, Any]:
     if "target_tokens" not in out:
         raise StatusError("INVALID_ARGUMENT", f"data[{i}].loss_fn_inputs.target_tokens: is missing")
     return out
-
-
-def _prompt_tokens(model_input: Mapping[str, Any]) -> list[int]:
-    tokens: list[int] = []
-    for chunk in model_input.get("chunks") or []:
-        if chunk.get("type", "encoded_text") != "encoded_text":
-            raise StatusError("INVALID_ARGUMENT", f"prompt.chunks: {chunk.get('type')!r} chunks are not supported (text tokens only)")
-        tokens.extend(int(t) for t in chunk.get("tokens") or [])
-    if not tokens:
-        raise StatusError("INVALID_ARGUMENT", "prompt: has no tokens")
-    return tokens
