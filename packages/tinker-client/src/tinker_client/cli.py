@@ -348,6 +348,7 @@ register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
 PLUGIN_COMMANDS = {
     "train": ("tinker-algos", "or run it on a scheduler: 'opentinker train CONFIG --scheduler HOST:PORT'"),
     "scheduler": ("tinker-scheduler", None),
+    "serve": ("tinker-serve", "or pip install 'opentinker[serve]'"),
 }
 """Commands that other packages add -> (the distribution to install, another way when there is one)."""
 
@@ -386,7 +387,9 @@ def _install_hint(name: str) -> Callable[[typer.Context], None]:
             # `train CONFIG --scheduler ADDR` is `submit CONFIG --watch`: no trainer needed here
             code = submit_command().main([*ctx.args, "--watch"], prog_name="opentinker train", standalone_mode=False)
             raise typer.Exit(code or 0)
-        hint = f"pip install {distribution}" + (f"; {alternative}" if alternative else "")
+        from rich.markup import escape
+
+        hint = escape(f"pip install {distribution}" + (f"; {alternative}" if alternative else ""))  # keep [extras]
         fail(f"'opentinker {name}' needs {distribution}, which is not installed (or not allowed by OPENTINKER_LOAD_PLUGINS)", hint)
 
     return missing
