@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "tinker_core": set(),
     "tinker_client": {"tinker_core"},
     "tinker_algos": {"tinker_core"},
-    "tinker_scheduler": {"tinker_core", "tinker_algos"},
+    "tinker_scheduler": {"tinker_core", "tinker_algos", "tinker_serve"},
     "tinker_serve": {"tinker_core", "tinker_algos"},
     **{env: {"tinker_core"} for env in ENVS},
 }

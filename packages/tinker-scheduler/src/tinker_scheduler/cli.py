@@ -99,6 +99,9 @@ def start(
     tinker_port: Annotated[
         int | None, typer.Option(help="Also serve the Tinker API (official tinker SDK) over HTTP on this port; 0 picks one. Off by default.")
     ] = None,
+    serve_port: Annotated[
+        int | None, typer.Option(help="Also serve finished LoRA jobs with OpenAI's API (completions, chat, a chat page) on this port; 0 picks one. Off by default.")
+    ] = None,
 ) -> None:
     """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
     import logging
@@ -139,6 +142,8 @@ def start(
         _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
     if tinker_port is not None and not 0 <= tinker_port <= 65535:
         _fail(f"--tinker-port: {tinker_port} is not a port number", "use 0-65535 (0 picks a free one)")
+    if serve_port is not None and not 0 <= serve_port <= 65535:
+        _fail(f"--serve-port: {serve_port} is not a port number", "use 0-65535 (0 picks a free one)")
     if mode == AuthMode.NONE and not _is_loopback(host):
         typer.echo(
             f"warning: --auth none on {host} lets anyone who can reach it submit jobs; "
@@ -169,6 +174,17 @@ def start(
         except OSError as e:
             scheduler.stop()
             _fail(f"--tinker-port: {e}", code=1)
+    route = None
+    if serve_port is not None:
+        from tinker_scheduler import serve_route
+
+        try:
+            route = serve_route.serve(scheduler, host, serve_port, tinker=serve_route.tinker_models(gateway))
+        except OSError as e:
+            if gateway is not None:
+                gateway.stop()
+            scheduler.stop()
+            _fail(f"--serve-port: {e}", code=1)
 
     stop = threading.Event()
 
@@ -188,11 +204,15 @@ def start(
     )
     if gateway is not None:
         typer.echo(f"tinker API at {gateway.url} (tinker.ServiceClient(base_url=..., api_key='tml-<tenant key>'))")
+    if route is not None:
+        typer.echo(f"OpenAI API at {route.url}/v1 (openai.OpenAI(base_url=..., api_key='<tenant key>'); models: job ids)")
     sys.stdout.flush()
     while not stop.wait(0.5):
         pass
     typer.echo("shutting down: asking running jobs to checkpoint...")
     sys.stdout.flush()
+    if route is not None:
+        route.stop()
     if gateway is not None:
         gateway.stop()
     scheduler.stop()

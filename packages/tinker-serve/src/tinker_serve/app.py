@@ -3,7 +3,8 @@
 Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions`` (``stream:
 true`` answers server-sent events ending with ``data: [DONE]``), vLLM's ``POST
 /v1/load_lora_adapter`` and ``POST /v1/unload_lora_adapter``, ``GET /health`` and ``GET /`` (a
-chat page). With an API key every ``/v1`` route wants ``Authorization: Bearer KEY`` (401
+chat page). The models come from a :class:`~tinker_serve.backend.Backend` (``opentinker serve``:
+one base model and its adapters). With an API key every ``/v1`` route wants ``Authorization: Bearer KEY`` (401
 otherwise). Every error is OpenAI-shaped (:class:`tinker_serve.protocol.APIError`): 400 for bad
 parameters, malformed JSON and prompts longer than the context, 401, 404 for an unknown model or
 route; an unexpected failure is a 500 whose body names no more than its type (the traceback goes
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import time
@@ -29,9 +29,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tinker_algos.sampler import SamplingParams
+from tinker_serve.backend import Backend, LocalBackend
 from tinker_serve.engine import Event, TokenInfo
 from tinker_serve.engine import Request as EngineRequest
 from tinker_serve.protocol import (
@@ -51,43 +53,39 @@ DEFAULT_CHAT_MAX_TOKENS = 512
 """``max_tokens`` of a chat request that gives none (capped by what the context has left)."""
 
 
-def create_app(served: ServedModels, *, api_key: str | None = None) -> FastAPI:
-    """The ASGI app; its lifespan starts and stops the engine's thread."""
+def create_app(served: ServedModels | Backend, *, api_key: str | None = None) -> FastAPI:
+    """The ASGI app over one :class:`ServedModels` (with ``api_key``: callers must send it) or
+    any :class:`~tinker_serve.backend.Backend`; its lifespan starts and stops the engines."""
+    backend: Backend = LocalBackend(served, api_key) if isinstance(served, ServedModels) else served
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        served.engine.start()
+        backend.start()
         try:
             yield
         finally:
-            served.engine.stop()
+            backend.stop()
 
     app = FastAPI(title="opentinker serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.served = served
+    app.state.backend = backend
+    if isinstance(served, ServedModels):
+        app.state.served = served
 
     async def authorize(request: Request) -> None:
-        if not api_key:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if not given:
-            raise APIError(401, "You didn't provide an API key: send 'Authorization: Bearer KEY'.", code="invalid_api_key")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-            raise APIError(401, "Incorrect API key provided.", code="invalid_api_key")
+        request.state.caller = await run_in_threadpool(backend.caller, request.headers)
+
+    async def lookup(request: Request, name: str) -> ServedModels:
+        return await run_in_threadpool(backend.lookup, request.state.caller, name)
 
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(authorize)])
 
     @v1.get("/models")
-    async def list_models() -> dict[str, Any]:
-        data = [
-            {"id": m.name, "object": "model", "created": m.created, "owned_by": "opentinker",
-             "root": m.source, "parent": None if m.adapter is None else served.base_name}
-            for m in served.models.values()
-        ]
-        return {"object": "list", "data": data}
+    async def list_models(request: Request) -> dict[str, Any]:
+        return {"object": "list", "data": await run_in_threadpool(backend.list_models, request.state.caller)}
 
     @v1.post("/completions", response_model=None)
     async def completions(body: CompletionRequest, http: Request) -> Any:
+        served = await lookup(http, body.model)
         model = served.get(body.model)
         body.refuse_unsupported(("suffix", "best_of"))
         if body.echo:
@@ -102,6 +100,7 @@ def create_app(served: ServedModels, *, api_key: str | None = None) -> FastAPI:
 
     @v1.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatRequest, http: Request) -> Any:
+        served = await lookup(http, body.model)
         model = served.get(body.model)
         body.refuse_unsupported(("tools", "functions", "response_format", "suffix"))
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
@@ -119,21 +118,23 @@ def create_app(served: ServedModels, *, api_key: str | None = None) -> FastAPI:
             return _sse(_stream_chat(served, model.name, ids, params, body, top))
         return await _chat(served, model.name, ids, params, body, top, http)
 
-    @v1.post("/load_lora_adapter")
-    def load_lora_adapter(body: LoadAdapterRequest) -> PlainTextResponse:
-        served.load_adapter(body.lora_name, body.lora_path)
-        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
+    if backend.hot_loading:
+        @v1.post("/load_lora_adapter")
+        def load_lora_adapter(body: LoadAdapterRequest, request: Request) -> PlainTextResponse:
+            backend.load_adapter(request.state.caller, body.lora_name, body.lora_path)
+            return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
-    @v1.post("/unload_lora_adapter")
-    def unload_lora_adapter(body: UnloadAdapterRequest) -> PlainTextResponse:
-        served.unload_adapter(body.lora_name)
-        return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
+        @v1.post("/unload_lora_adapter")
+        def unload_lora_adapter(body: UnloadAdapterRequest, request: Request) -> PlainTextResponse:
+            backend.unload_adapter(request.state.caller, body.lora_name)
+            return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
     app.include_router(v1)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "rows": served.engine.active_rows, "waiting": served.engine.waiting}
+        engines = backend.engines()
+        return {"status": "ok", "rows": sum(e.active_rows for e in engines), "waiting": sum(e.waiting for e in engines)}
 
     @app.get("/", response_class=HTMLResponse)
     async def chat_page() -> HTMLResponse:
