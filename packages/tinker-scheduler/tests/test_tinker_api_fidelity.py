@@ -10,8 +10,8 @@ names, Adam's parameters and their defaults. On this CPU the two results are bit
 the saved float32 adapter weights with ``torch.allclose(rtol=1e-5, atol=1e-7)``: room only for
 float reduction order (e.g. the two sessions on hosts with other thread counts), while any
 translation difference (a weight, a shifted target, an Adam default) is orders of magnitude
-larger. After one Adam step ``lora_A`` is still its seeded init (its gradient is 0 while
-``lora_B`` is 0), so equal ``lora_A`` also checks that both paths derive the same init.
+larger. After one step ``lora_A`` is its seeded init moved only by weight decay (its gradient is
+0 while ``lora_B`` is 0), so equal ``lora_A`` also checks that both paths derive the same init.
 """
 
 from __future__ import annotations
