@@ -110,6 +110,12 @@ class SchedulerConfig:
     max_tokens_per_request: int = _LIMITS.max_tokens
     #: The largest ``max_tokens`` (new tokens per sequence) a TrainingService Sample may ask for.
     max_new_tokens_per_sample: int = _LIMITS.max_new_tokens
+    #: Tinker API gateway: a client session (``tinker.ServiceClient``, which heartbeats every
+    #: 10 s) not heard from this long expires and its models are unloaded (their saved
+    #: checkpoints remain).
+    tinker_session_timeout_s: float = 600.0
+    #: Tinker API gateway: the largest request body accepted (larger: 413).
+    tinker_max_request_bytes: int = MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         for name in _PATH_OPTIONS:
@@ -127,6 +133,9 @@ class SchedulerConfig:
             raise ValueError(f"max_retries must be >= 0 (got {self.max_retries})")
         if self.max_jobs_per_host < 0:
             raise ValueError(f"max_jobs_per_host must be >= 0 (0: no shared hosts), got {self.max_jobs_per_host}")
+        if not self.tinker_session_timeout_s > 0 or self.tinker_max_request_bytes < 1:
+            raise ValueError("tinker_session_timeout_s must be > 0 and tinker_max_request_bytes >= 1 (got "
+                             f"{self.tinker_session_timeout_s!r}, {self.tinker_max_request_bytes!r})")
         for name in _LIMIT_OPTIONS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

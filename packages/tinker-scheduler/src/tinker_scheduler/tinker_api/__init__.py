@@ -4,8 +4,10 @@
 process); :func:`serve` does the same for an in-process :class:`~tinker_scheduler.scheduler.Scheduler`.
 Point the SDK at it with ``tinker.ServiceClient(base_url="http://HOST:PORT", api_key="tml-<tenant key>")``.
 Modules: :mod:`.app` (routes), :mod:`.futures` (request ids, ordered per model),
-:mod:`.translate` (requests onto TrainingService sessions), :mod:`.protowire` (the protobuf
-messages the SDK uses), :mod:`.auth` (``tml-`` keys). See docs/guides/tinker-api.md.
+:mod:`.translate` (requests onto TrainingService sessions), :mod:`.records` (what survives a
+restart, in the scheduler's SQLite store), :mod:`.listings` (the REST listings),
+:mod:`.protowire` (the protobuf messages the SDK uses), :mod:`.auth` (``tml-`` keys). See
+docs/guides/tinker-api.md.
 """
 
 from __future__ import annotations
@@ -47,17 +49,24 @@ class Gateway:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self.app.state.expiry.stop()
         self.app.state.futures.close()
+        self.app.state.futures.records.close()
         self._socket.close()
 
 
 def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0) -> Gateway:
     """Serve the Tinker API of a started ``scheduler`` on ``host:port`` (0: a free port)."""
     from tinker_scheduler.tinker_api.app import create_app
+    from tinker_scheduler.tinker_api.records import Records
     from tinker_scheduler.tinker_api.translate import Models
 
     if scheduler.training is None:
         raise RuntimeError("start the scheduler before its Tinker API")
     jobs = getattr(scheduler, "jobs", None)
-    models = Models(scheduler.training, free=getattr(jobs, "free", None), limits=scheduler.config.request_limits)
-    return Gateway(create_app(models, scheduler.store, scheduler.config.auth), host, port)
+    config = scheduler.config
+    models = Models(scheduler.training, Records(scheduler.store.path), free=getattr(jobs, "free", None),
+                    limits=config.request_limits)
+    app = create_app(models, scheduler.store, config.auth, session_timeout_s=config.tinker_session_timeout_s,
+                     max_request_bytes=config.tinker_max_request_bytes)
+    return Gateway(app, host, port)

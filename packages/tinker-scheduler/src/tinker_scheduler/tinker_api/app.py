@@ -1,19 +1,24 @@
 """The HTTP routes of the Tinker API (``/api/v1/...``) as a FastAPI app.
 
-Quick calls (sessions, ``get_info``, ``create_sampling_session``) answer at once. Long ones
-(``create_model``, ``forward_backward``, ``optim_step``, weights, ``asample``) answer a request id
-and run in order per model (:mod:`.futures`); ``retrieve_future`` waits up to
-:data:`POLL_WAIT_S` for the result and otherwise answers ``{"type": "try_again"}``, which the SDK
-polls again. ``ForwardBackwardOutput`` and ``SampleResponse`` results are protobuf (as the SDK
-reads them, :mod:`.protowire`); the rest is JSON. Errors are JSON ``{"detail": ...}`` with the
-HTTP status of their gRPC code (:data:`HTTP_STATUS`); a failed long request answers
-``{"error": ..., "category": "user" | "server"}`` to ``retrieve_future``.
+Quick calls (sessions, ``get_info``, ``create_sampling_session``, the REST listings) answer at
+once. Long ones (``create_model``, ``forward_backward``, ``optim_step``, weights, ``asample``)
+answer a request id and run in order per model (:mod:`.futures`); ``retrieve_future`` waits up to
+:data:`POLL_WAIT_S` for the answer and otherwise answers ``{"type": "try_again"}``, which the SDK
+polls again. ``ForwardBackwardOutput`` and ``SampleResponse`` answers are protobuf (as the SDK
+reads them, :mod:`.protowire`); the rest is JSON.
+
+Errors are JSON ``{"detail": ..., "code": ...}`` with the HTTP status of their gRPC code
+(:data:`HTTP_STATUS`), never a traceback; a failed long request answers ``{"error": ...,
+"category": "user" | "server"}`` to ``retrieve_future``. The SDK retries 408, 409, 429 and 5xx,
+so what retrying cannot fix is 4xx. Client sessions not heard from (``session_heartbeat``) for
+``session_timeout_s`` expire and their models are unloaded (:class:`Expiry`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -21,13 +26,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tinker_scheduler.auth import AuthError, AuthMode
 from tinker_scheduler.errors import StatusError, classify
 from tinker_scheduler.store import JobStore
-from tinker_scheduler.tinker_api import protowire
+from tinker_scheduler.tinker_api import listings, protowire
 from tinker_scheduler.tinker_api.auth import tenant_of
-from tinker_scheduler.tinker_api.futures import Futures
+from tinker_scheduler.tinker_api.futures import Answer, Futures
 from tinker_scheduler.tinker_api.translate import Models
 
 logger = logging.getLogger("tinker_scheduler.tinker_api")
@@ -37,23 +44,92 @@ POLL_WAIT_S = 5.0
 #: gRPC status code names -> HTTP status. Unimplemented features are 400: the SDK retries 5xx.
 HTTP_STATUS = {"INVALID_ARGUMENT": 400, "UNIMPLEMENTED": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
                "NOT_FOUND": 404, "FAILED_PRECONDITION": 409, "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 429,
-               "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504, "CANCELLED": 499}
+               "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504, "CANCELLED": 499,
+               "REQUEST_TOO_LARGE": 413, "GONE": 410}
 #: Base models listed by ``get_server_capabilities`` (others the scheduler allows load too).
 LISTED_MODELS = ("tiny",)
 PROTOBUF = "application/x-protobuf"
+#: Starlette's own HTTP errors (unknown route, method) -> a code name for the body.
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "REQUEST_TOO_LARGE"}
 
 
-def _error(code: str, message: str) -> JSONResponse:
-    return JSONResponse({"detail": message, "code": code}, status_code=HTTP_STATUS.get(code, 500))
+def _error(code: str, message: str, status: int | None = None) -> JSONResponse:
+    return JSONResponse({"detail": message, "code": code}, status_code=status or HTTP_STATUS.get(code, 500))
 
 
-def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
+class BodyLimit:
+    """Refuses request bodies over ``limit`` bytes with 413: at once by ``Content-Length``, or
+    when a streamed body grows past it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"the request body is larger than the gateway's limit of {self.limit} bytes (tinker_max_request_bytes)"
+        length = dict(scope["headers"]).get(b"content-length", b"0")
+        if not length.isdigit() or int(length) > self.limit:
+            await _error("REQUEST_TOO_LARGE", too_large)(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                raise StatusError("REQUEST_TOO_LARGE", too_large)
+            return message
+
+        await self.app(scope, limited, send)
+
+
+class Expiry:
+    """A thread that expires client sessions without a heartbeat for ``timeout_s`` and unloads
+    their models (checking every quarter of the timeout, at most every 5 s)."""
+
+    def __init__(self, models: Models, futures: Futures, timeout_s: float) -> None:
+        self.models, self.futures, self.timeout_s = models, futures, timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tinker-session-expiry", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(max(0.05, min(5.0, self.timeout_s / 4))):
+            try:
+                self.expire()
+            except Exception:  # noqa: BLE001 - keep expiring
+                logger.exception("expiring Tinker sessions failed")
+
+    def expire(self, now: float | None = None) -> None:
+        """Expire the sessions last heard from before ``now`` (default: the time) minus the timeout."""
+        records = self.models.records
+        records.expire_sessions((time.time() if now is None else now) - self.timeout_s)
+        for m in records.live_models_of_expired():
+            logger.info("Tinker session %s expired: unloading model %s", m.client_session, m.model_id)
+            try:
+                self.models.unload(m.tenant, m.model_id, "expired")
+            except StatusError:
+                records.set_model_state(m.model_id, "expired")
+            self.futures.close_queue(m.model_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeout_s: float = 600.0,
+               max_request_bytes: int = 64 * 1024 * 1024) -> FastAPI:
     """The gateway's app over ``models``; keys are checked against ``store`` in mode ``auth``."""
     app = FastAPI(title="OpenTinker Tinker API", docs_url=None, redoc_url=None, openapi_url=None)
-    futures = Futures()
-    client_sessions: dict[str, str] = {}  # SDK session id -> tenant
-    lock = threading.Lock()
+    app.add_middleware(BodyLimit, limit=max_request_bytes)
+    records = models.records
+    futures = Futures(records)
     app.state.futures = futures
+    app.state.expiry = Expiry(models, futures, session_timeout_s)
 
     @app.exception_handler(StatusError)
     async def status_error(_: Request, e: StatusError) -> JSONResponse:
@@ -70,7 +146,12 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def bad_body(_: Request, e: RequestValidationError) -> JSONResponse:
         first = (e.errors() or [{}])[0]
-        return _error("INVALID_ARGUMENT", f"the request body is not a JSON object ({first.get('msg', 'invalid')})")
+        where = ".".join(str(p) for p in first.get("loc", ())[1:])
+        return _error("INVALID_ARGUMENT", f"{where or 'the request body'}: {first.get('msg', 'invalid')}")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, e: HTTPException) -> JSONResponse:  # unknown routes and methods
+        return _error(_HTTP_CODES.get(e.status_code, "HTTP_ERROR"), str(e.detail), e.status_code)
 
     @app.exception_handler(Exception)
     async def failed(_: Request, e: Exception) -> JSONResponse:  # a status and one line, never a traceback
@@ -88,6 +169,14 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
 
     def later(tenant: str, model_id: str, fn: Callable[[], Any]) -> dict[str, Any]:
         return {"request_id": futures.submit(tenant, model_id, fn), "model_id": model_id}
+
+    async def on_model(request: Request, fn: Callable[[str, dict[str, Any]], Any]) -> dict[str, Any]:
+        """The shape of most long requests: the caller's live model ``model_id``, then ``fn(tenant,
+        body)`` in the model's turn."""
+        tenant, body = await body_of(request)
+        model_id = str(body.get("model_id") or "")
+        models.session(tenant, model_id)
+        return later(tenant, model_id, lambda: fn(tenant, body))
 
     # ---- service --------------------------------------------------------------------------------
     @app.get("/api/v1/healthz")
@@ -121,22 +210,36 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
     async def create_session(request: Request) -> dict[str, Any]:
         tenant, _ = await body_of(request)
         sid = f"cs-{uuid.uuid4().hex[:12]}"
-        with lock:
-            client_sessions[sid] = tenant
+        records.add_session(sid, tenant)
         return {"type": "create_session", "session_id": sid}
 
     @app.post("/api/v1/session_heartbeat")
     async def heartbeat(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
-        own_session(tenant, body)
+        sid = str(body.get("session_id"))
+        state = records.heartbeat(tenant, sid)
+        if state == "expired":  # 410: the SDK stops heartbeating
+            raise StatusError("GONE", f"session_id: session {sid!r} expired (no heartbeat for {session_timeout_s:g} s)")
+        if state is None:
+            raise StatusError("NOT_FOUND", f"session_id: no session {sid!r}")
         return {"type": "session_heartbeat"}
+
+    @app.post("/api/v1/sessions/{session_id}/finish")
+    async def finish_session(request: Request, session_id: str) -> dict[str, Any]:
+        # ServiceClient's close (a `with` block's end); the session's models stay until it expires
+        if records.session_state(tenant_of(store, auth, request.headers), session_id) is None:
+            raise StatusError("NOT_FOUND", f"session_id: no session {session_id!r}")
+        return {}
 
     # ---- models ---------------------------------------------------------------------------------
     def own_session(tenant: str, body: dict[str, Any]) -> None:
-        with lock:
-            owner = client_sessions.get(str(body.get("session_id")))
-        if owner != tenant:
-            raise StatusError("NOT_FOUND", f"session_id: no session {body.get('session_id')!r}")
+        sid = str(body.get("session_id"))
+        state = records.session_state(tenant, sid)
+        if state == "expired":
+            raise StatusError("NOT_FOUND", f"session_id: session {sid!r} expired (no heartbeat for "
+                                           f"{session_timeout_s:g} s); create a new ServiceClient")
+        if state is None:
+            raise StatusError("NOT_FOUND", f"session_id: no session {sid!r}")
 
     @app.post("/api/v1/create_model")
     async def create_model(request: Request) -> dict[str, Any]:
@@ -152,10 +255,7 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
 
     @app.post("/api/v1/unload_model")
     async def unload_model(request: Request) -> dict[str, Any]:
-        tenant, body = await body_of(request)
-        model_id = str(body.get("model_id", ""))
-        models.session(tenant, model_id)
-        return later(tenant, model_id, lambda: models.unload(tenant, model_id))
+        return await on_model(request, lambda tenant, body: models.unload(tenant, str(body["model_id"])))
 
     # ---- training -------------------------------------------------------------------------------
     @app.post("/api/v1/forward_backward")
@@ -169,32 +269,23 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
         model_id = decoded["model_id"]
         models.session(tenant, model_id)
 
-        def run() -> Response:
+        def run() -> Answer:
             logprobs, metrics = models.forward_backward(tenant, decoded)
-            return Response(protowire.forward_backward_output(logprobs, metrics), media_type=PROTOBUF)
+            return Answer(protowire.forward_backward_output(logprobs, metrics), PROTOBUF)
 
         return later(tenant, model_id, run)
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request) -> dict[str, Any]:
-        tenant, body = await body_of(request)
-        model_id = str(body.get("model_id", ""))
-        models.session(tenant, model_id)
-        return later(tenant, model_id, lambda: models.optim_step(tenant, body))
+        return await on_model(request, models.optim_step)
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request) -> dict[str, Any]:
-        tenant, body = await body_of(request)
-        model_id = str(body.get("model_id", ""))
-        models.session(tenant, model_id)
-        return later(tenant, model_id, lambda: models.save(tenant, body, "weights"))
+        return await on_model(request, lambda tenant, body: models.save(tenant, body, "weights"))
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_weights_for_sampler(request: Request) -> dict[str, Any]:
-        tenant, body = await body_of(request)
-        model_id = str(body.get("model_id", ""))
-        models.session(tenant, model_id)
-        return later(tenant, model_id, lambda: models.save(tenant, body, "sampler_weights"))
+        return await on_model(request, lambda tenant, body: models.save(tenant, body, "sampler_weights"))
 
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request) -> dict[str, Any]:
@@ -219,8 +310,8 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
         tenant, body = await body_of(request)
         target = models.sampling_model(tenant, body)
 
-        def run() -> Response:
-            return Response(protowire.sample_response(models.sample(tenant, body, target)), media_type=PROTOBUF)
+        def run() -> Answer:
+            return Answer(protowire.sample_response(models.sample(tenant, body, target)), PROTOBUF)
 
         request_id = futures.submit(tenant, target.model_id, run)
         n = int(body.get("num_samples") or 1)
@@ -235,21 +326,37 @@ def create_app(models: Models, store: JobStore, auth: AuthMode) -> FastAPI:
         tenant, body = await body_of(request)
         return models.weights_info(tenant, str(body.get("tinker_path", "")))
 
+    # ---- REST listings (RestClient) -------------------------------------------------------------
+    @app.get("/api/v1/training_runs")
+    def training_runs(request: Request, limit: int = 20, offset: int = 0) -> dict[str, Any]:
+        return listings.training_runs(records, tenant_of(store, auth, request.headers), limit, offset)
+
+    @app.get("/api/v1/training_runs/{model_id}")
+    def training_run(request: Request, model_id: str) -> dict[str, Any]:
+        tenant = tenant_of(store, auth, request.headers)
+        return listings.training_run(records, models.record(tenant, model_id))
+
+    @app.get("/api/v1/training_runs/{model_id}/checkpoints")
+    def run_checkpoints(request: Request, model_id: str) -> dict[str, Any]:
+        return listings.checkpoints(records, tenant_of(store, auth, request.headers), model_id)
+
+    @app.get("/api/v1/checkpoints")
+    def user_checkpoints(request: Request, limit: int = 100, offset: int = 0) -> dict[str, Any]:
+        return listings.checkpoints(records, tenant_of(store, auth, request.headers), None, limit, offset)
+
+    @app.delete("/api/v1/training_runs/{model_id}/checkpoints/{checkpoint_id:path}", status_code=204)
+    def delete_checkpoint(request: Request, model_id: str, checkpoint_id: str) -> Response:
+        listings.delete_checkpoint(records, tenant_of(store, auth, request.headers), model_id, checkpoint_id)
+        return Response(status_code=204)
+
     # ---- futures --------------------------------------------------------------------------------
     @app.post("/api/v1/retrieve_future")
-    def retrieve_future(request: Request, body: dict[str, Any]) -> Any:
+    def retrieve_future(request: Request, body: dict[str, Any]) -> Response:
         tenant = tenant_of(store, auth, request.headers)
         request_id = str(body.get("request_id", ""))
-        future = futures.wait(tenant, request_id, POLL_WAIT_S)
-        if future is None:
-            raise StatusError("NOT_FOUND", f"request_id: no request {request_id!r}")
-        if not future.done():
-            return {"type": "try_again", "request_id": request_id, "queue_state": "active"}
-        error = future.exception()
-        if error is not None:
-            code, message = classify(error)
-            category = "server" if code in ("INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED") else "user"
-            return {"error": message, "category": category}
-        return future.result()
+        answer = futures.wait(tenant, request_id, POLL_WAIT_S)
+        if answer is None:
+            return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+        return Response(answer.body, media_type=answer.media_type)
 
     return app

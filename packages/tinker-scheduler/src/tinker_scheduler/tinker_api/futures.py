@@ -3,14 +3,19 @@
 The SDK submits a model's requests one at a time (it takes turns) and then polls
 ``retrieve_future``; each model therefore gets one worker thread that runs its requests in
 arrival order (the :class:`~tinker_scheduler.sessions.SessionManager` serialises them on the host
-as well). A future belongs to the tenant that created it: another tenant polling its id gets the
-same "not found" as for an id that never existed. Finished futures are kept (newest
-:data:`MAX_FUTURES`) so a client may poll again.
+as well). The worker encodes each answer (:class:`Answer`: JSON, protobuf, or a failure
+``{"error": ..., "category": "user" | "server"}``) and stores it in the gateway's
+:class:`~tinker_scheduler.tinker_api.records.Records`, so a client polling across a scheduler
+restart gets it (or, for a request the restart interrupted, a failure saying so). A future
+belongs to the tenant that created it: another tenant polling its id gets the same "not found" as
+for an id that never existed. The newest :data:`MAX_FUTURES` stay in memory too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import threading
 import uuid
 from collections import OrderedDict
@@ -20,20 +25,48 @@ from concurrent.futures import TimeoutError as WaitTimeout
 from dataclasses import dataclass
 from typing import Any
 
-#: Futures kept (finished or not); the oldest are forgotten first.
-MAX_FUTURES = 4096
+from tinker_scheduler.errors import StatusError, classify
+from tinker_scheduler.tinker_api.records import MAX_FUTURES, Records
+
+logger = logging.getLogger("tinker_scheduler.tinker_api")
+
+JSON = "application/json"
+#: The answer to a future that a scheduler restart interrupted. Category ``user``: the SDK raises
+#: it at once (``RequestFailedError``) instead of retrying.
+RESTARTED = {"error": "the scheduler restarted while this request ran; retry it", "category": "user"}
+#: Failure codes of the server's own making; the rest are the caller's ("user").
+SERVER_CODES = frozenset({"INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A finished request's HTTP body and its media type."""
+
+    body: bytes
+    media_type: str = JSON
+
+    @classmethod
+    def of(cls, result: Any) -> Answer:
+        """A route's result: an :class:`Answer` as it is, a dict as JSON."""
+        return result if isinstance(result, Answer) else cls(json.dumps(result).encode())
+
+    @classmethod
+    def failed(cls, error: BaseException) -> Answer:
+        code, message = classify(error)
+        return cls.of({"error": message, "category": "server" if code in SERVER_CODES else "user"})
 
 
 @dataclass
 class Pending:
     tenant: str
-    future: Future[Any]
+    future: Future[Answer]
 
 
 class Futures:
-    """Request ids -> results, and one ordered worker per model."""
+    """Request ids -> answers, and one ordered worker per model."""
 
-    def __init__(self) -> None:
+    def __init__(self, records: Records | None = None) -> None:
+        self.records = records
         self._futures: OrderedDict[str, Pending] = OrderedDict()
         self._workers: dict[str, ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
@@ -41,34 +74,46 @@ class Futures:
     def submit(self, tenant: str, queue: str, fn: Callable[[], Any]) -> str:
         """Run ``fn`` after the earlier requests of ``queue`` (a model id); its request id."""
         request_id = f"req-{uuid.uuid4().hex}"
+        if self.records is not None:
+            self.records.add_future(request_id, tenant)
+
+        def run() -> Answer:
+            try:
+                answer = Answer.of(fn())
+            except Exception as e:  # noqa: BLE001 - every failure is an answer
+                answer = Answer.failed(e)
+            if self.records is not None:
+                try:
+                    self.records.finish_future(request_id, answer.media_type, answer.body, model_id=queue)
+                except Exception:  # noqa: BLE001 - the answer is still in memory
+                    logger.warning("storing the answer of %s failed", request_id, exc_info=True)
+            return answer
+
         with self._lock:
             worker = self._workers.get(queue)
             if worker is None:
                 worker = self._workers[queue] = ThreadPoolExecutor(1, thread_name_prefix=f"tinker-{queue}")
-            self._futures[request_id] = Pending(tenant, worker.submit(fn))
+            self._futures[request_id] = Pending(tenant, worker.submit(run))
             while len(self._futures) > MAX_FUTURES:
                 self._futures.popitem(last=False)
         return request_id
 
-    def done_now(self, tenant: str, result: Any) -> str:
-        """A request id whose answer is already known (quick operations)."""
-        future: Future[Any] = Future()
-        future.set_result(result)
-        request_id = f"req-{uuid.uuid4().hex}"
-        with self._lock:
-            self._futures[request_id] = Pending(tenant, future)
-        return request_id
-
-    def wait(self, tenant: str, request_id: str, timeout: float) -> Future[Any] | None:
-        """The tenant's future ``request_id`` once done or after ``timeout`` s (check ``done()``);
-        None if it has no such future."""
+    def wait(self, tenant: str, request_id: str, timeout: float) -> Answer | None:
+        """The answer of the tenant's request ``request_id``, waiting up to ``timeout`` s; None if
+        it is still running then. NOT_FOUND if the tenant has no such request."""
         with self._lock:
             pending = self._futures.get(request_id)
-        if pending is None or pending.tenant != tenant:
+        if pending is not None and pending.tenant == tenant:
+            with contextlib.suppress(WaitTimeout):
+                return pending.future.result(timeout)
             return None
-        with contextlib.suppress(WaitTimeout):
-            pending.future.exception(timeout)
-        return pending.future
+        stored = self.records.future(tenant, request_id) if self.records is not None and pending is None else None
+        if stored is None:
+            raise StatusError("NOT_FOUND", f"request_id: no request {request_id!r}")
+        state, media_type, body = stored
+        if state == "done":
+            return Answer(body, media_type)
+        return Answer.of(RESTARTED)  # pending in the store, unknown here: a restart interrupted it
 
     def close_queue(self, queue: str) -> None:
         with self._lock:

@@ -1,10 +1,11 @@
 """Tinker requests onto the TrainingService sessions (:class:`~tinker_scheduler.sessions.SessionManager`).
 
-A Tinker *model* (``create_model``) is one training session: its ``model_id`` is the session id.
-Checkpoints are named ``tinker://<model_id>/weights/<name>`` (a saved state) and
-``tinker://<model_id>/sampler_weights/<name>`` (sampler weights); they resolve only through the
-caller's own sessions, so another tenant's path is "not found". A *sampling session* samples from
-saved sampler weights on the model host of the session that saved them.
+A Tinker *model* (``create_model``) is one training session, named by the id the SDK derives
+(``<client session>:train:<seq>``). Checkpoints are named ``tinker://<model_id>/weights/<name>``
+(a saved state) and ``tinker://<model_id>/sampler_weights/<name>`` (sampler weights); they resolve
+only through the caller's own models' records (:mod:`.records`, kept across restarts), so another
+tenant's path is "not found". A *sampling session* samples from saved sampler weights on the
+model host of the session that saved them.
 
 The data alignment, loss names, Adam defaults and sampling defaults are those of
 :mod:`tinker_algos.tinker_ops`, applied by the model hosts; this module only reshapes the JSON
@@ -26,6 +27,7 @@ from tinker_scheduler.errors import StatusError
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.sessions import Session, SessionManager, SessionRequest
 from tinker_scheduler.tinker_api import sampling
+from tinker_scheduler.tinker_api.records import ModelRecord, Records
 from tinker_scheduler.training_service import NAME_RE
 from tinker_scheduler.training_wire import MAX_LORA_RANK
 
@@ -34,6 +36,11 @@ LOSS_INPUTS = {"target_tokens": "target_tokens", "weights": "loss_weights", "adv
                "logprobs": "sampling_logprobs"}
 #: Checkpoint kinds in ``tinker://`` paths -> the session subdirectory holding them.
 PATH_KINDS = {"weights": "states", "sampler_weights": "sampler"}
+#: Why a model recorded in the store has no live session, by its state.
+GONE = {"unloaded": "was unloaded",
+        "expired": "expired: its client session sent no heartbeat for too long (tinker_session_timeout_s)",
+        "restarted": "was lost when the scheduler restarted (its saved checkpoints remain: "
+                     "create_training_client_from_state loads one into a new model)"}
 
 
 @dataclass
@@ -49,9 +56,10 @@ class SamplingSession:
 class Models:
     """The Tinker models and sampling sessions of one gateway."""
 
-    def __init__(self, sessions: SessionManager, *, free: Callable[[], Resources] | None = None,
+    def __init__(self, sessions: SessionManager, records: Records, *, free: Callable[[], Resources] | None = None,
                  limits: tinker_ops.RequestLimits | None = None) -> None:
         self.sessions = sessions
+        self.records = records
         self.free = free
         self.limits = limits or tinker_ops.RequestLimits()
         self._sampling: dict[str, SamplingSession] = {}
@@ -65,27 +73,32 @@ class Models:
         lora = body.get("lora_config") or {}
         rank = int(lora.get("rank", 32))
         model_id = self._model_id(tenant, body)
-        self._new_session(tenant, model_id, str(body.get("base_model", "")), rank, int(lora.get("seed") or 0))
+        self._new_session(tenant, model_id, body, str(body.get("base_model", "")), rank, int(lora.get("seed") or 0))
         return {"model_id": model_id, "type": "create_model"}
 
     def _model_id(self, tenant: str, body: Mapping[str, Any]) -> str:
         model_id = f"{body.get('session_id')}:train:{int(body.get('model_seq_id') or 0)}"
         with self._lock:
-            if model_id in self._ids:
+            if model_id in self._ids or self.records.model(tenant, model_id) is not None:
                 raise StatusError("ALREADY_EXISTS", f"model_seq_id: model {model_id!r} exists already")
         return model_id
 
-    def _new_session(self, tenant: str, model_id: str, base_model: str, rank: int, seed: int) -> None:
+    def _new_session(self, tenant: str, model_id: str, body: Mapping[str, Any], base_model: str, rank: int,
+                     seed: int) -> None:
         if not 0 < rank <= MAX_LORA_RANK:
             raise StatusError("INVALID_ARGUMENT", f"lora_config.rank: must be in 1..{MAX_LORA_RANK} (got {rank}); "
                                                   "full fine-tuning is not served through the Tinker API yet")
         request = SessionRequest(base_model=base_model, lora_rank=rank, seed=seed)
         session = self.sessions.create(tenant, request, self.free() if self.free is not None else None)
+        metadata = {str(k): str(v) for k, v in (body.get("user_metadata") or {}).items()}
+        self.records.add_model(model_id, tenant, str(body.get("session_id", "")), session.id,
+                               str(session.info.get("base_model") or base_model), rank, session.dir, metadata)
         with self._lock:
             self._ids[model_id] = session.id
 
     def session(self, tenant: str, model_id: str) -> Session:
-        """The tenant's session of Tinker model ``model_id``; NOT_FOUND for another tenant's."""
+        """The tenant's live session of Tinker model ``model_id``; NOT_FOUND (saying why when the
+        model was unloaded, expired or lost in a restart) otherwise, also for another tenant's."""
         with self._lock:
             session_id = self._ids.get(model_id, "")
         try:
@@ -94,7 +107,17 @@ class Models:
         except StatusError as e:
             if e.code != "NOT_FOUND":
                 raise
+        record = self.records.model(tenant, model_id)
+        if record is not None and record.state in GONE:
+            raise StatusError("NOT_FOUND", f"model_id: model {model_id!r} {GONE[record.state]}")
         raise StatusError("NOT_FOUND", f"model_id: no model {model_id!r}; create one with create_lora_training_client")
+
+    def record(self, tenant: str, model_id: str) -> ModelRecord:
+        """The tenant's record of model ``model_id`` (live or not); NOT_FOUND for none or another tenant's."""
+        record = self.records.model(tenant, model_id)
+        if record is None:
+            raise StatusError("NOT_FOUND", f"no model {model_id!r}")
+        return record
 
     def info(self, tenant: str, model_id: str) -> dict[str, Any]:
         session = self.session(tenant, model_id)
@@ -107,8 +130,12 @@ class Models:
             "model_name": info.get("base_model"),
         }
 
-    def unload(self, tenant: str, model_id: str) -> dict[str, Any]:
+    def unload(self, tenant: str, model_id: str, state: str = "unloaded") -> dict[str, Any]:
+        """Close the model's session; its record says ``state`` (``unloaded`` or ``expired``)."""
         self.sessions.close_session(self.session(tenant, model_id))
+        with self._lock:
+            self._ids.pop(model_id, None)
+        self.records.set_model_state(model_id, state)
         return {"model_id": model_id, "type": "unload_model"}
 
     # ---- training -----------------------------------------------------------------------------
@@ -151,6 +178,7 @@ class Models:
         target = str(session.dir / PATH_KINDS[kind] / name)
         op = "save_state" if kind == "weights" else "save_weights_for_sampler"
         self.sessions.run(session, "", lambda call: call(op, {"path": target}))
+        self.records.add_checkpoint(tenant, model_id, kind, name, target)
         path = f"tinker://{model_id}/{kind}/{name}"
         out: dict[str, Any] = {"path": path, "type": "save_weights" if kind == "weights" else "save_weights_for_sampler"}
         if kind == "sampler_weights" and not body.get("path"):
@@ -166,19 +194,20 @@ class Models:
         if not model_id:
             model_id = self._model_id(tenant, body)
             info = self.weights_info(tenant, source)
-            self._new_session(tenant, model_id, str(info["base_model"]), int(info["lora_rank"] or 0), 0)
+            self._new_session(tenant, model_id, body, str(info["base_model"]), int(info["lora_rank"] or 0), 0)
         session = self.session(tenant, model_id)
         with_optimizer = bool(body.get("optimizer"))
         self.sessions.run(session, "", lambda call: call("load_state", {"path": path, "with_optimizer": with_optimizer}))
         return {"path": source, "model_id": model_id, "type": "load_weights"}
 
     def resolve(self, tenant: str, path: str, kind: str) -> str:
-        """The file behind a ``tinker://`` path of the caller's own session; NOT_FOUND otherwise."""
-        parts = path[len("tinker://"):].split("/") if path.startswith("tinker://") else []
-        if len(parts) != 3 or parts[1] != kind:
-            raise StatusError("INVALID_ARGUMENT", f"path: {path!r} is not a tinker://<model_id>/{kind}/<name> path")
-        session = self.session(tenant, parts[0])  # NOT_FOUND for another tenant's model
-        return self.sessions.own_path(tenant, str(session.dir / PATH_KINDS[kind] / parts[2]), "path")
+        """The file behind a ``tinker://`` path of the caller's own model (live or from before a
+        restart); NOT_FOUND otherwise."""
+        model_id, _, name = parse_path(path, kind)
+        record = self.records.model(tenant, model_id)  # None for another tenant's model
+        if record is None:
+            raise StatusError("NOT_FOUND", f"path: no checkpoint {path!r}")
+        return self.sessions.own_path(tenant, str(record.dir / PATH_KINDS[kind] / name), "path")
 
     # ---- sampling -----------------------------------------------------------------------------
     def new_sampling_session(self, tenant: str, *, model_path: str | None = None, base_model: str | None = None) -> str:
@@ -212,11 +241,10 @@ class Models:
         return {"sampler_id": sampler_id, "base_model": session.info.get("base_model"), "model_path": s.model_path or None}
 
     def weights_info(self, tenant: str, path: str) -> dict[str, Any]:
-        kind = path[len("tinker://"):].split("/")[1] if path.count("/") >= 4 else "weights"
-        self.resolve(tenant, path, kind if kind in PATH_KINDS else "weights")
-        session = self.session(tenant, path[len("tinker://"):].split("/")[0])
-        rank = int(session.info.get("lora_rank") or 0)
-        return {"base_model": session.info.get("base_model"), "is_lora": rank > 0, "lora_rank": rank or None}
+        model_id, kind, _ = parse_path(path)
+        self.resolve(tenant, path, kind)
+        record = self.record(tenant, model_id)
+        return {"base_model": record.base_model, "is_lora": record.lora_rank > 0, "lora_rank": record.lora_rank or None}
 
     def sampling_model(self, tenant: str, body: Mapping[str, Any]) -> SamplingSession:
         """The sampling session a request names; a ``SampleRequest``'s fields are checked here,
@@ -251,6 +279,15 @@ class Models:
             score = {"sequences": wants.sequences(prompt, samples), "topk": max(wants.topk_prompt, wants.topk_sample), **where}
             scores = self.sessions.run(session, "", lambda call: call("score", score))
         return sampling.answer(wants, prompt, samples, scores)
+
+
+def parse_path(path: str, kind: str = "") -> tuple[str, str, str]:
+    """``(model_id, kind, name)`` of ``tinker://<model_id>/<kind>/<name>`` (of ``kind`` if given)."""
+    parts = path[len("tinker://"):].split("/") if path.startswith("tinker://") else []
+    if len(parts) != 3 or parts[1] not in PATH_KINDS or (kind and parts[1] != kind) or not NAME_RE.match(parts[2]):
+        shape = f"tinker://<model_id>/{kind or 'weights|sampler_weights'}/<name>"
+        raise StatusError("INVALID_ARGUMENT", f"path: {path!r} is not a {shape} path")
+    return parts[0], parts[1], parts[2]
 
 
 def reduction_named(metrics: Mapping[str, float]) -> dict[str, float]:

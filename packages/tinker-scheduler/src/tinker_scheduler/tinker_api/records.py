@@ -1,0 +1,269 @@
+"""The gateway's durable records, in the scheduler's SQLite store (its own connection, its own tables).
+
+What survives a scheduler restart: client sessions (``create_session``, with the time of their
+last heartbeat), models (the Tinker training runs: owner, base model, LoRA rank, the directory of
+their saved files), checkpoints (``tinker://`` paths and their files) and the answers of long
+requests (futures). Live model sessions do not survive: when the gateway opens the store, the
+models still marked ``live`` become ``restarted`` and the futures still ``pending`` become
+``restarted`` (polling one answers "the scheduler restarted while this request ran; retry it").
+A client session's heartbeat clock restarts then too: the scheduler's downtime does not count.
+
+Tables (created if missing, so an older store simply gains them): ``tinker_sessions``,
+``tinker_models``, ``tinker_checkpoints``, ``tinker_futures``. Times are seconds since the epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tinker_scheduler.store_file import open_store_file
+
+#: Finished futures kept; older ones are forgotten (polling one is then "not found").
+MAX_FUTURES = 4096
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tinker_sessions (
+    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    state TEXT NOT NULL DEFAULT 'active'
+);
+CREATE TABLE IF NOT EXISTS tinker_models (
+    model_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    client_session TEXT NOT NULL,
+    training_session TEXT NOT NULL,
+    base_model TEXT NOT NULL,
+    lora_rank INTEGER NOT NULL,
+    dir TEXT NOT NULL,
+    user_metadata TEXT NOT NULL DEFAULT '{}',
+    created_at REAL NOT NULL,
+    last_request_at REAL NOT NULL,
+    state TEXT NOT NULL DEFAULT 'live'
+);
+CREATE INDEX IF NOT EXISTS tinker_models_by_tenant ON tinker_models(tenant, created_at);
+CREATE TABLE IF NOT EXISTS tinker_checkpoints (
+    model_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    file TEXT NOT NULL,
+    size_bytes INTEGER,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (model_id, kind, name)
+);
+CREATE INDEX IF NOT EXISTS tinker_checkpoints_by_tenant ON tinker_checkpoints(tenant, created_at);
+CREATE TABLE IF NOT EXISTS tinker_futures (
+    request_id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL,
+    media_type TEXT NOT NULL DEFAULT '',
+    body BLOB
+);
+"""
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    model_id: str
+    tenant: str
+    client_session: str
+    training_session: str
+    base_model: str
+    lora_rank: int
+    dir: Path
+    user_metadata: dict[str, str]
+    created_at: float
+    last_request_at: float
+    state: str  # live | unloaded | expired | restarted
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    model_id: str
+    kind: str  # weights | sampler_weights
+    name: str
+    file: str
+    size_bytes: int | None
+    created_at: float
+
+    @property
+    def tinker_path(self) -> str:
+        return f"tinker://{self.model_id}/{self.kind}/{self.name}"
+
+
+class Records:
+    """The gateway's tables in the store file ``path``; thread-safe."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._lock = threading.Lock()
+        self._conn = open_store_file(str(path))
+        self._conn.execute("PRAGMA busy_timeout=30000")
+        self._writes = 0
+        self._conn.executescript(SCHEMA)
+        with self._write() as db:
+            now = time.time()
+            db.execute("UPDATE tinker_models SET state = 'restarted' WHERE state = 'live'")
+            db.execute("UPDATE tinker_futures SET state = 'restarted' WHERE state = 'pending'")
+            db.execute("UPDATE tinker_sessions SET last_seen = ? WHERE state = 'active'", (now,))
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # ---- client sessions ------------------------------------------------------------------------
+    def add_session(self, session_id: str, tenant: str) -> None:
+        now = time.time()
+        with self._write() as db:
+            db.execute("INSERT INTO tinker_sessions(id, tenant, created_at, last_seen) VALUES (?, ?, ?, ?)",
+                       (session_id, tenant, now, now))
+
+    def session_state(self, tenant: str, session_id: str) -> str | None:
+        """``active`` or ``expired`` for the tenant's session; None for none (or another tenant's)."""
+        rows = self._query("SELECT state FROM tinker_sessions WHERE id = ? AND tenant = ?", (session_id, tenant))
+        return str(rows[0]["state"]) if rows else None
+
+    def heartbeat(self, tenant: str, session_id: str) -> str | None:
+        """Refresh an active session; its state as :meth:`session_state`."""
+        with self._write() as db:
+            db.execute("UPDATE tinker_sessions SET last_seen = ? WHERE id = ? AND tenant = ? AND state = 'active'",
+                       (time.time(), session_id, tenant))
+        return self.session_state(tenant, session_id)
+
+    def expire_sessions(self, older_than: float) -> list[str]:
+        """Mark active sessions last seen before ``older_than`` expired; their ids."""
+        with self._write() as db:
+            ids = [r["id"] for r in db.execute(
+                "SELECT id FROM tinker_sessions WHERE state = 'active' AND last_seen < ?", (older_than,))]
+            db.executemany("UPDATE tinker_sessions SET state = 'expired' WHERE id = ?", [(i,) for i in ids])
+        return ids
+
+    # ---- models ---------------------------------------------------------------------------------
+    def add_model(self, model_id: str, tenant: str, client_session: str, training_session: str, base_model: str,
+                  lora_rank: int, directory: Path, user_metadata: dict[str, str] | None = None) -> None:
+        now = time.time()
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO tinker_models(model_id, tenant, client_session, training_session, base_model, lora_rank, "
+                "dir, user_metadata, created_at, last_request_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (model_id, tenant, client_session, training_session, base_model, lora_rank, str(directory),
+                 json.dumps(user_metadata or {}), now, now))
+
+    def model(self, tenant: str, model_id: str) -> ModelRecord | None:
+        """The tenant's model record (any state); None for none or another tenant's."""
+        rows = self._query("SELECT * FROM tinker_models WHERE model_id = ? AND tenant = ?", (model_id, tenant))
+        return _model(rows[0]) if rows else None
+
+    def models(self, tenant: str, limit: int, offset: int) -> tuple[list[ModelRecord], int]:
+        """The tenant's models, newest first, and how many it has."""
+        rows = self._query("SELECT * FROM tinker_models WHERE tenant = ? ORDER BY created_at DESC, model_id "
+                           "LIMIT ? OFFSET ?", (tenant, limit, offset))
+        total = self._query("SELECT COUNT(*) FROM tinker_models WHERE tenant = ?", (tenant,))[0][0]
+        return [_model(r) for r in rows], int(total)
+
+    def live_models_of_expired(self) -> list[ModelRecord]:
+        """Live models whose client session expired (also those created while it expired)."""
+        rows = self._query("SELECT * FROM tinker_models WHERE state = 'live' AND client_session IN "
+                           "(SELECT id FROM tinker_sessions WHERE state = 'expired')")
+        return [_model(r) for r in rows]
+
+    def set_model_state(self, model_id: str, state: str) -> None:
+        with self._write() as db:
+            db.execute("UPDATE tinker_models SET state = ? WHERE model_id = ?", (state, model_id))
+
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def add_checkpoint(self, tenant: str, model_id: str, kind: str, name: str, file: str) -> None:
+        size = _size(Path(file))
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO tinker_checkpoints(model_id, kind, name, tenant, file, size_bytes, "
+                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)", (model_id, kind, name, tenant, file, size, time.time()))
+
+    def checkpoints(self, tenant: str, model_id: str | None = None, limit: int = -1, offset: int = 0
+                    ) -> tuple[list[CheckpointRecord], int]:
+        """The tenant's checkpoints (of one model, or all), newest first, and how many there are."""
+        where, params = ("tenant = ? AND model_id = ?", (tenant, model_id)) if model_id else ("tenant = ?", (tenant,))
+        rows = self._query(f"SELECT * FROM tinker_checkpoints WHERE {where} ORDER BY created_at DESC, name "
+                           "LIMIT ? OFFSET ?", (*params, limit, offset))
+        total = self._query(f"SELECT COUNT(*) FROM tinker_checkpoints WHERE {where}", params)[0][0]
+        return [_checkpoint(r) for r in rows], int(total)
+
+    def checkpoint(self, tenant: str, model_id: str, kind: str, name: str) -> CheckpointRecord | None:
+        rows = self._query("SELECT * FROM tinker_checkpoints WHERE tenant = ? AND model_id = ? AND kind = ? AND name = ?",
+                           (tenant, model_id, kind, name))
+        return _checkpoint(rows[0]) if rows else None
+
+    def delete_checkpoint(self, tenant: str, model_id: str, kind: str, name: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM tinker_checkpoints WHERE tenant = ? AND model_id = ? AND kind = ? AND name = ?",
+                       (tenant, model_id, kind, name))
+
+    # ---- futures --------------------------------------------------------------------------------
+    def add_future(self, request_id: str, tenant: str) -> None:
+        with self._write() as db:
+            db.execute("INSERT INTO tinker_futures(request_id, tenant, created_at, state) VALUES (?, ?, ?, 'pending')",
+                       (request_id, tenant, time.time()))
+            self._writes += 1
+            if self._writes % 256 == 0:  # forget the oldest answers now and then
+                db.execute("DELETE FROM tinker_futures WHERE rowid <= (SELECT MAX(rowid) FROM tinker_futures) - ?",
+                           (MAX_FUTURES,))
+
+    def finish_future(self, request_id: str, media_type: str, body: bytes, model_id: str = "") -> None:
+        """Store a future's answer (and the time of its model's last request)."""
+        now = time.time()
+        with self._write() as db:
+            db.execute("UPDATE tinker_futures SET state = 'done', media_type = ?, body = ? WHERE request_id = ?",
+                       (media_type, body, request_id))
+            if model_id:
+                db.execute("UPDATE tinker_models SET last_request_at = ? WHERE model_id = ?", (now, model_id))
+
+    def future(self, tenant: str, request_id: str) -> tuple[str, str, bytes] | None:
+        """``(state, media_type, body)`` of the tenant's future; None for none or another tenant's."""
+        rows = self._query("SELECT state, media_type, body FROM tinker_futures WHERE request_id = ? AND tenant = ?",
+                           (request_id, tenant))
+        return (str(rows[0]["state"]), str(rows[0]["media_type"]), bytes(rows[0]["body"] or b"")) if rows else None
+
+
+def _model(row: sqlite3.Row) -> ModelRecord:
+    return ModelRecord(row["model_id"], row["tenant"], row["client_session"], row["training_session"],
+                       row["base_model"], int(row["lora_rank"]), Path(row["dir"]), json.loads(row["user_metadata"]),
+                       float(row["created_at"]), float(row["last_request_at"]), row["state"])
+
+
+def _checkpoint(row: sqlite3.Row) -> CheckpointRecord:
+    return CheckpointRecord(row["model_id"], row["kind"], row["name"], row["file"], row["size_bytes"],
+                            float(row["created_at"]))
+
+
+def _size(path: Path) -> int | None:
+    """Bytes of a saved file or directory (None if it cannot be read)."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return None
