@@ -17,16 +17,16 @@ larger. After one step ``lora_A`` is its seeded init moved only by weight decay 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 tinker = pytest.importorskip("tinker")
+pytest.importorskip("tinker_scheduler")
 
 from tinker import types  # noqa: E402
-
-from tinker_scheduler.tinker_api import serve  # noqa: E402
 
 os.environ.setdefault("TINKER_TELEMETRY", "0")
 SEQ = [1, 20, 21, 22, 30, 31, 2]
@@ -36,15 +36,18 @@ SEED = 3
 
 
 @pytest.fixture(scope="module")
-def scheduler(ray_session, tmp_path_factory):
+def scheduler():
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_TMPDIR", str(Path(tempfile.gettempdir()) / "opentinker-client-tests-ray"))
+    Path(os.environ["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
     from tinker_scheduler import Scheduler
-    from tinker_scheduler.testing import SLEEP_TRAIN
 
-    tmp = tmp_path_factory.mktemp("tinker-fidelity")
-    s = Scheduler(port=0, db=tmp / "s.db", runs_dir=tmp / "runs", runner=SLEEP_TRAIN, tick_s=0.05,
-                  shutdown_timeout=30.0, paused=True, training_host_backend="local").start()
-    yield s, tmp / "runs", s.store.add_tenant("alice")
-    s.stop()
+    with tempfile.TemporaryDirectory() as tmp:
+        s = Scheduler(port=0, db=Path(tmp) / "s.db", runs_dir=Path(tmp) / "runs", num_cpus=2, paused=True,
+                      runner="tinker_scheduler.testing:sleep_train", training_host_backend="local").start()
+        yield s, Path(tmp) / "runs", s.store.add_tenant("alice")
+        s.stop()
 
 
 def adapter_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -56,6 +59,7 @@ def adapter_tensors(path: Path) -> dict[str, torch.Tensor]:
 
 def test_a_step_through_the_tinker_sdk_equals_the_same_step_through_our_training_client(scheduler) -> None:
     from tinker_client.training import AdamParams, Datum, ServiceClient
+    from tinker_scheduler.tinker_api import serve
 
     s, runs, key = scheduler
     gw = serve(s)
