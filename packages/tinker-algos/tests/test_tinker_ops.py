@@ -275,3 +275,31 @@ def test_cross_entropy_is_tinkers_weighted_negative_logprob_sum():
     batch, extra = datum_batch(data, "cross_entropy", pad_token_id=0)
     lp_B_T = np.array([[0.0, *LP]], dtype=np.float32)
     assert evaluate_loss(lp_B_T, batch, extra, "cross_entropy", {})["loss:sum"] == pytest.approx(-(0.5 * -1.0 + 2.0 * -0.5))
+
+
+def test_score_tokens_gives_each_tokens_logprob_and_the_topk_of_the_models_distribution(policy):
+    import torch
+
+    from tinker_algos.models import LoraSpec, sequence_logprobs
+
+    seqs = [[1, 20, 21, 22], [1, 30]]
+    scored = tinker_ops.score_tokens(policy, seqs, topk=3)
+    for seq, row in zip(seqs, scored, strict=True):
+        ids = torch.tensor([seq])
+        with torch.no_grad():
+            expected = sequence_logprobs(policy.module, ids, torch.ones_like(ids))[0, 1:].numpy()
+            logp = torch.log_softmax(policy.module(input_ids=ids).logits[0, :-1].float(), -1)
+        assert np.isnan(row["logprobs"][0]) and np.allclose(row["logprobs"][1:], expected, atol=1e-5)
+        assert row["topk_ids"].shape == (len(seq), 3) and row["topk_ids"][0].tolist() == [0, 0, 0]
+        assert row["topk_logprobs"][0].tolist() == [tinker_ops.MASK_LOGPROB] * 3
+        np.testing.assert_allclose(row["topk_logprobs"][1:, 0], logp.max(-1).values.numpy(), atol=1e-5)
+        assert (np.diff(row["topk_logprobs"][1:], axis=1) <= 0).all()  # best first
+    # with an adapter that changes the model, base=True scores the model without it
+    policy.add_adapter("scored", LoraSpec(rank=2), seed=0)
+    with torch.no_grad():
+        for p in policy.adapter_parameters("scored"):
+            p.add_(0.5)
+    plain = tinker_ops.score_tokens(policy, seqs[:1], base=True)[0]["logprobs"]
+    adapted = tinker_ops.score_tokens(policy, seqs[:1], adapter="scored")[0]["logprobs"]
+    assert np.allclose(plain[1:], scored[0]["logprobs"][1:], atol=1e-5)
+    assert not np.allclose(adapted[1:], plain[1:], atol=1e-3)
