@@ -105,3 +105,36 @@ def test_without_the_gateway_tinker_names_are_not_found(tmp_path):
         r = post(client, "", "tinker://m1/sampler_weights/w1")
     assert r.status_code == 404 and "--tinker-port" in r.json()["error"]["message"]
     store.close()
+
+
+def test_start_with_serve_port_serves_the_openai_route(tmp_path):
+    import re
+    import time
+
+    import httpx
+
+    from tinker_scheduler.testing import SchedulerProcess
+
+    process = SchedulerProcess(tmp_path, "serve", "--num-cpus", "1", "--serve-port", "0")
+    try:
+        url = None
+        end = time.monotonic() + 60  # a safety limit only
+        while url is None and time.monotonic() < end:
+            match = re.search(r"OpenAI API at (\S+)", process.log.read_text())
+            url = match.group(1) if match else time.sleep(0.1)
+        assert url, process.log.read_text()
+        assert httpx.get(f"{url}/models").json() == {"object": "list", "data": []}  # auth auto, no tenant yet
+        r = httpx.post(f"{url}/completions", json={"model": "job-000000000000", "prompt": "x"})
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+        assert process.terminate() == 0
+    finally:
+        process.cleanup()
+
+
+def test_start_refuses_a_bad_serve_port(tmp_path):
+    from typer.testing import CliRunner
+
+    from tinker_scheduler.cli import app
+
+    result = CliRunner().invoke(app, ["start", "--db", str(tmp_path / "s.db"), "--serve-port", "70000"])
+    assert result.exit_code == 2 and "--serve-port: 70000 is not a port number" in result.stderr

@@ -260,5 +260,9 @@ def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0, *, tinker: Any
 
 
 def tinker_models(gateway: Any) -> Any:
-    """The ``Models`` of a running Tinker gateway (``app.state.models``), or None without one."""
-    return None if gateway is None else getattr(gateway.app.state, "models", None)
+    """The ``Models`` of a running Tinker gateway (its app's ``state.models``, or the session
+    expiry's ``models``), or None without one."""
+    if gateway is None:
+        return None
+    state = gateway.app.state
+    return getattr(state, "models", None) or getattr(getattr(state, "expiry", None), "models", None)
