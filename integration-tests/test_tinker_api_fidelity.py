@@ -33,6 +33,9 @@ SEQ = [1, 20, 21, 22, 30, 31, 2]
 WEIGHTS = [0.0, 0.0, 1.0, 1.0, 0.5, 2.0]
 ADAM = {"learning_rate": 1e-2, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.01, "grad_clip_norm": 0.0}
 SEED = 3
+SAMPLING_LP = [0.0, 0.0, -1.0, -2.0, -0.5, -3.0]
+ADVANTAGES = [0.0, 0.0, 1.0, -1.0, 2.0, 0.5]
+BETA = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,9 @@ def test_a_step_through_the_tinker_sdk_equals_the_same_step_through_our_training
         fb = theirs.forward_backward([datum], "cross_entropy").result()
         theirs.optim_step(types.AdamParams(**ADAM)).result()
         after = theirs.forward([datum], "cross_entropy").result()
+        rl = types.Datum(model_input=types.ModelInput.from_ints(SEQ[:-1]), loss_fn_inputs={
+            "target_tokens": SEQ[1:], "logprobs": SAMPLING_LP, "advantages": ADVANTAGES})
+        dro = theirs.forward([rl], "dro", loss_fn_config={"beta": BETA}).result()
         theirs.save_weights_for_sampler("fidelity-sdk").result()
 
         # our TrainingClient, over gRPC, on the same scheduler
@@ -81,6 +87,8 @@ def test_a_step_through_the_tinker_sdk_equals_the_same_step_through_our_training
             fb_ours = ours.forward_backward([own], "cross_entropy").result()
             ours.optim_step(AdamParams(**ADAM)).result()
             after_ours = ours.forward([own], "cross_entropy").result()
+            own_rl = Datum(tokens=SEQ[:-1], target_tokens=SEQ[1:], sampling_logprobs=SAMPLING_LP, advantages=ADVANTAGES)
+            dro_ours = ours.forward([own_rl], "dro", loss_fn_config={"beta": BETA}).result()
             ours_path = Path(ours.save_weights_for_sampler("fidelity-ours").result())
             ours.close()
     finally:
@@ -91,6 +99,11 @@ def test_a_step_through_the_tinker_sdk_equals_the_same_step_through_our_training
     assert fb.loss_fn_outputs[0]["logprobs"].tolist() == pytest.approx(fb_ours.loss_fn_outputs[0]["logprobs"].tolist(), rel=1e-6)
     assert after.metrics["loss:sum"] == pytest.approx(after_ours.metrics["loss"], rel=1e-6)
     assert after.metrics["loss:sum"] < fb.metrics["loss:sum"]  # the step did something
+    # dro with its loss_fn_config through both paths: Tinker's formula on the logprobs returned
+    lp = dro.loss_fn_outputs[0]["logprobs"].tolist()
+    expected = -sum(p * a - BETA / 2 * (p - q) ** 2 for p, q, a in zip(lp, SAMPLING_LP, ADVANTAGES, strict=True))
+    assert dro.metrics["loss:sum"] == pytest.approx(expected, rel=1e-5)
+    assert dro.metrics["loss:sum"] == pytest.approx(dro_ours.metrics["loss"], rel=1e-6)
     # the same adapter weights (peft's saved names carry no adapter name: the same keys on both)
     (sdk_dir,) = runs.glob("alice/sessions/*/sampler/fidelity-sdk")
     sdk, own_w = adapter_tensors(sdk_dir), adapter_tensors(ours_path)
