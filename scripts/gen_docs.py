@@ -34,7 +34,7 @@ def render_module_map() -> str:
         "",
         "Every source module of every package, with the first sentence of its docstring: where a",
         "thing lives, in one look. Layers depend only downward (core <- client, envs; core <- algos",
-        "<- scheduler); see [the architecture](../explanation/architecture.md). Generated protobuf",
+        "<- serve <- scheduler); see [the architecture](../explanation/architecture.md). Generated protobuf",
         "stubs (`*_pb2*.py`) are left out.",
         "",
     ]
