@@ -351,10 +351,10 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
 
     # ---- futures --------------------------------------------------------------------------------
     @app.post("/api/v1/retrieve_future")
-    def retrieve_future(request: Request, body: dict[str, Any]) -> Response:
-        tenant = tenant_of(store, auth, request.headers)
+    async def retrieve_future(request: Request) -> Response:
+        tenant, body = await body_of(request)
         request_id = str(body.get("request_id", ""))
-        answer = futures.wait(tenant, request_id, POLL_WAIT_S)
+        answer = await futures.wait(tenant, request_id, POLL_WAIT_S)
         if answer is None:
             return JSONResponse({"type": "try_again", "request_id": request_id, "queue_state": "active"})
         return Response(answer.body, media_type=answer.media_type)

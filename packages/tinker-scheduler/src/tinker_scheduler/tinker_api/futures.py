@@ -13,7 +13,7 @@ for an id that never existed. The newest :data:`MAX_FUTURES` stay in memory too.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
 import logging
 import threading
@@ -21,7 +21,6 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as WaitTimeout
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,15 +97,30 @@ class Futures:
                 self._futures.popitem(last=False)
         return request_id
 
-    def wait(self, tenant: str, request_id: str, timeout: float) -> Answer | None:
+    async def wait(self, tenant: str, request_id: str, timeout: float) -> Answer | None:
         """The answer of the tenant's request ``request_id``, waiting up to ``timeout`` s; None if
-        it is still running then. NOT_FOUND if the tenant has no such request."""
+        it is still running then; NOT_FOUND if the tenant has no such request. It waits on the
+        event loop: the worker's result wakes it directly, no thread blocks meanwhile."""
+        pending = self._pending(tenant, request_id)
+        if pending is None:
+            return self._stored(tenant, request_id)
+        if not pending.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), timeout)
+            except TimeoutError:
+                return None
+        return pending.result()
+
+    def _pending(self, tenant: str, request_id: str) -> Future[Answer] | None:
         with self._lock:
             pending = self._futures.get(request_id)
-        if pending is not None and pending.tenant == tenant:
-            with contextlib.suppress(WaitTimeout):
-                return pending.future.result(timeout)
-            return None
+        return pending.future if pending is not None and pending.tenant == tenant else None
+
+    def _stored(self, tenant: str, request_id: str) -> Answer:
+        """The answer the store holds (a request of this tenant from before a restart, or forgotten
+        here); NOT_FOUND if none."""
+        with self._lock:
+            pending = self._futures.get(request_id)
         stored = self.records.future(tenant, request_id) if self.records is not None and pending is None else None
         if stored is None:
             raise StatusError("NOT_FOUND", f"request_id: no request {request_id!r}")

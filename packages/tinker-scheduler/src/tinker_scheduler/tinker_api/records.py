@@ -109,6 +109,7 @@ class Records:
         self._lock = threading.Lock()
         self._conn = open_store_file(str(path))
         self._conn.execute("PRAGMA busy_timeout=30000")
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # as the job store: WAL, no fsync per commit
         self._writes = 0
         self._conn.executescript(SCHEMA)
         with self._write() as db:
