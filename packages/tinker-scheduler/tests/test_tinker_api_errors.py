@@ -130,3 +130,11 @@ def test_the_sdk_raises_a_4xx_at_once_without_retrying(gateway) -> None:
     rest = tinker.RestClient(base_url=gw.url, api_key=keys["bob"])
     with pytest.raises(tinker.NotFoundError, match="no checkpoint"):
         rest.get_weights_info_by_tinker_path(STATE).result()
+
+
+@pytest.mark.parametrize("options", [{"tinker_session_timeout_s": 0}, {"tinker_max_request_bytes": 0}])
+def test_the_gateway_limits_refuse_nonsense(options) -> None:
+    from tinker_scheduler import SchedulerConfig
+
+    with pytest.raises(ValueError, match=next(iter(options))):
+        SchedulerConfig(**options)
