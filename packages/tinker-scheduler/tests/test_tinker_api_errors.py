@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-tinker = pytest.importorskip("tinker")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
 
 from tinker_scheduler.tinker_api import serve  # noqa: E402
 
@@ -126,6 +126,7 @@ def test_the_owner_gets_what_the_probes_are_refused(gateway) -> None:
 
 
 def test_the_sdk_raises_a_4xx_at_once_without_retrying(gateway) -> None:
+    tinker = pytest.importorskip("tinker")
     gw, keys, _ = gateway
     rest = tinker.RestClient(base_url=gw.url, api_key=keys["bob"])
     with pytest.raises(tinker.NotFoundError, match="no checkpoint"):
