@@ -142,6 +142,10 @@ def test_a_heartbeat_keeps_a_session_and_a_silent_one_expires_with_its_models(ma
         assert post(gw, key, "session_heartbeat", {"session_id": silent}).status_code == 410  # the SDK stops
         assert post(gw, key, "get_info", {"model_id": beating_model}).status_code == 200
         assert post(gw, key, "session_heartbeat", {"session_id": beating}).status_code == 200
+        unloaded = post(gw, key, "unload_model", {"model_id": beating_model})
+        assert result(gw, key, unloaded.json()["request_id"]).json()["type"] == "unload_model"
+        gone = post(gw, key, "get_info", {"model_id": beating_model})
+        assert gone.status_code == 404 and "was unloaded" in gone.json()["detail"]
     finally:
         gw.stop()
 

@@ -255,7 +255,12 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
 
     @app.post("/api/v1/unload_model")
     async def unload_model(request: Request) -> dict[str, Any]:
-        return await on_model(request, lambda tenant, body: models.unload(tenant, str(body["model_id"])))
+        def unload(tenant: str, body: dict[str, Any]) -> dict[str, Any]:
+            answer = models.unload(tenant, str(body["model_id"]))
+            futures.close_queue(str(body["model_id"]))  # its worker thread ends after this request
+            return answer
+
+        return await on_model(request, unload)
 
     # ---- training -------------------------------------------------------------------------------
     @app.post("/api/v1/forward_backward")
