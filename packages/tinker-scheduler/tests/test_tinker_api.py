@@ -132,6 +132,19 @@ def test_start_refuses_a_bad_tinker_port(tmp_path) -> None:
     assert result.exit_code == 2 and "--tinker-port: 70000 is not a port number" in result.stderr
 
 
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--tinker-session-timeout", "0", "--tinker-session-timeout: must be > 0 seconds"),
+    ("--tinker-max-request-bytes", "0", "--tinker-max-request-bytes: must be >= 1"),
+])
+def test_start_refuses_bad_gateway_limits(tmp_path, flag, value, message) -> None:
+    from typer.testing import CliRunner
+
+    from tinker_scheduler.cli import app
+
+    result = CliRunner().invoke(app, ["start", "--db", str(tmp_path / "s.db"), "--tinker-port", "0", flag, value])
+    assert result.exit_code == 2 and message in result.stderr
+
+
 def test_bad_requests_get_the_status_the_sdk_expects_never_a_500(gateway) -> None:
     gw, keys = gateway
     key = {"X-API-Key": keys["alice"]}

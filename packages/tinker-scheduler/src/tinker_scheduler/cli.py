@@ -16,6 +16,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from tinker_core.proto import MAX_MESSAGE_BYTES
+
 EXIT_BAD_INPUT = 2
 DEFAULT_PORT = 50051
 DEFAULT_METRICS_PORT = 9464
@@ -102,6 +104,12 @@ def start(
     serve_port: Annotated[
         int | None, typer.Option(help="Also serve finished LoRA jobs with OpenAI's API (completions, chat, a chat page) on this port; 0 picks one. Off by default.")
     ] = None,
+    tinker_session_timeout: Annotated[
+        float, typer.Option(help="Tinker API: seconds a client session may go without a heartbeat before it expires and its models unload.")
+    ] = 600.0,
+    tinker_max_request_bytes: Annotated[
+        int, typer.Option(help="Tinker API: the largest request body accepted (larger ones get HTTP 413).")
+    ] = MAX_MESSAGE_BYTES,
 ) -> None:
     """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
     import logging
@@ -138,6 +146,10 @@ def start(
                         ("--max-new-tokens-per-sample", max_new_tokens_per_sample)):
         if value < 1:
             _fail(f"{flag}: must be >= 1 (got {value})")
+    if not tinker_session_timeout > 0:
+        _fail(f"--tinker-session-timeout: must be > 0 seconds (got {tinker_session_timeout})")
+    if tinker_max_request_bytes < 1:
+        _fail(f"--tinker-max-request-bytes: must be >= 1 (got {tinker_max_request_bytes})")
     if not 0 <= port <= 65535:
         _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
     if tinker_port is not None and not 0 <= tinker_port <= 65535:
@@ -158,7 +170,8 @@ def start(
             tls_key=tls_key, max_retries=max_retries, auth=mode, runner=runner, shutdown_timeout=shutdown_timeout,
             max_jobs_per_host=max_jobs_per_host, model_roots=tuple(model_root or ()),
             max_data_per_request=max_data_per_request, max_tokens_per_request=max_tokens_per_request,
-            max_new_tokens_per_sample=max_new_tokens_per_sample,
+            max_new_tokens_per_sample=max_new_tokens_per_sample, tinker_session_timeout_s=tinker_session_timeout,
+            tinker_max_request_bytes=tinker_max_request_bytes,
         ))
         scheduler.start()
     except (StoreError, ValueError) as e:
