@@ -29,7 +29,7 @@ points over the start; the machine's load before and after. ``--plot`` draws the
 JSON (accuracy against step and against training time) to ``docs/images/vs_trl-curves.png``. Runs are interleaved in one invocation: for each
 seed, TRL then OpenTinker (then OpenTinker with each ``--staleness`` above 0).
 
-    uv run --no-sync python bench/bench_vs_trl.py [--seeds 0,1] [--steps 40] [--quick]
+    uv run --no-sync python bench/bench_vs_trl.py [--seeds 0,1] [--steps 80] [--quick] [--plot]
 
 Needs TRL: the ``bench`` dependency group (``uv sync --group bench``; nox's ``bench`` session
 installs it). TRL is never a runtime dependency of OpenTinker.
@@ -70,7 +70,7 @@ def parse(argv: list[str] | None = None) -> tuple[BenchArgs, argparse.Namespace]
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
-    parser.add_argument("--steps", type=int, default=40, help="GRPO steps per run (default 40)")
+    parser.add_argument("--steps", type=int, default=80, help="GRPO steps per run (default 80)")
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--staleness", default="0", help="OpenTinker rollout.max_staleness values to run (e.g. 0,1)")
     parser.add_argument("--only", choices=("trl", "opentinker"), default=None, help="run one side only")
