@@ -12,7 +12,7 @@ step ends), then stops the child. Phases, from the launch:
 * model: building or loading the model -- until "model ... loaded";
 * set-up: the stage's trainer, optimizer, env and algorithm -- until "first step of stage 0";
 * first step: until the first metrics line (the step's own ``time/step_s`` is beside it; the rest
-  is writing the metrics and opening the trackers, e.g. TensorBoard's writer); the second step's
+  is writing that line; the trackers, e.g. TensorBoard's writer, open during set-up); the second step's
   ``time/step_s`` is recorded too, so the first step's warm-up cost is their difference.
 
 Beside the wall time, the child's CPU time (user + system, all its threads, from
