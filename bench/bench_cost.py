@@ -28,7 +28,7 @@ in this process before and after the grid; "of matmul" is the step's estimated F
 best of those. On a shared machine the wall-clock rates fall with the load, so the same ratio is
 also given per CPU second ("of matmul (CPU)": FLOPs over the step's CPU time, against the matmul's
 FLOPs over its CPU time), which the load changes much less. Peak memory is the child's ``ru_maxrss`` (the whole process: Python, torch and
-transformers take about 0.4-0.5 GiB before any model exists; that baseline is reported too).
+transformers take about 0.6 GiB before any model exists; that baseline is reported too).
 
 Grid (one axis at a time around the base ``tiny``, 8 prompts x group 8, 16 new tokens): group
 size 4, 8, 16; prompts per step 4, 8, 16, 32; new tokens 8, 16, 32, 64; model ``tiny`` (1.0M),
