@@ -58,6 +58,12 @@ def test_records_listings_and_checkpoints_survive_a_restart(make_scheduler, tmp_
     state = training.save_state("ckpt").result().path
     sampler_path = training.save_weights_for_sampler("s1").result().path
     before = training.forward([sft_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
+    prompt, params = types.ModelInput.from_ints(SEQ[:3]), types.SamplingParams(max_tokens=4, seed=7)
+
+    def sampled(client) -> list[int]:
+        return client.create_sampling_client(model_path=sampler_path).result().sample(prompt, 1, params).result().sequences[0].tokens
+
+    sampled_before = sampled(alice)
 
     # the REST listings: the caller's own runs and checkpoints only
     rest = tinker.RestClient(base_url=gw.url, api_key=keys["alice"])
@@ -106,6 +112,8 @@ def test_records_listings_and_checkpoints_survive_a_restart(make_scheduler, tmp_
     restored = alice.create_training_client_from_state(state).result()
     after = restored.forward([sft_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
     assert after == pytest.approx(before, abs=1e-5)
+    # its sampler weights still sample, the same tokens for the same seed (on the base model's host)
+    assert sampled(alice) == sampled_before
     assert {r.training_run_id for r in rest.list_training_runs().result().training_runs} == {model_id, restored.model_id}
     # delete a checkpoint: gone from the listing and from disk; its path no longer resolves
     rest.delete_checkpoint_from_tinker_path(sampler_path).result()

@@ -220,9 +220,7 @@ class Models:
             target = SamplingSession(tenant, model_path[len("tinker://"):].split("/")[0], sampler_path, model_path)
         elif base_model and str(base_model).strip():
             name = str(base_model).strip()
-            request = SessionRequest(base_model=name, lora_rank=1, request_id=f"tinker-base-sampler:{name}")
-            session = self.sessions.create(tenant, request, self.free() if self.free is not None else None)
-            target = SamplingSession(tenant, "", "", "", base_model=name, session_id=session.id)
+            target = SamplingSession(tenant, "", "", "", base_model=name, session_id=self._base_sampler(tenant, name).id)
         else:
             raise StatusError("INVALID_ARGUMENT", "model_path or base_model: pass one (a tinker://.../sampler_weights/... "
                                                   "path, or the name of a base model to sample untrained)")
@@ -230,10 +228,24 @@ class Models:
             self._sampling[sid] = target
         return sid
 
+    def _base_sampler(self, tenant: str, base_model: str) -> Session:
+        """The tenant's hidden sampler session on ``base_model`` (created on first use)."""
+        request = SessionRequest(base_model=base_model, lora_rank=1, request_id=f"tinker-base-sampler:{base_model}")
+        return self.sessions.create(tenant, request, self.free() if self.free is not None else None)
+
     def _sampling_session(self, tenant: str, target: SamplingSession) -> Session:
+        """Where a sampling session samples: its hidden base sampler, else the live session of the
+        model that saved the weights, else (that model unloaded, expired or lost in a restart) the
+        hidden base sampler of its base model, which loads the saved adapter as well."""
         if target.session_id:
             return self.sessions.get(tenant, target.session_id)
-        return self.session(tenant, target.model_id)
+        try:
+            return self.session(tenant, target.model_id)
+        except StatusError as e:
+            record = self.records.model(tenant, target.model_id)
+            if e.code != "NOT_FOUND" or record is None:
+                raise
+            return self._base_sampler(tenant, record.base_model)
 
     def sampler_info(self, tenant: str, sampler_id: str) -> dict[str, Any]:
         s = self.sampling_model(tenant, {"sampling_session_id": sampler_id})
