@@ -39,7 +39,7 @@ from tinker_scheduler.job_records import (
     PendingEvent,
     StoreError,
 )
-from tinker_scheduler.store_file import open_store_file, unusable
+from tinker_scheduler.store_file import open_store_file, query, unusable, write_transaction
 
 __all__ = [
     "LOCAL_TENANT", "TERMINAL_STATES", "Event", "JobRecord", "JobState", "JobStore", "NewJob", "PendingEvent",
@@ -181,18 +181,11 @@ class JobStore:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on error."""
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        with write_transaction(self._conn, self._lock) as db:
+            yield db
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+        return query(self._conn, self._lock, sql, params)
 
     def _notify(self, *, jobs_changed: bool = False) -> None:
         with self._changed:

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tinker_scheduler.job_records import StoreError
 
@@ -47,3 +51,22 @@ def unusable(path: Path, error: BaseException | str) -> StoreError:
         "or move it away to start with an empty store",
     )
 
+
+
+@contextmanager
+def write_transaction(conn: sqlite3.Connection, lock: threading.Lock | threading.RLock) -> Iterator[sqlite3.Connection]:
+    """A write transaction on ``conn`` under ``lock`` (BEGIN IMMEDIATE ... COMMIT), rolled back on error."""
+    with lock:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+
+def query(conn: sqlite3.Connection, lock: threading.Lock | threading.RLock, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    """All rows of one read on ``conn`` under ``lock``."""
+    with lock:
+        return conn.execute(sql, params).fetchall()

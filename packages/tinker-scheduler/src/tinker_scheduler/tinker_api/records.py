@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tinker_scheduler.store_file import open_store_file
+from tinker_scheduler.store_file import open_store_file, query, write_transaction
 
 #: Finished futures kept; older ones are forgotten (polling one is then "not found").
 MAX_FUTURES = 4096
@@ -120,18 +120,11 @@ class Records:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        with write_transaction(self._conn, self._lock) as db:
+            yield db
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._conn.execute(sql, params).fetchall()
+        return query(self._conn, self._lock, sql, params)
 
     def close(self) -> None:
         with self._lock:
