@@ -186,12 +186,13 @@ def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_m
         rows: list[int] = []
         handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
         try:
-            metrics, logprobs = policy_update(trainer, batch, loss, agg, adv, {}, skip=skip)
+            metrics, logprobs, scored = policy_update(trainer, batch, loss, agg, adv, {}, skip=skip)
         finally:
             handle.remove()
         grads = [p.grad.clone() for p in trainer.params]
         trainer.zero_grad()
         results[skip] = (metrics, logprobs, grads, rows)
+        assert scored.all()  # the skipped rows were forwarded: every row's logprobs and metrics
     (m0, lp0, g0, rows0), (m1, lp1, g1, rows1) = results[False], results[True]
     assert rows0 == [B] and sorted(rows1) == [4, B - 4]  # gradient pass on 8 rows, no-grad pass on 4
     np.testing.assert_allclose(lp1, lp0, atol=1e-5)
@@ -200,3 +201,33 @@ def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_m
     assert m1.keys() == m0.keys()
     for k in m0:
         assert m1[k] == pytest.approx(m0[k], rel=1e-4, abs=1e-6), k
+
+
+def test_skipped_rows_need_no_forward_when_their_metrics_may_cover_the_trained_rows(policy: PolicyModel) -> None:
+    from tinker_algos.sampler import sequences_to_batch
+    from tinker_algos.trainer import TrainerConfig
+    from tinker_algos.zero_advantage import policy_update
+
+    seqs = sample(policy, ["12+34=", "7-2=", "100+1=", "ab"], SamplingParams(max_new_tokens=5, seed=1, n=3, stop_at_eos=False))
+    batch = sequences_to_batch(seqs, pad_token_id=policy.pad_token_id, raw=True)
+    B, T = batch.tokens_B_T.shape
+    adv = np.random.default_rng(0).normal(size=(B, T)).astype(np.float32) * batch.loss_mask_B_T
+    adv[[0, 1, 2, 7]] = 0.0
+    out = {}
+    for forward_skipped in (True, False):
+        trainer = Trainer(policy, TrainerConfig(lr=1e-3))
+        rows: list[int] = []
+        handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        try:
+            metrics, logprobs, scored = policy_update(trainer, batch, "ppo", "token-mean", adv, {}, skip=True, forward_skipped=forward_skipped)
+        finally:
+            handle.remove()
+        out[forward_skipped] = (metrics, logprobs, scored, [p.grad.clone() for p in trainer.params], rows)
+        trainer.zero_grad()
+    (m_all, lp_all, _, g_all, _), (m, lp, scored, g, rows) = out[True], out[False]
+    assert rows == [B - 4]  # the gradient pass only: no forward over the 4 skipped rows
+    assert scored.tolist() == [i not in (0, 1, 2, 7) for i in range(B)]
+    np.testing.assert_allclose(lp[scored], lp_all[scored], atol=1e-6)
+    for a, b in zip(g_all, g, strict=True):
+        torch.testing.assert_close(b, a)  # the same update
+    assert m["loss"] == pytest.approx(m_all["loss"]) and m["num_tokens"] == m_all["num_tokens"]

@@ -1,14 +1,18 @@
-"""A policy-gradient update that skips the backward pass of rows whose advantage is 0.
+"""A policy-gradient update that skips the gradient pass of rows whose advantage is 0.
 
 In GRPO a group whose episodes all got the same reward has advantage 0 on every token; with
 the built-in policy losses (``importance_sampling``: ``-rho A``; ``ppo``: the clipped
 ``-rho A``; ``cispo``: ``-sg(clip(rho)) A log pi``) such a row's loss and gradient are exactly
 0, so running it through the gradient pass only costs time. :func:`policy_update` runs the
-gradient pass on the other rows, with ``loss_scale`` set so the gradient is the whole batch's
-(token-mean: trained tokens of those rows / all trained tokens; the ``seq-mean-*`` modes: rows /
-rows), and a no-grad forward for the skipped rows, whose logprobs the caller still needs. Its
-metrics are the whole batch's: the aggregated loss (0 on the skipped rows) and the loss's own
-metrics, token-weighted over all trained tokens as the trainer combines micro-batches.
+gradient pass on the other rows, with ``loss_scale`` set so the gradient and the loss are the
+whole batch's (token-mean: trained tokens of those rows / all trained tokens; the ``seq-mean-*``
+modes: rows / rows).
+
+The skipped rows' logprobs are only ever read by metrics (``kl/sample_train``, the loss's clip
+fractions). With ``forward_skipped`` a no-grad forward computes them and the metrics are the
+whole batch's, token-weighted over all trained tokens as the trainer combines micro-batches;
+without it (GRPO's default when there is no reference model: that pass was about 12% of a step)
+nothing more runs, and those metrics cover the rows that train (``scored_B`` says which).
 """
 
 from __future__ import annotations
@@ -42,17 +46,21 @@ def rows_of(batch: Batch, rows: np.ndarray, advantages_B_T: np.ndarray) -> Batch
 
 
 def policy_update(
-    trainer: Any, batch: Batch, loss: str, agg: str, advantages_B_T: np.ndarray, loss_config: dict[str, Any], *, skip: bool
-) -> tuple[dict[str, float], np.ndarray]:
+    trainer: Any, batch: Batch, loss: str, agg: str, advantages_B_T: np.ndarray, loss_config: dict[str, Any], *, skip: bool,
+    forward_skipped: bool = True,
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """``trainer.forward_backward(batch, loss, ..., return_logprobs=True)``, skipping the gradient
     pass of zero-advantage rows when ``skip`` and the loss and aggregation allow it (see the module
-    docstring). Returns the metrics and the pre-update logprobs of every row."""
+    docstring). Returns the metrics, the pre-update logprobs and ``scored_B``: the rows those
+    logprobs (and the loss's metrics) cover, every row unless a skipped row was not forwarded."""
     trained_B_T = batch.loss_mask_B_T * batch.attention_mask_B_T
     on_B = trained_B_T.sum(1) > 0
     live_B = (np.abs(advantages_B_T) * trained_B_T).sum(1) > 0
     rest = np.flatnonzero(on_B & ~live_B)
+    every_row = np.ones(len(on_B), dtype=bool)
     if not (skip and loss in ZERO_AT_ZERO_ADVANTAGE and agg in MEAN_AGGREGATIONS and live_B.any() and len(rest)):
-        return trainer.forward_backward(batch, loss, agg=agg, advantages_B_T=advantages_B_T, return_logprobs=True, **loss_config)
+        fb, logprobs = trainer.forward_backward(batch, loss, agg=agg, advantages_B_T=advantages_B_T, return_logprobs=True, **loss_config)
+        return fb, logprobs, every_row
     live, idle = np.flatnonzero(live_B), np.flatnonzero(~live_B)
     tokens_all, tokens_live = float(trained_B_T.sum()), float(trained_B_T[live].sum())
     scale = tokens_live / tokens_all if agg == "token-mean" else float(live_B.sum()) / float(on_B.sum())
@@ -60,10 +68,16 @@ def policy_update(
         rows_of(batch, live, advantages_B_T), loss, agg=agg, advantages_B_T=advantages_B_T[live],
         loss_scale=scale, return_logprobs=True, **loss_config,
     )
+    logprobs_B_T = np.zeros(batch.tokens_B_T.shape, dtype=np.float32)
+    logprobs_B_T[live] = lp_live
+    metrics = dict(fb)
+    metrics["loss"] = fb["loss"] * scale
+    metrics["num_tokens"], metrics["num_sequences"] = tokens_all, float(on_B.sum())
+    if not forward_skipped:
+        return metrics, logprobs_B_T, live_B
     idle_batch = rows_of(batch, idle, advantages_B_T)
     lp_idle = trainer.forward(idle_batch)
-    logprobs_B_T = np.zeros(batch.tokens_B_T.shape, dtype=np.float32)
-    logprobs_B_T[live], logprobs_B_T[idle] = lp_live, lp_idle
+    logprobs_B_T[idle] = lp_idle
     # the whole batch's metrics: the skipped rows add 0 to the loss and their share to the loss's metrics
     mask_idle = torch.as_tensor(trained_B_T[idle], dtype=torch.float32)
     out = tinker_core.registry.get_loss(loss).obj(
@@ -75,10 +89,7 @@ def policy_update(
         **loss_config,
     )
     tokens_idle = float(mask_idle.sum())
-    metrics = dict(fb)
-    metrics["loss"] = fb["loss"] * scale
     for k, v in (out.metrics or {}).items():
         key = f"{loss}/{k}"
         metrics[key] = (fb.get(key, 0.0) * tokens_live + float(v) * tokens_idle) / tokens_all
-    metrics["num_tokens"], metrics["num_sequences"] = tokens_all, float(on_B.sum())
-    return metrics, logprobs_B_T
+    return metrics, logprobs_B_T, every_row

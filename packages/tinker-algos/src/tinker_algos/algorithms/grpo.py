@@ -186,16 +186,18 @@ class GRPO(Algorithm):
         metrics["advantages/abs_mean"] = float(np.abs(adv).sum() / max(mask.sum(), 1.0))
         # the policy loss: a registered name, by default tinker_algos.losses.importance_sampling
         # (l = -rho * A per token; `ppo`, `cispo` beside it), aggregated by tinker_algos.aggregation
-        # (rows whose advantage is 0, tied groups, skip the gradient pass: tinker_algos.zero_advantage)
-        fb, fb_logprobs = policy_update(
+        # (rows whose advantage is 0, tied groups, skip the gradient pass: tinker_algos.zero_advantage;
+        # without a reference model they are not forwarded again, and the metrics cover the rows that train)
+        fb, fb_logprobs, scored_B = policy_update(
             self.ctx.trainer, batch, self.loss, self.ctx.algo.aggregation, adv, dict(self.ctx.algo.loss_config),
-            skip=self.deterministic_pass,
+            skip=self.deterministic_pass, forward_skipped=ref is not None,
         )
+        agree_mask = mask
         if current is None:
-            current = fb_logprobs
+            current, agree_mask = fb_logprobs, mask * scored_B[:, None]
             if ref is not None:
                 metrics["kl/policy_ref"], _ = kl_to_reference(current, ref, batch, mask, kl)
-        metrics.update(sampler_agreement(batch, current, mask))
+        metrics.update(sampler_agreement(batch, current, agree_mask))
         metrics["losses/policy"] = fb["loss"]
         total = fb["loss"]
         if ref is not None and kl.mode == "loss":
