@@ -169,17 +169,24 @@ def test_max_staleness_one_samples_ahead_deterministically_and_resumes_exactly(t
     assert deterministic_metrics(tmp_path / "part") == full
 
 
-@pytest.mark.parametrize(("loss", "agg"), [("ppo", "token-mean"), ("importance_sampling", "seq-mean-token-mean"), ("cispo", "token-mean")])
-def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_metrics(policy: PolicyModel, loss: str, agg: str) -> None:
+def tied_batch(policy: PolicyModel) -> tuple[Any, np.ndarray]:
+    """12 sampled rows (4 prompts x 3) and advantages that are 0 on rows 0-2 (a tied group) and 7."""
     from tinker_algos.sampler import sequences_to_batch
-    from tinker_algos.trainer import TrainerConfig
-    from tinker_algos.zero_advantage import policy_update
 
     seqs = sample(policy, ["12+34=", "7-2=", "100+1=", "ab"], SamplingParams(max_new_tokens=5, seed=1, n=3, stop_at_eos=False))
     batch = sequences_to_batch(seqs, pad_token_id=policy.pad_token_id, raw=True)
-    B, T = batch.tokens_B_T.shape
-    adv = np.random.default_rng(0).normal(size=(B, T)).astype(np.float32) * batch.loss_mask_B_T
-    adv[[0, 1, 2, 7]] = 0.0  # a tied group and one more row
+    adv = np.random.default_rng(0).normal(size=batch.tokens_B_T.shape).astype(np.float32) * batch.loss_mask_B_T
+    adv[[0, 1, 2, 7]] = 0.0
+    return batch, adv
+
+
+@pytest.mark.parametrize(("loss", "agg"), [("ppo", "token-mean"), ("importance_sampling", "seq-mean-token-mean"), ("cispo", "token-mean")])
+def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_metrics(policy: PolicyModel, loss: str, agg: str) -> None:
+    from tinker_algos.trainer import TrainerConfig
+    from tinker_algos.zero_advantage import policy_update
+
+    batch, adv = tied_batch(policy)
+    B = batch.tokens_B_T.shape[0]
     results = {}
     for skip in (False, True):
         trainer = Trainer(policy, TrainerConfig(lr=1e-3))
@@ -204,15 +211,11 @@ def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_m
 
 
 def test_skipped_rows_need_no_forward_when_their_metrics_may_cover_the_trained_rows(policy: PolicyModel) -> None:
-    from tinker_algos.sampler import sequences_to_batch
     from tinker_algos.trainer import TrainerConfig
     from tinker_algos.zero_advantage import policy_update
 
-    seqs = sample(policy, ["12+34=", "7-2=", "100+1=", "ab"], SamplingParams(max_new_tokens=5, seed=1, n=3, stop_at_eos=False))
-    batch = sequences_to_batch(seqs, pad_token_id=policy.pad_token_id, raw=True)
-    B, T = batch.tokens_B_T.shape
-    adv = np.random.default_rng(0).normal(size=(B, T)).astype(np.float32) * batch.loss_mask_B_T
-    adv[[0, 1, 2, 7]] = 0.0
+    batch, adv = tied_batch(policy)
+    B = batch.tokens_B_T.shape[0]
     out = {}
     for forward_skipped in (True, False):
         trainer = Trainer(policy, TrainerConfig(lr=1e-3))
