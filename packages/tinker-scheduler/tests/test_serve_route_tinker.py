@@ -26,11 +26,7 @@ def test_tinker_sampler_weights_are_served_to_their_owner(make_scheduler) -> Non
     scheduler = make_scheduler(paused=True, training_host_backend="local")
     keys = {name: scheduler.store.add_tenant(name) for name in ("alice", "bob")}
     gw = serve(scheduler)
-    models = serve_route.tinker_models(gw)
-    if models is None:
-        gw.stop()
-        pytest.skip("this Tinker gateway does not expose its Models")
-    route = serve_route.serve(scheduler, tinker=models)
+    route = serve_route.serve(scheduler, tinker=gw.models)
     try:
         training = tinker.ServiceClient(base_url=gw.url, api_key="tml-" + keys["alice"]).create_lora_training_client(base_model="tiny", rank=4).result()
         datum = types.Datum(model_input=types.ModelInput.from_ints(SEQ[:-1]),

@@ -192,7 +192,7 @@ def start(
         from tinker_scheduler import serve_route
 
         try:
-            route = serve_route.serve(scheduler, host, serve_port, tinker=serve_route.tinker_models(gateway))
+            route = serve_route.serve(scheduler, host, serve_port, tinker=gateway.models if gateway is not None else None)
         except OSError as e:
             if gateway is not None:
                 gateway.stop()

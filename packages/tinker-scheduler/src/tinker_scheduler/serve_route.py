@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -38,8 +37,11 @@ from typing import Any
 
 from tinker_scheduler.auth import AuthError, AuthMode, authenticate
 from tinker_scheduler.errors import StatusError
+from tinker_scheduler.http_thread import HttpServer
 from tinker_scheduler.job_records import JobRecord, JobState
 from tinker_scheduler.store import JobStore
+from tinker_scheduler.tinker_api.auth import KEY_PREFIX as TINKER_KEY_PREFIX
+from tinker_scheduler.tinker_api.auth import api_key_of
 from tinker_serve.engine import Engine
 from tinker_serve.protocol import APIError
 from tinker_serve.served import ServedModels
@@ -51,7 +53,6 @@ MAX_ADAPTERS = 64
 #: Succeeded jobs ``GET /v1/models`` lists per tenant (newest first).
 MAX_LISTED_JOBS = 500
 TINKER_PREFIX = "tinker://"
-TINKER_KEY_PREFIX = "tml-"
 
 
 @dataclass(frozen=True)
@@ -99,16 +100,9 @@ class SchedulerModels:
     # ---- Backend --------------------------------------------------------------------------------
     def caller(self, headers: Mapping[str, str]) -> str:
         """The tenant of ``Authorization: Bearer KEY`` (or ``X-API-Key: KEY``); KEY may carry ``tml-``."""
-        metadata = []
-        for name in ("authorization", "x-api-key"):
-            value = headers.get(name, "").strip()
-            scheme, _, key = value.partition(" ") if name == "authorization" else ("", "", value)
-            if key.strip().startswith(TINKER_KEY_PREFIX):
-                value = f"{scheme} {key.strip()[len(TINKER_KEY_PREFIX):]}".strip()
-            if value:
-                metadata.append((name, value))
+        key = api_key_of(headers).removeprefix(TINKER_KEY_PREFIX)
         try:
-            return authenticate(self.store, self.auth, metadata)
+            return authenticate(self.store, self.auth, [("x-api-key", key)] if key else [])
         except AuthError as e:
             raise APIError(401, str(e).replace("the metadata ", "the header ", 1), code="invalid_api_key") from None
 
@@ -126,9 +120,10 @@ class SchedulerModels:
         else:
             job = self.store.get(name, tenant)
             if job is None:
-                if name in {j.base for j in self._jobs(tenant)}:
-                    return self._base(name, next(j.chat_template for j in self._jobs(tenant) if j.base == name))
-                raise not_found(name)
+                base_job = next((j for j in self._jobs(tenant) if j.base == name), None)
+                if base_job is None:
+                    raise not_found(name)
+                return self._base(name, base_job.chat_template)
             model = self._check_job(job)
             base, adapter, chat_template = model.base, model.source, model.chat_template
         with self._lock:
@@ -222,47 +217,13 @@ class SchedulerModels:
             served.unload_adapter(name)
 
 
-class RouteServer:
-    """The serve route's uvicorn server in a daemon thread; :attr:`port` is the bound port."""
-
-    def __init__(self, app: Any, host: str, port: int) -> None:
-        import uvicorn
-
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host.strip("[]"), port))
-        self._socket.listen(2048)
-        self.host, self.port, self.app = host, int(self._socket.getsockname()[1]), app
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]},
-                                        name="opentinker-serve-route", daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}"
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=30)
-        self._socket.close()
-
-
 def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0, *, tinker: Any = None,
-          device: str | None = None) -> RouteServer:
+          device: str | None = None) -> HttpServer:
     """Serve the OpenAI-compatible route of a started ``scheduler`` on ``host:port`` (0: a free
     port). ``tinker``: the Tinker gateway's ``Models``, for ``tinker://`` model names."""
     from tinker_serve.app import create_app
 
     models = SchedulerModels(scheduler.store, scheduler.config.auth, tinker=tinker, device=device)
-    return RouteServer(create_app(models), host, port)
+    # lifespan on: the app's lifespan starts and stops the engines
+    return HttpServer(create_app(models), host, port, name="opentinker-serve-route", lifespan="on", join_timeout_s=30.0)
 
-
-def tinker_models(gateway: Any) -> Any:
-    """The ``Models`` of a running Tinker gateway (its app's ``state.models``, or the session
-    expiry's ``models``), or None without one."""
-    if gateway is None:
-        return None
-    state = gateway.app.state
-    return getattr(state, "models", None) or getattr(getattr(state, "expiry", None), "models", None)

@@ -12,47 +12,29 @@ docs/guides/tinker-api.md.
 
 from __future__ import annotations
 
-import socket
-import threading
 from typing import Any
+
+from tinker_scheduler.http_thread import HttpServer
 
 __all__ = ["Gateway", "serve"]
 
 
-class Gateway:
-    """A uvicorn server of the Tinker API in a daemon thread; :attr:`port` is the bound port."""
+class Gateway(HttpServer):
+    """The Tinker API's uvicorn server in a daemon thread; :attr:`models` are its Tinker models."""
 
     def __init__(self, app: Any, host: str, port: int) -> None:
-        import uvicorn
-
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((host.strip("[]"), port))
-        self._socket.listen(2048)  # connections wait in the backlog until uvicorn serves them
-        self.host = host
-        self.port: int = self._socket.getsockname()[1]
-        self.app = app
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._run, name="opentinker-tinker-api", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        self._server.run(sockets=[self._socket])
+        super().__init__(app, host, port, name="opentinker-tinker-api")
 
     @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+    def models(self) -> Any:
+        """The gateway's :class:`~tinker_scheduler.tinker_api.translate.Models`."""
+        return self.app.state.models
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        super().stop()
         self.app.state.expiry.stop()
         self.app.state.futures.close()
         self.app.state.futures.records.close()
-        self._socket.close()
 
 
 def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0) -> Gateway:

@@ -128,6 +128,7 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
     app.add_middleware(BodyLimit, limit=max_request_bytes)
     records = models.records
     futures = Futures(records)
+    app.state.models = models
     app.state.futures = futures
     app.state.expiry = Expiry(models, futures, session_timeout_s)
 

@@ -18,13 +18,19 @@ from tinker_scheduler.store import JobStore
 KEY_PREFIX = "tml-"
 
 
-def tenant_of(store: JobStore, mode: AuthMode, headers: Mapping[str, str]) -> str:
-    """The caller's tenant from its ``X-API-Key`` (or ``Authorization: Bearer``) header; raises
-    :class:`AuthError` naming what to send."""
-    key = headers.get("x-api-key") or ""
+def api_key_of(headers: Mapping[str, str]) -> str:
+    """The key of an ``X-API-Key`` header, else of ``Authorization: Bearer KEY``; "" for none."""
+    key = (headers.get("x-api-key") or "").strip()
     if not key:
         scheme, _, token = (headers.get("authorization") or "").partition(" ")
         key = token.strip() if scheme.lower() == "bearer" else ""
+    return key
+
+
+def tenant_of(store: JobStore, mode: AuthMode, headers: Mapping[str, str]) -> str:
+    """The caller's tenant from its ``X-API-Key`` (or ``Authorization: Bearer``) header; raises
+    :class:`AuthError` naming what to send."""
+    key = api_key_of(headers)
     if key and not key.startswith(KEY_PREFIX):
         raise AuthError(f"API keys start with {KEY_PREFIX!r}: send {KEY_PREFIX}<the key 'opentinker scheduler add-tenant' printed>")
     metadata = [("x-api-key", key[len(KEY_PREFIX):])] if key[len(KEY_PREFIX):] else []
