@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler.auth import AuthError, AuthMode
 from tinker_scheduler.errors import StatusError, classify
 from tinker_scheduler.store import JobStore
@@ -122,7 +123,7 @@ class Expiry:
 
 
 def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeout_s: float = 600.0,
-               max_request_bytes: int = 64 * 1024 * 1024) -> FastAPI:
+               max_request_bytes: int = MAX_MESSAGE_BYTES) -> FastAPI:
     """The gateway's app over ``models``; keys are checked against ``store`` in mode ``auth``."""
     app = FastAPI(title="OpenTinker Tinker API", docs_url=None, redoc_url=None, openapi_url=None)
     app.add_middleware(BodyLimit, limit=max_request_bytes)
@@ -319,7 +320,8 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
         def run() -> Answer:
             return Answer(protowire.sample_response(models.sample(tenant, body, target)), PROTOBUF)
 
-        request_id = futures.submit(tenant, target.model_id, run)
+        # in the turn of the model that saved the weights, or of the tenant's own base sampler
+        request_id = futures.submit(tenant, target.model_id or target.session_id, run)
         n = int(body.get("num_samples") or 1)
         return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}-{i}" for i in range(n)]}
 
