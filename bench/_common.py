@@ -206,6 +206,35 @@ def time_calls(fn: Callable[[], Any], *, warmup: int, repeats: int) -> Timing:
     return Timing(seconds, cpu)
 
 
+class PhaseTimer:
+    """Wall seconds spent in wrapped callables, by phase: ``wrap(key, fn)`` adds each call's time
+    to ``spent[key]``; calls that share a ``group`` count once, for the outermost one (a trainer
+    call made inside another); ``counter(args, kwargs, result)`` sees each call's result."""
+
+    def __init__(self, *keys: str) -> None:
+        self.spent = dict.fromkeys(keys, 0.0)
+        self._active: set[str] = set()
+
+    def wrap(self, key: str, fn: Callable[..., Any], group: str | None = None,
+             counter: Callable[[Any, Any, Any], None] | None = None) -> Callable[..., Any]:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            if group is not None and group in self._active:
+                return fn(*a, **k)
+            if group is not None:
+                self._active.add(group)
+            t0 = time.perf_counter()
+            try:
+                out = fn(*a, **k)
+                if counter is not None:
+                    counter(a, k, out)
+                return out
+            finally:
+                self.spent[key] += time.perf_counter() - t0
+                self._active.discard(group)
+
+        return wrapper
+
+
 def wait_for_idle(args: BenchArgs, *, threshold: float = 0.2) -> float:
     """Wait (at most ``--wait-idle`` seconds) until under ``threshold`` of the CPUs are busy
     over one second; return the last busy fraction seen. A no-op with ``--wait-idle 0``."""

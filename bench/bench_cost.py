@@ -53,6 +53,7 @@ from typing import Any
 from _common import (
     BENCH_DIR,
     MID_CONFIGS,
+    PhaseTimer,
     build_variant,
     load_snapshot,
     matmul_flops,
@@ -124,28 +125,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     rss_imports_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     tinker_core.registry.register_plugin(_cost_env_plugin(), name="bench-cost")
-    spent = dict.fromkeys(("sample", "forward", "update"), 0.0)
+    timer = PhaseTimer("sample", "forward", "update")
+    spent, timed = timer.spent, timer.wrap
     count = {"new": 0, "fb_real": 0, "fb_padded": 0, "fb_prompt": 0, "fwd_real": 0}
     info: dict[str, Any] = {}
-    active: set[str] = set()
-
-    def timed(key: str, fn: Any, group: str | None = None, counter: Any = None) -> Any:
-        def wrapper(*a: Any, **k: Any) -> Any:
-            if group is not None and group in active:
-                return fn(*a, **k)
-            if group is not None:
-                active.add(group)
-            t0 = time.perf_counter()
-            try:
-                out = fn(*a, **k)
-                if counter is not None:
-                    counter(a, k, out)
-                return out
-            finally:
-                spent[key] += time.perf_counter() - t0
-                active.discard(group)
-
-        return wrapper
 
     def count_new(a: Any, k: Any, out: Any) -> None:
         for group in out:

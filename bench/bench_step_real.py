@@ -28,11 +28,10 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from _common import BENCH_DIR, load_snapshot, parse_args, print_table, write_results
+from _common import BENCH_DIR, PhaseTimer, load_snapshot, parse_args, print_table, write_results
 
 STEPS = 4
 PHASES = ("sampling", "env", "logprobs", "update", "other")
@@ -49,24 +48,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
     from tinker_algos import train
     from tinker_algos.trainer import Trainer
 
-    spent = dict.fromkeys(("sample", "rollout", "forward", "update"), 0.0)
-    active: set[str] = set()  # trainer calls inside trainer calls count once, for the outer one
-
-    def timed(key: str, fn: Any, group: str | None = None) -> Any:
-        def wrapper(*a: Any, **k: Any) -> Any:
-            if group is not None and group in active:
-                return fn(*a, **k)
-            if group is not None:
-                active.add(group)
-            t0 = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                spent[key] += time.perf_counter() - t0
-                active.discard(group)
-
-        return wrapper
-
+    timer = PhaseTimer("sample", "rollout", "forward", "update")
+    spent, timed = timer.spent, timer.wrap
     rollout_mod.sample = timed("sample", rollout_mod.sample)
     rollout_mod.rollout = timed("rollout", rollout_mod.rollout)  # the algorithms import it when they call it
     Trainer.forward = timed("forward", Trainer.forward, "trainer")
