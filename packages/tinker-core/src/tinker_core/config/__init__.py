@@ -3,15 +3,17 @@
 A job is one or more *stages* (e.g. SFT then GRPO) that share a model, an environment and a
 seed. Names that plugins provide (env ids, estimators, losses, optimizers) are checked against
 the plugin registry by :func:`check_plugin_names`, which :func:`load_config` runs unless told not
-to. The package holds three modules, each with one job:
+to. The package holds four modules, each with one job:
 
 - :mod:`tinker_core.config.models`: the sections of a job config (``algorithm`` is a union chosen
   by ``algorithm.name``, each algorithm with typed ``params``) and the JSON schema;
 - :mod:`tinker_core.config.loading`: YAML or a mapping -> a validated :class:`JobConfig`, or a
   :class:`~tinker_core.errors.ConfigError` listing every problem by field path;
+- :mod:`tinker_core.config.overrides`: ``key.path=value`` command-line overrides, set in the raw
+  mapping before validation, with a did-you-mean on an unknown key;
 - :mod:`tinker_core.config.reference`: the generated reference page (``docs/reference/config.md``).
 
-Every public name of the three is importable from ``tinker_core.config``.
+Every public name of the four is importable from ``tinker_core.config``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tinker_core.config.loading import (
     load_config,
     missing_tracker,
     parse_config,
+    read_config_data,
 )
 from tinker_core.config.models import (
     ALGORITHM_MODELS,
@@ -60,6 +63,14 @@ from tinker_core.config.models import (
     json_schema,
     models_in,
 )
+from tinker_core.config.overrides import (
+    Override,
+    OverrideError,
+    apply_overrides,
+    get_path,
+    parse_override,
+    parse_overrides,
+)
 from tinker_core.config.reference import (
     EXAMPLE,
     SECTIONS,
@@ -88,6 +99,8 @@ __all__ = [
     "ModelConfig",
     "MultiAgentConfig",
     "OptimizerConfig",
+    "Override",
+    "OverrideError",
     "PPOAlgorithm",
     "PPOParams",
     "PRECISION_OF_DTYPE",
@@ -99,15 +112,20 @@ __all__ = [
     "StageConfig",
     "TRACKERS",
     "Tracker",
+    "apply_overrides",
     "check_config_shape",
     "check_config_size",
     "check_plugin_names",
     "check_trackers",
     "format_validation_error",
+    "get_path",
     "json_schema",
     "load_config",
     "missing_tracker",
     "models_in",
     "parse_config",
+    "parse_override",
+    "parse_overrides",
+    "read_config_data",
     "render_reference",
 ]

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from tinker_core.config.models import ALGORITHMS, TRACKERS, JobConfig, models_in
+from tinker_core.config.overrides import apply_overrides
 from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -217,8 +219,10 @@ def _plugin_problems_of_raw(data: dict[str, Any]) -> list[str]:
     return problems
 
 
-def load_config(path_or_text: str | Path, *, check_plugins: bool = True) -> JobConfig:
-    """Load a YAML (or JSON) job config from a file path or a YAML string."""
+def read_config_data(path_or_text: str | Path) -> tuple[dict[str, Any] | Any, str | None]:
+    """The raw mapping of a YAML (or JSON) job config, from a file path or a YAML string, and
+    its source (the path; None for a string), before any validation; a :class:`ConfigError`
+    for a missing, unreadable, oversized or malformed file."""
     import yaml
 
     source: str | None = None
@@ -246,4 +250,20 @@ def load_config(path_or_text: str | Path, *, check_plugins: bool = True) -> JobC
     if data is None:
         raise ConfigError(["the file is empty; a job needs at least 'algorithm' (or 'stages')"], source)
     check_config_shape(data, len(text), source)
+    return data, source
+
+
+def load_config(
+    path_or_text: str | Path, *, check_plugins: bool = True, overrides: Iterable[str] = ()
+) -> JobConfig:
+    """Load a YAML (or JSON) job config from a file path or a YAML string.
+
+    ``overrides``: ``key.path=value`` strings set in the parsed mapping before it is validated
+    (:mod:`tinker_core.config.overrides`); a bad one raises
+    :class:`~tinker_core.config.overrides.OverrideError`.
+    """
+    data, source = read_config_data(path_or_text)
+    overrides = list(overrides)
+    if overrides and isinstance(data, dict):
+        data = apply_overrides(data, overrides)
     return parse_config(data, source=source, check_plugins=check_plugins)
