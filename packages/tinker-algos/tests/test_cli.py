@@ -143,3 +143,54 @@ def test_train_with_a_scheduler_is_the_clis_submit_watch(tmp_path):
     result = CliRunner().invoke(cli, ["train", "job.yaml", "-s", "host:1", "--api-key", "k"])
     assert result.exit_code == 1, result.output
     assert calls == [dict(file=Path("job.yaml"), scheduler="host:1", api_key="k", tls_ca=None, priority=None, watch_=True)]
+
+
+def test_train_applies_overrides_and_records_them_in_the_run_dir(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
+    config = tmp_path / "job.yaml"
+    config.write_text(JOB)
+    run_dir = tmp_path / "run"
+    overrides = ["stages.0.algorithm.steps=1", "seed=3", "optimizer.lr=1e-4"]
+    result = CliRunner().invoke(cli_with_train(), ["train", str(config), *overrides, "--run-dir", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    assert "completed: 1 steps" in result.stdout
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["stages"][0]["algorithm"]["steps"] == 1 and saved["seed"] == 3 and saved["optimizer"]["lr"] == 1e-4
+    assert json.loads((run_dir / "overrides.json").read_text()) == {"config_file": str(config), "overrides": overrides}
+    assert (run_dir / RUN_MARKER).is_file()
+    again = CliRunner().invoke(cli_with_train(), ["train", str(config), "--run-dir", str(run_dir), "--fresh"])
+    assert again.exit_code == 0, again.output
+    assert not (run_dir / "overrides.json").exists()  # this run has none
+
+
+def test_a_bad_override_exits_2_in_one_line_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _refused(["stages.0.algorithm.stepz=1"], tmp_path)
+    assert line == ("error: override 'stages.0.algorithm.stepz=1': unknown key stages.0.algorithm.stepz; "
+                    "did you mean 'stages.0.algorithm.steps'?")
+    assert "out of range" in _refused(["stages.3.algorithm.steps=1"], tmp_path)
+    assert "expected key.path=value" in _refused(["seed"], tmp_path)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_train_with_a_scheduler_passes_the_overrides_to_submit(tmp_path):
+    calls = []
+    cli = typer.Typer(add_completion=False)
+
+    @cli.command()
+    def submit(
+        file: Path,
+        overrides: Annotated[list[str] | None, typer.Argument()] = None,
+        scheduler: Annotated[str | None, typer.Option("--scheduler")] = None,
+        api_key: Annotated[str | None, typer.Option("--api-key")] = None,
+        tls_ca: Annotated[Path | None, typer.Option("--tls-ca")] = None,
+        watch_: Annotated[bool, typer.Option("--watch")] = False,
+    ) -> None:
+        calls.append(dict(file=file, overrides=overrides, scheduler=scheduler, watch_=watch_))
+
+    plugin.opentinker_register_commands(cli=cli)
+    result = CliRunner().invoke(cli, ["train", "job.yaml", "seed=2", "optimizer.lr=0.1", "-s", "host:1"])
+    assert result.exit_code == 0, result.output
+    assert calls == [dict(file=Path("job.yaml"), overrides=["seed=2", "optimizer.lr=0.1"], scheduler="host:1", watch_=True)]

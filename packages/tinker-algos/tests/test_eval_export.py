@@ -229,6 +229,20 @@ def test_eval_bad_input_is_one_error_line_and_exit_2(lora_run, tmp_path):
     assert "has no checkpoint yet" in refused("eval", tmp_path / "run")
 
 
+
+def test_eval_overrides_apply_to_a_job_config_source_only(tmp_path):
+    import yaml
+
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(job()))
+    src = find_source(config, overrides=["env.kwargs.words=[xy]", "stages.0.algorithm.eval_size=2"])
+    assert src.job is not None and src.job.env is not None
+    assert src.job.env.kwargs == {"words": ["xy"]} and src.job.stages[0].algorithm.eval_size == 2
+    assert "did you mean 'env.kwargs'" in refused("eval", config, "env.kwarg.words=[xy]")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoints").mkdir()
+    assert "apply to a job config (.yaml) source" in refused("eval", tmp_path / "run", "seed=1")
+
 # ---- export -------------------------------------------------------------------------------------
 def test_export_writes_an_adapter_and_a_merged_model_that_load_in_a_fresh_process(lora_run, tmp_path):
     from safetensors import safe_open

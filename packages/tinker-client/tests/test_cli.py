@@ -334,3 +334,29 @@ def test_env_serve_bad_limits_exit_2(flag, value, message):
     result = opentinker("env", "serve", "echo/echo-v0", "--port", "0", flag, value, env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_config_validate_applies_overrides_and_a_bad_one_is_one_line(tmp_path):
+    path = tmp_path / "good.yaml"
+    path.write_text("env: {id: echo/echo-v0}\nalgorithm: {name: sft, steps: 3}\n")
+    result = CliRunner().invoke(app, ["config", "validate", str(path), "algorithm.steps=7", "--no-plugins"])
+    assert result.exit_code == 0, result.output
+    assert "sft (7 steps)" in result.output
+    bad = opentinker("config", "validate", str(path), "algorithm.stpes=7", "--no-plugins")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "error: override 'algorithm.stpes=7': unknown key algorithm.stpes; did you mean 'algorithm.steps'?"
+    ]
+    wrong_value = opentinker("config", "validate", str(path), "algorithm.steps=-1", "--no-plugins")
+    assert wrong_value.returncode == 2 and "algorithm.steps: Input should be greater than or equal to 1" in wrong_value.stderr
+
+
+def test_submit_sends_the_config_with_its_overrides_applied(tmp_path):
+    from tinker_client.cli import _read_config_text
+
+    path = tmp_path / "job.yaml"
+    text = "name: t\nenv: {id: echo/echo-v0}\nalgorithm: {name: sft, steps: 3}\n"
+    path.write_text(text)
+    assert _read_config_text(path, []) == text  # as written, comments and all
+    sent = json.loads(_read_config_text(path, ["algorithm.steps=5", "seed=2"]))
+    assert sent == {"name": "t", "env": {"id": "echo/echo-v0"}, "algorithm": {"name": "sft", "steps": 5}, "seed": 2}

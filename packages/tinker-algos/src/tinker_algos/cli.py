@@ -9,13 +9,16 @@ Exit codes: 0 success, 1 failure at run time, 2 bad input (a one-line reason, an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 
 from tinker_algos.progress import ProgressCallbacks, quiet_third_party_progress
 from tinker_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tinker_core.config import JobConfig
 
 EXIT_BAD_INPUT = 2
 RUNS = Path("runs")
@@ -31,15 +34,23 @@ def _fail(reason: str, hint: str | None = None) -> NoReturn:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
-def _submit_and_watch(ctx: typer.Context, file: Path, options: dict[str, object]) -> NoReturn:
-    """Run the CLI's ``submit FILE --watch`` with ``options`` (``--name``: value, None left out)
-    and exit with its exit code."""
+OverridesArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="Config overrides KEY.PATH=VALUE (values as YAML, list items by index: stages.1.optimizer.lr=3e-4).", metavar="[KEY.PATH=VALUE]...", show_default=False),
+]
+OVERRIDES_FILE = "overrides.json"
+"""Where a run dir records the command-line overrides its config.json was made with."""
+
+
+def _submit_and_watch(ctx: typer.Context, file: Path, overrides: list[str], options: dict[str, object]) -> NoReturn:
+    """Run the CLI's ``submit FILE [OVERRIDES] --watch`` with ``options`` (``--name``: value,
+    None left out) and exit with its exit code."""
     root = ctx.find_root()
     get_command = getattr(root.command, "get_command", None)
     submit = get_command(root, "submit") if get_command else None
     if submit is None:
         _fail("--scheduler needs the 'submit' command of tinker-client", "install tinker-client")
-    args = [str(file), "--watch", *(f"{k}={v}" for k, v in options.items() if v is not None)]
+    args = [str(file), *overrides, "--watch", *(f"{k}={v}" for k, v in options.items() if v is not None)]
     code = submit.main(args, prog_name=f"{root.info_name} submit", standalone_mode=False, parent=root)
     raise typer.Exit(code or 0)
 
@@ -47,6 +58,7 @@ def _submit_and_watch(ctx: typer.Context, file: Path, options: dict[str, object]
 def train(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="A job config in YAML.")],
+    overrides: OverridesArg = None,
     scheduler: Annotated[
         str | None,
         typer.Option("--scheduler", "-s", help="Scheduler address host:port (default $OPENTINKER_SCHEDULER or localhost:50051)."),
@@ -56,20 +68,15 @@ def train(
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Where metrics, checkpoints and plots go (default runs/<name>).")] = None,
     fresh: Annotated[bool, typer.Option("--fresh", help="Start over: remove the run dir first (only one opentinker created: it holds a .opentinker-run marker).")] = False,
 ) -> None:
-    """Run a job: embedded, in this process, unless --scheduler is given (then submit and watch)."""
-    if scheduler:
-        _submit_and_watch(ctx, file, {"--scheduler": scheduler, "--api-key": api_key, "--tls-ca": tls_ca})
-    from tinker_core.config import load_config
+    """Run a job: embedded, in this process, unless --scheduler is given (then submit and watch).
 
-    try:
-        config = load_config(file)
-    except ConfigError as e:
-        head, *problems = e.report_lines(file)
-        err_console.print(f"[bold red]error:[/] {head}", markup=True)
-        for line in problems:
-            err_console.print(line, markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
-    from tinker_algos.run_dir import RunDirError, check_inside, remove_run_dir
+    KEY.PATH=VALUE arguments after the file override its settings (see docs/reference/cli.md).
+    """
+    overrides = list(overrides or [])
+    if scheduler:
+        _submit_and_watch(ctx, file, overrides, {"--scheduler": scheduler, "--api-key": api_key, "--tls-ca": tls_ca})
+    config = load_job(file, overrides)
+    from tinker_algos.run_dir import RunDirError, check_inside, make_run_dir, remove_run_dir
 
     target = run_dir or RUNS / config.name
     try:
@@ -79,6 +86,7 @@ def train(
             remove_run_dir(target, within=None if run_dir is not None else RUNS)
     except RunDirError as e:
         _fail(str(e))
+    record_overrides(make_run_dir(target), file, overrides)
     quiet_third_party_progress()
     with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
         callbacks.on_status("importing torch and transformers", short="importing")
@@ -97,6 +105,35 @@ def train(
         typer.echo(f"  {k} = {v:.4g}")
     if result.plot:
         typer.echo(f"learning curve: {result.plot}")
+
+
+def load_job(file: Path, overrides: list[str]) -> JobConfig:
+    """The job config ``file`` with ``overrides`` applied; bad input exits 2 (every problem of
+    the config one per line; a bad override in one line)."""
+    from tinker_core.config import OverrideError, load_config
+
+    try:
+        return load_config(file, overrides=overrides)
+    except OverrideError as e:
+        _fail(str(e))
+    except ConfigError as e:
+        head, *problems = e.report_lines(file)
+        err_console.print(f"[bold red]error:[/] {head}", markup=True)
+        for line in problems:
+            err_console.print(line, markup=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+
+
+def record_overrides(run_dir: Path, file: Path, overrides: list[str]) -> None:
+    """Write ``overrides.json`` (the config file and the overrides, in order) into ``run_dir``;
+    its ``config.json`` is the config with them applied. Without overrides, an old record goes."""
+    import json
+
+    target = run_dir / OVERRIDES_FILE
+    if overrides:
+        target.write_text(json.dumps({"config_file": str(file), "overrides": overrides}, indent=1) + "\n", encoding="utf-8")
+    else:
+        target.unlink(missing_ok=True)
 
 
 def register(cli: typer.Typer) -> None:

@@ -17,13 +17,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from tinker_algos.cli import _fail, err_console
+from tinker_algos.cli import OverridesArg, _fail, err_console
 
 SOURCE_HELP = "A run directory (its newest intact checkpoint), a checkpoint directory, or a saved adapter."
 
 
 def eval_command(
     source: Annotated[Path, typer.Argument(help=SOURCE_HELP + " A model directory works too, with --env; a job config (.yaml) evaluates its untrained model, the baseline.")],
+    overrides: OverridesArg = None,
     env: Annotated[str | None, typer.Option("--env", help="Env id (default: the run's env, with its eval_kwargs).")] = None,
     split: Annotated[str | None, typer.Option("--split", help="Set the env's 'split' argument (e.g. test).")] = None,
     n: Annotated[int | None, typer.Option("--n", help="Problems to play (default: the run's algorithm.eval_size, else 64).")] = None,
@@ -34,7 +35,10 @@ def eval_command(
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model of an adapter saved outside a run.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N (default: the run's model.device).")] = None,
 ) -> None:
-    """Evaluate a checkpoint or adapter on an env's held-out problems: a table, and JSON."""
+    """Evaluate a checkpoint or adapter on an env's held-out problems: a table, and JSON.
+
+    KEY.PATH=VALUE arguments override the settings of a job config SOURCE (e.g. env.eval_kwargs.digits=3).
+    """
     from tinker_algos.device import DeviceError
     from tinker_algos.evaluation import (
         EvalError,
@@ -44,13 +48,14 @@ def eval_command(
         find_source,
     )
     from tinker_algos.models import ModelLoadError
+    from tinker_core.config import OverrideError
     from tinker_core.errors import ConfigError
 
     try:
-        src = find_source(source)
+        src = find_source(source, overrides=overrides or ())
         settings = eval_settings(src.job, env_id=env, split=split, n=n, samples=samples, max_new_tokens=max_new_tokens, seed=seed)
         report = evaluate_source(src, settings, base_model=base_model, device=device)
-    except (EvalError, ModelLoadError, DeviceError, ConfigError) as e:
+    except (EvalError, ModelLoadError, DeviceError, ConfigError, OverrideError) as e:
         _fail(str(e))
     for line in src.skipped:
         err_console.print(f"skipped damaged checkpoint {line}", markup=False, highlight=False)

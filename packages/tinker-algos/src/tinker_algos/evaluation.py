@@ -18,7 +18,7 @@ that is 0) and ``pass@j`` is the unbiased estimator of Chen et al. (2021), :func
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from math import prod
 from pathlib import Path
@@ -123,18 +123,25 @@ def _from_trainer_checkpoint(kind: SourceKind, path: Path, trainer: Path, job: J
     return Source(kind, path, weights, weights_dir, base, job, checkpoint=trainer.parent if trainer.name == "trainer" else trainer, step=step)
 
 
-def find_source(path: str | Path) -> Source:
+def find_source(path: str | Path, *, overrides: Iterable[str] = ()) -> Source:
     """Resolve ``path`` (see the module docstring); an :class:`EvalError` names what is wrong.
+
+    ``overrides`` (``key.path=value``) apply to a job config source only (an
+    :class:`~tinker_core.config.OverrideError` when one is bad).
 
     A run directory resolves to its newest intact checkpoint (damaged newer ones are skipped);
     a checkpoint directory is checked against its manifest's checksums first.
     """
     path = Path(path)
+    overrides = list(overrides)
     if not path.exists():
         raise EvalError(f"{path} does not exist")
-    if path.is_file() and path.suffix in CONFIG_SUFFIXES:
+    is_config = path.is_file() and path.suffix in CONFIG_SUFFIXES
+    if overrides and not is_config:
+        raise EvalError(f"overrides ({overrides[0]} ...) apply to a job config (.yaml) source; {path} is not one")
+    if is_config:
         try:
-            job = load_config(path)
+            job = load_config(path, overrides=overrides)
         except ConfigError as e:
             raise EvalError(f"job config {path}: " + "; ".join(e.problems)) from None
         return Source("config", path, "base", path, job.model.name, job)

@@ -73,18 +73,28 @@ def plugins(
 # ---- config -------------------------------------------------------------------------------
 
 
+OverridesArg = Annotated[
+    list[str] | None,
+    typer.Argument(help="Config overrides KEY.PATH=VALUE (values as YAML, list items by index: stages.1.optimizer.lr=3e-4).", metavar="[KEY.PATH=VALUE]...", show_default=False),
+]
+
+
 @config_app.command("validate")
 def config_validate(
     file: Annotated[Path, typer.Argument(help="A job config in YAML.")],
+    overrides: OverridesArg = None,
     no_plugins: Annotated[
         bool, typer.Option("--no-plugins", help="Check only the schema, not env/estimator/loss/optimizer names.")
     ] = False,
 ) -> None:
-    """Check a job config; exit 2 listing every problem (field path, bad value, what is allowed)."""
-    from tinker_core.config import load_config
+    """Check a job config (with KEY.PATH=VALUE overrides applied); exit 2 listing every problem
+    (field path, bad value, what is allowed)."""
+    from tinker_core.config import OverrideError, load_config
 
     try:
-        config = load_config(file, check_plugins=not no_plugins)
+        config = load_config(file, check_plugins=not no_plugins, overrides=overrides or ())
+    except OverrideError as e:
+        fail(str(e))
     except ConfigError as e:
         fail_config(file, e, "'opentinker config schema' prints every allowed key")
     except OpenTinkerError as e:
@@ -226,19 +236,26 @@ def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int | None:
     return follow(client, job_id, logs_only=logs_only)
 
 
-def _read_config_text(file: Path) -> str:
-    from tinker_core.config import load_config
+def _read_config_text(file: Path, overrides: list[str]) -> str:
+    """The config text to submit: the file's own, or with ``overrides`` the merged mapping as JSON."""
+    from tinker_core.config import OverrideError, apply_overrides, parse_config, read_config_data
 
-    try:
-        load_config(file, check_plugins=False)  # fail early, locally, before the round trip
+    try:  # fail early, locally, before the round trip
+        data, source = read_config_data(file)
+        if overrides and isinstance(data, dict):
+            data = apply_overrides(data, overrides)
+        parse_config(data, source=source, check_plugins=False)
+    except OverrideError as e:
+        fail(str(e))
     except ConfigError as e:
         fail_config(file, e)
-    return file.read_text(encoding="utf-8")
+    return json.dumps(data, indent=1) if overrides else file.read_text(encoding="utf-8")
 
 
 @app.command()
 def submit(
     file: Annotated[Path, typer.Argument(help="A job config in YAML.")],
+    overrides: OverridesArg = None,
     scheduler: SchedulerOpt = None,
     api_key: ApiKeyOpt = None,
     tls_ca: TlsCaOpt = None,
@@ -246,8 +263,8 @@ def submit(
     request_id: Annotated[str | None, typer.Option("--request-id", help="Idempotence key; a retry with it never creates two jobs.")] = None,
     watch_: Annotated[bool, typer.Option("--watch", help="Follow the job until it ends.")] = False,
 ) -> None:
-    """Submit a job to a scheduler; prints its id."""
-    text = _read_config_text(file)
+    """Submit a job to a scheduler (with KEY.PATH=VALUE overrides applied); prints its id."""
+    text = _read_config_text(file, list(overrides or []))
     with _scheduler(scheduler, api_key, tls_ca) as client:
         job = client.submit(text, request_id=request_id, priority=priority)
         typer.echo(job.id)
