@@ -16,7 +16,9 @@ Registered names:
   ``dpo``, ``cdpo``, ``ipo`` (preference), ``value`` (value), ``k1``, ``k2``, ``k3`` (kl)
   (:mod:`tinker_algos.losses`);
 * optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.optimizers`);
-* the ``opentinker train`` command (:mod:`tinker_algos.cli`).
+* the ``opentinker train`` command (:mod:`tinker_algos.cli`), ``eval`` and ``export``
+  (:mod:`tinker_algos.cli_eval`), ``model`` (:mod:`tinker_algos.cli_model`) and ``compare``
+  (:mod:`tinker_algos.cli_compare`).
 """
 
 from __future__ import annotations
@@ -124,3 +126,4 @@ def opentinker_register_commands(cli: Any) -> None:
     register(cli)
     importlib.import_module("tinker_algos.cli_model").register(cli)  # opentinker model import, fetch
     importlib.import_module("tinker_algos.cli_eval").register(cli)  # opentinker eval, export
+    importlib.import_module("tinker_algos.cli_compare").register(cli)  # opentinker compare

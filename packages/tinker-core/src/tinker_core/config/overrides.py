@@ -195,9 +195,8 @@ def get_path(data: Any, path: Iterable[PathPart]) -> tuple[bool, Any]:
     """``(True, value)`` at ``path`` in a raw mapping, ``(False, None)`` where it is not set."""
     node = data
     for part in path:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+        in_dict = isinstance(node, dict) and part in node
+        if in_dict or (isinstance(node, list) and isinstance(part, int) and part < len(node)):
             node = node[part]
         else:
             return False, None

@@ -1,0 +1,136 @@
+"""The report directory of ``opentinker compare``: ``report.json``, ``report.md``, ``curves.png``.
+
+``report.json`` holds every number: per job (variant, seed, run dir, its numbers and eval
+curve) and per variant (each metric's mean, 95% bootstrap interval, min, max over seeds, and
+the mean curve). ``report.md`` shows one table per metric and one line per job naming its run
+dir; ``curves.png`` the mean eval curve of each variant with its min-max band over seeds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tinker_algos.compare.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE
+from tinker_algos.compare.summary import METRICS, variant_numbers
+
+TITLES = {
+    "final": "final {key}",
+    "best": "best {key}",
+    "auc": "area under the {key} curve (per step)",
+    "steps_to_+10": "steps to +10 points of {key}",
+    "steps_to_+20": "steps to +20 points of {key}",
+    "steps_per_s": "training steps per second",
+}
+
+
+def build_report(
+    *, compare_file: str, base: str, key: str, seeds: list[int], variants: dict[str, list[str]], jobs: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The ``report.json`` document: ``variants`` maps each name to its overrides, ``jobs`` holds
+    each job's ``variant``, ``seed``, ``run_dir`` and :func:`~tinker_algos.compare.summary.job_numbers`."""
+    by_variant = {
+        name: {"overrides": overrides, **variant_numbers([j for j in jobs if j["variant"] == name])}
+        for name, overrides in variants.items()
+    }
+    return {
+        "compare_file": compare_file,
+        "base": base,
+        "metric": key,
+        "seeds": seeds,
+        "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE},
+        "variants": by_variant,
+        "jobs": jobs,
+    }
+
+
+def _num(v: float | None, metric: str) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.0f}" if metric.startswith("steps_to") else f"{v:.4g}"
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    key = report["metric"]
+    n_seeds = len(report["seeds"])
+    lines = [
+        f"# compare: {report['compare_file']}",
+        "",
+        f"Base job: `{report['base']}`; seeds: {', '.join(map(str, report['seeds']))}; held-out metric: `{key}` "
+        f"(the eval points of the last stage). Intervals: {report['bootstrap']['confidence']:.0%} percentile bootstrap "
+        f"of the mean over seeds ({report['bootstrap']['resamples']:,} resamples, rng seed {report['bootstrap']['seed']}).",
+        "",
+        "| variant | overrides |",
+        "|---|---|",
+    ]
+    for name, v in report["variants"].items():
+        lines.append(f"| {name} | {'<br>'.join(f'`{o}`' for o in v['overrides']) or '(the base)'} |")
+    for metric in METRICS:
+        lines += ["", f"## {TITLES[metric].format(key=key)}", "", "| variant | mean | 95% CI | min | max | seeds |", "|---|---|---|---|---|---|"]
+        for name, v in report["variants"].items():
+            d = v[metric]
+            if d["n"] == 0:
+                lines.append(f"| {name} | not reached | - | - | - | 0/{n_seeds} |")
+                continue
+            ci = f"[{_num(d['ci_low'], metric)}, {_num(d['ci_high'], metric)}]"
+            lines.append(f"| {name} | {_num(d['mean'], metric)} | {ci} | {_num(d['min'], metric)} | {_num(d['max'], metric)} | {d['n']}/{n_seeds} |")
+    lines += ["", "## jobs", ""]
+    lines += [f"- {j['variant']} seed {j['seed']}: {j['run_dir']}" + (f" (job {j['job_id']})" if j.get("job_id") else "") for j in report["jobs"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_report(report: dict[str, Any], path: Path) -> Path | None:
+    """``curves.png``: each variant's mean eval curve over steps with its min-max band; None
+    without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, v in report["variants"].items():
+        c = v["curve"]
+        if not c["steps"]:
+            continue
+        (line,) = ax.plot(c["steps"], c["mean"], marker="o" if len(c["steps"]) < 30 else None, markersize=3, label=name)
+        ax.fill_between(c["steps"], c["min"], c["max"], color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set_xlabel("step")
+    ax.set_ylabel(report["metric"])
+    ax.set_title(f"mean {report['metric']} over {len(report['seeds'])} seed(s), band: min-max")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_report(report: dict[str, Any], out: Path) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and ``curves.png`` (without matplotlib: no PNG) into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = {"json": out / "report.json", "md": out / "report.md"}
+    written["json"].write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    written["md"].write_text(render_markdown(report), encoding="utf-8")
+    png = plot_report(report, out / "curves.png")
+    if png is not None:
+        written["png"] = png
+    return written
+
+
+def report_of(spec: Any, outcomes: list[Any]) -> dict[str, Any]:
+    """The report of a compare (a :class:`~tinker_algos.compare.spec.CompareSpec`) whose jobs all
+    completed (:class:`~tinker_algos.compare.runner.Outcome` each)."""
+    from tinker_algos.compare.summary import eval_key, job_numbers, last_stage_start
+
+    key = eval_key([o.rows for o in outcomes])
+    jobs = []
+    for o in outcomes:
+        start = last_stage_start(spec.configs[o.job.variant])
+        numbers = job_numbers(o.rows, key, start)
+        jobs.append({"variant": o.job.variant, "seed": o.job.seed, "run_dir": o.run_dir, "job_id": o.job_id, **numbers})
+    return build_report(
+        compare_file=str(spec.path), base=spec.base_source, key=key, seeds=list(spec.seeds),
+        variants={v.name: v.override_texts for v in spec.variants}, jobs=jobs,
+    )

@@ -1,0 +1,123 @@
+"""Running the jobs of a compare: embedded, one after another, resumable; and what both modes share.
+
+Each job has a directory ``<output>/jobs/<variant>/seed-<k>``. Embedded, it is the job's run
+dir (``tinker_algos.train(config, run_dir=...)``): a job whose ``result.json`` says
+``completed`` is skipped on a rerun, and an interrupted one resumes from its checkpoint. On a
+scheduler (:mod:`tinker_algos.compare.scheduler`) it holds ``job.json`` (the job id, its state,
+the scheduler's run dir) and, once the job succeeded, ``metrics.jsonl`` as the scheduler streamed
+it. A directory made for another config (the compare file changed) is a :class:`CompareError`
+before anything runs.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tinker_algos.compare.spec import CompareError, JobSpec
+from tinker_algos.metrics import read_metrics
+from tinker_core.config import parse_config
+
+JOB_RECORD = "job.json"
+
+
+@dataclass
+class Outcome:
+    """How one job ended: ``completed`` (with its metrics rows) or ``failed`` (with the error)."""
+
+    job: JobSpec
+    status: str
+    run_dir: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    job_id: str | None = None
+    error: str | None = None
+    skipped: bool = False
+
+
+def job_dir(out: Path, job: JobSpec) -> Path:
+    return out / "jobs" / job.variant / f"seed-{job.seed}"
+
+
+def config_json(job: JobSpec) -> dict[str, Any]:
+    """The job's validated config as a run dir's ``config.json`` holds it."""
+    return json.loads(parse_config(job.config, check_plugins=False).model_dump_json())
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def check_not_stale(out: Path, jobs: list[JobSpec]) -> None:
+    """A :class:`CompareError` when a job's directory holds a run of a different config."""
+    for job in jobs:
+        d = job_dir(out, job)
+        recorded = _read_json(d / "config.json") or (_read_json(d / JOB_RECORD) or {}).get("config")
+        if recorded is not None and recorded != config_json(job):
+            raise CompareError(
+                f"{d} holds a run of another config (the compare file changed since); remove it, or give another --output"
+            )
+
+
+def completed_embedded(d: Path) -> bool:
+    result = _read_json(d / "result.json")
+    return bool(result and result.get("status") == "completed" and (d / "metrics.jsonl").is_file())
+
+
+class ProgressLine:
+    """Counts jobs done / running / queued and prints a line whenever they change."""
+
+    def __init__(self, total: int, echo: Callable[[str], None]) -> None:
+        self.total, self.echo = total, echo
+        self.done = self.running = self.failed = 0
+        self.lock = threading.Lock()
+
+    def update(self, *, done: int = 0, running: int = 0, failed: int = 0, note: str = "") -> None:
+        with self.lock:
+            self.done += done
+            self.running += running
+            self.failed += failed
+            queued = self.total - self.done - self.running - self.failed
+            failed_s = f", {self.failed} failed" if self.failed else ""
+            self.echo(f"jobs: {self.done} done, {self.running} running, {queued} queued{failed_s}" + (f"  ({note})" if note else ""))
+
+
+def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None]) -> list[Outcome]:
+    """Run every job not completed yet in this process, one after another."""
+    outcomes: list[Outcome] = []
+    todo: list[JobSpec] = []
+    for job in jobs:
+        d = job_dir(out, job)
+        if completed_embedded(d):
+            outcomes.append(Outcome(job, "completed", str(d), read_metrics(d / "metrics.jsonl"), skipped=True))
+        else:
+            todo.append(job)
+    progress = ProgressLine(len(jobs), echo)
+    progress.update(done=len(outcomes), note=f"{len(outcomes)} already completed" if outcomes else "")
+    if not todo:
+        return outcomes
+    try:
+        from tinker_algos.run import train
+    except ImportError as e:  # torch or transformers missing
+        raise CompareError(f"embedded compare needs tinker-algos' training stack ({e}); pip install tinker-algos, or pass --scheduler") from None
+    for job in todo:
+        d = job_dir(out, job)
+        progress.update(running=1, note=f"{job.key}: running")
+        t0 = time.perf_counter()
+        result = train(job.config, run_dir=d)
+        if result.status == "completed":
+            outcomes.append(Outcome(job, "completed", str(d), read_metrics(d / "metrics.jsonl")))
+            progress.update(running=-1, done=1, note=f"{job.key}: completed in {time.perf_counter() - t0:.1f} s")
+        else:
+            outcomes.append(Outcome(job, "failed", str(d), error=f"ended {result.status} at step {result.step}"))
+            progress.update(running=-1, failed=1, note=f"{job.key}: {result.status}")
+    order = {j.key: i for i, j in enumerate(jobs)}
+    return sorted(outcomes, key=lambda o: order[o.job.key])

@@ -1,0 +1,144 @@
+"""Running the jobs of a compare on a scheduler: all submitted at once, each watched, resumable.
+
+This module runs only under the ``opentinker`` CLI, which tinker-client provides, so it uses
+tinker-client's JobService SDK (:class:`tinker_client.jobs.JobClient`) instead of a second
+copy of it (the one import from tinker-client that ``scripts/check_architecture.py`` allows
+tinker-algos, imported lazily). A job's metrics are the ``Watch`` stream's metrics events (the
+steps its run logged, the same rows as the scheduler's ``metrics.jsonl``), so the scheduler's
+run dirs need not be readable here. Each job's ``job.json`` records its id as soon as it is
+submitted: a rerun watches the jobs still queued or running, keeps the ones that succeeded, and
+submits again only the ones that failed, were cancelled or are unknown to the scheduler.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tinker_algos.compare.runner import JOB_RECORD, Outcome, ProgressLine, config_json, job_dir
+from tinker_algos.compare.spec import CompareError, JobSpec
+from tinker_algos.metrics import read_metrics
+
+
+class SchedulerError(CompareError):
+    """The scheduler could not be reached or refused a request; ``exit_code`` 1 or 2."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _record(d: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((d / JOB_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_record(d: Path, job: JobSpec, **fields: Any) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    record = {**_record(d), **fields, "config": config_json(job)}
+    tmp = d / (JOB_RECORD + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(d / JOB_RECORD)
+
+
+def _rpc_error(e: Any, address: str) -> SchedulerError:
+    import grpc
+
+    code = e.code()
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return SchedulerError(f"cannot reach a scheduler at {address}; start one with 'opentinker scheduler start'", 1)
+    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION):
+        return SchedulerError(f"the scheduler refused a job: {code.name}: {e.details()}", 2)
+    return SchedulerError(f"{code.name}: {e.details()}", 1)
+
+
+def run_on_scheduler(
+    jobs: list[JobSpec], out: Path, echo: Callable[[str], None], *, address: str | None, api_key: str | None, tls_ca: Path | None
+) -> list[Outcome]:
+    """Submit every job not finished yet, watch them all in parallel, and return their outcomes."""
+    try:
+        import grpc
+
+        from tinker_client.jobs import TERMINAL, JobClient, pb, state_name
+    except ImportError:
+        raise CompareError("compare --scheduler needs tinker-client (pip install tinker-client)") from None
+    client = JobClient(address, api_key, tls_ca=tls_ca)
+    progress = ProgressLine(len(jobs), echo)
+    outcomes: dict[str, Outcome] = {}
+    to_watch: list[tuple[JobSpec, str]] = []
+    try:
+        for job in jobs:
+            d = job_dir(out, job)
+            rec = _record(d)
+            if rec.get("state") == "SUCCEEDED" and (d / "metrics.jsonl").is_file():
+                outcomes[job.key] = Outcome(job, "completed", rec.get("run_dir", ""), read_metrics(d / "metrics.jsonl"), rec.get("job_id"), skipped=True)
+                continue
+            job_id = rec.get("job_id")
+            if job_id:
+                try:
+                    state = client.get(job_id).state
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.NOT_FOUND:
+                        raise
+                    state = None
+                if state is None or (state in TERMINAL and state != pb.JOB_STATE_SUCCEEDED):
+                    job_id = None  # failed, cancelled or forgotten: run it again
+            if not job_id:
+                submitted = client.submit(json.dumps(job.config), request_id=uuid.uuid4().hex)
+                job_id = submitted.id
+                _write_record(d, job, job_id=job_id, state=state_name(submitted.state), run_dir=submitted.run_dir)
+            to_watch.append((job, job_id))
+    except grpc.RpcError as e:
+        client.close()
+        raise _rpc_error(e, client.address) from None
+    skipped = len(outcomes)
+    progress.update(done=skipped, note=f"{skipped} already completed" if skipped else f"{len(to_watch)} submitted")
+    errors: list[BaseException] = []
+
+    def follow(job: JobSpec, job_id: str) -> None:
+        d = job_dir(out, job)
+        rows: dict[int, dict[str, Any]] = {}
+        running = False
+        try:
+            for event in client.watch(job_id):
+                kind = event.WhichOneof("event")
+                if kind == "metrics":
+                    row = rows.setdefault(int(event.metrics.step), {"step": int(event.metrics.step)})
+                    row.update(dict(event.metrics.values))
+                elif kind == "state_change" and event.state_change.state == pb.JOB_STATE_RUNNING and not running:
+                    running = True
+                    progress.update(running=1, note=f"{job.key}: running")
+            final = client.get(job_id)
+        except BaseException as e:  # noqa: BLE001 - reported after every thread ended
+            errors.append(e)
+            return
+        state = state_name(final.state)
+        _write_record(d, job, job_id=job_id, state=state, run_dir=final.run_dir)
+        ordered = [rows[s] for s in sorted(rows)]
+        if final.state == pb.JOB_STATE_SUCCEEDED:
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in ordered), encoding="utf-8")
+            outcomes[job.key] = Outcome(job, "completed", final.run_dir, ordered, job_id)
+            progress.update(running=-1 if running else 0, done=1, note=f"{job.key}: succeeded")
+        else:
+            outcomes[job.key] = Outcome(job, "failed", final.run_dir, ordered, job_id, error=f"{state}: {final.reason}")
+            progress.update(running=-1 if running else 0, failed=1, note=f"{job.key}: {state.lower()}")
+
+    threads = [threading.Thread(target=follow, args=pair, daemon=True, name=f"compare-{pair[1]}") for pair in to_watch]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    client.close()
+    if errors:
+        e = errors[0]
+        if isinstance(e, grpc.RpcError):
+            raise _rpc_error(e, client.address)
+        raise e
+    return [outcomes[j.key] for j in jobs]

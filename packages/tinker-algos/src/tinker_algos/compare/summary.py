@@ -1,0 +1,83 @@
+"""From each job's logged metrics to the numbers ``opentinker compare`` reports (numpy only).
+
+A job's *eval curve* is its held-out metric at the eval points of its last stage: the steps of
+``metrics.jsonl`` after the earlier stages' steps (read from the job config, so metrics that
+came over the wire without stage names split the same way) that hold the metric. The metric is
+``eval/accuracy`` when every job logged it, else ``eval/reward_mean``. Per job:
+
+* ``final``: the curve's last value; ``best``: its largest;
+* ``auc``: :func:`~tinker_algos.compare.stats.curve_auc` of the curve;
+* ``steps_to_+10`` / ``steps_to_+20``: :func:`~tinker_algos.compare.stats.steps_to_gain` with a
+  gain of 0.10 / 0.20 (10 / 20 points of accuracy) over the curve's first point; None: not reached;
+* ``steps_per_s``: logged training steps over the seconds they took (``time/step_s``, which
+  leaves evaluation out).
+
+Per variant, each number is :func:`~tinker_algos.compare.stats.describe`\\ d over its seeds, and
+the mean curve is the mean over seeds at each eval step (with the min and max).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tinker_algos.compare.stats import curve_auc, describe, steps_to_gain
+from tinker_core.config import JobConfig
+
+EVAL_KEYS = ("eval/accuracy", "eval/reward_mean")
+GAINS = (("steps_to_+10", 0.10), ("steps_to_+20", 0.20))
+METRICS = ("final", "best", "auc", "steps_to_+10", "steps_to_+20", "steps_per_s")
+"""The per-job numbers, in the report's order."""
+
+
+def last_stage_start(config: JobConfig) -> int:
+    """The global steps done before the last stage starts (its steps are the ones after)."""
+    return sum(s.algorithm.steps for s in config.resolved_stages()[:-1])
+
+
+def eval_key(rows_by_job: list[list[dict[str, Any]]]) -> str:
+    """``eval/accuracy`` when every job logged it, else ``eval/reward_mean`` (if every job did)."""
+    for key in EVAL_KEYS:
+        if rows_by_job and all(any(key in r for r in rows) for rows in rows_by_job):
+            return key
+    raise ValueError("the jobs logged no held-out metric (eval/accuracy or eval/reward_mean) to compare")
+
+
+def eval_curve(rows: list[dict[str, Any]], key: str, start: int) -> tuple[list[int], list[float]]:
+    """``(steps_E, values_E)``: the ``key`` values of rows after step ``start``, by step."""
+    points = sorted((int(r["step"]), float(r[key])) for r in rows if int(r["step"]) > start and key in r)
+    return [s for s, _ in points], [v for _, v in points]
+
+
+def job_numbers(rows: list[dict[str, Any]], key: str, start: int) -> dict[str, Any]:
+    """The numbers of one job (see the module docstring), and its curve."""
+    steps_E, values_E = eval_curve(rows, key, start)
+    if not steps_E:
+        raise ValueError(f"no {key} point in the last stage (after step {start})")
+    out: dict[str, Any] = {
+        "final": values_E[-1],
+        "best": max(values_E),
+        "auc": curve_auc(steps_E, values_E),
+    }
+    for name, gain in GAINS:
+        out[name] = steps_to_gain(steps_E, values_E, gain)
+    times = [float(r["time/step_s"]) for r in rows if "time/step_s" in r]
+    out["steps_per_s"] = len(times) / sum(times) if times and sum(times) > 0 else None
+    out["curve"] = {"steps": steps_E, "values": values_E}
+    return out
+
+
+def variant_numbers(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each metric described over the variant's jobs (:func:`job_numbers` results), and the mean
+    curve over the eval steps every job has."""
+    out: dict[str, Any] = {m: describe([j[m] for j in jobs]) for m in METRICS}
+    common = sorted(set.intersection(*(set(j["curve"]["steps"]) for j in jobs))) if jobs else []
+    values_J_E = np.array([[dict(zip(j["curve"]["steps"], j["curve"]["values"], strict=True))[s] for s in common] for j in jobs])
+    out["curve"] = {
+        "steps": common,
+        "mean": values_J_E.mean(axis=0).tolist() if common else [],
+        "min": values_J_E.min(axis=0).tolist() if common else [],
+        "max": values_J_E.max(axis=0).tolist() if common else [],
+    }
+    return out
