@@ -1,5 +1,5 @@
-"""Every job config under examples/ validates (with the installed plugins), and the SmolLM2
-example trains a LoRA adapter with GRPO through the chat template with its system prompt."""
+"""Every job config under examples/ validates (with the installed plugins), and so does every
+compare file there (``compare-*.yaml``: each variant's config), and the SmolLM2 example trains a LoRA adapter with GRPO through the chat template with its system prompt."""
 
 from __future__ import annotations
 
@@ -12,10 +12,18 @@ from tinker_core.config import load_config
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("compare-")), ids=lambda p: p.name)
 def test_example_config_validates(path: Path) -> None:
     job = load_config(path)
     assert job.resolved_stages()
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("compare-*.yaml")), ids=lambda p: p.name)
+def test_example_compare_file_validates(path: Path) -> None:
+    from tinker_algos.compare.spec import load_spec
+
+    spec = load_spec(path)
+    assert len(spec.variants) >= 2 and spec.seeds
 
 
 def test_the_smollm2_example_is_lora_grpo_through_the_chat_template() -> None:
