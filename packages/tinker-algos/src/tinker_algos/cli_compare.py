@@ -56,7 +56,12 @@ def compare_command(
             err_console.print(f"[bold red]failed:[/] {o.job.key}: {o.error}", markup=True)
         err_console.print(f"{len(failed)} of {len(outcomes)} job(s) failed; no report. Rerun to retry them (finished jobs are kept).")
         raise typer.Exit(1)
-    written = write_report(report_of(spec, outcomes), spec.output)
+    try:
+        report = report_of(spec, outcomes)
+    except ValueError as e:  # e.g. no held-out metric logged (logging.every skipping the eval steps)
+        err_console.print(f"[bold red]error:[/] no report: {e}", markup=True)
+        raise typer.Exit(1) from None
+    written = write_report(report, spec.output)
     typer.echo(f"report: {written['md']}  (numbers: {written['json']}" + (f", curves: {written['png']})" if "png" in written else ")"))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from tinker_algos.compare.spec import CompareError, JobSpec
 from tinker_algos.metrics import read_metrics
 from tinker_core.config import parse_config
+from tinker_core.errors import ConfigError
 
 JOB_RECORD = "job.json"
 
@@ -105,6 +106,9 @@ def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None]) ->
     if not todo:
         return outcomes
     try:
+        from tinker_algos.checkpoint import CheckpointError
+        from tinker_algos.device import DeviceError
+        from tinker_algos.model_files import ModelLoadError
         from tinker_algos.run import train
     except ImportError as e:  # torch or transformers missing
         raise CompareError(f"embedded compare needs tinker-algos' training stack ({e}); pip install tinker-algos, or pass --scheduler") from None
@@ -112,7 +116,10 @@ def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None]) ->
         d = job_dir(out, job)
         progress.update(running=1, note=f"{job.key}: running")
         t0 = time.perf_counter()
-        result = train(job.config, run_dir=d)
+        try:
+            result = train(job.config, run_dir=d)
+        except (ConfigError, CheckpointError, DeviceError, ModelLoadError) as e:  # what `train` reports as bad input
+            raise CompareError(f"{job.key} ({d}): {e}") from None
         if result.status == "completed":
             outcomes.append(Outcome(job, "completed", str(d), read_metrics(d / "metrics.jsonl")))
             progress.update(running=-1, done=1, note=f"{job.key}: completed in {time.perf_counter() - t0:.1f} s")

@@ -91,7 +91,7 @@ def run_on_scheduler(
                 if state is None or (state in TERMINAL and state != pb.JOB_STATE_SUCCEEDED):
                     job_id = None  # failed, cancelled or forgotten: run it again
             if not job_id:
-                submitted = client.submit(json.dumps(job.config), request_id=uuid.uuid4().hex)
+                submitted = client.submit(json.dumps(job.config, indent=1), request_id=uuid.uuid4().hex)
                 job_id = submitted.id
                 _write_record(d, job, job_id=job_id, state=state_name(submitted.state), run_dir=submitted.run_dir)
             to_watch.append((job, job_id))
