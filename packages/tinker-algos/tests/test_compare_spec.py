@@ -127,3 +127,16 @@ def test_a_job_dir_of_another_config_is_refused_before_any_job(tmp_path, monkeyp
     result = CliRunner().invoke(cli(), ["compare", str(path)])
     assert result.exit_code == 2 and "holds a run of another config" in result.stderr
     assert not (tmp_path / "runs" / "compare-cmp" / "jobs" / "grpo").exists()
+
+
+def test_the_compare_modules_load_no_torch_and_no_client():
+    import subprocess
+    import sys
+
+    modules = ["tinker_algos.cli_compare", *(f"tinker_algos.compare.{m}" for m in ("spec", "runner", "scheduler", "stats", "summary", "report"))]
+    code = f"import sys; import {', '.join(modules)}; assert 'torch' not in sys.modules and 'tinker_client' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_compare_command_is_registered_with_train():
+    assert "compare" in typer.main.get_command(cli()).commands
