@@ -127,7 +127,7 @@ def test_unknown_command_exits_2():
     assert result.returncode == 2
 
 
-@pytest.mark.parametrize(("command", "distribution"), [("train", "tinker-algos"), ("scheduler", "tinker-scheduler")])
+@pytest.mark.parametrize(("command", "distribution"), [("train", "tinker-algos"), ("scheduler", "tinker-scheduler"), ("compare", "tinker-algos")])
 def test_a_command_of_a_missing_package_names_the_package_and_exits_2(command, distribution):
     result = opentinker(command, "job.yaml", "--fresh", env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
     assert result.returncode == 2
