@@ -48,7 +48,9 @@ def build_report(
 def _num(v: float | None, metric: str) -> str:
     if v is None:
         return "-"
-    return f"{v:.0f}" if metric.startswith("steps_to") else f"{v:.4g}"
+    if metric.startswith("steps_to"):  # steps: whole ones, a mean to a tenth
+        return f"{v:.1f}".removesuffix(".0")
+    return f"{v:.4g}"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
