@@ -17,7 +17,7 @@ def test_bootstrap_of_identical_values_is_a_point():
         bootstrap_ci([])
 
 
-def test_bootstrap_of_one_success_in_four():
+def test_bootstrap_of_one_success_in_four():  # oracles.md: compare reports
     # a resample of [0, 0, 0, 1] has mean k/4 with k ~ Binomial(4, 1/4):
     # P(k = 0) = 81/256 = 0.32 > 2.5%, so the low end is 0;
     # P(k <= 2) = 243/256 = 0.949 < 97.5% < P(k <= 3) = 255/256, so the high end is 3/4.
@@ -37,7 +37,7 @@ def test_bootstrap_is_reproducible_and_is_the_documented_resampling():
     assert (lo, hi) == tuple(np.quantile(means, [0.025, 0.975]))
 
 
-def test_curve_area_is_the_trapezoid_over_the_step_span():
+def test_curve_area_is_the_trapezoid_over_the_step_span():  # oracles.md: compare reports
     # steps 0, 10, 20 with values 0, 1, 1: area 10 * 0.5 + 10 * 1 = 15 over a span of 20
     assert curve_auc([0, 10, 20], [0.0, 1.0, 1.0]) == pytest.approx(0.75)
     assert curve_auc([5, 10], [0.2, 0.4]) == pytest.approx(0.3)
@@ -48,7 +48,7 @@ def test_curve_area_is_the_trapezoid_over_the_step_span():
         curve_auc([2, 1], [0.0, 1.0])
 
 
-def test_steps_to_gain_counts_from_the_first_point():
+def test_steps_to_gain_counts_from_the_first_point():  # oracles.md: compare reports
     steps, values = [10, 20, 30, 40], [0.1, 0.15, 0.2, 0.35]
     assert steps_to_gain(steps, values, 0.10) == 20.0  # 0.2 at step 30 is the first >= 0.1 + 0.1
     assert steps_to_gain(steps, values, 0.20) == 30.0  # 0.35 at step 40
