@@ -52,7 +52,18 @@ def test_a_compare_file_expands_to_every_variant_and_seed(tmp_path):
     assert [j.config["stages"][1]["algorithm"]["estimator"] for j in jobs[::2]] == ["grpo", "dr_grpo", "rloo"]
     assert jobs[3].config["seed"] == 1 and jobs[3].config["name"] == "cmp-dr_grpo-s1"
     assert spec.configs["rloo"].stages[1].algorithm.estimator == "rloo"
+    assert [v.override_texts for v in spec.variants] == [[], ["stages.1.algorithm.estimator=dr_grpo"], ["stages.1.algorithm.estimator=rloo"]]
     assert BASE["stages"][1]["algorithm"]["estimator"] == "grpo"  # the base is not changed
+
+
+def test_a_set_mapping_reads_as_override_texts_that_parse_back(tmp_path):
+    from tinker_core.config import parse_override
+
+    values = {"checkpoint.resume": False, "lora": None, "rollout.stop": ["a", "b"], "env.kwargs.tag": "007", "optimizer.lr": 0.5}
+    spec = load_spec(write(tmp_path, variants=[{"name": "v", "set": values}]))
+    texts = spec.variants[0].override_texts
+    assert texts == ["checkpoint.resume=false", "lora=null", 'rollout.stop=["a", "b"]', 'env.kwargs.tag="007"', "optimizer.lr=0.5"]
+    assert [parse_override(t).value for t in texts] == list(values.values())
 
 
 def test_an_inline_base_a_seed_list_and_an_output(tmp_path):

@@ -144,13 +144,25 @@ def _seeds(path: Path, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
+def _yaml_text(value: Any) -> str:
+    """``value`` as an override's text that parses back to it: a plain string as it is, anything
+    else (and a string YAML would read as something else) as JSON, which YAML reads too."""
+    import json
+
+    import yaml
+
+    if isinstance(value, str) and value and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value)
+
+
 def _overrides_of(path: Path, name: str, value: Any) -> tuple[Override, ...]:
     """A variant's ``set``: a mapping ``{dotted.path: value}`` or a list of ``key=value`` strings."""
     try:
         if value is None or value == {} or value == []:
             return ()
         if isinstance(value, dict):
-            return tuple(Override(parse_path(str(k), text=str(k)), v, f"{k}={v}") for k, v in value.items())
+            return tuple(Override(parse_path(str(k), text=str(k)), v, f"{k}={_yaml_text(v)}") for k, v in value.items())
         if isinstance(value, list) and all(isinstance(t, str) for t in value):
             return tuple(parse_overrides(value))
         if isinstance(value, str):
