@@ -73,6 +73,7 @@ def run_on_scheduler(
     progress = ProgressLine(len(jobs), echo)
     outcomes: dict[str, Outcome] = {}
     to_watch: list[tuple[JobSpec, str]] = []
+    submitted_n = 0
     try:
         for job in jobs:
             d = job_dir(out, job)
@@ -93,13 +94,16 @@ def run_on_scheduler(
             if not job_id:
                 submitted = client.submit(json.dumps(job.config, indent=1), request_id=uuid.uuid4().hex)
                 job_id = submitted.id
+                submitted_n += 1
                 _write_record(d, job, job_id=job_id, state=state_name(submitted.state), run_dir=submitted.run_dir)
             to_watch.append((job, job_id))
     except grpc.RpcError as e:
         client.close()
         raise _rpc_error(e, client.address) from None
-    skipped = len(outcomes)
-    progress.update(done=skipped, note=f"{skipped} already completed" if skipped else f"{len(to_watch)} submitted")
+    skipped, attached = len(outcomes), len(to_watch) - submitted_n
+    notes = [f"{skipped} already completed" if skipped else "", f"{submitted_n} submitted" if submitted_n else "",
+             f"{attached} already on the scheduler" if attached else ""]
+    progress.update(done=skipped, note=", ".join(n for n in notes if n))
     errors: list[BaseException] = []
 
     def follow(job: JobSpec, job_id: str) -> None:
