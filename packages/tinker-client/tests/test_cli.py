@@ -347,6 +347,8 @@ def test_config_validate_applies_overrides_and_a_bad_one_is_one_line(tmp_path):
     assert bad.stderr.strip().splitlines() == [
         "error: override 'algorithm.stpes=7': unknown key algorithm.stpes; did you mean 'algorithm.steps'?"
     ]
+    brackets = opentinker("config", "validate", str(path), "rollout.stopp=[a, b]", "--no-plugins")
+    assert brackets.stderr.strip() == "error: override 'rollout.stopp=[a, b]': unknown key rollout.stopp; did you mean 'rollout.stop'?"
     wrong_value = opentinker("config", "validate", str(path), "algorithm.steps=-1", "--no-plugins")
     assert wrong_value.returncode == 2 and "algorithm.steps: Input should be greater than or equal to 1" in wrong_value.stderr
 

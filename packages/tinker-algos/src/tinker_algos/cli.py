@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tinker_algos.progress import ProgressCallbacks, quiet_third_party_progress
 from tinker_core.errors import ConfigError
@@ -28,7 +29,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _fail(reason: str, hint: str | None = None) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {reason}", markup=True)
+    """The reason is plain text (a ``[...]`` in it, such as a list value, is shown as it is); the hint is markup."""
+    err_console.print(f"[bold red]error:[/] {escape(reason)}", markup=True)
     if hint:
         err_console.print(f"[dim]hint:[/] {hint}", markup=True)
     raise typer.Exit(EXIT_BAD_INPUT)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from tinker_algos.cli import _fail, err_console
 
@@ -42,7 +43,7 @@ def compare_command(
             try:
                 outcomes = run_on_scheduler(jobs, spec.output, typer.echo, address=scheduler, api_key=api_key, tls_ca=tls_ca)
             except SchedulerError as e:
-                err_console.print(f"[bold red]error:[/] {e}", markup=True)
+                err_console.print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
                 raise typer.Exit(e.exit_code) from None
         else:
             outcomes = run_embedded(jobs, spec.output, typer.echo)
@@ -53,13 +54,13 @@ def compare_command(
     failed = [o for o in outcomes if o.status != "completed"]
     if failed:
         for o in failed:
-            err_console.print(f"[bold red]failed:[/] {o.job.key}: {o.error}", markup=True)
-        err_console.print(f"{len(failed)} of {len(outcomes)} job(s) failed; no report. Rerun to retry them (finished jobs are kept).")
+            err_console.print(f"[bold red]failed:[/] {escape(f'{o.job.key}: {o.error}')}", markup=True)
+        err_console.print(f"{len(failed)} of {len(outcomes)} job(s) failed; no report. Rerun to retry them (finished jobs are kept).", markup=False)
         raise typer.Exit(1)
     try:
         report = report_of(spec, outcomes)
     except ValueError as e:  # e.g. no held-out metric logged (logging.every skipping the eval steps)
-        err_console.print(f"[bold red]error:[/] no report: {e}", markup=True)
+        err_console.print(f"[bold red]error:[/] no report: {escape(str(e))}", markup=True)
         raise typer.Exit(1) from None
     written = write_report(report, spec.output)
     typer.echo(f"report: {written['md']}  (numbers: {written['json']}" + (f", curves: {written['png']})" if "png" in written else ")"))

@@ -7,6 +7,7 @@ from typing import NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from tinker_core.errors import ConfigError
 
@@ -16,8 +17,9 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def fail(reason: str, hint: str | None = None, code: int = EXIT_BAD_INPUT) -> NoReturn:
-    """Print a one-line reason (and a hint) on stderr and exit with ``code``."""
-    err_console.print(f"[bold red]error:[/] {reason}", markup=True)
+    """Print a one-line reason (and a hint) on stderr and exit with ``code``. The reason is
+    plain text (a ``[...]`` in it, such as a list value, is shown as it is); the hint is markup."""
+    err_console.print(f"[bold red]error:[/] {escape(reason)}", markup=True)
     if hint:
         err_console.print(f"[dim]hint:[/] {hint}", markup=True)
     raise typer.Exit(code)
