@@ -418,7 +418,7 @@ class JobConfig(_Model):
         "job",
         description="The job's name; it names the run directory (runs/NAME), so 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit, without '..'.",
     )
-    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seeds every RNG; the same seed gives the same metrics (0 to 2**63-1).")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seeds every RNG; the same seed on the same machine, thread count and versions gives the same metrics, another CPU is another sample (0 to 2**63-1; docs/explanation/determinism.md).")
     model: ModelConfig = Field(default_factory=ModelConfig, description="The model to train.")
     lora: LoraConfig | None = Field(None, description="LoRA adapters; absent means full fine-tuning.")
     env: EnvConfig | None = Field(None, description="The environment (needed by grpo and ppo).")
