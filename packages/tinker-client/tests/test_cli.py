@@ -334,3 +334,12 @@ def test_env_serve_bad_limits_exit_2(flag, value, message):
     result = opentinker("env", "serve", "echo/echo-v0", "--port", "0", flag, value, env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_version_prints_the_release_and_exits():
+    import tinker_client
+
+    out = subprocess.run([sys.executable, "-c", "from tinker_client.cli import main; main()", "--version"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"opentinker {tinker_client.__version__}" == f"opentinker {tinker_core.__version__}"
