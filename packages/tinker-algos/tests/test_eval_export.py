@@ -360,3 +360,28 @@ def test_a_smollm2_lora_run_evaluates_and_exports_for_peft_and_transformers(smol
         got_ids, got = fresh[str(path)]
         assert got_ids == ids
         assert torch.allclose(got, want, atol=1e-4), (path, (got - want).abs().max())
+
+
+BARS = ("Loading weights", "Writing model shards", "it/s]", "%|")
+FRESH_CLI = (
+    "import sys, typer\n"
+    "from tinker_algos import plugin\n"
+    "app = typer.Typer(add_completion=False)\n"
+    "plugin.opentinker_register_commands(cli=app)\n"
+    "typer.main.get_command(app).main(args=sys.argv[1:], prog_name='opentinker')\n"
+)
+
+
+def test_eval_and_export_print_no_hugging_face_progress_bars(lora_run, tmp_path):
+    """In a fresh process (nothing switched the bars off yet): our table and lines only."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")}
+    env["OPENTINKER_LOAD_PLUGINS"] = "tinker-algos,tinker-env-echo"
+    env.pop("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", None)
+    for args in (["eval", str(lora_run), "-o", str(tmp_path / "e.json")],
+                 ["export", str(lora_run), "-o", str(tmp_path / "merged"), "--merge"]):
+        out = subprocess.run([sys.executable, "-c", FRESH_CLI, *args], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        for bar in BARS:
+            assert bar not in out.stderr + out.stdout, (args, out.stderr)
