@@ -36,6 +36,7 @@ def test_gym_make_takes_render_mode_and_check_env_passes_on_the_made_env():
         "env.reset(seed=0)\n"
         "assert isinstance(env.render(), str)\n"
         "check_env(env.unwrapped)\n"
+        "check_env(gym.make('math/arithmetic-v0', render_mode='ansi'))  # the made env itself (gymnasium warns it is wrapped)\n"
         "check_env(gym.make('math/arithmetic-v0').unwrapped)\n"
         "try:\n"
         "    gym.make('math/arithmetic-v0', render_mode='human')\n"
