@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -17,6 +18,9 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import debian_packages  # noqa: E402  (scripts/ is not a package)
+
 PACKAGES = sorted(p.name for p in (ROOT / "packages").iterdir() if (p / "pyproject.toml").is_file())
 
 nox.options.default_venv_backend = "uv"
@@ -34,6 +38,23 @@ TEST_ENV = {
 }
 
 
+# The Debian packages a session's tests drive: headless Chromium (tinker-serve's chat page) and
+# tmux (the terminal recordings of train and watch). The session installs them when it can, so the
+# README's test command passes on a fresh machine; CI does nothing more than run that command.
+DEBIAN_PACKAGES = {
+    "tinker-serve": ["chromium"],  # the tests session of this package
+    "integration": ["tmux"],
+}
+
+
+def system_packages(session: nox.Session, packages: list[str]) -> None:
+    """Install the Debian ``packages`` this session's tests need, or fail now naming the command."""
+    try:
+        debian_packages.ensure(packages, log=session.log)
+    except debian_packages.SetupError as error:
+        session.error(str(error))
+
+
 def sync(session: nox.Session, *args: str) -> None:
     """Install from uv.lock into this session's environment."""
     session.run_install(
@@ -47,6 +68,7 @@ def sync(session: nox.Session, *args: str) -> None:
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
     """One package's tests with only that package and its dependencies installed."""
+    system_packages(session, DEBIAN_PACKAGES.get(package, []))
     sync(session, "--package", package)
     session.run("pytest", f"packages/{package}/tests", "-q", *session.posargs, env=TEST_ENV)
 
@@ -54,6 +76,7 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session
 def integration(session: nox.Session) -> None:
     """Cross-package tests (plugins, CLI, training, templates) in the full workspace."""
+    system_packages(session, DEBIAN_PACKAGES["integration"])
     sync(session, "--all-packages")
     if not any((ROOT / "integration-tests").glob("test_*.py")):
         session.skip("integration-tests/ holds no tests yet")

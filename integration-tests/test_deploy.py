@@ -266,6 +266,19 @@ def test_monitoring_scrapes_the_scheduler_service_and_names_only_exported_metric
     assert {"opentinker_queue_depth", "opentinker_resources_free", "opentinker_actor_restarts_total"} <= used
 
 
+def test_alert_texts_name_only_options_the_scheduler_has():
+    """An operator following an alert finds every ``--flag`` it names on ``opentinker scheduler start``."""
+    import inspect
+
+    from tinker_scheduler.cli import start
+
+    options = {"--" + name.replace("_", "-") for name in inspect.signature(start).parameters}
+    rules = [r for g in one("PrometheusRule", "opentinker")["spec"]["groups"] for r in g["rules"]]
+    named = {flag for r in rules for text in r["annotations"].values() for flag in re.findall(r"--[a-z][a-z-]*", text)}
+    assert named <= options, f"alerts name options 'scheduler start' does not have: {sorted(named - options)}"
+    assert "--max-retries" in named  # the check sees the flags the texts do name
+
+
 # ---- the images ---------------------------------------------------------------------------
 
 

@@ -8,9 +8,9 @@ is still a dependency; import-linter counts them too).
 
 The rules (see docs/explanation/architecture.md):
 
-1. Layers depend only downward: core <- client, envs; core <- algos <- scheduler
-   (:data:`ALLOWED`), with the few module-level exceptions of :data:`ALLOWED_MODULES` (each
-   with its reason).
+1. Layers depend only downward: core <- client, envs; core <- algos <- scheduler; the umbrella
+   ``opentinker`` (its front-door API) on core and algos (:data:`ALLOWED`), with the few
+   module-level exceptions of :data:`ALLOWED_MODULES` (each with its reason).
 2. No package imports a ``_private`` name or module of another package.
 3. No import cycle between the modules of one package.
 4. No source module longer than :data:`MAX_LINES` lines, except those in :data:`LONG_MODULES`
@@ -36,6 +36,8 @@ ALLOWED: dict[str, set[str]] = {
     "tinker_scheduler": {"tinker_core", "tinker_algos", "tinker_serve"},
     "tinker_serve": {"tinker_core", "tinker_algos"},
     **{env: {"tinker_core"} for env in ENVS},
+    # the umbrella distribution's front-door API (opentinker.train, ...): the engine, loaded lazily
+    "opentinker": {"tinker_core", "tinker_algos"},
 }
 """Import package -> the other first-party packages its source may import."""
 

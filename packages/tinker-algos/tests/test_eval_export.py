@@ -5,6 +5,7 @@ with ``AutoModelForCausalLM`` / ``PeftModel`` and give the trained policy's logi
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -252,14 +253,15 @@ def test_export_writes_an_adapter_and_a_merged_model_that_load_in_a_fresh_proces
     adapter, merged = tmp_path / "adapter", tmp_path / "merged"
     result = invoke("export", lora_run, "--output", adapter)
     assert result.exit_code == 0, result.output
-    assert f"exported LoRA adapter of {lora_run / 'checkpoints' / 'step-000003'} (step 3) to {adapter} (base model: tiny)" in result.stdout
+    assert f"exported LoRA adapter of {lora_run / 'checkpoints' / 'step-000003'} (step 3) to {adapter} (base model: {adapter.resolve() / 'base'})" in result.stdout
     result = invoke("export", lora_run, "--output", merged, "--merge")
     assert result.exit_code == 0 and "merged full model" in result.stdout, result.output
 
-    # the layout vLLM's --lora-modules reads: the two files at the top, no nesting, no modules_to_save
-    assert not [p for p in adapter.iterdir() if p.is_dir()]
+    # the layout vLLM's --lora-modules reads: the two files at the top, no modules_to_save; the
+    # tiny base (a name plain peft cannot resolve) saved beside them in base/, which the adapter records
+    assert [p.name for p in adapter.iterdir() if p.is_dir()] == ["base"]
     config = json.loads((adapter / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == "tiny" and not config["modules_to_save"]
+    assert config["base_model_name_or_path"] == str(adapter.resolve() / "base") and not config["modules_to_save"]
     assert config["r"] == 4 and config["lora_alpha"] == 8 and config["bias"] == "none" and not config["use_dora"]
     with safe_open(str(adapter / "adapter_model.safetensors"), framework="pt") as f:
         keys = list(f.keys())  # noqa: SIM118
@@ -374,3 +376,50 @@ def test_a_smollm2_lora_run_evaluates_and_exports_for_peft_and_transformers(smol
         got_ids, got = fresh[str(path)]
         assert got_ids == ids
         assert torch.allclose(got, want, atol=1e-4), (path, (got - want).abs().max())
+
+
+BARS = ("Loading weights", "Writing model shards", "it/s]", "%|")
+FRESH_CLI = (
+    "import sys, typer\n"
+    "from tinker_algos import plugin\n"
+    "app = typer.Typer(add_completion=False)\n"
+    "plugin.opentinker_register_commands(cli=app)\n"
+    "typer.main.get_command(app).main(args=sys.argv[1:], prog_name='opentinker')\n"
+)
+
+
+def test_eval_and_export_print_no_hugging_face_progress_bars(lora_run, tmp_path):
+    """In a fresh process (nothing switched the bars off yet): our table and lines only."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")}
+    env["OPENTINKER_LOAD_PLUGINS"] = "tinker-algos,tinker-env-echo"
+    env.pop("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", None)
+    for args in (["eval", str(lora_run), "-o", str(tmp_path / "e.json")],
+                 ["export", str(lora_run), "-o", str(tmp_path / "merged"), "--merge"]):
+        out = subprocess.run([sys.executable, "-c", FRESH_CLI, *args], capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        for bar in BARS:
+            assert bar not in out.stderr + out.stdout, (args, out.stderr)
+
+
+def test_a_tiny_adapter_export_loads_with_plain_peft_in_a_fresh_process(lora_run, tmp_path):
+    """``AutoPeftModelForCausalLM.from_pretrained(export)``: no OpenTinker, no hub, the trained logits."""
+    adapter = tmp_path / "adapter"
+    assert invoke("export", lora_run, "--output", adapter).exit_code == 0
+    ids, want = logits_of(trained_policy(lora_run, 3))
+    code = (
+        "import sys, json, torch\n"
+        "from peft import AutoPeftModelForCausalLM\n"
+        "model = AutoPeftModelForCausalLM.from_pretrained(sys.argv[1]).eval()\n"
+        "with torch.no_grad():\n"
+        "    print(json.dumps(model(input_ids=torch.tensor([json.loads(sys.argv[2])])).logits[0].tolist()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
+    env["HF_HUB_OFFLINE"] = "1"
+    out = subprocess.run([sys.executable, "-c", code, str(adapter), json.dumps(ids)], capture_output=True, text=True,
+                         cwd=tmp_path, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = torch.tensor(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert torch.allclose(got, want, atol=1e-5)
+    assert (adapter / "base" / "model.safetensors").stat().st_mode & 0o044  # readable by whoever serves it

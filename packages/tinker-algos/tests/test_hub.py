@@ -265,3 +265,30 @@ def test_train_with_a_model_it_cannot_load_exits_2_with_one_line(tmp_path, monke
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(start), result.output
+
+
+def test_file_lock_makes_another_process_wait(tmp_path):
+    """``file_lock`` is filelock's cross-platform lock: a second process waits for the first."""
+    import time
+
+    from tinker_algos.hub import file_lock
+
+    lock = tmp_path / "sub" / ".x.lock"
+    holder = (
+        "import sys, time\nfrom pathlib import Path\nfrom tinker_algos.hub import file_lock\n"
+        "with file_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    time.sleep(1.5)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", holder, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+        start = time.monotonic()
+        with file_lock(lock):
+            waited = time.monotonic() - start
+        assert waited > 0.5, waited
+    finally:
+        proc.wait(timeout=30)
+    with file_lock(lock), file_lock(tmp_path / "other.lock"):
+        pass  # free again; another path is another lock
+    import tinker_algos.hub.cache as cache
+
+    assert "import fcntl" not in Path(cache.__file__).read_text(encoding="utf-8")

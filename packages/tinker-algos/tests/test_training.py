@@ -104,6 +104,22 @@ def test_bad_input_is_a_config_error_before_anything_runs(tmp_path):
         train(job(stages=[{"algorithm": {"name": "grpo", "estimator": "gae"}}]), run_dir=tmp_path / "x")
 
 
+def test_grpo_checks_estimator_config_before_the_first_rollout(tmp_path, monkeypatch):
+    """As ppo does: a key the estimator does not take is a config error naming the field, raised
+    before any episode is played (the help's old example, {normalize: true}, among them)."""
+    from tinker_algos.algorithms.base import StageContext
+    from tinker_core.config import GRPOParams
+
+    rollouts = []
+    monkeypatch.setattr(StageContext, "group_rollout", lambda self, step: rollouts.append(step))
+    for estimator, bad in (("grpo", {"normalize": True}), ("rloo", {"eps": 0.1}), ("reinforce_pp", {"gama": 0.9})):
+        stages = [{"algorithm": {"name": "grpo", "estimator": estimator, "steps": 1, "params": {"estimator_config": bad}}}]
+        with pytest.raises(ConfigError, match=rf"stages\[0\]\.algorithm\.params\.estimator_config: .*{next(iter(bad))!r}"):
+            train(job(stages=stages), run_dir=tmp_path / estimator)
+    assert rollouts == []
+    assert "normalize" not in GRPOParams.model_fields["estimator_config"].description
+
+
 def test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error(tmp_path):
     from transformers import PreTrainedTokenizerFast
 

@@ -362,3 +362,12 @@ def test_submit_sends_the_config_with_its_overrides_applied(tmp_path):
     assert _read_config_text(path, []) == text  # as written, comments and all
     sent = json.loads(_read_config_text(path, ["algorithm.steps=5", "seed=2"]))
     assert sent == {"name": "t", "env": {"id": "echo/echo-v0"}, "algorithm": {"name": "sft", "steps": 5}, "seed": 2}
+
+
+def test_version_prints_the_release_and_exits():
+    import tinker_client
+
+    out = subprocess.run([sys.executable, "-c", "from tinker_client.cli import main; main()", "--version"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"opentinker {tinker_client.__version__}" == f"opentinker {tinker_core.__version__}"

@@ -92,6 +92,31 @@ optimizer: {name: no_such_opt}
     assert remote.env.address == "h:1"
 
 
+def test_a_misspelled_algorithm_name_hides_no_other_problem():
+    """One pass reports them all: the name (with a did-you-mean), the fields behind it checked as
+    the algorithm it most likely is, other sections, and the plugin names."""
+    text = """
+env: {id: echo/ehco-v0}
+algorithm: {name: grpoo, stepz: 2, estimator: no_such_estimator}
+rolout: {group_size: 2}
+optimizer: {name: no_such_opt}
+"""
+    with pytest.raises(ConfigError) as info:
+        load_config(text)
+    problems = info.value.problems
+    assert problems[0] == "algorithm.name: Input should be 'sft', 'grpo', 'ppo' or 'dpo' (got \"grpoo\"); did you mean 'grpo'?"
+    assert "algorithm.stepz: unknown key; did you mean 'steps'?" in problems
+    assert "rolout: unknown key; did you mean 'rollout'?" in problems
+    joined = "\n".join(problems)
+    for where in ("env.id: unknown env 'echo/ehco-v0'", "algorithm.estimator: unknown advantage estimator",
+                  "optimizer.name: unknown optimizer"):
+        assert where in joined, problems
+    # with no likely name, the keys no algorithm takes are still named
+    with pytest.raises(ConfigError) as info:
+        load_config("stages: [{algorithm: {name: zzzz, stepz: 1, steps: 1}}]", check_plugins=False)
+    assert info.value.problems[1:] == ["stages[0].algorithm.stepz: unknown key (no algorithm takes it)"]
+
+
 def test_json_schema_exports_every_section():
     schema = json_schema()
     json.dumps(schema)

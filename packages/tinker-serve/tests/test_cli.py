@@ -58,3 +58,18 @@ def test_serve_builds_the_app_with_an_adapter_from_a_run_directory_and_the_key(t
         assert http.get("/v1/models").status_code == 401
         ids = [m["id"] for m in http.get("/v1/models", headers={"Authorization": "Bearer k"}).json()["data"]]
     assert ids == [str(tiny_dir), "sums"]
+
+
+def test_serve_prints_no_hugging_face_progress_bars(tiny_dir):
+    """In a fresh process (nothing switched the bars off yet), loading the model draws no
+    "Loading weights" bar: the startup line is the output."""
+    import os
+
+    code = "import uvicorn; uvicorn.run = lambda *a, **k: None\n" + APP.replace("; ", "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")}
+    out = subprocess.run([sys.executable, "-c", code, "serve", str(tiny_dir), "--device", "cpu"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "serving" in out.stderr
+    for bar in ("Loading weights", "it/s]", "%|"):
+        assert bar not in out.stderr + out.stdout, out.stderr

@@ -48,9 +48,11 @@ def eval_command(
         find_source,
     )
     from tinker_algos.models import ModelLoadError
+    from tinker_algos.progress import quiet_third_party_progress
     from tinker_core.config import OverrideError
     from tinker_core.errors import ConfigError
 
+    quiet_third_party_progress()  # our table is the output, not Hugging Face's loading bars
     try:
         src = find_source(source, overrides=overrides or ())
         settings = eval_settings(src.job, env_id=env, split=split, n=n, samples=samples, max_new_tokens=max_new_tokens, seed=seed)
@@ -101,7 +103,9 @@ def export_command(
     from tinker_algos.evaluation import EvalError
     from tinker_algos.export import export
     from tinker_algos.models import ModelLoadError
+    from tinker_algos.progress import quiet_third_party_progress
 
+    quiet_third_party_progress()  # no "Loading weights" / "Writing model shards" bars
     try:
         result = export(source, output, merge=merge, base_model=base_model, force=force)
     except (EvalError, ModelLoadError, DeviceError) as e:

@@ -6,7 +6,12 @@ Two layouts, each written atomically into the output directory (:func:`atomic_di
   ``adapter_model.safetensors`` at the top (the layout ``PeftModel.from_pretrained(base, dir)``
   and vLLM's ``--lora-modules name=dir`` read), plus the tokenizer. ``base_model_name_or_path``
   is a portable name (:func:`portable_base_name`), ``target_modules`` the modules the adapter's
-  weights really touch, and ``modules_to_save`` empty (vLLM refuses anything else).
+  weights really touch, and ``modules_to_save`` empty (vLLM refuses anything else). The ``tiny``
+  preset is no name another machine (or plain peft) can resolve, so an adapter of it carries its
+  base: the tiny model is saved in ``base/`` beside the adapter files, and
+  ``base_model_name_or_path`` is that directory's absolute path, so
+  ``AutoPeftModelForCausalLM.from_pretrained(dir)`` loads it (after moving the export, load
+  ``dir/base`` and apply the adapter with ``PeftModel.from_pretrained``).
 * **full model** (``merge``, or any full fine-tuning run): ``save_pretrained`` weights
   (safetensors), ``config.json``, ``generation_config.json`` and the tokenizer;
   ``AutoModelForCausalLM.from_pretrained(dir)`` loads it. A LoRA adapter is merged into the base
@@ -29,6 +34,8 @@ from tinker_algos.evaluation import EvalError, Source, find_source, load_policy
 from tinker_algos.model_files import TINY, atomic_dir
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+BUNDLED_BASE = "base"
+"""The directory of an adapter export that holds its ``tiny`` base model (see the module docstring)."""
 HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$")
 
 
@@ -47,11 +54,16 @@ class ExportResult:
 def is_portable(name: str) -> bool:
     """Whether ``name`` means the same model on another machine: a hub id or the ``tiny`` preset,
     not a path (absolute, relative, or an existing local directory)."""
-    if name == TINY or re.fullmatch(rf"{TINY}:\d+", name):
+    if is_tiny(name):
         return True
     if name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
         return False
     return bool(HUB_ID_RE.match(name)) and ".." not in name
+
+
+def is_tiny(name: str) -> bool:
+    """Whether ``name`` is the ``tiny`` preset (``tiny`` or ``tiny:SEED``)."""
+    return name == TINY or re.fullmatch(rf"{TINY}:\d+", name) is not None
 
 
 def portable_base_name(source: Source, given: str | None) -> str:
@@ -142,12 +154,21 @@ def export(
     layout: Literal["adapter", "full"] = "adapter" if source.weights == "adapter" and not merge else "full"
     name = portable_base_name(source, base_model) if layout == "adapter" else None
     tokenizer = _tokenizer(source, base_model) if layout == "adapter" else None
+    tiny = name if name is not None and base_model is None and is_tiny(name) else None
+    if tiny is not None:  # plain peft cannot resolve "tiny": the adapter records the base saved beside it
+        name = str(output.resolve() / BUNDLED_BASE)
 
     def write(tmp: Path) -> None:
         if layout == "adapter":
             assert name is not None
             _write_adapter(source, name, tmp)
             tokenizer.save_pretrained(str(tmp))
+            if tiny is not None:
+                from tinker_algos.model_files import resolve_model
+
+                shutil.copytree(resolve_model(tiny), tmp / BUNDLED_BASE)
+                for f in (tmp / BUNDLED_BASE).iterdir():
+                    f.chmod(0o644)
             return
         # a run's adapter goes onto the run's model; a lone adapter onto --base-model when given
         policy, adapter = load_policy(source, base_model=base_model if source.job is None else None, device="cpu")
@@ -165,4 +186,4 @@ def export(
     return ExportResult(output=output, layout=layout, base_model=name, source=source)
 
 
-__all__ = ["ADAPTER_FILES", "ExportError", "ExportResult", "adapter_targets", "check_output", "export", "is_portable", "portable_base_name"]
+__all__ = ["ADAPTER_FILES", "BUNDLED_BASE", "ExportError", "ExportResult", "adapter_targets", "check_output", "export", "is_portable", "is_tiny", "portable_base_name"]

@@ -36,6 +36,25 @@ app.add_typer(config_app, name="config")
 app.add_typer(env_app, name="env")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from tinker_client import __version__
+
+        typer.echo(f"opentinker {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the release (one version for all the packages) and exit.",
+                     callback=_print_version, is_eager=True),
+    ] = False,
+) -> None:
+    """OpenTinker: reinforcement learning for LLM agents, from a laptop CPU to a Ray cluster."""
+
+
 # ---- plugins ------------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ gymnasium already knows is left as it is.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from importlib import metadata
@@ -30,9 +31,30 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tinker_core.env import EnvSpec
 
-def build_env(factory: Callable[..., Any], spec: EnvSpec, **kwargs: Any) -> Any:
-    """``factory(**kwargs)``, the env carrying its ``env_spec`` (how every OpenTinker env is built)."""
-    env = factory(**kwargs)
+def _takes_render_mode(factory: Callable[..., Any]) -> bool:
+    try:
+        return "render_mode" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
+
+
+def build_env(factory: Callable[..., Any], spec: EnvSpec, render_mode: str | None = None, **kwargs: Any) -> Any:
+    """``factory(**kwargs)``, the env carrying its ``env_spec`` (how every OpenTinker env is built).
+
+    ``render_mode`` (what ``gymnasium.make(id, render_mode="ansi")`` and gymnasium's
+    ``check_env`` pass) goes to a factory that takes it; otherwise it is checked against the
+    env's ``metadata["render_modes"]`` and set on the env, gymnasium's ``render_mode`` attribute.
+    """
+    if render_mode is not None and _takes_render_mode(factory):
+        env = factory(render_mode=render_mode, **kwargs)
+    else:
+        env = factory(**kwargs)
+        if render_mode is not None:
+            modes = list(getattr(env, "metadata", {}).get("render_modes", []))
+            if render_mode not in modes:
+                env.close()
+                raise ValueError(f"env {spec.id!r} has no render_mode {render_mode!r}; its render_modes are {modes}")
+            env.render_mode = render_mode
     if getattr(env, "env_spec", None) is None:
         env.env_spec = spec
     return env

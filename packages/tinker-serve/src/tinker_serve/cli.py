@@ -56,11 +56,13 @@ def serve_command(
 
     from tinker_algos.device import DeviceError
     from tinker_algos.models import ModelLoadError
+    from tinker_algos.progress import quiet_third_party_progress
     from tinker_core.errors import ConfigError
     from tinker_serve.app import create_app
     from tinker_serve.protocol import APIError
     from tinker_serve.served import ServedModels
 
+    quiet_third_party_progress()  # the startup line is the output, not Hugging Face's loading bars
     try:
         served = ServedModels.load(model, name=name, device=device, precision=precision, chat_template=chat_template, max_batch=max_batch)
         for adapter_name, path in adapters:

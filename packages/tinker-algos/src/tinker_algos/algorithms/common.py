@@ -108,6 +108,16 @@ def resolve_estimator(ctx: StageContext, default: str, *, critic: bool) -> tuple
     return name, entry.obj
 
 
+def check_estimator_config(ctx: StageContext, estimator: Any, inputs: AdvantageInputs, config: dict[str, Any]) -> None:
+    """Call ``estimator`` once on ``inputs`` with ``config`` (the stage's
+    ``params.estimator_config``): a key it does not take (or a bad value) is a config error
+    naming ``estimator_config`` before any work, not after the first rollout."""
+    try:
+        estimator(inputs, **config)
+    except (TypeError, ValueError) as e:
+        raise ConfigError([f"{ctx.where}.params.estimator_config: {e}"]) from None
+
+
 def check_loss_config(ctx: StageContext, loss: str, inputs: LossInputs) -> None:
     """Call loss ``loss`` once on ``inputs`` with the stage's ``loss_config``: a key the loss does
     not take (or a bad value) is a config error naming ``loss_config`` before any work."""

@@ -60,6 +60,7 @@ import tinker_core.registry
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     ReferencePolicy,
+    check_estimator_config,
     kl_to_reference,
     optim_metrics,
     resolve_estimator,
@@ -95,6 +96,9 @@ class GRPO(Algorithm):
         self.estimator_name, self.estimator = resolve_estimator(ctx, self.default_estimator, critic=False)
         self.loss = ctx.algo.loss or self.default_loss
         tinker_core.registry.get_loss(self.loss)  # fail early, with a did-you-mean
+        # estimator_config keys the estimator does not take fail here, before the first rollout (as in ppo)
+        two = AdvantageInputs(rewards_B=np.zeros(2), mask_B_T=np.ones((2, 1)), group_ids_B=np.zeros(2, dtype=np.int64))
+        check_estimator_config(ctx, self.estimator, two, self.params.estimator_config)
         self.reference = ReferencePolicy(ctx) if ctx.algo.kl.coef > 0 else None
         self.multi_agent: MultiAgentParams | None = None
         self.env_spec = stage_env_spec(ctx)

@@ -64,18 +64,11 @@ def atomic_dir(final: Path, write: Callable[[Path], Any], *, overwrite: bool) ->
 def file_lock(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` (created if missing) while the block runs.
 
-    Another process asking for the same lock waits until this block ends. Where ``fcntl`` is
-    missing (Windows) the block runs unlocked.
+    Another process asking for the same lock waits until this block ends. The lock is
+    ``filelock``'s (``fcntl`` on POSIX, ``msvcrt`` on Windows), so it holds on every platform.
     """
+    from filelock import FileLock
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX
+    with FileLock(str(path)):
         yield
-        return
-    with open(path, "a+b") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

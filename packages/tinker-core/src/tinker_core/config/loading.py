@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from tinker_core.config.models import ALGORITHMS, TRACKERS, JobConfig, models_in
+from tinker_core.config.models import ALGORITHM_MODELS, ALGORITHMS, TRACKERS, JobConfig, models_in
 from tinker_core.config.overrides import apply_overrides
 from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
 
@@ -104,8 +104,34 @@ def _walk(loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], type[BaseModel] | None
 
 def format_validation_error(err: ValidationError) -> list[str]:
     """One line per problem: the field path as written in the file, what is wrong, the value."""
+    return _format_errors(list(err.errors()))
+
+
+def _errors_behind_the_tag(e: Any, tag: str | None) -> list[Any]:
+    """The errors in the rest of an algorithm section whose ``name`` is wrong, as pydantic would
+    report them for ``tag`` (the name the user most likely meant), so a misspelled name does not
+    hide a misspelled field; without a likely name, the keys no algorithm takes."""
+    section = e.get("input")
+    if not isinstance(section, dict):
+        return []
+    loc = tuple(e["loc"])
+    if tag is not None:
+        try:
+            ALGORITHM_MODELS[tag].model_validate({**section, "name": tag})
+        except ValidationError as sub:
+            return [{**se, "loc": (*loc, tag, *se["loc"])} for se in sub.errors() if tuple(se["loc"])[:1] != ("name",)]
+        return []
+    known = {k for m in ALGORITHM_MODELS.values() for k in m.model_fields}
+    return [{"type": "unknown_algorithm_key", "loc": (*loc, k), "msg": "", "input": v}
+            for k, v in section.items() if k not in known]
+
+
+def _format_errors(errors: list[Any]) -> list[str]:
     problems: list[str] = []
-    for e in err.errors():
+    for e in errors:
+        if e["type"] == "unknown_algorithm_key":
+            problems.append(f"{_loc(tuple(e['loc']))}: unknown key (no algorithm takes it)")
+            continue
         loc, _ = _walk(tuple(e["loc"]))
         where = _loc(loc)
         if e["type"] == "extra_forbidden":
@@ -124,8 +150,11 @@ def format_validation_error(err: ValidationError) -> list[str]:
             if e["type"] == "union_tag_not_found":
                 problems.append(f"{_loc((*loc, 'name'))}: Field required; give one of {expected}")
             else:
-                tag = json.dumps(e.get("ctx", {}).get("tag"), default=str)
-                problems.append(f"{_loc((*loc, 'name'))}: Input should be {expected} (got {tag})")
+                given = e.get("ctx", {}).get("tag")
+                hint = did_you_mean(str(given), list(ALGORITHMS))
+                msg = f"{_loc((*loc, 'name'))}: Input should be {expected} (got {json.dumps(given, default=str)})"
+                problems.append(msg + (f"; did you mean {hint!r}?" if hint else ""))
+                problems += _format_errors(_errors_behind_the_tag(e, hint))
             continue
         got = e.get("input")
         got_s = json.dumps(got, default=str) if not isinstance(got, dict) else "a mapping"
@@ -209,13 +238,25 @@ def _plugin_problems_of_raw(data: dict[str, Any]) -> list[str]:
     from tinker_core.registry import get_registry
 
     problems: list[str] = []
-    env = data.get("env")
-    env_id = env.get("id") if isinstance(env, dict) else None
-    if isinstance(env_id, str) and not (isinstance(env, dict) and env.get("address")):
+
+    def check(kind: str, section: Any, key: str, where: str) -> None:
+        name = section.get(key) if isinstance(section, dict) else None
+        if not isinstance(name, str) or (kind == "envs" and section.get("address")):
+            return
         try:
-            get_registry("envs").get(env_id)
+            get_registry(kind).get(name)
         except UnknownNameError as e:
-            problems.append(f"env.id: {e.message}")
+            problems.append(f"{where}.{key}: {e.message}")
+
+    sections = [("", data)]
+    stages = data.get("stages")
+    if isinstance(stages, list):
+        sections += [(f"stages[{i}].", s) for i, s in enumerate(stages) if isinstance(s, dict)]
+    for prefix, section in sections:  # every name a config holds, so one pass reports them all
+        check("envs", section.get("env"), "id", f"{prefix}env")
+        check("advantage_estimators", section.get("algorithm"), "estimator", f"{prefix}algorithm")
+        check("losses", section.get("algorithm"), "loss", f"{prefix}algorithm")
+        check("optimizers", section.get("optimizer"), "name", f"{prefix}optimizer")
     return problems
 
 

@@ -183,7 +183,12 @@ class GRPOParams(_Model):
     """Options of grpo (algorithm.params)."""
 
     estimator_config: dict[str, Any] = Field(
-        default_factory=dict, description="Keyword arguments of the advantage estimator (e.g. {normalize: true})."
+        default_factory=dict,
+        description=(
+            "Keyword arguments of the advantage estimator: grpo takes eps (1e-6), reinforce_pp gamma (1.0) and "
+            "whiten (true), reinforce_pp_baseline whiten (true); dr_grpo and rloo take none. A key the "
+            "estimator does not take fails before the first rollout."
+        ),
     )
     multi_agent: MultiAgentConfig | None = Field(
         None, description="How a multi-agent env is played; only for envs with roles (default: self-play)."
