@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tinker_algos.tinker_ops import MASK_LOGPROB
+from tinker_algos.tinker_ops import MASK_LOGPROB, RequestLimits
 from tinker_scheduler.errors import StatusError
 
 #: The most top-k logprobs one request may ask per position (prompt or sampled).
@@ -39,7 +39,23 @@ def sample_args(body: Mapping[str, Any]) -> tuple[list[int], dict[str, Any], int
         params[key] = list(stop) if isinstance(stop, list) else [stop]
     if params["max_tokens"] <= 0:
         raise StatusError("INVALID_ARGUMENT", "sampling_params.max_tokens: must be > 0")
-    return prompt, params, int(body.get("num_samples") or 1)
+    return prompt, params, num_samples(body)
+
+
+def num_samples(body: Mapping[str, Any], limits: RequestLimits | None = None) -> int:
+    """A ``SampleRequest``'s ``num_samples`` (1 when absent): a whole number >= 1, and (with
+    ``limits``) at most ``max_data``."""
+    n = body.get("num_samples")
+    if n is None:
+        return 1
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise StatusError("INVALID_ARGUMENT", f"num_samples: must be a whole number (got {n!r:.40})")
+    if n < 1:
+        raise StatusError("INVALID_ARGUMENT", f"num_samples: must be >= 1 (got {n})")
+    if limits is not None and n > limits.max_data:
+        raise StatusError("INVALID_ARGUMENT", f"num_samples: {n} is over the limit of {limits.max_data} sequences "
+                                              "per request (max_data_per_request); sample in several requests")
+    return n
 
 
 def prompt_tokens(model_input: Mapping[str, Any]) -> list[int]:

@@ -279,6 +279,10 @@ class Models:
         session = self._sampling_session(tenant, target)
         prompt, params, n = sampling.sample_args(body)
         wants = sampling.LogprobRequest.of(body, len(prompt))
+        vocab = session.info.get("vocab_size")
+        bad = next((t for t in prompt if not 0 <= t < vocab), None) if vocab else None
+        if bad is not None:
+            raise StatusError("INVALID_ARGUMENT", f"prompt: token id {bad} is outside the model's vocabulary [0, {vocab})")
         try:
             tinker_ops.check_sample([len(prompt)], params["max_tokens"], n, session.info.get("context_length"), self.limits)
         except ValueError as e:
