@@ -9,6 +9,7 @@ check or heartbeat must be *answered while* a large request is in flight (genero
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -179,3 +180,85 @@ def test_a_body_that_stops_arriving_is_408(gateway) -> None:
         answer = s.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert post(gw, "create_session", key, json={}).status_code == 200
+
+
+# ---- user mistakes on a live model: 4xx (or category "user") naming the field -----------------
+def result(gw, key: dict, request_id: str) -> httpx.Response:
+    """The answer of a future (polling ``try_again`` at most 60 times)."""
+    for _ in range(60):
+        r = post(gw, "retrieve_future", key, json={"request_id": request_id})
+        if r.headers.get("content-type", "").startswith("application/json") and r.json().get("type") == "try_again":
+            continue
+        return r
+    raise AssertionError(f"{request_id} never finished")
+
+
+@pytest.fixture(scope="module")
+def live_model(gateway) -> str:
+    gw, key = gateway
+    sid = post(gw, "create_session", key, json={}).json()["session_id"]
+    r = post(gw, "create_model", key, json={"session_id": sid, "model_seq_id": 0, "base_model": "tiny",
+                                            "lora_config": {"rank": 4}})
+    answer = result(gw, key, r.json()["request_id"]).json()
+    assert answer.get("model_id"), answer
+    return answer["model_id"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"lora_config": [1]}, "lora_config"), ({"lora_config": "x"}, "lora_config"),
+    ({"lora_config": {"rank": "four"}}, "lora_config.rank"), ({"user_metadata": "x"}, "user_metadata"),
+    ({"user_metadata": [1, 2]}, "user_metadata"), ({"model_seq_id": [0]}, "model_seq_id"),
+], ids=["lora-list", "lora-str", "rank-str", "metadata-str", "metadata-list", "seq-list"])
+def test_wrong_typed_create_model_fields_are_400(gateway, body, field) -> None:
+    gw, key = gateway
+    sid = post(gw, "create_session", key, json={}).json()["session_id"]
+    r = post(gw, "create_model", key, json={"session_id": sid, "base_model": "tiny", **body})
+    assert r.status_code == 400 and r.json()["detail"].startswith(field + ":"), r.text
+
+
+@pytest.mark.parametrize(("adam", "field"), [("x", "adam_params"), ([1], "adam_params"),
+                                             ({"learning_rate": "big"}, "adam_params.learning_rate"),
+                                             ({"beta1": float("nan")}, "adam_params.beta1")],
+                         ids=["str", "list", "lr-str", "nan"])
+def test_wrong_typed_adam_params_are_400(gateway, live_model, adam, field) -> None:
+    gw, key = gateway
+    content = json.dumps({"model_id": live_model, "adam_params": adam}).encode()  # NaN as JSON's NaN
+    r = post(gw, "optim_step", key, content=content, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["detail"].startswith(field + ":"), r.text
+
+
+def test_a_prompt_token_outside_the_vocabulary_is_a_user_error(gateway) -> None:
+    gw, key = gateway
+    ss = post(gw, "create_sampling_session", key, json={"base_model": "tiny"})
+    assert ss.status_code == 200, ss.text
+    r = post(gw, "asample", key, json={"sampling_session_id": ss.json()["sampling_session_id"], "num_samples": 1,
+                                       "prompt": {"chunks": [{"tokens": [1, 10**6]}]}, "sampling_params": {"max_tokens": 2}})
+    assert r.status_code == 200, r.text
+    answer = result(gw, key, r.json()["request_id"]).json()
+    assert answer["category"] == "user" and "outside the model's vocabulary" in answer["error"], answer
+
+
+@pytest.mark.parametrize("prompt", [{"chunks": "x"}, {"chunks": [1]}, {"chunks": [{"tokens": "abc"}]},
+                                    {"chunks": [{"tokens": [1.5]}]}, [1, 2]],
+                         ids=["chunks-str", "chunk-int", "tokens-str", "token-fraction", "prompt-list"])
+def test_wrong_typed_prompts_are_400(gateway, prompt) -> None:
+    gw, key = gateway
+    r = post(gw, "asample", key, json={"sampling_session_id": "ss-nope", "prompt": prompt,
+                                       "sampling_params": {"max_tokens": 2}})
+    assert r.status_code == 400 and r.json()["detail"].startswith("prompt"), r.text
+
+
+def test_too_many_stop_strings_are_400(gateway) -> None:
+    gw, key = gateway
+    r = post(gw, "asample", key, json={"sampling_session_id": "ss-nope", "prompt": {"chunks": [{"tokens": [1]}]},
+                                       "sampling_params": {"max_tokens": 2, "stop": ["a"] * 1000}})
+    assert r.status_code == 400 and "sampling_params.stop" in r.json()["detail"], r.text
+
+
+@pytest.mark.parametrize("name", ["ckpt\n", "ckpt\r", "ck\x00pt", "ck/pt"])
+def test_a_checkpoint_name_with_a_control_character_is_refused(gateway, live_model, tmp_path, name) -> None:
+    gw, key = gateway
+    r = post(gw, "save_weights", key, json={"model_id": live_model, "path": name})
+    answer = result(gw, key, r.json()["request_id"]).json() if r.status_code == 200 else r.json()
+    assert "not a valid name" in (answer.get("error") or answer.get("detail")), answer
+    assert answer.get("category", "user") == "user"

@@ -51,7 +51,7 @@ def is_portable(name: str) -> bool:
         return True
     if name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
         return False
-    return bool(HUB_ID_RE.match(name)) and ".." not in name
+    return bool(HUB_ID_RE.fullmatch(name)) and ".." not in name
 
 
 def portable_base_name(source: Source, given: str | None) -> str:

@@ -110,11 +110,13 @@ def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     except ValueError:  # also invalid UTF-8
         raise ValueError("the request body is not valid JSON") from None
     level: list[Any] = [body]
-    for _ in range(max_depth + 1):
+    for _ in range(max_depth):  # after k rounds, ``level`` holds the values k + 1 levels deep
         level = [v for x in level if isinstance(x, dict | list) for v in (x.values() if isinstance(x, dict) else x)]
-        if not any(isinstance(x, dict | list) for x in level):
+        if not level:
             return body
-    raise ValueError(f"the request body nests arrays or objects more than {max_depth} levels deep")
+    if any(isinstance(x, dict | list) for x in level):
+        raise ValueError(f"the request body nests arrays or objects more than {max_depth} levels deep")
+    return body
 
 
 class _HeaderDeadline:

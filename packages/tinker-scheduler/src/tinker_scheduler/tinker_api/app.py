@@ -160,12 +160,15 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
     def later(tenant: str, model_id: str, fn: Callable[[], Any]) -> dict[str, Any]:
         return {"request_id": futures.submit(tenant, model_id, fn), "model_id": model_id}
 
-    async def on_model(request: Request, fn: Callable[[str, dict[str, Any]], Any]) -> dict[str, Any]:
-        """The shape of most long requests: the caller's live model ``model_id``, then ``fn(tenant,
-        body)`` in the model's turn."""
+    async def on_model(request: Request, fn: Callable[[str, dict[str, Any]], Any],
+                       check: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+        """The shape of most long requests: the caller's live model ``model_id``, ``check(body)``
+        (field types), then ``fn(tenant, body)`` in the model's turn."""
         tenant, body = await body_of(request)
         model_id = str(body.get("model_id") or "")
         models.session(tenant, model_id)
+        if check is not None:
+            check(body)
         return later(tenant, model_id, lambda: fn(tenant, body))
 
     # ---- service --------------------------------------------------------------------------------
@@ -235,6 +238,7 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
     async def create_model(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
         own_session(tenant, body)
+        models.create_args(body)  # wrong types: 400 now, not a failed future
         models.sessions.paths.check_model(str(body.get("base_model", "")).strip() or "", tenant, "base_model")
         return {"request_id": futures.submit(tenant, f"create-{tenant}", lambda: models.create(tenant, body))}
 
@@ -274,7 +278,7 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request) -> dict[str, Any]:
-        return await on_model(request, models.optim_step)
+        return await on_model(request, models.optim_step, check=models.adam_args)
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request) -> dict[str, Any]:
