@@ -66,6 +66,7 @@ def gateway(ray_session, tmp_path_factory):
                           training_host_backend="local", http_header_timeout_s=1.0, http_body_timeout_s=1.0).start()
     key = "tml-" + scheduler.store.add_tenant("alice")
     gw = serve(scheduler)
+    gw.scheduler = scheduler
     yield gw, {"X-API-Key": key}
     gw.stop()
     scheduler.stop()
@@ -262,3 +263,18 @@ def test_a_checkpoint_name_with_a_control_character_is_refused(gateway, live_mod
     answer = result(gw, key, r.json()["request_id"]).json() if r.status_code == 200 else r.json()
     assert "not a valid name" in (answer.get("error") or answer.get("detail")), answer
     assert answer.get("category", "user") == "user"
+
+
+def test_names_ending_in_a_newline_are_refused_everywhere(gateway) -> None:
+    """``$`` matches before a final newline: every name pattern is matched whole."""
+    from tinker_algos.models import check_adapter_name
+    from tinker_core.env import parse_env_id
+    from tinker_scheduler.store import StoreError
+
+    gw, _ = gateway
+    with pytest.raises(ValueError):
+        parse_env_id("echo/echo-v0\n")
+    with pytest.raises(ValueError):
+        check_adapter_name("adapter\n")
+    with pytest.raises(StoreError):
+        gw.scheduler.store.add_tenant("bob\n")
