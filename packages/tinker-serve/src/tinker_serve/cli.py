@@ -61,7 +61,7 @@ def serve_command(
     from tinker_algos.models import ModelLoadError
     from tinker_core.errors import ConfigError
     from tinker_serve.app import create_app
-    from tinker_serve.http_limits import HttpLimits, uvicorn_config
+    from tinker_serve.http_limits import HttpLimits, protocol_class
     from tinker_serve.protocol import APIError
     from tinker_serve.served import ServedModels
 
@@ -80,7 +80,7 @@ def serve_command(
     )
     limits = HttpLimits(max_request_bytes, header_timeout_s=header_timeout, body_timeout_s=body_timeout)
     app = create_app(served, api_key=api_key, limits=limits)
-    uvicorn.Server(uvicorn_config(app, limits, host=host, port=port, log_level="info")).run()
+    uvicorn.run(app, host=host, port=port, log_level="info", http=protocol_class(limits.header_timeout_s))
 
 
 def register(cli: typer.Typer) -> None:
