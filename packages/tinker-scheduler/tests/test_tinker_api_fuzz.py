@@ -34,7 +34,7 @@ GET_ROUTES = ["healthz", "get_server_capabilities", "training_runs", "training_r
               "checkpoints", "samplers/ss-x", "training_runs?limit=-1", "checkpoints?offset=abc"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
-                    st.floats(allow_nan=False), st.text(max_size=20),
+                    st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),
                     st.sampled_from(["tiny", "tinker://x/weights/y", "\n", "../..", "cs-x:train:0"]))
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
