@@ -94,6 +94,7 @@ def in_flight(gw, key: dict, fn) -> tuple[object, list[float]]:
             if len(waits) > 10_000:
                 break
     worker.join(timeout=120)
+    print(f"in flight: {len(waits)} health checks + heartbeats, slowest {max(waits) * 1000:.0f} ms")
     return result[0], waits
 
 
