@@ -63,9 +63,8 @@ def url(tiny_dir, helpers):
     from tinker_algos.models import PolicyModel
 
     served = ServedModels(PolicyModel.load(tiny_dir, device="cpu", precision="fp32"), "tiny", max_batch=8)
-    with helpers.live_server(create_app(served)) as base:
-        with httpx.Client(base_url=base, timeout=120) as client:
-            yield client
+    with helpers.live_server(create_app(served)) as base, httpx.Client(base_url=base, timeout=120) as client:
+        yield client
 
 
 def check(r: httpx.Response) -> None:

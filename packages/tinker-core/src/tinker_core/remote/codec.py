@@ -13,7 +13,6 @@ from typing import Any
 from tinker_core.env import Observation
 from tinker_core.proto import env_pb2 as pb
 
-
 #: The deepest nesting of arrays and objects a ``*_json`` request field may have.
 MAX_JSON_DEPTH = 64
 _TOO_DEEP = object()

@@ -13,8 +13,8 @@ import logging
 import math
 import threading
 from collections.abc import Sequence
-from typing import Any
 from concurrent import futures
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
