@@ -164,3 +164,9 @@ def test_a_body_that_stops_arriving_is_408(url) -> None:
         answer = s.recv(4096)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     still_serving(url)
+
+
+@pytest.mark.parametrize("stop", [["a"] * 17, ["x" * 257]], ids=["17-stops", "long-stop"])
+def test_too_many_or_too_long_stop_strings_are_400(url, stop) -> None:
+    err = error_of(httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": "1", "stop": stop}, timeout=30), 400)
+    assert err["param"] == "stop"
