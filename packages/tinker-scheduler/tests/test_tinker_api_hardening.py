@@ -278,3 +278,19 @@ def test_names_ending_in_a_newline_are_refused_everywhere(gateway) -> None:
         check_adapter_name("adapter\n")
     with pytest.raises(StoreError):
         gw.scheduler.store.add_tenant("bob\n")
+
+
+def test_the_metrics_server_closes_half_sent_requests(make_scheduler) -> None:
+    scheduler = make_scheduler(metrics_port=0, http_header_timeout_s=1.0, paused=True)
+    socks = [socket.create_connection(("127.0.0.1", scheduler.metrics_port), timeout=30) for _ in range(20)]
+    try:
+        for s in socks:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n")  # headers never finished
+        for s in socks:
+            with contextlib.suppress(ConnectionResetError):
+                assert s.recv(1024) == b""
+        r = httpx.get(f"http://127.0.0.1:{scheduler.metrics_port}/metrics", timeout=30)
+        assert r.status_code == 200 and "opentinker" in r.text
+    finally:
+        for s in socks:
+            s.close()
