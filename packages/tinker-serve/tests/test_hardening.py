@@ -170,3 +170,4 @@ def test_a_body_that_stops_arriving_is_408(url) -> None:
 def test_too_many_or_too_long_stop_strings_are_400(url, stop) -> None:
     err = error_of(httpx.post(f"{url}/v1/completions", json={"model": "tiny", "prompt": "1", "stop": stop}, timeout=30), 400)
     assert err["param"] == "stop"
+

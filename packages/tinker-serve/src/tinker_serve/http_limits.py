@@ -125,13 +125,15 @@ class _HeaderDeadline:
 
     header_timeout_s: float = HEADER_TIMEOUT_S
     _header_timer: asyncio.TimerHandle | None = None
+    _header_cycle: Any = None
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)  # type: ignore[misc]
         self._arm_header_deadline()
 
     def data_received(self, data: bytes) -> None:
-        if self._header_timer is None and self._between_requests():
+        # the first bytes of a next request on a kept-alive connection start its own deadline
+        if self._between_requests() and (self._header_timer is None or self._header_cycle is not self._cycle()):
             self._arm_header_deadline()
         super().data_received(data)  # type: ignore[misc]
 
@@ -141,11 +143,17 @@ class _HeaderDeadline:
             self._header_timer = None
         super().connection_lost(exc)  # type: ignore[misc]
 
+    def _cycle(self) -> Any:
+        return getattr(self, "cycle", None)
+
     def _between_requests(self) -> bool:
-        cycle = getattr(self, "cycle", None)
+        cycle = self._cycle()
         return cycle is None or bool(cycle.response_complete)
 
     def _arm_header_deadline(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        self._header_cycle = self._cycle()  # the request before the one whose headers are awaited
         self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_deadline_passed)  # type: ignore[attr-defined]
 
     def _header_deadline_passed(self) -> None:
