@@ -95,6 +95,13 @@ def test_raw_bodies_answer_4xx_never_5xx(url, route, raw) -> None:
     check(url.post(f"/v1/{route}", content=raw, headers={"content-type": "application/json"}))
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(["/", "/health", "/v1/models", "/v1/completions", "/v1/nope", "/v1/models/tiny"]),
+       method=st.sampled_from(["GET", "DELETE", "PUT", "PATCH"]))
+def test_other_routes_and_methods_answer_4xx_never_5xx(url, route, method) -> None:
+    check(url.request(method, route))
+
+
 def test_the_server_is_live_after_the_fuzzing(url) -> None:
     assert url.get("/health").status_code == 200
     r = url.post("/v1/completions", json={"model": "tiny", "prompt": "1+1=", "max_tokens": 3})
