@@ -294,3 +294,13 @@ def test_the_metrics_server_closes_half_sent_requests(make_scheduler) -> None:
     finally:
         for s in socks:
             s.close()
+
+
+@pytest.mark.parametrize(("route", "body", "field"), [
+    ("asample", {"model_path": {"": None}}, "model_path"), ("asample", {"base_model": [1]}, "base_model"),
+    ("create_sampling_session", {"model_path": 5}, "model_path"), ("asample", {"sampling_session_id": [1]}, "sampling_session_id"),
+], ids=["asample-model-path-dict", "asample-base-model-list", "session-model-path-int", "session-id-list"])
+def test_wrong_typed_sampling_fields_are_400(gateway, route, body, field) -> None:  # found by the fuzz test
+    gw, key = gateway
+    r = post(gw, route, key, json=body)
+    assert r.status_code == 400 and r.json()["detail"].startswith(field + ":"), r.text

@@ -159,16 +159,24 @@ class _HeaderDeadline:
     def _header_deadline_passed(self) -> None:
         self._header_timer = None
         transport = self.transport  # type: ignore[attr-defined]
-        if self._between_requests() and transport is not None and not transport.is_closing():
+        # closed only when no request began since the deadline was set (a kept-alive connection
+        # between two requests that did arrive is left to uvicorn's keep-alive timeout)
+        waiting = self._cycle() is self._header_cycle and self._between_requests()
+        if waiting and transport is not None and not transport.is_closing():
             transport.close()
 
 
 def protocol_class(header_timeout_s: float) -> type:
     """uvicorn's HTTP protocol (httptools when installed, else h11) with a header deadline."""
+    base: type
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        base = HttpToolsProtocol
     except ImportError:  # no httptools
-        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        base = H11Protocol
     return type(f"Deadline{base.__name__}", (_HeaderDeadline, base), {"header_timeout_s": float(header_timeout_s)})
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tinker_scheduler.http_thread import HttpServer
+from tinker_serve.http_limits import HEADER_TIMEOUT_S
 
 __all__ = ["Gateway", "serve"]
 
@@ -22,9 +23,8 @@ __all__ = ["Gateway", "serve"]
 class Gateway(HttpServer):
     """The Tinker API's uvicorn server in a daemon thread; :attr:`models` are its Tinker models."""
 
-    def __init__(self, app: Any, host: str, port: int, *, header_timeout_s: float | None = None) -> None:
-        extra = {} if header_timeout_s is None else {"header_timeout_s": header_timeout_s}
-        super().__init__(app, host, port, name="opentinker-tinker-api", **extra)
+    def __init__(self, app: Any, host: str, port: int, *, header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
+        super().__init__(app, host, port, name="opentinker-tinker-api", header_timeout_s=header_timeout_s)
 
     @property
     def models(self) -> Any:

@@ -19,7 +19,7 @@ import numpy as np
 from tinker_algos.tinker_ops import RequestLimits
 
 #: Tinker's ``DType`` enum -> numpy dtype.
-DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.int64), 3: np.dtype(np.int32)}
+DTYPES: dict[int, np.dtype[Any]] = {1: np.dtype(np.float32), 2: np.dtype(np.int64), 3: np.dtype(np.int32)}
 #: ``StopReason`` enum values.
 STOP_REASON_STOP, STOP_REASON_LENGTH = 0, 1
 
@@ -78,6 +78,7 @@ def fields(buf: bytes, budget: _Budget = _UNLIMITED) -> Iterator[tuple[int, Any]
         budget.field()
         key, i = _varint(buf, i)
         number, kind = key >> 3, key & 7
+        value: Any
         if kind == 0:
             value, i = _varint(buf, i)
         elif kind in (1, 2, 5):
@@ -114,7 +115,7 @@ def _read_double(value: Any, where: str) -> float:
     return float(struct.unpack("<d", raw)[0])
 
 
-def _array(raw: bytes, dtype: np.dtype, where: str, budget: _Budget) -> np.ndarray:
+def _array(raw: bytes, dtype: np.dtype[Any], where: str, budget: _Budget) -> np.ndarray:
     if len(raw) % dtype.itemsize:
         raise ValueError(f"{where}: {len(raw)} bytes is not a whole number of {dtype} values")
     budget.elements(len(raw) // dtype.itemsize, where)
@@ -123,7 +124,7 @@ def _array(raw: bytes, dtype: np.dtype, where: str, budget: _Budget) -> np.ndarr
 
 def _tensor(buf: bytes, name: str, budget: _Budget) -> np.ndarray:
     where = f"loss_fn_inputs.{name}"
-    dense, dtype, shape = b"", 0, []
+    dense, dtype, shape = b"", 0, list[int]()
     for number, value in fields(buf, budget):
         if number == 1:
             dense = _bytes(value, where)

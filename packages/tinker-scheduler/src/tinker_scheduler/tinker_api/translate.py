@@ -231,6 +231,7 @@ class Models:
         ``base_model``: a hidden LoRA-less sampler session on the base model's host, one per
         tenant and base model (SessionManager's ``request_id`` makes repeats find it)."""
         sid = f"ss-{uuid.uuid4().hex[:12]}"
+        model_path, base_model = fields.text(model_path, "model_path"), fields.text(base_model, "base_model")
         if model_path:
             sampler_path = self.resolve(tenant, model_path, "sampler_weights")
             target = SamplingSession(tenant, model_path[len("tinker://"):].split("/")[0], sampler_path, model_path)
@@ -280,7 +281,7 @@ class Models:
         if body.get("prompt") is not None:
             prompt, _, _ = sampling.sample_args(body)
             sampling.LogprobRequest.of(body, len(prompt))
-        sid = body.get("sampling_session_id")
+        sid = fields.text(body.get("sampling_session_id"), "sampling_session_id")
         if not sid and (body.get("model_path") or body.get("base_model")):
             sid = self.new_sampling_session(tenant, model_path=body.get("model_path"), base_model=body.get("base_model"))
         with self._lock:
@@ -315,7 +316,7 @@ class Models:
 
 def parse_path(path: str, kind: str = "") -> tuple[str, str, str]:
     """``(model_id, kind, name)`` of ``tinker://<model_id>/<kind>/<name>`` (of ``kind`` if given)."""
-    parts = path[len("tinker://"):].split("/") if path.startswith("tinker://") else []
+    parts = path[len("tinker://"):].split("/") if isinstance(path, str) and path.startswith("tinker://") else []
     if len(parts) != 3 or parts[1] not in PATH_KINDS or (kind and parts[1] != kind) or not NAME_RE.fullmatch(parts[2]):
         shape = f"tinker://<model_id>/{kind or 'weights|sampler_weights'}/<name>"
         raise StatusError("INVALID_ARGUMENT", f"path: {path!r} is not a {shape} path")
