@@ -222,8 +222,10 @@ def test_eval_bad_input_is_one_error_line_and_exit_2(lora_run, tmp_path):
     (tmp_path / "bad.yaml").write_text("algorithm: {name: grpo, steps: -1}\n")
     assert "steps" in refused("eval", tmp_path / "bad.yaml")
     assert "did you mean 'echo/echo-v0'" in refused("eval", lora_run, "--env", "echo/ecko-v0")
-    assert "--n must be at least 1" in refused("eval", lora_run, "--n", "0")
-    assert "--samples must be at least 1" in refused("eval", lora_run, "--samples", "0")
+    assert "--n must be in 1..100000" in refused("eval", lora_run, "--n", "0")
+    assert "--samples must be in 1..1024" in refused("eval", lora_run, "--samples", "0")
+    assert "--n must be in 1..100000" in refused("eval", lora_run, "--n", "1000000000")  # the probe: ran on
+    assert "--samples must be in 1..1024" in refused("eval", lora_run, "--samples", "1000000")
     assert "split" in refused("eval", lora_run, "--split", "test")  # echo takes no 'split'
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "checkpoints").mkdir()
@@ -245,6 +247,16 @@ def test_eval_overrides_apply_to_a_job_config_source_only(tmp_path):
     assert "apply to a job config (.yaml) source" in refused("eval", tmp_path / "run", "seed=1")
 
 # ---- export -------------------------------------------------------------------------------------
+def test_export_refuses_an_output_inside_the_run_directory_or_containing_it(lora_run, tmp_path):
+    before = sorted(p.relative_to(lora_run) for p in lora_run.rglob("*"))
+    for inside in (lora_run / "checkpoints" / "merged", lora_run / "export", lora_run):
+        message = refused("export", lora_run, "--merge", "--output", inside, "--force")
+        assert "inside" in message and "write the export somewhere else" in message
+    message = refused("export", lora_run, "--output", lora_run.parent, "--force")
+    assert "contains" in message
+    assert sorted(p.relative_to(lora_run) for p in lora_run.rglob("*")) == before  # nothing written or replaced
+
+
 def test_export_writes_an_adapter_and_a_merged_model_that_load_in_a_fresh_process(lora_run, tmp_path):
     from safetensors import safe_open
 

@@ -8,6 +8,7 @@ synthetic GGUF files written with ``gguf.GGUFWriter``.
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 import sys
 import textwrap
@@ -101,6 +102,32 @@ def test_a_truncated_gguf_is_a_clear_error(tmp_path, keep):
         import_gguf(path, tmp_path / "out")
     assert str(path) in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+def _header(tensors: int, keys: int, body: bytes) -> bytes:
+    return b"GGUF" + struct.pack("<IQQ", 3, tensors, keys) + body
+
+
+def _key(name: bytes, kind: int, value: bytes) -> bytes:
+    return struct.pack("<Q", len(name)) + name + struct.pack("<I", kind) + value
+
+
+@pytest.mark.parametrize(("header", "words"), [
+    (_header(0, 1, _key(b"a", 9, struct.pack("<IQ", 0, 2**60))), "an array of 1152921504606846976"),
+    (_header(0, 1, _key(b"a", 9, struct.pack("<IQ", 8, 2**40)) + b"\0" * 64), "an array of"),
+    (_header(0, 1, _key(b"a", 8, struct.pack("<Q", 2**62))), "a string"),
+    (_header(0, 2**50, b""), "keys"),
+    (_header(2**50, 0, b""), "tensors"),
+    (_header(1, 0, struct.pack("<Q", 1) + b"w" + struct.pack("<I2Q", 2, 2**40, 2**40)
+             + b"\0" * 12), "tensor 0 of"),
+], ids=["array-2^60", "string-array", "string-2^62", "key-count", "tensor-count", "tensor-elements"])
+def test_a_gguf_header_declaring_more_than_the_file_holds_is_refused_at_once(tmp_path, header, words):
+    path = tmp_path / "hostile.gguf"
+    path.write_bytes(header + b"\0" * 256)
+    with pytest.raises(GGUFError, match="declares") as err:
+        import_gguf(path, tmp_path / "out")
+    assert words in str(err.value) and str(path) in str(err.value)
+    assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
 
 
 def test_an_existing_output_is_refused_and_left_alone(tmp_path):

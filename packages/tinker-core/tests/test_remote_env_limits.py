@@ -291,3 +291,28 @@ def test_a_reused_request_id_with_other_arguments_is_invalid_argument(serve):
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "request_id 'r1' was already used for another call" in err.details()
     assert StallEnv.probe.steps == 1
+
+
+# ---- malformed requests (issue 34) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [b"\xff\xfeabcdefghi", b"\xed\xa0\x80abcdefgh"], ids=["invalid-utf8", "surrogate"])
+def test_an_action_that_is_not_utf8_is_invalid_argument(serve, bad):
+    server, stub = serve()
+    sid = session(stub)
+    raw = env_pb2.StepRequest(session_id=sid, action="PLACEHOLDER").SerializeToString().replace(b"PLACEHOLDER", bad)
+    with grpc.insecure_channel(server.address) as channel:
+        step = channel.unary_unary("/opentinker.v1.EnvService/Step", request_serializer=None, response_deserializer=None)
+        err = rpc_error(step, raw, timeout=WAIT_S)
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "StepRequest" in err.details() and "UTF-8" in err.details()
+    assert stub.Step(env_pb2.StepRequest(session_id=sid, action="ok")).reward == 1.0  # still serving
+
+
+def test_env_kwargs_nested_3000_deep_are_invalid_argument(serve):
+    _, stub = serve()
+    deep = '{"k": ' + "[" * 3000 + "]" * 3000 + "}"
+    err = rpc_error(stub.CreateSession, env_pb2.CreateEnvSessionRequest(env_id="testing/stall-v0", kwargs_json=deep))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "kwargs_json nests" in err.details()
+    sid = session(stub)
+    err = rpc_error(stub.Reset, env_pb2.ResetRequest(session_id=sid, options_json='{"o": ' + "{\"a\": " * 100 + "1" + "}" * 100 + "}"))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and "options_json nests" in err.details()

@@ -25,6 +25,13 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# The fuzzers run a fixed sequence of examples by default (as in tinker-scheduler's tests);
+# HYPOTHESIS_PROFILE=explore draws new examples each run.
+settings.register_profile("fixed", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 torch.set_num_threads(1)
 

@@ -247,6 +247,11 @@ def _stage_for(job: JobConfig, env_id: str | None) -> StageConfig | None:
     return None
 
 
+#: The most problems (``--n``) and samples a problem (``--samples``) one evaluation plays.
+MAX_EVAL_PROBLEMS = 100_000
+MAX_EVAL_SAMPLES = 1024
+
+
 def eval_settings(
     job: JobConfig | None,
     *,
@@ -262,10 +267,10 @@ def eval_settings(
     ``env_id``: another env than the run's (or the env of a run without one); the run's own env
     section is used when a stage trained on it. ``split``: sets the env's ``split`` argument.
     """
-    if n is not None and n < 1:
-        raise EvalError(f"--n must be at least 1, got {n}")
-    if samples < 1:
-        raise EvalError(f"--samples must be at least 1, got {samples}")
+    if n is not None and not 1 <= n <= MAX_EVAL_PROBLEMS:
+        raise EvalError(f"--n must be in 1..{MAX_EVAL_PROBLEMS} (problems to play), got {n}")
+    if not 1 <= samples <= MAX_EVAL_SAMPLES:
+        raise EvalError(f"--samples must be in 1..{MAX_EVAL_SAMPLES} (samples a problem), got {samples}")
     if max_new_tokens is not None and max_new_tokens < 1:
         raise EvalError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
     stage = _stage_for(job, env_id) if job is not None else None

@@ -58,7 +58,7 @@ def is_portable(name: str) -> bool:
         return True
     if name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
         return False
-    return bool(HUB_ID_RE.match(name)) and ".." not in name
+    return bool(HUB_ID_RE.fullmatch(name)) and ".." not in name
 
 
 def is_tiny(name: str) -> bool:
@@ -131,6 +131,27 @@ def _tokenizer(source: Source, base_model: str | None) -> Any:
     return load_tokenizer(name)
 
 
+def check_outside(output: Path, source: Source) -> None:
+    """Refuse an output inside the run directory of ``source`` (or inside its weights), or one that
+    contains them: writing it would change or (with ``--force``) replace what is exported."""
+    from tinker_algos.run_dir import RUN_MARKER
+
+    out = output.expanduser().resolve()
+    weights = source.weights_dir.resolve()
+    protected = [weights]
+    for p in (weights, *weights.parents):
+        if (p / RUN_MARKER).is_file() or ((p / "checkpoints").is_dir() and (p / "config.json").is_file()):
+            protected.append(p)
+            break
+    for p in reversed(protected):  # the run directory first
+        if out == p or p in out.parents:
+            raise ExportError(f"--output {output} is inside {p}, the {'run directory' if p != weights else 'source'} being "
+                              "exported; write the export somewhere else")
+    for p in protected:
+        if out in p.parents:
+            raise ExportError(f"--output {output} contains {p}, the source being exported; write the export somewhere else")
+
+
 def export(
     path: str | Path,
     output: str | Path,
@@ -151,6 +172,7 @@ def export(
     if source.weights == "base":
         raise EvalError(f"{path} is a job config: it holds no trained weights to export; give a run directory, a checkpoint or an adapter")
     check_output(output, force=force)
+    check_outside(output, source)
     layout: Literal["adapter", "full"] = "adapter" if source.weights == "adapter" and not merge else "full"
     name = portable_base_name(source, base_model) if layout == "adapter" else None
     tokenizer = _tokenizer(source, base_model) if layout == "adapter" else None

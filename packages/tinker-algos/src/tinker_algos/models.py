@@ -125,7 +125,7 @@ def check_adapter_name(name: Any) -> str:
     (peft matches saved weights by substring; a name inside ``"lora_"`` such as ``"a"`` or
     ``"lo"`` can make it re-initialise weights on load.)
     """
-    if not isinstance(name, str) or not ADAPTER_NAME_RE.match(name):
+    if not isinstance(name, str) or not ADAPTER_NAME_RE.fullmatch(name):
         raise ValueError(
             f"adapter name {name!r} is invalid; use letters, digits, '_' and '-' (e.g. 'job-42')"
         )

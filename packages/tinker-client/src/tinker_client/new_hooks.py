@@ -35,16 +35,16 @@ def answer_problems(answers: Mapping[str, Any]) -> list[str]:
     if not is_plugin_name(name):
         problems.append(f"name {name!r}: {PLUGIN_NAME_RULE} (e.g. 'word-count')")
     task = answers.get("task")
-    if task is not None and (not TASK_RE.match(task) or re.search(r"-v\d+$", task)):
+    if task is not None and (not TASK_RE.fullmatch(task) or re.search(r"-v\d+\Z", task)):
         problems.append(f"task {task!r}: use lower-case letters, digits, '-', '_' or '.', without a "
                         "'-vN' suffix (the env id adds '-v0'), e.g. 'main'")
-    if not PROJECT_RE.match(project):
+    if not PROJECT_RE.fullmatch(project):
         problems.append(f"project_name {project!r} is not a valid distribution name (letters, digits, "
                         f"'-', '_', '.'), e.g. {example!r}")
     elif not module.isidentifier() or keyword.iskeyword(module):
         problems.append(f"project_name {project!r} gives the module name {module!r}, which is not a "
                         "Python identifier; start it with a letter")
-    if not VERSION_RE.match(version):
+    if not VERSION_RE.fullmatch(version):
         problems.append(f"version {version!r} is not a PEP 440 version such as '0.1.0'")
     return problems
 

@@ -67,7 +67,7 @@ def turn_end_of(action: str) -> TurnEnd | None:
 
 def parse_env_id(env_id: str) -> tuple[str, str, int]:
     """Split ``namespace/name-vN`` into its parts; raise ValueError naming the rule otherwise."""
-    m = ENV_ID_RE.match(env_id)
+    m = ENV_ID_RE.fullmatch(env_id)
     if not m:
         raise ValueError(
             f"env id {env_id!r} is not of the form 'namespace/name-vN' "

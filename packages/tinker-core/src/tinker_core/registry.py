@@ -291,7 +291,7 @@ class PluginSystem:
             info.registers.setdefault(kind, []).append(name)
 
         def check_name(name: Any) -> None:
-            if not isinstance(name, str) or not NAME_RE.match(name):
+            if not isinstance(name, str) or not NAME_RE.fullmatch(name):
                 raise PluginError(
                     f"distribution {dist!r} registered {registry.label} name {name!r}; names are "
                     "lower-case letters, digits, '_', '-' and '.', starting with a letter"

@@ -110,6 +110,15 @@ def start(
     tinker_max_request_bytes: Annotated[
         int, typer.Option(help="Tinker API: the largest request body accepted (larger ones get HTTP 413).")
     ] = MAX_MESSAGE_BYTES,
+    tinker_max_json_bytes: Annotated[
+        int, typer.Option(help="Tinker API: the largest JSON request body accepted (every route but forward_backward; larger: HTTP 413).")
+    ] = 8 * 1024 * 1024,
+    http_header_timeout: Annotated[
+        float, typer.Option(help="Tinker API and serve route: seconds a client has to send a request's headers before its connection is closed.")
+    ] = 10.0,
+    http_body_timeout: Annotated[
+        float, typer.Option(help="Tinker API and serve route: seconds a client has to send a request's body (slower: HTTP 408).")
+    ] = 60.0,
 ) -> None:
     """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
     import logging
@@ -150,6 +159,11 @@ def start(
         _fail(f"--tinker-session-timeout: must be > 0 seconds (got {tinker_session_timeout})")
     if tinker_max_request_bytes < 1:
         _fail(f"--tinker-max-request-bytes: must be >= 1 (got {tinker_max_request_bytes})")
+    if tinker_max_json_bytes < 1:
+        _fail(f"--tinker-max-json-bytes: must be >= 1 (got {tinker_max_json_bytes})")
+    for flag, seconds in (("--http-header-timeout", http_header_timeout), ("--http-body-timeout", http_body_timeout)):
+        if not seconds > 0:
+            _fail(f"{flag}: must be > 0 seconds (got {seconds})")
     if not 0 <= port <= 65535:
         _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
     if tinker_port is not None and not 0 <= tinker_port <= 65535:
@@ -171,7 +185,8 @@ def start(
             max_jobs_per_host=max_jobs_per_host, model_roots=tuple(model_root or ()),
             max_data_per_request=max_data_per_request, max_tokens_per_request=max_tokens_per_request,
             max_new_tokens_per_sample=max_new_tokens_per_sample, tinker_session_timeout_s=tinker_session_timeout,
-            tinker_max_request_bytes=tinker_max_request_bytes,
+            tinker_max_request_bytes=tinker_max_request_bytes, tinker_max_json_bytes=tinker_max_json_bytes,
+            http_header_timeout_s=http_header_timeout, http_body_timeout_s=http_body_timeout,
         ))
         scheduler.start()
     except (StoreError, ValueError) as e:

@@ -17,6 +17,7 @@ from pathlib import Path
 from tinker_algos.tinker_ops import RequestLimits
 from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler.auth import AuthMode
+from tinker_serve.http_limits import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 
 #: The job runner unless a config names another one.
 DEFAULT_RUNNER = "tinker_algos.train"
@@ -116,6 +117,14 @@ class SchedulerConfig:
     tinker_session_timeout_s: float = 600.0
     #: Tinker API gateway: the largest request body accepted (larger: 413).
     tinker_max_request_bytes: int = MAX_MESSAGE_BYTES
+    #: Tinker API gateway: the largest JSON request body accepted (larger: 413); every route but
+    #: ``forward_backward`` (protobuf) takes JSON.
+    tinker_max_json_bytes: int = 8 * 1024 * 1024
+    #: HTTP servers (Tinker gateway, serve route): seconds a client has to send a request's
+    #: headers before its connection is closed.
+    http_header_timeout_s: float = HEADER_TIMEOUT_S
+    #: HTTP servers: seconds a client has to send a request's body (slower: 408).
+    http_body_timeout_s: float = BODY_TIMEOUT_S
 
     def __post_init__(self) -> None:
         for name in _PATH_OPTIONS:
@@ -136,6 +145,11 @@ class SchedulerConfig:
         if not self.tinker_session_timeout_s > 0 or self.tinker_max_request_bytes < 1:
             raise ValueError("tinker_session_timeout_s must be > 0 and tinker_max_request_bytes >= 1 (got "
                              f"{self.tinker_session_timeout_s!r}, {self.tinker_max_request_bytes!r})")
+        if self.tinker_max_json_bytes < 1:
+            raise ValueError(f"tinker_max_json_bytes must be >= 1 (got {self.tinker_max_json_bytes!r})")
+        for name in ("http_header_timeout_s", "http_body_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds (got {getattr(self, name)!r})")
         for name in _LIMIT_OPTIONS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

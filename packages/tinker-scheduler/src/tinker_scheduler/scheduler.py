@@ -142,6 +142,7 @@ class Scheduler:
                     config.metrics_port, addr=config.host, registry=self.metrics.registry
                 )
                 self.metrics_port = int(self._metrics_httpd.server_port)
+                _time_out_connections(self._metrics_httpd, config.http_header_timeout_s)
         except BaseException:
             self._release()
             raise
@@ -274,3 +275,17 @@ class Scheduler:
                 logger.exception("scheduling loop tick failed")
             self._wake.wait(self.config.tick_s)
             self._wake.clear()
+
+
+def _time_out_connections(httpd: Any, timeout_s: float) -> None:
+    """Give every connection the metrics server accepts a socket timeout: a client that stops
+    sending (a half-sent request) loses its connection, and its thread, after ``timeout_s``."""
+    accept = httpd.get_request
+
+    def get_request() -> Any:
+        sock, address = accept()
+        sock.settimeout(timeout_s)
+        return sock, address
+
+    httpd.get_request = get_request
+

@@ -221,9 +221,14 @@ def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0, *, tinker: Any
           device: str | None = None) -> HttpServer:
     """Serve the OpenAI-compatible route of a started ``scheduler`` on ``host:port`` (0: a free
     port). ``tinker``: the Tinker gateway's ``Models``, for ``tinker://`` model names."""
-    from tinker_serve.app import create_app
+    from tinker_serve.app import MAX_REQUEST_BYTES, create_app
+    from tinker_serve.http_limits import HttpLimits
 
-    models = SchedulerModels(scheduler.store, scheduler.config.auth, tinker=tinker, device=device)
+    config = scheduler.config
+    models = SchedulerModels(scheduler.store, config.auth, tinker=tinker, device=device)
+    limits = HttpLimits(MAX_REQUEST_BYTES, header_timeout_s=config.http_header_timeout_s,
+                        body_timeout_s=config.http_body_timeout_s)
     # lifespan on: the app's lifespan starts and stops the engines
-    return HttpServer(create_app(models), host, port, name="opentinker-serve-route", lifespan="on", join_timeout_s=30.0)
+    return HttpServer(create_app(models, limits=limits), host, port, name="opentinker-serve-route", lifespan="on",
+                      join_timeout_s=30.0, header_timeout_s=limits.header_timeout_s)
 

@@ -227,7 +227,7 @@ class JobStore:
 
         The key is shown once: only its salted hash is stored.
         """
-        if not TENANT_RE.match(name):
+        if not TENANT_RE.fullmatch(name):
             raise StoreError(
                 "name",
                 f"tenant name {name!r} is not allowed; use 1-63 lowercase letters, digits, '-' or '_' "

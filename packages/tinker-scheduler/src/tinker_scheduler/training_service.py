@@ -179,7 +179,7 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
 
     @staticmethod
     def _named_path(s: Session, kind: str, name: str) -> str:
-        if not NAME_RE.match(name or ""):
+        if not NAME_RE.fullmatch(name or ""):
             raise StatusError("INVALID_ARGUMENT", f"name: {name!r} is not a valid name; use letters, digits, '.', '_' and '-' (e.g. 'step-000100')")
         return str(s.dir / kind / name)
 

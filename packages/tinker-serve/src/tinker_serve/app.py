@@ -36,6 +36,7 @@ from tinker_algos.sampler import SamplingParams
 from tinker_serve.backend import Backend, LocalBackend
 from tinker_serve.engine import Event, TokenInfo
 from tinker_serve.engine import Request as EngineRequest
+from tinker_serve.http_limits import BodyGuard, HttpLimits
 from tinker_serve.protocol import (
     APIError,
     ChatRequest,
@@ -51,11 +52,21 @@ from tinker_serve.served import ServedModels
 logger = logging.getLogger(__name__)
 DEFAULT_CHAT_MAX_TOKENS = 512
 """``max_tokens`` of a chat request that gives none (capped by what the context has left)."""
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+"""The largest request body ``opentinker serve`` accepts by default (larger: 413)."""
 
 
-def create_app(served: ServedModels | Backend, *, api_key: str | None = None) -> FastAPI:
+def _refused(status: int, message: str) -> JSONResponse:
+    kind = "invalid_request_error"
+    return JSONResponse(APIError(status, message, type=kind, code="request_too_large" if status == 413 else None).body(),
+                        status_code=status)
+
+
+def create_app(served: ServedModels | Backend, *, api_key: str | None = None, limits: HttpLimits | None = None) -> FastAPI:
     """The ASGI app over one :class:`ServedModels` (with ``api_key``: callers must send it) or
-    any :class:`~tinker_serve.backend.Backend`; its lifespan starts and stops the engines."""
+    any :class:`~tinker_serve.backend.Backend`; its lifespan starts and stops the engines.
+    Request bodies are bounded by ``limits`` (default: :data:`MAX_REQUEST_BYTES` and
+    :mod:`.http_limits`' timeouts)."""
     backend: Backend = LocalBackend(served, api_key) if isinstance(served, ServedModels) else served
 
     @asynccontextmanager
@@ -68,6 +79,8 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None) ->
 
     app = FastAPI(title="opentinker serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.backend = backend
+    app.add_middleware(BodyGuard, limits=limits or HttpLimits(MAX_REQUEST_BYTES), respond=_refused,
+                       what="--max-request-bytes")
     if isinstance(served, ServedModels):
         app.state.served = served
 
@@ -90,7 +103,7 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None) ->
         body.refuse_unsupported(("suffix", "best_of"))
         if body.echo:
             raise bad_request("'echo' is not supported by this server", "echo")
-        prompts = _completion_prompts(served, body.prompt)
+        prompts = await run_in_threadpool(_completion_prompts, served, body.prompt)  # tokenizing is work
         params = _params(body, body.max_tokens or 16)
         for ids in prompts:
             _check_length(served, len(ids), params.max_new_tokens, "prompt")
@@ -104,7 +117,8 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None) ->
         model = served.get(body.model)
         body.refuse_unsupported(("tools", "functions", "response_format", "suffix"))
         messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-        ids, _ = served.renderer.start(messages)
+        _check_chars(served, sum(len(m["content"]) for m in messages), "messages")
+        ids, _ = await run_in_threadpool(served.renderer.start, messages)
         if not ids:
             raise bad_request("the messages render to no tokens", "messages")
         asked = body.max_completion_tokens or body.max_tokens
@@ -195,6 +209,10 @@ def _completion_prompts(served: ServedModels, prompt: Any) -> list[list[int]]:
     vocab = len(served.policy.tokenizer)
     out = []
     for item in items:
+        if isinstance(item, str):
+            _check_chars(served, len(item), "prompt")
+        elif served.max_positions is not None and len(item) > served.max_positions:
+            _check_length(served, len(item), 0, "prompt")
         ids = list(item) if isinstance(item, list) else encode_prompt(served.policy.tokenizer, item)
         if not ids:
             raise bad_request("a prompt encodes to no tokens", "prompt")
@@ -215,6 +233,17 @@ def _params(body: CompletionRequest | ChatRequest, max_tokens: int) -> SamplingP
         seed=body.seed,
         stop_at_eos=not body.ignore_eos,
     )
+
+
+def _check_chars(served: ServedModels, chars: int, param: str) -> None:
+    """Refuse, before tokenizing, a prompt of more characters than the context can hold."""
+    bound = served.max_prompt_chars
+    if bound is not None and chars > bound:
+        raise bad_request(
+            f"This model's maximum context length is {served.max_positions} tokens. However, the {param} has "
+            f"{chars} characters, more than {served.max_positions} tokens can hold ({bound}). "
+            "Please reduce the length of the prompt.", param, "context_length_exceeded",
+        )
 
 
 def _check_length(served: ServedModels, prompt_len: int, max_tokens: int, param: str) -> None:

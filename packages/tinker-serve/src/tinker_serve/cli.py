@@ -46,6 +46,9 @@ def serve_command(
     precision: Annotated[str | None, typer.Option("--precision", help="fp32, bf16-mixed, bf16, fp16-mixed (default: auto).")] = None,
     chat_template: Annotated[str, typer.Option("--chat-template", help="auto, tokenizer, none, or a Jinja file.")] = "auto",
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Rows (samples) decoded together; more requests wait.")] = 32,
+    max_request_bytes: Annotated[int, typer.Option("--max-request-bytes", min=1, help="The largest request body accepted (larger: HTTP 413).")] = 8 * 1024 * 1024,
+    header_timeout: Annotated[float, typer.Option("--header-timeout", min=0.001, help="Seconds a client has to send a request's headers before its connection is closed.")] = 10.0,
+    body_timeout: Annotated[float, typer.Option("--body-timeout", min=0.001, help="Seconds a client has to send a request's body (slower: HTTP 408).")] = 60.0,
 ) -> None:
     """Serve MODEL and its LoRA adapters with OpenAI's API (completions, chat, streaming) and a chat page at /."""
     try:
@@ -59,6 +62,7 @@ def serve_command(
     from tinker_algos.progress import quiet_third_party_progress
     from tinker_core.errors import ConfigError
     from tinker_serve.app import create_app
+    from tinker_serve.http_limits import HttpLimits, protocol_class
     from tinker_serve.protocol import APIError
     from tinker_serve.served import ServedModels
 
@@ -76,7 +80,9 @@ def serve_command(
         f"serving {', '.join(served.models)} on http://{host}:{port} ({spec.device}, {spec.precision}); "
         f"chat page at http://{host}:{port}/", markup=False,
     )
-    uvicorn.run(create_app(served, api_key=api_key), host=host, port=port, log_level="info")
+    limits = HttpLimits(max_request_bytes, header_timeout_s=header_timeout, body_timeout_s=body_timeout)
+    app = create_app(served, api_key=api_key, limits=limits)
+    uvicorn.run(app, host=host, port=port, log_level="info", http=protocol_class(limits.header_timeout_s))
 
 
 def register(cli: typer.Typer) -> None:

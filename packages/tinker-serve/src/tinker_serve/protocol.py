@@ -14,6 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_LOGPROBS = 20
+#: The most stop strings a request may give, and the longest one (every decode step checks them).
+MAX_STOP = 16
+MAX_STOP_CHARS = 256
 
 
 class APIError(Exception):
@@ -60,6 +63,8 @@ class _Sampling(BaseModel):
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
         if any(not s for s in stops):
             raise bad_request("'stop' contains an empty string", "stop")
+        if len(stops) > MAX_STOP or any(len(s) > MAX_STOP_CHARS for s in stops):
+            raise bad_request(f"'stop' takes at most {MAX_STOP} strings of at most {MAX_STOP_CHARS} characters", "stop")
         return stops
 
     def refuse_unsupported(self, names: tuple[str, ...] = ()) -> None:

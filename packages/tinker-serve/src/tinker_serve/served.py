@@ -13,6 +13,7 @@ ends).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import time
@@ -61,6 +62,21 @@ class ServedModels:
     def max_positions(self) -> int | None:
         return self.engine.max_positions
 
+    @functools.cached_property
+    def max_prompt_chars(self) -> int | None:
+        """The most characters a prompt that fits the context can have: the context length times
+        the longest token in the vocabulary (a token never covers more characters than its own
+        text has); None when either is unknown. Checked before tokenizing, so a huge prompt is
+        refused without the work (and memory) of encoding it."""
+        vocab = getattr(self.policy.tokenizer, "get_vocab", None)
+        if self.max_positions is None or vocab is None:
+            return None
+        try:
+            longest = max((len(t) for t in vocab()), default=0)
+        except Exception:  # noqa: BLE001 - a tokenizer without a listable vocabulary: no bound
+            return None
+        return self.max_positions * max(1, longest) if longest else None
+
     def get(self, name: str) -> ServedModel:
         served = self.models.get(name)
         if served is None:
@@ -85,13 +101,17 @@ class ServedModels:
                 "lora_path",
             )
         self._check_base(source.base_model, path)
+        try:  # in a scratch copy first: the files read and every tensor fits the served model
+            check_adapter_files(self.policy, source.weights_dir)
+        except Exception as e:  # noqa: BLE001 - whatever the files hold, the engine stays as it was
+            raise bad_request(f"cannot load the adapter at {path} onto {self.base_name}: {type(e).__name__}: {e}", "lora_path") from None
         adapter = f"serve-{next(self._ids)}"
         with self.engine.lock:
+            was_peft = self.policy.is_peft
             try:
                 self.policy.load_adapter(adapter, source.weights_dir)
-            except (OSError, ValueError, RuntimeError, KeyError) as e:
-                if adapter in self.policy.adapter_names:
-                    self.policy.remove_adapter(adapter)
+            except Exception as e:  # noqa: BLE001 - undo whatever the load did, then say why
+                _undo_adapter(self.policy, adapter, was_peft)
                 raise bad_request(f"cannot load the adapter at {path} onto {self.base_name}: {type(e).__name__}: {e}", "lora_path") from None
             self.policy.module.eval()
         served = ServedModel(name, adapter, str(source.weights_dir), int(time.time()))
@@ -125,3 +145,59 @@ class ServedModels:
                            code="model_not_found" if served is None else None)
         del self.models[name]
         self.engine.retire_adapter(served.adapter)
+
+
+def check_adapter_files(policy: PolicyModel, directory: Path) -> None:
+    """Read a PEFT adapter directory's config and weights apart from the served model and check
+    that every LoRA tensor names a module of ``policy``'s base model with matching shapes;
+    raises (any exception) when the adapter cannot join."""
+    from peft import PeftConfig
+
+    cfg = PeftConfig.from_pretrained(str(directory))
+    rank = int(getattr(cfg, "r", 0) or 0)
+    weights = directory / "adapter_model.safetensors"
+    if weights.is_file():
+        from safetensors.torch import load_file
+
+        tensors = load_file(str(weights), device="cpu")
+    else:
+        import torch
+
+        tensors = torch.load(str(directory / "adapter_model.bin"), map_location="cpu", weights_only=True)
+    if not isinstance(tensors, dict) or not tensors:
+        raise ValueError("the adapter holds no tensors")
+    modules = dict(policy.base_model.named_modules())
+    for key, tensor in tensors.items():
+        for part, dim in ((".lora_A.", 1), (".lora_B.", 0)):
+            if part not in key:
+                continue
+            name = key.split(part)[0].removeprefix("base_model.model.")
+            module = modules.get(name)
+            module = getattr(module, "base_layer", module)
+            want = {1: getattr(module, "in_features", None), 0: getattr(module, "out_features", None)}[dim]
+            if module is None or want is None:
+                raise ValueError(f"{key}: the served model has no linear module {name!r}")
+            shape = tuple(tensor.shape)
+            if len(shape) != 2 or shape[dim] != want or (rank and not getattr(cfg, "rank_pattern", None)
+                                                          and shape[1 - dim] != rank):
+                raise ValueError(f"{key}: shape {shape} does not fit {name!r} (rank {rank}, {want} features)")
+
+
+def _undo_adapter(policy: PolicyModel, adapter: str, was_peft: bool) -> None:
+    """Leave ``policy`` as it was before a failed load of ``adapter``: its other adapters, or the
+    plain base model (without the LoRA layers a failed first load may have injected)."""
+    if was_peft:
+        if adapter in policy.adapter_names:
+            policy.remove_adapter(adapter)
+        return
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    model = policy.model.get_base_model() if policy.is_peft else policy.model
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if isinstance(child, BaseTunerLayer):
+                setattr(parent, child_name, child.get_base_layer())
+    if hasattr(model, "peft_config"):
+        del model.peft_config
+    policy.model = model
+    policy.lora_specs.pop(adapter, None)

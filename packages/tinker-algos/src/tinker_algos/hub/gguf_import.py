@@ -107,6 +107,7 @@ def check_gguf(gguf_file: str | Path) -> GGUFInfo:
     from gguf import GGUFReader
 
     size = path.stat().st_size
+    check_declared_sizes(path)  # before the gguf package allocates or loops over what a header declares
     try:
         reader = GGUFReader(path)
         field = reader.fields.get("general.architecture")
@@ -133,6 +134,84 @@ def check_gguf(gguf_file: str | Path) -> GGUFInfo:
             f"supported: {', '.join(supported_tensor_types())}"
         )
     return GGUFInfo(path, arch, tuple(q.name for q in types), len(tensors))
+
+
+#: Bytes of each GGUF scalar value type (``GGUFValueType``); 8 is STRING, 9 ARRAY.
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY, _MAX_DIMS = 8, 9, 8
+
+
+def check_declared_sizes(gguf_file: str | Path) -> None:
+    """Walk a GGUF header and refuse (:class:`GGUFError`) any count or length it declares that the
+    file is too small to hold: a string, an array (``2^60`` elements would have the ``gguf``
+    package loop for ever), the number of keys or tensors, a tensor's dimensions. Nothing is
+    allocated by what the header says; strings and arrays are skipped, not read."""
+    import mmap
+    import struct
+
+    path = Path(gguf_file)
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        size = len(buf)
+        (version,) = struct.unpack_from("<I", buf, 4) if size >= 8 else (0,)
+        order = "<" if version & 0xFFFF else ">"  # the gguf package reads byte-swapped files too
+        at = 8
+
+        def bad(what: str) -> GGUFError:
+            return GGUFError(f"{path}: its GGUF header declares {what}, more than the file's {size} bytes hold "
+                             "(truncated or damaged?)")
+
+        def take(fmt: str, what: str) -> int:
+            nonlocal at
+            n = struct.calcsize(fmt)
+            if at + n > size:
+                raise bad(what)
+            (value,) = struct.unpack_from(order + fmt, buf, at)
+            at += n
+            return int(value)
+
+        def skip(n: int, what: str) -> None:
+            nonlocal at
+            if n < 0 or at + n > size:
+                raise bad(what)
+            at += n
+
+        def value(kind: int, what: str, depth: int = 0) -> None:
+            if kind in _SCALAR_BYTES:
+                skip(_SCALAR_BYTES[kind], what)
+            elif kind == _STRING:
+                skip(take("Q", what), f"a string of that length in {what}")
+            elif kind == _ARRAY and depth < 4:
+                item, count = take("I", what), take("Q", what)
+                least = _SCALAR_BYTES.get(item, 8 if item == _STRING else 12)
+                if count * least > size - at:
+                    raise bad(f"an array of {count} elements in {what}")
+                if item in _SCALAR_BYTES:
+                    skip(count * least, what)
+                else:
+                    for _ in range(count):
+                        value(item, what, depth + 1)
+            else:
+                raise GGUFError(f"{path}: its GGUF header has a value of unknown type {kind} in {what}")
+
+        tensors, keys = take("Q", "a tensor count"), take("Q", "a key count")
+        if keys * 12 > size - at or tensors * 24 > size - at:
+            raise bad(f"{keys} keys and {tensors} tensors")
+        for i in range(keys):
+            name_len = take("Q", f"key {i}")
+            skip(name_len, f"a key name of {name_len} bytes")
+            value(take("I", f"key {i}"), f"key {i}")
+        for i in range(tensors):
+            name_len = take("Q", f"tensor {i}")
+            skip(name_len, f"a tensor name of {name_len} bytes")
+            dims = take("I", f"tensor {i}")
+            if dims > _MAX_DIMS:
+                raise GGUFError(f"{path}: its GGUF header gives tensor {i} {dims} dimensions (at most {_MAX_DIMS})")
+            elements = 1
+            for _ in range(dims):
+                elements *= take("Q", f"tensor {i}'s dimensions")
+            if elements > 8 * size:  # no GGUF type stores a weight in less than a bit
+                raise bad(f"tensor {i} of {elements} elements")
+            skip(12, f"tensor {i}")
 
 
 def _first_line(e: BaseException) -> str:

@@ -13,6 +13,20 @@ from typing import Any
 from tinker_core.env import Observation
 from tinker_core.proto import env_pb2 as pb
 
+#: The deepest nesting of arrays and objects a ``*_json`` request field may have.
+MAX_JSON_DEPTH = 64
+_TOO_DEEP = object()
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``depth`` levels (checked level by level)."""
+    level = [value]
+    for _ in range(depth):
+        level = [v for x in level if isinstance(x, dict | list) for v in (x.values() if isinstance(x, dict) else x)]
+        if not level:
+            return False
+    return any(isinstance(x, dict | list) for x in level)
+
 
 def _json_default(value: Any) -> Any:
     """Make numpy values (and sets) JSON-serialisable; anything else is an error."""
@@ -44,6 +58,10 @@ def json_object(text: str, field_name: str) -> dict[str, Any] | None:
         value = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{field_name} is not valid JSON: {e}") from e
+    except RecursionError:
+        value = _TOO_DEEP
+    if value is _TOO_DEEP or _deeper_than(value, MAX_JSON_DEPTH):
+        raise ValueError(f"{field_name} nests arrays or objects more than {MAX_JSON_DEPTH} levels deep")
     if not isinstance(value, dict):
         raise ValueError(f"{field_name} must be a JSON object, got a JSON {type(value).__name__}")
     return value

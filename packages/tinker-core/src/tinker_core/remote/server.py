@@ -14,12 +14,13 @@ import math
 import threading
 from collections.abc import Sequence
 from concurrent import futures
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tinker_core.proto import ENV_SERVICE, MAX_MESSAGE_BYTES
-from tinker_core.proto import env_pb2_grpc as pb_grpc
+from tinker_core.proto import env_pb2 as pb
 from tinker_core.remote.guard import ServerLimits
 from tinker_core.remote.servicer import EnvServicer
 
@@ -217,7 +218,7 @@ def serve_env(
             ("grpc.so_reuseport", 0),
         ],
     )
-    pb_grpc.add_EnvServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    server.add_generic_rpc_handlers((_decoding_handlers(servicer),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
@@ -232,3 +233,30 @@ def serve_env(
     handle = EnvServer(server, servicer, health_servicer, host, bound)
     log.info("serving %r on %s", "every registered env" if env_ids is None else env_ids, handle.address)
     return handle
+
+
+def _decoding_handlers(servicer: EnvServicer) -> grpc.GenericRpcHandler:
+    """The EnvService's method handlers, each decoding its own request: a request gRPC's
+    deserializer would reject as INTERNAL ("Exception deserializing request!": invalid UTF-8 or a
+    surrogate in a string field, a malformed message) is INVALID_ARGUMENT naming the message."""
+    from google.protobuf.message import DecodeError
+
+    service = pb.DESCRIPTOR.services_by_name["EnvService"]
+
+    def decoding(method: Any, request_type: Any) -> Any:
+        def handler(raw: bytes, context: grpc.ServicerContext) -> Any:
+            try:
+                request = request_type.FromString(raw)
+            except DecodeError as e:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              f"the request is not a valid {request_type.__name__} (strings must be valid UTF-8): {e}")
+            return method(request, context)
+
+        return handler
+
+    handlers = {}
+    for m in service.methods:
+        request_type, response_type = getattr(pb, m.input_type.name), getattr(pb, m.output_type.name)
+        handlers[m.name] = grpc.unary_unary_rpc_method_handler(
+            decoding(getattr(servicer, m.name), request_type), response_serializer=response_type.SerializeToString)
+    return grpc.method_handlers_generic_handler(service.full_name, handlers)

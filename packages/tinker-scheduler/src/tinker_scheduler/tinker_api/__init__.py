@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tinker_scheduler.http_thread import HttpServer
+from tinker_serve.http_limits import HEADER_TIMEOUT_S
 
 __all__ = ["Gateway", "serve"]
 
@@ -22,8 +23,8 @@ __all__ = ["Gateway", "serve"]
 class Gateway(HttpServer):
     """The Tinker API's uvicorn server in a daemon thread; :attr:`models` are its Tinker models."""
 
-    def __init__(self, app: Any, host: str, port: int) -> None:
-        super().__init__(app, host, port, name="opentinker-tinker-api")
+    def __init__(self, app: Any, host: str, port: int, *, header_timeout_s: float = HEADER_TIMEOUT_S) -> None:
+        super().__init__(app, host, port, name="opentinker-tinker-api", header_timeout_s=header_timeout_s)
 
     @property
     def models(self) -> Any:
@@ -50,5 +51,6 @@ def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0) -> Gateway:
     models = Models(scheduler.training, Records(scheduler.store.path), free=getattr(jobs, "free", None),
                     limits=config.request_limits)
     app = create_app(models, scheduler.store, config.auth, session_timeout_s=config.tinker_session_timeout_s,
-                     max_request_bytes=config.tinker_max_request_bytes)
-    return Gateway(app, host, port)
+                     max_request_bytes=config.tinker_max_request_bytes, max_json_bytes=config.tinker_max_json_bytes,
+                     body_timeout_s=config.http_body_timeout_s)
+    return Gateway(app, host, port, header_timeout_s=config.http_header_timeout_s)

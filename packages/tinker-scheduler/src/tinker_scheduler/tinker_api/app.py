@@ -26,17 +26,18 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler.auth import AuthError, AuthMode
 from tinker_scheduler.errors import StatusError, classify
 from tinker_scheduler.store import JobStore
-from tinker_scheduler.tinker_api import listings, protowire
+from tinker_scheduler.tinker_api import listings, protowire, sampling
 from tinker_scheduler.tinker_api.auth import tenant_of
 from tinker_scheduler.tinker_api.futures import Answer, Futures
 from tinker_scheduler.tinker_api.translate import Models
+from tinker_serve.http_limits import BODY_TIMEOUT_S, BodyGuard, HttpLimits, parse_json
 
 logger = logging.getLogger("tinker_scheduler.tinker_api")
 
@@ -46,46 +47,20 @@ POLL_WAIT_S = 5.0
 HTTP_STATUS = {"INVALID_ARGUMENT": 400, "UNIMPLEMENTED": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403,
                "NOT_FOUND": 404, "FAILED_PRECONDITION": 409, "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 429,
                "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504, "CANCELLED": 499,
-               "REQUEST_TOO_LARGE": 413, "GONE": 410}
+               "REQUEST_TOO_LARGE": 413, "GONE": 410, "REQUEST_TIMEOUT": 408}
 #: Base models listed by ``get_server_capabilities`` (others the scheduler allows load too).
 LISTED_MODELS = ("tiny",)
 PROTOBUF = "application/x-protobuf"
 #: Starlette's own HTTP errors (unknown route, method) -> a code name for the body.
-_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "REQUEST_TOO_LARGE"}
+_HTTP_CODES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 408: "REQUEST_TIMEOUT",
+               413: "REQUEST_TOO_LARGE"}
+#: The largest JSON body accepted by default (JSON bodies are small: a sample's prompt of the
+#: default 65,536 tokens is under 1 MB; forward_backward's data travel as protobuf).
+MAX_JSON_BYTES = 8 * 1024 * 1024
 
 
 def _error(code: str, message: str, status: int | None = None) -> JSONResponse:
     return JSONResponse({"detail": message, "code": code}, status_code=status or HTTP_STATUS.get(code, 500))
-
-
-class BodyLimit:
-    """Refuses request bodies over ``limit`` bytes with 413: at once by ``Content-Length``, or
-    when a streamed body grows past it."""
-
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        too_large = f"the request body is larger than the gateway's limit of {self.limit} bytes (tinker_max_request_bytes)"
-        length = dict(scope["headers"]).get(b"content-length", b"0")
-        if not length.isdigit() or int(length) > self.limit:
-            await _error("REQUEST_TOO_LARGE", too_large)(scope, receive, send)
-            return
-        received = 0
-
-        async def limited() -> Message:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > self.limit:
-                raise StatusError("REQUEST_TOO_LARGE", too_large)
-            return message
-
-        await self.app(scope, limited, send)
 
 
 class Expiry:
@@ -123,10 +98,19 @@ class Expiry:
 
 
 def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeout_s: float = 600.0,
-               max_request_bytes: int = MAX_MESSAGE_BYTES) -> FastAPI:
-    """The gateway's app over ``models``; keys are checked against ``store`` in mode ``auth``."""
+               max_request_bytes: int = MAX_MESSAGE_BYTES, max_json_bytes: int = MAX_JSON_BYTES,
+               body_timeout_s: float = BODY_TIMEOUT_S) -> FastAPI:
+    """The gateway's app over ``models``; keys are checked against ``store`` in mode ``auth``.
+
+    Bodies larger than ``max_request_bytes`` (JSON ones: ``max_json_bytes``) get 413, bodies not
+    in within ``body_timeout_s`` 408; bodies are decoded off the event loop, after their size
+    (and, for ``forward_backward``, while their data and tokens) are checked."""
     app = FastAPI(title="OpenTinker Tinker API", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(BodyLimit, limit=max_request_bytes)
+    app.add_middleware(BodyGuard, limits=HttpLimits(max_request_bytes, body_timeout_s=body_timeout_s),
+                       respond=lambda status, message: _error(_HTTP_CODES.get(status, "HTTP_ERROR"), message, status),
+                       what="tinker_max_request_bytes")
+    if max_json_bytes < 1:
+        raise ValueError(f"max_json_bytes must be >= 1 (got {max_json_bytes!r})")
     records = models.records
     futures = Futures(records)
     app.state.models = models
@@ -161,10 +145,14 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
 
     async def body_of(request: Request) -> tuple[str, dict[str, Any]]:
         tenant = tenant_of(store, auth, request.headers)
+        raw = await request.body()
+        if len(raw) > max_json_bytes:
+            raise StatusError("REQUEST_TOO_LARGE", f"the JSON body is larger than the gateway's limit of {max_json_bytes} "
+                                                   "bytes (tinker_max_json_bytes)")
         try:
-            body = await request.json()
-        except ValueError:
-            raise StatusError("INVALID_ARGUMENT", "the request body is not valid JSON") from None
+            body = await run_in_threadpool(parse_json, raw) if len(raw) > 65536 else parse_json(raw)
+        except ValueError as e:
+            raise StatusError("INVALID_ARGUMENT", str(e)) from None
         if not isinstance(body, dict):
             raise StatusError("INVALID_ARGUMENT", "the request body must be a JSON object")
         return tenant, body
@@ -172,12 +160,15 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
     def later(tenant: str, model_id: str, fn: Callable[[], Any]) -> dict[str, Any]:
         return {"request_id": futures.submit(tenant, model_id, fn), "model_id": model_id}
 
-    async def on_model(request: Request, fn: Callable[[str, dict[str, Any]], Any]) -> dict[str, Any]:
-        """The shape of most long requests: the caller's live model ``model_id``, then ``fn(tenant,
-        body)`` in the model's turn."""
+    async def on_model(request: Request, fn: Callable[[str, dict[str, Any]], Any],
+                       check: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+        """The shape of most long requests: the caller's live model ``model_id``, ``check(body)``
+        (field types), then ``fn(tenant, body)`` in the model's turn."""
         tenant, body = await body_of(request)
         model_id = str(body.get("model_id") or "")
         models.session(tenant, model_id)
+        if check is not None:
+            check(body)
         return later(tenant, model_id, lambda: fn(tenant, body))
 
     # ---- service --------------------------------------------------------------------------------
@@ -247,13 +238,14 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
     async def create_model(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
         own_session(tenant, body)
+        models.create_args(body)  # wrong types: 400 now, not a failed future
         models.sessions.paths.check_model(str(body.get("base_model", "")).strip() or "", tenant, "base_model")
         return {"request_id": futures.submit(tenant, f"create-{tenant}", lambda: models.create(tenant, body))}
 
     @app.post("/api/v1/get_info")
-    def get_info(request: Request, body: dict[str, Any]) -> dict[str, Any]:
-        tenant = tenant_of(store, auth, request.headers)
-        return models.info(tenant, str(body.get("model_id", "")))
+    async def get_info(request: Request) -> dict[str, Any]:
+        tenant, body = await body_of(request)
+        return await run_in_threadpool(models.info, tenant, str(body.get("model_id", "")))
 
     @app.post("/api/v1/unload_model")
     async def unload_model(request: Request) -> dict[str, Any]:
@@ -272,7 +264,9 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
             raise StatusError("INVALID_ARGUMENT", f"forward_backward takes a {PROTOBUF} body (as the tinker SDK sends)")
         if request.headers.get("content-encoding"):
             raise StatusError("INVALID_ARGUMENT", "compressed bodies are not supported")
-        decoded = protowire.read_forward_backward(await request.body())
+        # decoded in a thread: pure Python over up to max_request_bytes, refused as soon as it holds
+        # more data, tokens or fields than the limits allow
+        decoded = await run_in_threadpool(protowire.read_forward_backward, await request.body(), models.limits)
         model_id = decoded["model_id"]
         models.session(tenant, model_id)
 
@@ -284,7 +278,7 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request) -> dict[str, Any]:
-        return await on_model(request, models.optim_step)
+        return await on_model(request, models.optim_step, check=models.adam_args)
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request) -> dict[str, Any]:
@@ -307,22 +301,23 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
 
     # ---- sampling -------------------------------------------------------------------------------
     @app.post("/api/v1/create_sampling_session")
-    def create_sampling_session(request: Request, body: dict[str, Any]) -> dict[str, Any]:
-        tenant = tenant_of(store, auth, request.headers)
-        sid = models.new_sampling_session(tenant, model_path=body.get("model_path"), base_model=body.get("base_model"))
+    async def create_sampling_session(request: Request) -> dict[str, Any]:
+        tenant, body = await body_of(request)
+        sid = await run_in_threadpool(lambda: models.new_sampling_session(tenant, model_path=body.get("model_path"),
+                                                                          base_model=body.get("base_model")))
         return {"type": "create_sampling_session", "sampling_session_id": sid}
 
     @app.post("/api/v1/asample")
     async def asample(request: Request) -> dict[str, Any]:
         tenant, body = await body_of(request)
-        target = models.sampling_model(tenant, body)
+        n = sampling.num_samples(body, models.limits)  # before any work: the answer lists n ids
+        target = await run_in_threadpool(models.sampling_model, tenant, body)
 
         def run() -> Answer:
             return Answer(protowire.sample_response(models.sample(tenant, body, target)), PROTOBUF)
 
         # in the turn of the model that saved the weights, or of the tenant's own base sampler
         request_id = futures.submit(tenant, target.model_id or target.session_id, run)
-        n = int(body.get("num_samples") or 1)
         return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}-{i}" for i in range(n)]}
 
     @app.get("/api/v1/samplers/{sampler_id}")

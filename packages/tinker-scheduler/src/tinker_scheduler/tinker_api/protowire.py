@@ -16,13 +16,45 @@ from typing import Any
 
 import numpy as np
 
+from tinker_algos.tinker_ops import RequestLimits
+
 #: Tinker's ``DType`` enum -> numpy dtype.
-DTYPES = {1: np.dtype(np.float32), 2: np.dtype(np.int64), 3: np.dtype(np.int32)}
+DTYPES: dict[int, np.dtype[Any]] = {1: np.dtype(np.float32), 2: np.dtype(np.int64), 3: np.dtype(np.int32)}
 #: ``StopReason`` enum values.
 STOP_REASON_STOP, STOP_REASON_LENGTH = 0, 1
 
 
 # ---- reading ---------------------------------------------------------------------------------
+class _Budget:
+    """How much more of a body the reader may decode (fields, data, tokens), so a hostile body is
+    refused after a bounded amount of work instead of decoded whole. None: no limits."""
+
+    def __init__(self, limits: RequestLimits | None) -> None:
+        self.limits = limits
+        # a datum of the SDK has about a dozen fields; 64 each leaves plenty of room
+        self.fields = 64 * (limits.max_data + 1) + 1024 if limits is not None else -1
+        self.tokens = 0
+
+    def field(self) -> None:
+        if self.fields == 0:
+            raise ValueError("the protobuf body has more fields than its data limit allows (max_data_per_request)")
+        self.fields -= 1
+
+    def add_tokens(self, n: int, where: str) -> None:
+        self.tokens += n
+        if self.limits is not None and self.tokens > self.limits.max_tokens:
+            raise ValueError(f"{where}: more than {self.limits.max_tokens} tokens in one request, over the limit "
+                             "(max_tokens_per_request); split them into several requests")
+
+    def elements(self, n: int, where: str) -> None:
+        if self.limits is not None and n > self.limits.max_tokens + 1:
+            raise ValueError(f"{where}: {n} values, more than a datum can have ({self.limits.max_tokens + 1}, "
+                             "max_tokens_per_request + 1)")
+
+
+_UNLIMITED = _Budget(None)
+
+
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
     shift = result = 0
     while True:
@@ -38,109 +70,147 @@ def _varint(buf: bytes, i: int) -> tuple[int, int]:
             raise ValueError("protobuf varint too long")
 
 
-def fields(buf: bytes) -> Iterator[tuple[int, Any]]:
-    """``(field number, value)`` of a message: ints for varints and fixed fields (doubles as raw
-    8 bytes), bytes for length-delimited fields."""
+def fields(buf: bytes, budget: _Budget = _UNLIMITED) -> Iterator[tuple[int, Any]]:
+    """``(field number, value)`` of a message: ints for varints, bytes for fixed fields (8 bytes
+    for doubles, 4 for floats) and length-delimited fields. Every field counts against ``budget``."""
     i = 0
     while i < len(buf):
+        budget.field()
         key, i = _varint(buf, i)
         number, kind = key >> 3, key & 7
+        value: Any
         if kind == 0:
             value, i = _varint(buf, i)
-        elif kind == 1:
-            value, i = buf[i:i + 8], i + 8
-        elif kind == 2:
-            n, i = _varint(buf, i)
+        elif kind in (1, 2, 5):
+            if kind == 2:
+                n, i = _varint(buf, i)
+            else:
+                n = 8 if kind == 1 else 4
             if i + n > len(buf):
                 raise ValueError("truncated protobuf field")
             value, i = buf[i:i + n], i + n
-        elif kind == 5:
-            value, i = buf[i:i + 4], i + 4
         else:
             raise ValueError(f"unsupported protobuf wire type {kind}")
         yield number, value
 
 
-def _text(value: bytes) -> str:
-    return bytes(value).decode("utf-8")
+def _bytes(value: Any, where: str) -> bytes:
+    """A length-delimited field's bytes; a field of another wire type is a malformed body."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ValueError(f"{where}: malformed protobuf field (expected a length-delimited value)")
+    return bytes(value)
 
 
-def _tensor(buf: bytes, name: str) -> np.ndarray:
-    dense, dtype, shape = b"", 0, []
-    for number, value in fields(buf):
+def _text(value: Any, where: str) -> str:
+    try:
+        return _bytes(value, where).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: is not valid UTF-8") from None
+
+
+def _read_double(value: Any, where: str) -> float:
+    raw = _bytes(value, where)
+    if len(raw) != 8:
+        raise ValueError(f"{where}: malformed protobuf double ({len(raw)} bytes, not 8)")
+    return float(struct.unpack("<d", raw)[0])
+
+
+def _array(raw: bytes, dtype: np.dtype[Any], where: str, budget: _Budget) -> np.ndarray:
+    if len(raw) % dtype.itemsize:
+        raise ValueError(f"{where}: {len(raw)} bytes is not a whole number of {dtype} values")
+    budget.elements(len(raw) // dtype.itemsize, where)
+    return np.frombuffer(raw, dtype=dtype)
+
+
+def _tensor(buf: bytes, name: str, budget: _Budget) -> np.ndarray:
+    where = f"loss_fn_inputs.{name}"
+    dense, dtype, shape = b"", 0, list[int]()
+    for number, value in fields(buf, budget):
         if number == 1:
-            dense = value
+            dense = _bytes(value, where)
         elif number == 2:
-            raise ValueError(f"loss_fn_inputs.{name}: sparse tensors are not supported yet; send it dense")
+            raise ValueError(f"{where}: sparse tensors are not supported yet; send it dense")
         elif number == 3:
             dtype = value
         elif number == 4:
-            shape.extend(_packed_varints(value) if isinstance(value, bytes) else [value])
+            shape.extend(_packed_varints(value, budget) if isinstance(value, bytes) else [value])
     if dtype not in DTYPES:
-        raise ValueError(f"loss_fn_inputs.{name}: unsupported dtype {dtype}")
-    return np.frombuffer(dense, dtype=DTYPES[dtype]).copy()
+        raise ValueError(f"{where}: unsupported dtype {dtype}")
+    return _array(dense, DTYPES[dtype], where, budget).copy()
 
 
-def _packed_varints(buf: bytes) -> list[int]:
+def _packed_varints(buf: bytes, budget: _Budget = _UNLIMITED) -> list[int]:
     out, i = [], 0
     while i < len(buf):
+        budget.field()
         v, i = _varint(buf, i)
         out.append(v)
     return out
 
 
-def _map_entry(buf: bytes) -> tuple[str, Any]:
+def _map_entry(buf: Any, where: str, budget: _Budget) -> tuple[str, Any]:
     key, value = "", None
-    for number, v in fields(buf):
+    for number, v in fields(_bytes(buf, where), budget):
         if number == 1:
-            key = _text(v)
+            key = _text(v, f"{where} key")
         elif number == 2:
             value = v
     return key, value
 
 
-def _datum(buf: bytes, i: int) -> dict[str, Any]:
+def _datum(buf: Any, i: int, budget: _Budget) -> dict[str, Any]:
     tokens: list[int] = []
     inputs: dict[str, np.ndarray] = {}
-    for number, value in fields(buf):
+    where = f"data[{i}]"
+    for number, value in fields(_bytes(buf, where), budget):
         if number == 1:  # Chunk
-            for kind, chunk in fields(value):
+            for kind, chunk in fields(_bytes(value, f"{where}.model_input"), budget):
                 if kind != 1:
-                    raise ValueError(f"data[{i}].model_input: only encoded_text chunks are supported (no images or audio)")
-                for n, toks in fields(chunk):
+                    raise ValueError(f"{where}.model_input: only encoded_text chunks are supported (no images or audio)")
+                for n, toks in fields(_bytes(chunk, f"{where}.model_input"), budget):
                     if n == 1:
-                        tokens.extend(np.frombuffer(toks, dtype=np.int32).tolist())
+                        ids = _array(_bytes(toks, f"{where}.model_input.tokens"), np.dtype(np.int32),
+                                     f"{where}.model_input.tokens", budget)
+                        budget.add_tokens(len(ids), f"{where}.model_input.tokens")
+                        tokens.extend(ids.tolist())
         elif number == 2:
-            name, tensor = _map_entry(value)
-            inputs[name] = _tensor(tensor or b"", name)
+            name, tensor = _map_entry(value, f"{where}.loss_fn_inputs", budget)
+            inputs[name] = _tensor(_bytes(tensor or b"", f"{where}.loss_fn_inputs.{name}"), name, budget)
     return {"tokens": tokens, "loss_fn_inputs": inputs}
 
 
-def read_forward_backward(buf: bytes) -> dict[str, Any]:
+def read_forward_backward(buf: bytes, limits: RequestLimits | None = None) -> dict[str, Any]:
     """A ``ForwardBackwardRequest``: model_id, seq_id, data (tokens and loss_fn_inputs arrays per
-    datum), loss_fn, loss_fn_config (numbers) and forward_only."""
+    datum), loss_fn, loss_fn_config (numbers) and forward_only.
+
+    With ``limits`` the body is refused (:class:`ValueError`) as soon as it holds more data, tokens
+    or fields than they allow, before the rest is decoded."""
+    budget = _Budget(limits)
     out: dict[str, Any] = {"model_id": "", "seq_id": 0, "data": [], "loss_fn": "", "loss_fn_config": {},
                            "forward_only": False}
     v2: dict[str, float] = {}
-    for number, value in fields(buf):
+    for number, value in fields(buf, budget):
         if number == 1:
-            out["model_id"] = _text(value)
+            out["model_id"] = _text(value, "model_id")
         elif number == 2:
             out["seq_id"] = value
         elif number == 3:
-            out["data"].append(_datum(value, len(out["data"])))
+            if limits is not None and len(out["data"]) >= limits.max_data:
+                raise ValueError(f"data: more than {limits.max_data} data in one request, over the limit "
+                                 "(max_data_per_request); split them into several requests")
+            out["data"].append(_datum(value, len(out["data"]), budget))
         elif number == 4:
-            out["loss_fn"] = _text(value)
+            out["loss_fn"] = _text(value, "loss_fn")
         elif number == 5:
-            key, raw = _map_entry(value)
-            out["loss_fn_config"][key] = struct.unpack("<d", raw)[0] if raw else 0.0
+            key, raw = _map_entry(value, "loss_fn_config", budget)
+            out["loss_fn_config"][key] = _read_double(raw, f"loss_fn_config.{key}") if raw else 0.0
         elif number == 6:
             out["forward_only"] = bool(value)
         elif number == 7:
-            key, raw = _map_entry(value)
-            for n, v in fields(raw or b""):
+            key, raw = _map_entry(value, "loss_fn_config", budget)
+            for n, v in fields(_bytes(raw or b"", f"loss_fn_config.{key}"), budget):
                 if n == 1:
-                    v2[key] = struct.unpack("<d", v)[0]
+                    v2[key] = _read_double(v, f"loss_fn_config.{key}")
                 elif n == 2:
                     raise ValueError(f"loss_fn_config.{key}: text values are not supported; send numbers")
     out["loss_fn_config"].update(v2)

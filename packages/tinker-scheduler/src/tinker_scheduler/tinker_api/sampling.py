@@ -16,45 +16,82 @@ from typing import Any
 
 import numpy as np
 
-from tinker_algos.tinker_ops import MASK_LOGPROB
+from tinker_algos.tinker_ops import MASK_LOGPROB, RequestLimits
 from tinker_scheduler.errors import StatusError
+from tinker_scheduler.tinker_api import fields
 
 #: The most top-k logprobs one request may ask per position (prompt or sampled).
 MAX_TOPK = 20
+#: The most stop sequences one request may give, and the longest stop string.
+MAX_STOP = 16
+MAX_STOP_CHARS = 256
 
 
 def sample_args(body: Mapping[str, Any]) -> tuple[list[int], dict[str, Any], int]:
     """``(prompt tokens, sampling params for the host, num_samples)`` of a ``SampleRequest``."""
-    prompt = prompt_tokens(body.get("prompt") or {})
-    p = body.get("sampling_params") or {}
-    params: dict[str, Any] = {"max_tokens": int(p.get("max_tokens") or 0), "top_k": int(p.get("top_k") or 0)}
-    for name in ("temperature", "top_p", "seed"):
+    prompt = prompt_tokens(fields.obj(body, "prompt"))
+    p = fields.obj(body, "sampling_params")
+    params: dict[str, Any] = {"max_tokens": fields.whole(p.get("max_tokens"), "sampling_params.max_tokens", 0),
+                              "top_k": fields.whole(p.get("top_k"), "sampling_params.top_k", 0)}
+    for name in ("temperature", "top_p"):
         if p.get(name) is not None:
-            params[name] = p[name]
-    if p.get("top_k", -1) in (-1, None):
+            params[name] = fields.number(p[name], f"sampling_params.{name}")
+    if p.get("seed") is not None:
+        params["seed"] = fields.whole(p["seed"], "sampling_params.seed")
+    if params["top_k"] == -1:
         params["top_k"] = 0
     stop = p.get("stop")
     if stop:
-        key = "stop_token_ids" if all(isinstance(x, int) for x in stop) else "stop"
-        params[key] = list(stop) if isinstance(stop, list) else [stop]
+        stops = list(stop) if isinstance(stop, list) else [stop]
+        if len(stops) > MAX_STOP:
+            raise StatusError("INVALID_ARGUMENT", f"sampling_params.stop: {len(stops)} stop sequences, over the limit of {MAX_STOP}")
+        ints = all(isinstance(x, int) and not isinstance(x, bool) for x in stops)
+        if not ints and not all(isinstance(x, str) and 0 < len(x) <= MAX_STOP_CHARS for x in stops):
+            raise StatusError("INVALID_ARGUMENT", "sampling_params.stop: must be strings of 1.."
+                                                  f"{MAX_STOP_CHARS} characters or token ids")
+        params["stop_token_ids" if ints else "stop"] = stops
     if params["max_tokens"] <= 0:
         raise StatusError("INVALID_ARGUMENT", "sampling_params.max_tokens: must be > 0")
-    return prompt, params, int(body.get("num_samples") or 1)
+    return prompt, params, num_samples(body)
+
+
+def num_samples(body: Mapping[str, Any], limits: RequestLimits | None = None) -> int:
+    """A ``SampleRequest``'s ``num_samples`` (1 when absent): a whole number >= 1, and (with
+    ``limits``) at most ``max_data``."""
+    n = body.get("num_samples")
+    if n is None:
+        return 1
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise StatusError("INVALID_ARGUMENT", f"num_samples: must be a whole number (got {n!r:.40})")
+    if n < 1:
+        raise StatusError("INVALID_ARGUMENT", f"num_samples: must be >= 1 (got {n})")
+    if limits is not None and n > limits.max_data:
+        raise StatusError("INVALID_ARGUMENT", f"num_samples: {n} is over the limit of {limits.max_data} sequences "
+                                              "per request (max_data_per_request); sample in several requests")
+    return n
 
 
 def prompt_tokens(model_input: Mapping[str, Any]) -> list[int]:
     tokens: list[int] = []
-    for chunk in model_input.get("chunks") or []:
+    chunks = model_input.get("chunks") or []
+    if not isinstance(chunks, list):
+        raise StatusError("INVALID_ARGUMENT", "prompt.chunks: must be a list")
+    for i, chunk in enumerate(chunks):
+        if not isinstance(chunk, Mapping):
+            raise StatusError("INVALID_ARGUMENT", f"prompt.chunks[{i}]: must be a JSON object")
         if chunk.get("type", "encoded_text") != "encoded_text":
-            raise StatusError("INVALID_ARGUMENT", f"prompt.chunks: {chunk.get('type')!r} chunks are not supported (text tokens only)")
-        tokens.extend(int(t) for t in chunk.get("tokens") or [])
+            raise StatusError("INVALID_ARGUMENT", f"prompt.chunks: {chunk.get('type')!r:.40} chunks are not supported (text tokens only)")
+        ids = chunk.get("tokens") or []
+        if not isinstance(ids, list):
+            raise StatusError("INVALID_ARGUMENT", f"prompt.chunks[{i}].tokens: must be a list of token ids")
+        tokens.extend(fields.whole(t, f"prompt.chunks[{i}].tokens") for t in ids)
     if not tokens:
         raise StatusError("INVALID_ARGUMENT", "prompt: has no tokens")
     return tokens
 
 
 def _topk(body: Mapping[str, Any], name: str) -> int:
-    k = int(body.get(name) or 0)
+    k = fields.whole(body.get(name), name, 0)
     if not 0 <= k <= MAX_TOPK:
         raise StatusError("INVALID_ARGUMENT", f"{name}: must be in 0..{MAX_TOPK} (got {k})")
     return k
@@ -76,7 +113,9 @@ class LogprobRequest:
                 raise StatusError("UNIMPLEMENTED", f"{name}: is not supported by this server (prompt_logprobs, "
                                                    "topk_prompt_logprobs and topk_sample_logprobs are)")
         last_n = body.get("prompt_logprobs_last_n")
-        if last_n is not None and not 1 <= int(last_n) <= prompt_len - 1:
+        if last_n is not None:
+            last_n = fields.whole(last_n, "prompt_logprobs_last_n")
+        if last_n is not None and not 1 <= last_n <= prompt_len - 1:
             raise StatusError("INVALID_ARGUMENT",
                               f"prompt_logprobs_last_n: must be in 1..{prompt_len - 1} (len(prompt) - 1), got {last_n}")
         return cls(bool(body.get("prompt_logprobs")), _topk(body, "topk_prompt_logprobs"),

@@ -26,7 +26,7 @@ from tinker_algos import tinker_ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.sessions import Session, SessionManager, SessionRequest
-from tinker_scheduler.tinker_api import sampling
+from tinker_scheduler.tinker_api import fields, sampling
 from tinker_scheduler.tinker_api.records import ModelRecord, Records
 from tinker_scheduler.training_service import NAME_RE
 from tinker_scheduler.training_wire import MAX_LORA_RANK
@@ -70,14 +70,23 @@ class Models:
     def create(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """``create_model``: a LoRA session named ``<client session>:train:<model_seq_id>`` (the id
         the SDK derives itself)."""
-        lora = body.get("lora_config") or {}
-        rank = int(lora.get("rank", 32))
+        rank, seed, base_model = self.create_args(body)
         model_id = self._model_id(tenant, body)
-        self._new_session(tenant, model_id, body, str(body.get("base_model", "")), rank, int(lora.get("seed") or 0))
+        self._new_session(tenant, model_id, body, base_model, rank, seed)
         return {"model_id": model_id, "type": "create_model"}
 
+    @staticmethod
+    def create_args(body: Mapping[str, Any]) -> tuple[int, int, str]:
+        """``(rank, seed, base_model)`` of a ``create_model`` body, its field types checked."""
+        lora = fields.obj(body, "lora_config")
+        fields.obj(body, "user_metadata")
+        fields.whole(body.get("model_seq_id"), "model_seq_id", 0)
+        return (fields.whole(lora.get("rank"), "lora_config.rank", 32), fields.whole(lora.get("seed"), "lora_config.seed", 0),
+                fields.text(body.get("base_model"), "base_model"))
+
     def _model_id(self, tenant: str, body: Mapping[str, Any]) -> str:
-        model_id = f"{body.get('session_id')}:train:{int(body.get('model_seq_id') or 0)}"
+        seq = fields.whole(body.get("model_seq_id"), "model_seq_id", 0)
+        model_id = f"{fields.text(body.get('session_id'), 'session_id')}:train:{seq}"
         with self._lock:
             if model_id in self._ids or self.records.model(tenant, model_id) is not None:
                 raise StatusError("ALREADY_EXISTS", f"model_seq_id: model {model_id!r} exists already")
@@ -90,7 +99,7 @@ class Models:
                                                   "full fine-tuning is not served through the Tinker API yet")
         request = SessionRequest(base_model=base_model, lora_rank=rank, seed=seed)
         session = self.sessions.create(tenant, request, self.free() if self.free is not None else None)
-        metadata = {str(k): str(v) for k, v in (body.get("user_metadata") or {}).items()}
+        metadata = {str(k): str(v) for k, v in fields.obj(body, "user_metadata").items()}
         self.records.add_model(model_id, tenant, str(body.get("session_id", "")), session.id,
                                str(session.info.get("base_model") or base_model), rank, session.dir, metadata)
         with self._lock:
@@ -157,12 +166,19 @@ class Models:
 
     def optim_step(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
         session = self.session(tenant, str(body.get("model_id", "")))
-        params = body.get("adam_params") or body.get("optim_params") or {}
-        if body.get("optimizer_params") is not None:
-            raise StatusError("INVALID_ARGUMENT", "optimizer_params: only Adam (adam_params) is supported")
-        adam = {k: float(params.get(k, 0.0)) for k in ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm")}
+        adam = self.adam_args(body)
         r = self.sessions.run(session, "", lambda call: call("optim_step", {"adam": adam}))
         return {"type": "optim_step", "metrics": {k: float(v) for k, v in r["metrics"].items()}}
+
+    @staticmethod
+    def adam_args(body: Mapping[str, Any]) -> dict[str, float]:
+        """The Adam parameters of an ``optim_step`` body, their types checked."""
+        which = "adam_params" if body.get("adam_params") is not None else "optim_params"
+        params = fields.obj(body, which)
+        if body.get("optimizer_params") is not None:
+            raise StatusError("INVALID_ARGUMENT", "optimizer_params: only Adam (adam_params) is supported")
+        return {k: fields.number(params.get(k), f"{which}.{k}", 0.0)
+                for k in ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm")}
 
     # ---- checkpoints --------------------------------------------------------------------------
     def save(self, tenant: str, body: Mapping[str, Any], kind: str) -> dict[str, Any]:
@@ -172,8 +188,8 @@ class Models:
         name and the answer carries a new sampling session on them."""
         model_id = str(body.get("model_id", ""))
         session = self.session(tenant, model_id)
-        name = body.get("path") or f"ephemeral-{uuid.uuid4().hex[:12]}"
-        if not NAME_RE.match(name):
+        name = fields.text(body.get("path"), "path") or f"ephemeral-{uuid.uuid4().hex[:12]}"
+        if not NAME_RE.fullmatch(name):
             raise StatusError("INVALID_ARGUMENT", f"path: {name!r} is not a valid name; use letters, digits, '.', '_' and '-'")
         target = str(session.dir / PATH_KINDS[kind] / name)
         op = "save_state" if kind == "weights" else "save_weights_for_sampler"
@@ -215,6 +231,7 @@ class Models:
         ``base_model``: a hidden LoRA-less sampler session on the base model's host, one per
         tenant and base model (SessionManager's ``request_id`` makes repeats find it)."""
         sid = f"ss-{uuid.uuid4().hex[:12]}"
+        model_path, base_model = fields.text(model_path, "model_path"), fields.text(base_model, "base_model")
         if model_path:
             sampler_path = self.resolve(tenant, model_path, "sampler_weights")
             target = SamplingSession(tenant, model_path[len("tinker://"):].split("/")[0], sampler_path, model_path)
@@ -264,7 +281,7 @@ class Models:
         if body.get("prompt") is not None:
             prompt, _, _ = sampling.sample_args(body)
             sampling.LogprobRequest.of(body, len(prompt))
-        sid = body.get("sampling_session_id")
+        sid = fields.text(body.get("sampling_session_id"), "sampling_session_id")
         if not sid and (body.get("model_path") or body.get("base_model")):
             sid = self.new_sampling_session(tenant, model_path=body.get("model_path"), base_model=body.get("base_model"))
         with self._lock:
@@ -279,6 +296,10 @@ class Models:
         session = self._sampling_session(tenant, target)
         prompt, params, n = sampling.sample_args(body)
         wants = sampling.LogprobRequest.of(body, len(prompt))
+        vocab = session.info.get("vocab_size")
+        bad = next((t for t in prompt if not 0 <= t < vocab), None) if vocab else None
+        if bad is not None:
+            raise StatusError("INVALID_ARGUMENT", f"prompt: token id {bad} is outside the model's vocabulary [0, {vocab})")
         try:
             tinker_ops.check_sample([len(prompt)], params["max_tokens"], n, session.info.get("context_length"), self.limits)
         except ValueError as e:
@@ -295,8 +316,8 @@ class Models:
 
 def parse_path(path: str, kind: str = "") -> tuple[str, str, str]:
     """``(model_id, kind, name)`` of ``tinker://<model_id>/<kind>/<name>`` (of ``kind`` if given)."""
-    parts = path[len("tinker://"):].split("/") if path.startswith("tinker://") else []
-    if len(parts) != 3 or parts[1] not in PATH_KINDS or (kind and parts[1] != kind) or not NAME_RE.match(parts[2]):
+    parts = path[len("tinker://"):].split("/") if isinstance(path, str) and path.startswith("tinker://") else []
+    if len(parts) != 3 or parts[1] not in PATH_KINDS or (kind and parts[1] != kind) or not NAME_RE.fullmatch(parts[2]):
         shape = f"tinker://<model_id>/{kind or 'weights|sampler_weights'}/<name>"
         raise StatusError("INVALID_ARGUMENT", f"path: {path!r} is not a {shape} path")
     return parts[0], parts[1], parts[2]
