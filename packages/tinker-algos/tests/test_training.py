@@ -137,3 +137,52 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error(tmp_path):
     shutil.copy(Path(resolve_model("tiny")) / "config.json", tmp_path / "tok")  # says which model family
     with pytest.raises(ModelLoadError, match="tokenizer has .* tokens but model .* embeds only"):
         train(job(model={"name": "tiny", "tokenizer": str(tmp_path / "tok")}), run_dir=tmp_path / "run")
+
+
+def stop_early_job(threshold: float = 0.0, **over):
+    """The echo job with a warm start of at most 10 steps that evaluates every 2 and stops at
+    ``threshold`` held-out accuracy (0.0: at its first evaluation)."""
+    cfg = job(logging={"tensorboard": False, "plot": False}, **over)
+    cfg["stages"][0]["algorithm"].update(steps=10, eval_every=2, stop_at={"eval/accuracy": threshold})
+    return cfg
+
+
+def test_a_stage_ends_at_the_first_evaluation_that_reaches_its_stop_at(tmp_path, stop_after):
+    cb = stop_after(10**9)
+    result = train(stop_early_job(), run_dir=tmp_path, callbacks=cb)
+    assert result.status == "completed" and result.step == 2 + 3
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["stage"] for r in rows] == ["warm"] * 2 + ["rl"] * 3
+    assert "eval/accuracy" in rows[1]
+    assert any("stage 0 'warm' reached its stop_at (eval/accuracy=" in line and "after 2 of 10 steps" in line for line in cb.logs)
+    # the checkpoint after the stopping step is a stage boundary: a resume starts the next stage
+    manifest = json.loads((tmp_path / "checkpoints" / "step-000002" / "trainer" / "manifest.json").read_text())
+    assert manifest["data_cursor"] == {"stage_index": 1, "stage_step": 0, "global_step": 2}
+
+
+def test_a_stop_at_never_reached_runs_every_step(tmp_path):
+    result = train(stop_early_job(threshold=1.5), run_dir=tmp_path)
+    assert result.status == "completed" and result.step == 10 + 3
+
+
+@pytest.mark.parametrize("stop_at", [1, 2, 3])  # before the stop, at it, in the next stage
+def test_resume_around_an_early_stage_end_is_exact(tmp_path, stop_at, stop_after, deterministic_metrics):
+    full = train(stop_early_job(), run_dir=tmp_path / "full")
+    part = train(stop_early_job(), run_dir=tmp_path / "part", callbacks=stop_after(stop_at))
+    assert part.status == "interrupted" and part.step == stop_at
+    rest = train(stop_early_job(), run_dir=tmp_path / "part")
+    assert rest.status == "completed" and rest.step == full.step == 5
+    assert deterministic_metrics(tmp_path / "part") == deterministic_metrics(tmp_path / "full")
+
+
+@pytest.mark.parametrize(
+    ("stop_at", "eval_every"),
+    [({"eval/accuracy": 0.3}, 0), ({"losses/sft": 0.1}, 5), ({}, 5), ({"eval/accuracy": float("nan")}, 5)],
+    ids=["no-evaluations", "not-held-out", "empty", "nan"],
+)
+def test_a_bad_stop_at_is_a_config_error(tmp_path, stop_at, eval_every):
+    cfg = job()
+    cfg["stages"][0]["algorithm"].update(stop_at=stop_at, eval_every=eval_every)
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.algorithm.*stop_at"):
+        train(cfg, run_dir=tmp_path)
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -69,6 +69,7 @@ from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
 from tinker_algos.progress import describe_model, quiet_third_party_progress
 from tinker_algos.prompts import PromptRenderer
 from tinker_algos.run_dir import make_run_dir
+from tinker_algos.run_plan import Progress, StepPlan
 from tinker_algos.trainer import Trainer, TrainerConfig
 from tinker_core.config import EnvConfig, JobConfig, StageConfig, load_config, parse_config
 
@@ -120,31 +121,6 @@ def train(
     """
     quiet_third_party_progress()
     return Run(_as_config(config), Path(run_dir), _Callbacks(callbacks), shared).run()
-
-
-@dataclass(frozen=True)
-class Progress:
-    """Where a run is: the next step of the next stage, and the steps done in all (progress.json)."""
-
-    stage_index: int = 0
-    stage_step: int = 0
-    global_step: int = 0
-
-    @classmethod
-    def read(cls, checkpoint: Path) -> Progress:
-        return cls(**json.loads((checkpoint / "progress.json").read_text()))
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """What step ``stage_step`` of a stage does besides learning (decided before it runs)."""
-
-    stage_step: int
-    global_step: int
-    evaluate: bool
-    report: bool
-    #: the progress a checkpoint written after the step records; None: no checkpoint
-    save_as: Progress | None
 
 
 class Run:
@@ -267,8 +243,12 @@ class Run:
                 return False
             self.global_step += 1
             plan = self.plan(si, k)
-            metrics, ev, saved = self.in_turn(partial(self.step, stage, trainer, algo, plan))
+            plan, metrics, ev, saved = self.in_turn(partial(self.step, stage, trainer, algo, plan))
             self.report(plan, metrics, ev, saved)
+            if plan.ends_stage_early:
+                reached = ", ".join(f"{m}={ev[m]:.3f}" for m in stage.algorithm.stop_at or {})
+                self.cb.on_log(f"stage {si} '{stage.name}' reached its stop_at ({reached}) after {k + 1} of {steps} steps")
+                break
         return True
 
     def start_stage(self, si: int, start: int) -> tuple[Trainer, Algorithm]:
@@ -315,10 +295,15 @@ class Run:
             evaluate=last or bool(algo.eval_every and (k + 1) % algo.eval_every == 0),
             report=last or self.global_step % self.job.logging.every == 0,
             save_as=save_as,
+            stop_at=algo.stop_at,
+            next_stage=None if last else Progress(si + 1, 0, self.global_step),
         )
 
-    def step(self, stage: StageConfig, trainer: Trainer, algo: Algorithm, plan: StepPlan) -> tuple[dict[str, float], dict[str, float], Path | None]:
-        """One optimizer step (sample, score, learn), then its evaluation, log line and checkpoint."""
+    def step(
+        self, stage: StageConfig, trainer: Trainer, algo: Algorithm, plan: StepPlan
+    ) -> tuple[StepPlan, dict[str, float], dict[str, float], Path | None]:
+        """One optimizer step (sample, score, learn), then its evaluation, log line and checkpoint;
+        the plan comes back updated by the evaluation (a reached ``stop_at`` ends the stage)."""
         t0 = time.perf_counter()
         metrics = algo.step(plan.stage_step)
         metrics["time/step_s"] = time.perf_counter() - t0
@@ -328,10 +313,11 @@ class Run:
             ev = algo.evaluate()
             metrics.update(ev)
             metrics["time/eval_s"] = time.perf_counter() - t1
+            plan = plan.after_evaluation(ev)
         if plan.report:
             self.log.log(plan.global_step, stage.name or stage.algorithm.name, metrics)
         saved = self.save(plan.save_as, trainer, algo) if plan.save_as is not None else None
-        return metrics, ev, saved
+        return plan, metrics, ev, saved
 
     def report(self, plan: StepPlan, metrics: dict[str, float], ev: dict[str, float], saved: Path | None) -> None:
         """Callbacks after a step, between turns (``on_checkpoint`` may wait for the scheduler)."""

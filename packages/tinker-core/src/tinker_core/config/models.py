@@ -8,6 +8,7 @@ an error naming the field instead of a job that hangs; ``name`` is a safe direct
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
@@ -255,8 +256,16 @@ class AlgorithmConfig(_Model):
     )
     eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="Held-out evaluation every N steps; 0 = only at the end.")
     eval_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE, description=f"Held-out problems per evaluation (at most {MAX_BATCH_SIZE:,}).")
+    stop_at: dict[str, float] | None = Field(None, description="End the stage at the first evaluation where every named held-out metric reaches its value (e.g. {eval/accuracy: 0.3}); 'steps' is then the most it runs. Needs eval_every.")
 
     _plain_data = field_validator("data")(_no_control_chars)
+
+    @model_validator(mode="after")
+    def _stop_at_needs_evaluations(self) -> AlgorithmConfig:
+        stop = self.stop_at
+        if stop is not None and (not stop or not self.eval_every or any(not k.startswith("eval/") or not math.isfinite(v) for k, v in stop.items())):
+            raise ValueError(f"stop_at {stop!r}: name held-out metrics with finite values, e.g. {{eval/accuracy: 0.3}}, and set eval_every > 0 (the stage checks it at each evaluation)")
+        return self
 
 
 class SFTAlgorithm(AlgorithmConfig):
