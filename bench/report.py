@@ -142,13 +142,18 @@ def shared_hosts(doc: dict[str, Any]) -> str:
     ])
 
 
+def learning(doc: dict[str, Any]) -> str:
+    """bench_learning.py's summary table (compare's numbers, written by the script itself)."""
+    return "\n\n".join([doc["summary_table_md"].strip(), conditions(doc)])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
     ns = parser.parse_args()
     for name, render in (
         ("trainer", trainer), ("sampler", sampler), ("imports", imports), ("remote_env", remote_env),
-        ("training_service", training_service), ("shared_hosts", shared_hosts),
+        ("training_service", training_service), ("shared_hosts", shared_hosts), ("learning", learning),
     ):
         doc = load(ns.results, name)
         print(f"### {name}\n")
