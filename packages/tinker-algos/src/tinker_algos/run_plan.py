@@ -49,5 +49,5 @@ class StepPlan:
         if not ev or not self.stop_at or self.next_stage is None:
             return self
         if all(ev.get(m, -math.inf) >= v for m, v in self.stop_at.items()):
-            return replace(self, save_as=self.next_stage, ends_stage_early=True)
+            return replace(self, save_as=self.next_stage, ends_stage_early=True, report=True)
         return self
