@@ -186,3 +186,11 @@ def test_a_bad_stop_at_is_a_config_error(tmp_path, stop_at, eval_every):
     with pytest.raises(ConfigError, match=r"stages\[0\]\.algorithm.*stop_at"):
         train(cfg, run_dir=tmp_path)
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_the_step_that_ends_a_stage_early_is_logged_whatever_logging_every(tmp_path):
+    cfg = stop_early_job()
+    cfg["logging"]["every"] = 5  # step 2 is no multiple of 5
+    train(cfg, run_dir=tmp_path)
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in rows if r["stage"] == "warm"] == [2] and "eval/accuracy" in rows[0]
