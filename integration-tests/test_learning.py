@@ -1,10 +1,11 @@
 """Learning regression: the README's main job learns on several seeds, not just the one in the docs.
 
-``examples/arithmetic.yaml`` as written (SFT warm start, then GRPO), run embedded for three seeds
-at the thread count torch picks. Each seed must show what the README promises, with margins set
-below the smallest rise measured over seeds 0-9 at 1 and 2 threads (docs/performance.md,
-"Learning results"): the whole job raises held-out accuracy from an untrained model that gets
-about none of these sums right, and the GRPO stage on its own adds to it.
+``examples/arithmetic.yaml`` as written (an SFT warm start until 30% held-out accuracy, then 100
+GRPO steps), run embedded for seeds 0-2 at the thread count torch picks. Measured on this kind of
+machine at 2 threads (docs/performance.md, "Learning results"), they end at 45.2 / 59.6 / 67.8%
+held-out accuracy with GRPO adding 12.0 / 24.6 / 37.6 points; the margins below sit under the
+smallest of those, so a change that stops the job learning fails here. (Not every seed learns:
+seed 9 never makes the warm start's jump within its 600 steps; the docs say so.)
 
 Only learning is asserted, never a time. The same seed, machine, thread count and versions give
 the same metrics, so the test is deterministic on a machine; another CPU is another seed, which is
@@ -23,8 +24,8 @@ from tinker_algos import train
 
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (0, 1, 2)
-MIN_JOB_RISE = 0.20
-"""Held-out accuracy at the end of the job, over the untrained model's (about 0)."""
+MIN_JOB_RISE = 0.30
+"""Held-out accuracy at the end of the job, over the untrained model's (0 on these problems)."""
 MIN_GRPO_RISE = 0.08
 """Held-out accuracy at the end of GRPO over that after the SFT warm start."""
 
