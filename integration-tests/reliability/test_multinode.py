@@ -75,7 +75,12 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         head.shutdown()
 
 
-def wait_for(client: JobClient, job_id: str, state: int, timeout: float = 180) -> Any:
+# Deadlines, not timings: generous, because on a 2-core machine that other work shares a Ray job
+# can take minutes to reach a step (one CI run of this stop lost the 180 s watch at load 5-7).
+WAIT_S = 600
+
+
+def wait_for(client: JobClient, job_id: str, state: int, timeout: float = WAIT_S) -> Any:
     deadline = time.monotonic() + timeout
     while (job := client.get(job_id)).state != state:
         assert time.monotonic() < deadline, f"job {job_id} is {job.state}, not {state}: {job.reason}"
@@ -84,7 +89,7 @@ def wait_for(client: JobClient, job_id: str, state: int, timeout: float = 180) -
 
 
 def wait_for_log(client: JobClient, job_id: str, text: str) -> None:
-    for event in client.watch(job_id, timeout=180):
+    for event in client.watch(job_id, timeout=WAIT_S):
         if event.WhichOneof("event") == "log" and event.log.text == text:
             return
         if event.WhichOneof("event") == "state_change" and event.state_change.state not in (QUEUED, RUNNING):
@@ -93,7 +98,7 @@ def wait_for_log(client: JobClient, job_id: str, text: str) -> None:
 
 
 def finished(client: JobClient, job_id: str) -> tuple[Any, list[Any]]:
-    job = client.wait(job_id, timeout=300)
+    job = client.wait(job_id, timeout=WAIT_S)
     assert job.state == SUCCEEDED, job.reason
     return job, list(client.watch(job_id))
 
