@@ -140,6 +140,28 @@ def test_compare_bad_input_is_one_line_exit_2_and_starts_no_job(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_compare_jobs_at_once_runs_embedded_jobs_in_processes_with_the_same_numbers(tmp_path):
+    write_files(tmp_path)
+    (tmp_path / "two.yaml").write_text(COMPARE.replace("seeds: 3", "seeds: 2").replace('  - {name: rloo, set: ["stages.1.algorithm.estimator=rloo"]}\n', ""))
+    one = opentinker("compare", "two.yaml", "-o", "one", cwd=tmp_path)
+    two = opentinker("compare", "two.yaml", "-o", "two", "--jobs", "2", cwd=tmp_path)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    assert "jobs: 0 done, 1 running, 3 queued" in one.stdout and "2 running" not in one.stdout
+    assert "jobs: 0 done, 2 running, 2 queued" in two.stdout and "jobs: 4 done, 0 running, 0 queued" in two.stdout
+    numbers = lambda out: [  # noqa: E731  (everything but the times)
+        (j["variant"], j["seed"], j["final"], j["best"], j["auc"], j["steps_to_+10"])
+        for j in json.loads((tmp_path / out / "report.json").read_text())["jobs"]
+    ]
+    assert len(numbers("two")) == 4 and numbers("two") == numbers("one")
+    for bad, message in (
+        (["--jobs", "0"], "error: --jobs must be at least 1, got 0"),
+        (["--jobs", "2", "--scheduler", "127.0.0.1:1"], "error: --jobs runs embedded jobs in parallel; with --scheduler"),
+    ):
+        result = opentinker("compare", "two.yaml", "-o", "bad", *bad, cwd=tmp_path)
+        assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
+    assert not (tmp_path / "bad").exists()
+
+
 def test_compare_on_a_scheduler_runs_the_jobs_in_parallel_and_resumes(scheduler):
     address, env, tmp = scheduler
     work = tmp / "work"

@@ -23,12 +23,17 @@ def compare_command(
     api_key: Annotated[str | None, typer.Option("--api-key", help="Tenant API key (default $OPENTINKER_API_KEY).", show_default=False)] = None,
     tls_ca: Annotated[Path | None, typer.Option("--tls-ca", help="PEM certificate to trust for a TLS scheduler.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Report directory (default: the file's output:, else runs/compare-<file stem>).")] = None,
+    jobs_at_once: Annotated[int, typer.Option("--jobs", "-j", help="Embedded: run this many jobs at once, each in its own process (give the jobs model.threads so that jobs x threads <= cores).")] = 1,
 ) -> None:
     """Run every (variant, seed) job of FILE not completed yet, then write report.md, report.json and curves.png."""
     from tinker_algos.compare.report import report_of, write_report
     from tinker_algos.compare.runner import check_not_stale, run_embedded
     from tinker_algos.compare.spec import CompareError, expand, load_spec
 
+    if jobs_at_once < 1:
+        _fail(f"--jobs must be at least 1, got {jobs_at_once}")
+    if scheduler and jobs_at_once != 1:
+        _fail("--jobs runs embedded jobs in parallel; with --scheduler every job is already submitted at once: drop one of them")
     try:
         spec = load_spec(file, output=output)
         jobs = expand(spec)
@@ -46,7 +51,7 @@ def compare_command(
                 err_console.print(f"[bold red]error:[/] {escape(str(e))}", markup=True)
                 raise typer.Exit(e.exit_code) from None
         else:
-            outcomes = run_embedded(jobs, spec.output, typer.echo)
+            outcomes = run_embedded(jobs, spec.output, typer.echo, workers=jobs_at_once)
     except CompareError as e:
         _fail(str(e))
     for o in outcomes:

@@ -1,4 +1,5 @@
-"""Running the jobs of a compare: embedded, one after another, resumable; and what both modes share.
+"""Running the jobs of a compare: embedded (one after another, or ``workers`` at a time in child
+processes), resumable; and what both modes share.
 
 Each job has a directory ``<output>/jobs/<variant>/seed-<k>``. Embedded, it is the job's run
 dir (``tinker_algos.train(config, run_dir=...)``): a job whose ``result.json`` says
@@ -91,8 +92,25 @@ class ProgressLine:
             self.echo(f"jobs: {self.done} done, {self.running} running, {queued} queued{failed_s}" + (f"  ({note})" if note else ""))
 
 
-def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None]) -> list[Outcome]:
-    """Run every job not completed yet in this process, one after another."""
+def _train_in_child(config: dict[str, Any], run_dir: str) -> tuple[str, int, str | None]:
+    """Run one job in a worker process: ``(status, step, bad-input error or None)``, all picklable."""
+    from tinker_algos.checkpoint import CheckpointError
+    from tinker_algos.device import DeviceError
+    from tinker_algos.model_files import ModelLoadError
+    from tinker_algos.run import train
+
+    try:
+        result = train(config, run_dir=run_dir)
+    except (ConfigError, CheckpointError, DeviceError, ModelLoadError) as e:  # what `train` reports as bad input
+        return "error", 0, str(e)
+    return result.status, result.step, None
+
+
+def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None], workers: int = 1) -> list[Outcome]:
+    """Run every job not completed yet: in this process one after another (``workers == 1``), or
+    ``workers`` at a time, each in its own child process (spawned, so each loads torch afresh and
+    keeps its own thread settings: give the jobs ``model.threads`` so that workers x threads does
+    not exceed the cores)."""
     outcomes: list[Outcome] = []
     todo: list[JobSpec] = []
     for job in jobs:
@@ -106,25 +124,61 @@ def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None]) ->
     if not todo:
         return outcomes
     try:
-        from tinker_algos.checkpoint import CheckpointError
-        from tinker_algos.device import DeviceError
-        from tinker_algos.model_files import ModelLoadError
-        from tinker_algos.run import train
+        import tinker_algos.run  # noqa: F401  (torch and transformers, checked before any job starts)
     except ImportError as e:  # torch or transformers missing
         raise CompareError(f"embedded compare needs tinker-algos' training stack ({e}); pip install tinker-algos, or pass --scheduler") from None
-    for job in todo:
-        d = job_dir(out, job)
+    starts: dict[str, float] = {}
+
+    def started(job: JobSpec) -> None:
+        starts[job.key] = time.perf_counter()
         progress.update(running=1, note=f"{job.key}: running")
-        t0 = time.perf_counter()
-        try:
-            result = train(job.config, run_dir=d)
-        except (ConfigError, CheckpointError, DeviceError, ModelLoadError) as e:  # what `train` reports as bad input
-            raise CompareError(f"{job.key} ({d}): {e}") from None
-        if result.status == "completed":
+
+    def finished(job: JobSpec, status: str, step: int, error: str | None) -> None:
+        d = job_dir(out, job)
+        if error is not None:
+            raise CompareError(f"{job.key} ({d}): {error}")
+        if status == "completed":
             outcomes.append(Outcome(job, "completed", str(d), read_metrics(d / "metrics.jsonl")))
-            progress.update(running=-1, done=1, note=f"{job.key}: completed in {time.perf_counter() - t0:.1f} s")
+            progress.update(running=-1, done=1, note=f"{job.key}: completed in {time.perf_counter() - starts[job.key]:.1f} s")
         else:
-            outcomes.append(Outcome(job, "failed", str(d), error=f"ended {result.status} at step {result.step}"))
-            progress.update(running=-1, failed=1, note=f"{job.key}: {result.status}")
+            outcomes.append(Outcome(job, "failed", str(d), error=f"ended {status} at step {step}"))
+            progress.update(running=-1, failed=1, note=f"{job.key}: {status}")
+
+    if workers == 1:
+        for job in todo:
+            started(job)
+            finished(job, *_train_in_child(job.config, str(job_dir(out, job))))
+    else:
+        _run_in_processes(todo, out, workers, started, finished)
     order = {j.key: i for i, j in enumerate(jobs)}
     return sorted(outcomes, key=lambda o: order[o.job.key])
+
+
+def _run_in_processes(
+    todo: list[JobSpec],
+    out: Path,
+    workers: int,
+    started: Callable[[JobSpec], None],
+    finished: Callable[[JobSpec, str, int, str | None], None],
+) -> None:
+    """``todo`` in a pool of ``workers`` spawned processes, at most ``workers`` running at once.
+    A bad-input error (``finished`` raising) cancels the jobs not started yet."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+
+    queue = list(todo)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        running: dict[Future[tuple[str, int, str | None]], JobSpec] = {}
+        try:
+            while queue or running:
+                while queue and len(running) < workers:
+                    job = queue.pop(0)
+                    started(job)
+                    running[pool.submit(_train_in_child, job.config, str(job_dir(out, job)))] = job
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finished(running.pop(future), *future.result())
+        except BaseException:
+            for future in running:
+                future.cancel()
+            raise
