@@ -33,8 +33,8 @@ from tinker_algos.multiagent import (  # noqa: E402
 from tinker_algos.rollout import RolloutError  # noqa: E402
 from tinker_algos.sampler import SamplingParams  # noqa: E402
 from tinker_core.config import MultiAgentConfig  # noqa: E402
+from tinker_core.contracts import Trajectory  # noqa: E402
 from tinker_core.errors import ConfigError  # noqa: E402
-from tinker_core.types import Trajectory  # noqa: E402
 from tinker_env_echo.envs import CallResponseEnv  # noqa: E402
 from tinker_env_games.opponents import minimax_moves  # noqa: E402
 from tinker_env_games.tictactoe import parse_board  # noqa: E402

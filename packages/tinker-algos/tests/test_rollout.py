@@ -23,8 +23,8 @@ from tinker_algos.rollout import RolloutError, RolloutResult, rollout
 from tinker_algos.sampler import SamplingParams
 from tinker_algos.trainer import Trainer, TrainerConfig
 from tinker_core import EnvSpec, TextEnv, hookimpl
+from tinker_core.contracts import Batch, Trajectory
 from tinker_core.fsm import TurnFSM, TurnState
-from tinker_core.types import Batch, Trajectory
 
 
 # ---------------------------------------------------------------------------------------------

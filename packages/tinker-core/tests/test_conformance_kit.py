@@ -18,7 +18,7 @@ import pytest
 import tinker_core
 import tinker_core.registry
 from tinker_core import EnvSpec, MultiAgentTextEnv, TextEnv, hookimpl
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs, LossInputs, LossOutputs
+from tinker_core.contracts import AdvantageInputs, AdvantageOutputs, LossInputs, LossOutputs
 from tinker_core.testing import (
     ConformanceError,
     ConformanceWarning,
@@ -874,7 +874,7 @@ def test_the_pytest_plugin_provides_the_fixtures_in_a_fresh_run(pytester, monkey
         import numpy as np
         from tinker_core import EnvSpec, TextEnv, hookimpl
         from tinker_core.registry import register_plugin
-        from tinker_core.algos import AdvantageOutputs
+        from tinker_core.contracts import AdvantageOutputs
 
         class Hello(TextEnv):
             env_spec = EnvSpec(id="author/hello-v0")
@@ -898,7 +898,7 @@ def test_the_pytest_plugin_provides_the_fixtures_in_a_fresh_run(pytester, monkey
             opentinker_check_advantage_estimator(centered)
 
         def test_loss(opentinker_check_loss):
-            from tinker_core.algos import LossOutputs
+            from tinker_core.contracts import LossOutputs
             opentinker_check_loss(lambda inputs: LossOutputs(-inputs.advantages_B_T * inputs.logprobs_B_T))
 
         def test_optimizer(opentinker_check_optimizer):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tinker_core import AdvantageInputs
-from tinker_core.types import Batch, Trajectory
+from tinker_core.contracts import Batch, Trajectory
 
 
 def traj(tokens, mask, reward, group):

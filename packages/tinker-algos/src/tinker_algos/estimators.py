@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core.contracts import AdvantageInputs, AdvantageOutputs
 
 WHITEN_EPS = 1e-8
 GRPO_EPS = 1e-6

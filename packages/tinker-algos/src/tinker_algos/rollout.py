@@ -33,11 +33,11 @@ import numpy as np
 from tinker_algos.models import PolicyModel
 from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
 from tinker_algos.sampler import TURN_END_OF, SamplingParams, sample
+from tinker_core.contracts import Trajectory
 from tinker_core.env import Action
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.timeouts import CallRunner
-from tinker_core.types import Trajectory
 
 
 class RolloutError(OpenTinkerError, RuntimeError):

@@ -62,8 +62,8 @@ from tinker_algos.algorithms.common import (
 from tinker_algos.losses import preference_metrics
 from tinker_algos.rollout import RolloutResult
 from tinker_core.config import DPOParams
+from tinker_core.contracts import Batch, Trajectory
 from tinker_core.errors import ConfigError, did_you_mean
-from tinker_core.types import Batch, Trajectory
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 DEFAULT_AGGREGATION = "seq-mean-token-mean"
@@ -152,7 +152,7 @@ class DPO(Algorithm):
         self.beta = float(algo.loss_config.get("beta", 0.1))
         import torch
 
-        from tinker_core.algos import LossInputs
+        from tinker_core.contracts import LossInputs
 
         z = torch.zeros(2, 1)
         check_loss_config(ctx, self.loss, LossInputs(z, torch.ones(2, 1), ref_logprobs_B_T=z))
@@ -231,7 +231,7 @@ class DPO(Algorithm):
         import torch
 
         from tinker_algos.aggregation import aggregate
-        from tinker_core.algos import LossInputs
+        from tinker_core.contracts import LossInputs
 
         reference = self._setup()
         loss_fn = tinker_core.registry.get_loss(self.loss).obj

@@ -77,11 +77,10 @@ from tinker_algos.multiagent import (
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.rollout_ahead import RolloutsAhead
 from tinker_algos.zero_advantage import policy_update
-from tinker_core.algos import AdvantageInputs
 from tinker_core.config import GRPOParams
+from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
 from tinker_core.seeding import derive_seed
-from tinker_core.types import Batch
 
 
 class GRPO(Algorithm):

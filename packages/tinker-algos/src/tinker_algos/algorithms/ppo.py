@@ -70,10 +70,9 @@ from tinker_algos.algorithms.common import (
 from tinker_algos.algorithms.critic import Critic, explained_variance
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.trainer_config import lr_multiplier
-from tinker_core.algos import AdvantageInputs
 from tinker_core.config import PPOParams
+from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
-from tinker_core.types import Batch
 
 
 def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray) -> tuple[Batch, list[np.ndarray]]:
@@ -112,7 +111,7 @@ class PPO(Algorithm):
         """Fail before any work on estimator/loss config keys the functions do not take."""
         import torch
 
-        from tinker_core.algos import LossInputs
+        from tinker_core.contracts import LossInputs
 
         one = np.ones((1, 1))
         try:

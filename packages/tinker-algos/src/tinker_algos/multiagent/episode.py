@@ -19,11 +19,11 @@ from tinker_algos.multiagent.guarded_env import EpisodeError
 from tinker_algos.multiagent.roles import Agent, Learner, Scripted
 from tinker_algos.prompts import Conversation, PromptRenderer
 from tinker_algos.sampler import TURN_END_OF, SampledSequence
+from tinker_core.contracts import Trajectory
 from tinker_core.coordinator import EpisodeResult, call_agent_async
 from tinker_core.env import Action
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.seeding import derive_seed
-from tinker_core.types import Trajectory
 
 __all__ = ["AsyncAgent", "EpisodeAgents"]
 

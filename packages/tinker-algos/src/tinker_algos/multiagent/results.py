@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinker_core.contracts import Trajectory
 from tinker_core.coordinator import EpisodeResult
-from tinker_core.types import Trajectory
 
 __all__ = ["MultiAgentEpisode", "MultiAgentRolloutResult"]
 

@@ -1,11 +1,11 @@
 """Conformance checks of advantage estimators: :func:`check_advantage_estimator`.
 
 An estimator is ``estimator(inputs: AdvantageInputs, **config) -> AdvantageOutputs``, a pure
-function over numpy arrays (:mod:`tinker_core.algos`). The checks (names as in
+function over numpy arrays (:mod:`tinker_core.contracts`). The checks (names as in
 :class:`ConformanceError`):
 
 * ``call``: it accepts the inputs (with ``values_B_T`` when it needs a critic) and returns.
-* ``output``: an :class:`~tinker_core.algos.AdvantageOutputs` whose ``advantages_B_T`` and
+* ``output``: an :class:`~tinker_core.contracts.AdvantageOutputs` whose ``advantages_B_T`` and
   ``returns_B_T`` are float ``np.ndarray`` of shape ``[B, T]``, finite everywhere, and whose
   ``metrics`` map str to finite real numbers.
 * ``mask``: ``advantages_B_T`` is exactly 0 where ``mask_B_T`` is 0 (prompt, env tokens, padding).
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core.contracts import AdvantageInputs, AdvantageOutputs
 from tinker_core.testing._common import (
     Reporter,
     check_metrics,
@@ -76,7 +76,7 @@ def _inputs(needs_critic: bool, *, rewards_B: np.ndarray | None = None, groups_B
 
 def _call(rep: Reporter, fn: Callable[..., Any], inputs: AdvantageInputs, config: Mapping[str, Any],
           case: str) -> AdvantageOutputs:
-    with rep.guard("call", f"on {case}", "accept AdvantageInputs and **config; see tinker_core.algos"):
+    with rep.guard("call", f"on {case}", "accept AdvantageInputs and **config; see tinker_core.contracts"):
         out: AdvantageOutputs = fn(inputs, **config)
     _validate(rep, out, inputs, case)
     return out
@@ -85,7 +85,7 @@ def _call(rep: Reporter, fn: Callable[..., Any], inputs: AdvantageInputs, config
 def _validate(rep: Reporter, out: Any, inputs: AdvantageInputs, case: str) -> None:
     if not isinstance(out, AdvantageOutputs):
         rep.fail("output", f"on {case}: returned {type(out).__name__}, not AdvantageOutputs",
-                 "return tinker_core.algos.AdvantageOutputs(advantages_B_T=..., returns_B_T=...)")
+                 "return tinker_core.contracts.AdvantageOutputs(advantages_B_T=..., returns_B_T=...)")
     shape = inputs.mask_B_T.shape
     for name in ("advantages_B_T", "returns_B_T"):
         arr = getattr(out, name)
@@ -135,7 +135,7 @@ def check_advantage_estimator(
     needs_critic: bool | None = None,
     config: Mapping[str, Any] | None = None,
 ) -> None:
-    """Check an advantage estimator against the :mod:`tinker_core.algos` contract.
+    """Check an advantage estimator against the :mod:`tinker_core.contracts` contract.
 
     Args:
         estimator: a registered name (looked up with

@@ -26,7 +26,7 @@ treated as labels (renaming or reordering the groups changes nothing).
 from __future__ import annotations
 
 import numpy as np
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core import AdvantageInputs, AdvantageOutputs
 
 from .returns import returns_to_go
 

@@ -27,7 +27,7 @@ finite everywhere, the inputs left unchanged, and padding columns changing nothi
 from __future__ import annotations
 
 import numpy as np
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core import AdvantageInputs, AdvantageOutputs
 
 from .returns import returns_to_go
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tinker_core.algos import LossInputs, LossOutputs
+from tinker_core import LossInputs, LossOutputs
 
 __all__ = ["LOG_RATIO_CLAMP", "loss"]
 

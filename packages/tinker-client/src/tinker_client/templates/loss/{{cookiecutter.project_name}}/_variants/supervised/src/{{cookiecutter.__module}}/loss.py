@@ -21,7 +21,7 @@ inputs off the mask changing nothing.
 from __future__ import annotations
 
 import torch
-from tinker_core.algos import LossInputs, LossOutputs
+from tinker_core import LossInputs, LossOutputs
 
 __all__ = ["loss"]
 
