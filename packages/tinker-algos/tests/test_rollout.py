@@ -312,15 +312,16 @@ def test_error_rate_above_the_limit_is_fatal(policy: PolicyModel, faulty_env: th
 # ---------------------------------------------------------------------------------------------
 def test_same_seeds_give_identical_trajectories(policy: PolicyModel) -> None:
     factory = calculator_factory()
-    seeds = [7, 7, 8, 9]
+    seeds = [7, 8, 9]
     params = SamplingParams(max_new_tokens=6, stop=("\n",), seed=11)
-    a = rollout(policy, factory, seeds, params, group_ids=[0, 0, 1, 2])
-    b = rollout(policy, factory, seeds, params, group_ids=[0, 0, 1, 2])
+    a = rollout(policy, factory, seeds, params, group_size=2)
+    b = rollout(policy, factory, seeds, params, group_size=2)
     assert_same_trajectories(a, b)
-    assert [t.group_id for t in a.trajectories] == [0, 0, 1, 2]
+    assert [t.group_id for t in a.trajectories] == [0, 0, 1, 1, 2, 2]
+    assert [[t.group_id for t in g] for g in a.groups] == [[0, 0], [1, 1], [2, 2]]
     # the same task (seed 7) twice in one batch, sampled differently
     assert a.episodes[0].transcript[0][0] == a.episodes[1].transcript[0][0]
-    c = rollout(policy, factory, seeds, SamplingParams(max_new_tokens=6, stop=("\n",), seed=12))
+    c = rollout(policy, factory, seeds, SamplingParams(max_new_tokens=6, stop=("\n",), seed=12), group_size=2)
     assert any(
         not np.array_equal(x.tokens_T, y.tokens_T) for x, y in zip(a.trajectories, c.trajectories, strict=True)
     ), "another sampling seed gives other samples"

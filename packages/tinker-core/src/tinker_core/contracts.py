@@ -271,6 +271,12 @@ AGGREGATION_MODES: tuple[str, ...] = (
 )
 
 
+def group_index_of(group_ids_B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(group_of_B, sizes_G)`` of group labels: each row's group index, groups in sorted label order."""
+    _, inverse_B, sizes_G = np.unique(np.asarray(group_ids_B), return_inverse=True, return_counts=True)
+    return inverse_B.reshape(-1), sizes_G
+
+
 @dataclass
 class AdvantageInputs:
     """What an advantage estimator reads (numpy arrays; advantages need no gradient).
@@ -364,8 +370,7 @@ class AdvantageInputs:
         if self.group_sizes_G is not None:
             sizes_G = self.group_sizes_G
             return np.repeat(np.arange(len(sizes_G)), sizes_G), sizes_G
-        _, inverse_B, sizes_G = np.unique(np.asarray(self.group_ids_B), return_inverse=True, return_counts=True)
-        return inverse_B.reshape(-1), sizes_G
+        return group_index_of(np.asarray(self.group_ids_B))
 
     def token_rewards(self) -> np.ndarray:
         """``token_rewards_B_T``, or the sequence reward placed on each last response token."""

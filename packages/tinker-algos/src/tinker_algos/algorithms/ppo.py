@@ -159,7 +159,7 @@ class PPO(Algorithm):
             metrics["optim/skipped_steps"] = float(trainer.skipped_steps)
             metrics["rollout/empty_batch"] = 1.0
             return metrics
-        batch = Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
+        batch = Batch.from_groups([g.generated() for g in result.groups], pad_token_id=self.ctx.policy.pad_token_id)
         mask = batch.loss_mask_B_T * batch.attention_mask_B_T
         n_tokens = max(float(mask.sum()), 1.0)
 
@@ -178,7 +178,7 @@ class PPO(Algorithm):
         # values and advantages
         old_values = self.critic.values(batch) * mask
         out = self.estimator(
-            AdvantageInputs(batch.rewards_B, mask, batch.group_ids_B, token_rewards_B_T=token_rewards, values_B_T=old_values),
+            AdvantageInputs.from_batch(batch, mask_B_T=mask, token_rewards_B_T=token_rewards, values_B_T=old_values),
             **self.params.estimator_config,
         )
         adv = np.asarray(out.advantages_B_T, dtype=np.float32)

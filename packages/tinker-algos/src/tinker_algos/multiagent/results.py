@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinker_core.contracts import Trajectory
+from tinker_core.contracts import Trajectory, TrajectoryGroup
 from tinker_core.coordinator import EpisodeResult
 
 __all__ = ["MultiAgentEpisode", "MultiAgentRolloutResult"]
@@ -38,6 +38,22 @@ class MultiAgentRolloutResult:
     new_tokens: int
     seconds: float
     rounds: int = 0
+    group_size: int = 1
+
+    @property
+    def groups(self) -> list[TrajectoryGroup]:
+        """One :class:`~tinker_core.TrajectoryGroup` per (task, role), task after task and role
+        after role: the learner trajectories of that role in the task's episodes without error
+        (episode ``i`` plays task ``i // group_size``). Groups of roles nobody learns are empty."""
+        n_tasks = -(-len(self.episodes) // self.group_size)
+        groups = [TrajectoryGroup([]) for _ in range(n_tasks * len(self.roles))]
+        for ep in self.episodes:
+            if ep.error is not None:
+                continue
+            for ri, role in enumerate(self.roles):
+                if role in ep.trajectories:
+                    groups[(ep.index // self.group_size) * len(self.roles) + ri].trajectories.append(ep.trajectories[role])
+        return groups
 
     @property
     def trajectories(self) -> list[Trajectory]:
