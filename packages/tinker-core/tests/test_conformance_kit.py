@@ -532,6 +532,13 @@ def returns_a_dict(inputs):
     return {"advantages_B_T": out.advantages_B_T, "returns_B_T": out.returns_B_T}
 
 
+def sizes_as_one_group(inputs):
+    """Misreads group_sizes_G: when it is given, treats the whole batch as one group."""
+    if inputs.group_sizes_G is None:
+        return grpo(inputs)
+    return grpo(AdvantageInputs(inputs.rewards_B, inputs.mask_B_T, np.zeros(len(inputs.rewards_B))))
+
+
 def array_metric(inputs):
     out = grpo(inputs)
     out.metrics = {"mean": out.advantages_B_T.mean(axis=1)}
@@ -550,6 +557,7 @@ def array_metric(inputs):
         (divides_by_padded_length, "padding", r"3 extra masked columns changed"),
         (contiguous_groups, "permutation", r"not just permute"),
         (group_id_as_weight, "group-ids", r"renaming the group ids"),
+        (sizes_as_one_group, "group-sizes", r"the same groups given as group_sizes_G changed the result"),
         (returns_lists, "output", r"advantages_B_T is list, not a numpy array"),
         (returns_a_dict, "output", r"returned dict, not AdvantageOutputs"),
         (array_metric, "output", r"metrics\['mean'\] is ndarray"),

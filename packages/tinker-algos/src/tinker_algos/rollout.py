@@ -33,7 +33,7 @@ import numpy as np
 from tinker_algos.models import PolicyModel
 from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
 from tinker_algos.sampler import TURN_END_OF, SampledSequence, SamplingParams, sample
-from tinker_core.contracts import Action, StepResult, Trajectory, TrajectoryGroup
+from tinker_core.contracts import Action, Batch, StepResult, Trajectory, TrajectoryGroup
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.timeouts import CallRunner
@@ -79,6 +79,10 @@ class RolloutResult:
             if e.trajectory is not None:
                 groups[e.group].trajectories.append(e.trajectory)
         return groups
+
+    def batch(self, pad_token_id: int = 0) -> Batch:
+        """The training batch: :meth:`Batch.from_groups` of :attr:`groups` (rows group after group)."""
+        return Batch.from_groups(self.groups, pad_token_id)
 
     def metrics(self, prefix: str = "env") -> dict[str, float]:
         ok = [e for e in self.episodes if e.error is None]

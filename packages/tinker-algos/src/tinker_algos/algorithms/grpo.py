@@ -159,7 +159,7 @@ class GRPO(Algorithm):
             metrics["optim/skipped_steps"] = float(self.ctx.trainer.skipped_steps)
             metrics["rollout/empty_batch"] = 1.0
             return metrics
-        batch = Batch.from_groups(result.groups, pad_token_id=self.ctx.policy.pad_token_id)
+        batch = result.batch(pad_token_id=self.ctx.policy.pad_token_id)
         self.tied_hint.observe(batch.rewards_B, batch.group_ids_B)
         mask = batch.loss_mask_B_T
         kl = self.ctx.algo.kl

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tinker_core.contracts import Trajectory, TrajectoryGroup
+from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 from tinker_core.coordinator import EpisodeResult
 
 __all__ = ["MultiAgentEpisode", "MultiAgentRolloutResult"]
@@ -61,6 +61,12 @@ class MultiAgentRolloutResult:
         return [
             ep.trajectories[r] for ep in self.episodes if ep.error is None for r in self.roles if r in ep.trajectories
         ]
+
+    def batch(self, pad_token_id: int = 0) -> Batch:
+        """The training batch: :attr:`trajectories` in episode order (each episode's roles side by
+        side), so a group's rows are apart and the batch names groups by label (``group_ids_B``
+        is ``task * num_roles + role_index``; no ``group_sizes_G``)."""
+        return Batch.from_trajectories(self.trajectories, pad_token_id)
 
     def trajectories_for(self, adapter: str | None) -> list[Trajectory]:
         """The trajectories of roles played with ``adapter`` (separate learners)."""

@@ -14,6 +14,9 @@ function over numpy arrays (:mod:`tinker_core.contracts`). The checks (names as 
 * ``padding``: extra masked columns on the right do not change the original columns.
 * ``group-ids``: group ids are labels: renaming them changes nothing.
 * ``permutation``: permuting the rows permutes the outputs (groups need not be contiguous).
+* ``group-sizes``: the same groups given as ``group_sizes_G`` (rows group after group, as a batch
+  built from :class:`~tinker_core.contracts.TrajectoryGroup` s has them; ``group_ids_B`` then
+  derived) give the same outputs. :meth:`AdvantageInputs.group_index` reads either form.
 * ``degenerate``: singleton groups, all-equal rewards, all-zero rewards and per-token rewards give
   finite outputs (no NaN from a zero standard deviation).
 
@@ -208,6 +211,20 @@ def check_advantage_estimator(
     if diff:
         rep.fail("permutation", f"permuting the rows did not just permute the result: {diff}",
                  "do not assume a group's rows are contiguous or ordered; select them by group id")
+
+    # groups given as sizes (rows group after group, as a rollout's TrajectoryGroups make them)
+    order = np.argsort(base.group_ids_B, kind="stable")
+    ids_sorted = base.group_ids_B[order]
+    grouped = AdvantageInputs(
+        rewards_B=base.rewards_B[order], mask_B_T=base.mask_B_T[order],
+        group_sizes_G=np.unique(ids_sorted, return_counts=True)[1],
+        values_B_T=None if base.values_B_T is None else base.values_B_T[order],
+    )
+    out_sizes = _call(rep, fn, grouped, config, "the batch with groups given as group_sizes_G")
+    diff = _same(AdvantageOutputs(out.advantages_B_T[order], out.returns_B_T[order]), out_sizes, exact=False)
+    if diff:
+        rep.fail("group-sizes", f"the same groups given as group_sizes_G changed the result: {diff}",
+                 "read the groups with inputs.group_index() (it handles group_ids_B and group_sizes_G)")
 
     # degenerate batches must stay finite
     B = _MASK_B_T.shape[0]
