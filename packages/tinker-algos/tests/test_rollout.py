@@ -294,6 +294,8 @@ def test_env_errors_and_timeouts_are_counted_not_fatal(policy: PolicyModel, faul
     assert failed == {0: "env_error", 5: "env_error", 3: "env_timeout"}
     assert all(ep.trajectory is None for ep in result.episodes if ep.error)
     assert len(result.trajectories) == 7  # failed episodes are left out of training
+    assert [len(g) for g in result.groups] == [0 if i in failed else 1 for i in range(10)]  # ...and out of their groups
+    assert result.batch().group_sizes_G.tolist() == [1] * 7  # empty groups do not reach the estimator
     m = result.metrics()
     assert m["rollout/errors/env_error"] == 2.0 and m["rollout/errors/env_timeout"] == 1.0
     assert m["rollout/error_rate"] == pytest.approx(0.3)
