@@ -5,8 +5,7 @@ import pickle
 import numpy as np
 import pytest
 
-from tinker_core import AdvantageInputs
-from tinker_core import Action, Batch, StepResult, Trajectory, TrajectoryGroup
+from tinker_core import Action, AdvantageInputs, Batch, StepResult, Trajectory, TrajectoryGroup
 
 
 def traj(tokens, mask, reward, group):

@@ -132,49 +132,10 @@ def _snapshot(inputs: AdvantageInputs) -> dict[str, Any]:
     return {k: copy.deepcopy(v) for k, v in vars(inputs).items()}
 
 
-def check_advantage_estimator(
-    estimator: str | Callable[..., Any],
-    *,
-    needs_critic: bool | None = None,
-    config: Mapping[str, Any] | None = None,
-) -> None:
-    """Check an advantage estimator against the :mod:`tinker_core.contracts` contract.
-
-    Args:
-        estimator: a registered name (looked up with
-            :func:`tinker_core.registry.get_advantage_estimator`) or the callable itself.
-        needs_critic: whether to pass ``values_B_T``. None takes it from the registry entry
-            (names) or from a ``needs_critic`` attribute of the callable (default False).
-        config: keyword arguments passed to every call (e.g. ``{"gamma": 1.0}``).
-
-    Raises:
-        ConformanceError: naming the estimator, the failed check and the fix.
-    """
-    fn, label, options = resolve_callable(estimator, "advantage_estimators")
-    if needs_critic is None:
-        needs_critic = bool(options.get("needs_critic", getattr(fn, "needs_critic", False)))
-    config = dict(config or {})
-    rep = Reporter(label)
-    critic = " (with values_B_T)" if needs_critic else " (values_B_T=None)"
-
-    base = _inputs(needs_critic)
-    before = _snapshot(base)
-    out = _call(rep, fn, base, config, "the reference batch" + critic)
-    for key, value in vars(base).items():
-        old = before[key]
-        same = (old is None and value is None) or (
-            old is not None and value is not None and np.array_equal(np.asarray(old), np.asarray(value))
-        )
-        if not same:
-            rep.fail("purity", f"the estimator modified inputs.{key}",
-                     "treat the inputs as read-only: compute into new arrays (x = x.copy() first)")
-
-    again = _call(rep, fn, _inputs(needs_critic), config, "the same batch again")
-    diff = _same(out, again, exact=True)
-    if diff:
-        rep.fail("determinism", f"two calls on equal inputs differ: {diff}",
-                 "do not use unseeded randomness or state kept between calls")
-
+def _check_layouts(rep: Reporter, fn: Callable[..., Any], base: AdvantageInputs, out: AdvantageOutputs,
+                   needs_critic: bool, config: Mapping[str, Any]) -> None:
+    """The checks that lay the same batch out differently: ``padding``, ``group-ids``,
+    ``permutation`` and ``group-sizes``."""
     # padding: extra masked columns on the right
     padded = AdvantageInputs(
         rewards_B=base.rewards_B.copy(),
@@ -225,6 +186,52 @@ def check_advantage_estimator(
     if diff:
         rep.fail("group-sizes", f"the same groups given as group_sizes_G changed the result: {diff}",
                  "read the groups with inputs.group_index() (it handles group_ids_B and group_sizes_G)")
+
+
+def check_advantage_estimator(
+    estimator: str | Callable[..., Any],
+    *,
+    needs_critic: bool | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> None:
+    """Check an advantage estimator against the :mod:`tinker_core.contracts` contract.
+
+    Args:
+        estimator: a registered name (looked up with
+            :func:`tinker_core.registry.get_advantage_estimator`) or the callable itself.
+        needs_critic: whether to pass ``values_B_T``. None takes it from the registry entry
+            (names) or from a ``needs_critic`` attribute of the callable (default False).
+        config: keyword arguments passed to every call (e.g. ``{"gamma": 1.0}``).
+
+    Raises:
+        ConformanceError: naming the estimator, the failed check and the fix.
+    """
+    fn, label, options = resolve_callable(estimator, "advantage_estimators")
+    if needs_critic is None:
+        needs_critic = bool(options.get("needs_critic", getattr(fn, "needs_critic", False)))
+    config = dict(config or {})
+    rep = Reporter(label)
+    critic = " (with values_B_T)" if needs_critic else " (values_B_T=None)"
+
+    base = _inputs(needs_critic)
+    before = _snapshot(base)
+    out = _call(rep, fn, base, config, "the reference batch" + critic)
+    for key, value in vars(base).items():
+        old = before[key]
+        same = (old is None and value is None) or (
+            old is not None and value is not None and np.array_equal(np.asarray(old), np.asarray(value))
+        )
+        if not same:
+            rep.fail("purity", f"the estimator modified inputs.{key}",
+                     "treat the inputs as read-only: compute into new arrays (x = x.copy() first)")
+
+    again = _call(rep, fn, _inputs(needs_critic), config, "the same batch again")
+    diff = _same(out, again, exact=True)
+    if diff:
+        rep.fail("determinism", f"two calls on equal inputs differ: {diff}",
+                 "do not use unseeded randomness or state kept between calls")
+
+    _check_layouts(rep, fn, base, out, needs_critic, config)
 
     # degenerate batches must stay finite
     B = _MASK_B_T.shape[0]
