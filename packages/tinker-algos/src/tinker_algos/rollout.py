@@ -61,6 +61,10 @@ class Episode:
 
 @dataclass
 class RolloutResult:
+    """What :func:`rollout` returns: its episodes (task after task), the error counts, the number
+    of sampled tokens and the time it took; :attr:`groups`, :meth:`batch` and :meth:`metrics`
+    are read from them."""
+
     episodes: list[Episode]
     errors: Counter[str]
     new_tokens: int
@@ -74,7 +78,8 @@ class RolloutResult:
     def groups(self) -> list[TrajectoryGroup]:
         """One :class:`TrajectoryGroup` per task, in task order: the trajectories of its episodes
         that did not fail (a group whose every episode failed is empty)."""
-        groups: list[TrajectoryGroup] = [TrajectoryGroup([]) for _ in range(max((e.group for e in self.episodes), default=-1) + 1)]
+        n_tasks = max((e.group for e in self.episodes), default=-1) + 1
+        groups = [TrajectoryGroup([]) for _ in range(n_tasks)]
         for e in self.episodes:
             if e.trajectory is not None:
                 groups[e.group].trajectories.append(e.trajectory)
@@ -131,14 +136,15 @@ class PolicyTurns:
         self.observation_text = self.renderer.text_of(observation)
         if self.last is not None:
             return self.renderer.next(self.conv, self.last.tokens, self.last.text, observation)
-        key = (observation, self.system_prompt) if isinstance(observation, str) and first_prompts is not None else None
-        if key is not None and key in first_prompts:  # type: ignore[operator]
-            ids, messages = first_prompts[key]  # type: ignore[index]
-            self.conv = Conversation(list(messages))
+        if first_prompts is None or not isinstance(observation, str):
+            ids, self.conv = self.renderer.start(observation, self.system_prompt)
             return ids
-        ids, self.conv = self.renderer.start(observation, self.system_prompt)
-        if key is not None:
-            first_prompts[key] = (ids, list(self.conv.messages))  # type: ignore[index]
+        key = (observation, self.system_prompt)
+        if key not in first_prompts:
+            ids, conv = self.renderer.start(observation, self.system_prompt)
+            first_prompts[key] = (ids, list(conv.messages))
+        ids, messages = first_prompts[key]
+        self.conv = Conversation(list(messages))
         return ids
 
     def observe(self, ids: Sequence[int]) -> None:

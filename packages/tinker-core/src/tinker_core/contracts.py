@@ -170,7 +170,8 @@ def _runs(group_ids_B: np.ndarray) -> np.ndarray | None:
     starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
     if len(np.unique(ids[starts])) != len(starts):
         return None
-    return np.diff(np.r_[starts, ids.size]).astype(np.int64)
+    sizes: np.ndarray = np.diff(np.r_[starts, ids.size]).astype(np.int64)
+    return sizes
 
 
 @dataclass
@@ -298,7 +299,7 @@ class AdvantageInputs:
 
     rewards_B: np.ndarray
     mask_B_T: np.ndarray
-    group_ids_B: np.ndarray | None = None
+    group_ids_B: np.ndarray = None  # type: ignore[assignment]  # always set after __init__ (from group_sizes_G if omitted)
     token_rewards_B_T: np.ndarray | None = None
     values_B_T: np.ndarray | None = None
     group_sizes_G: np.ndarray | None = None
