@@ -52,7 +52,7 @@ def bench_model(name: str, path: str, spec: Any, *, quick: bool) -> list[dict[st
     from tinker_algos.models import LoraSpec, PolicyModel
     from tinker_algos.sampler import SamplingParams, sample
     from tinker_algos.trainer import Trainer, TrainerConfig
-    from tinker_core.types import Batch
+    from tinker_core.contracts import Batch
 
     rows: list[dict[str, Any]] = []
     policy = PolicyModel.load(path, spec=spec)

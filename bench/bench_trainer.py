@@ -89,7 +89,7 @@ def make_batch(vocab_size: int, seed: int = 0) -> Any:
     """32 x 64 random token ids (special ids excluded), all real, loss on every token."""
     import numpy as np
 
-    from tinker_core.types import Batch
+    from tinker_core.contracts import Batch
 
     rng = np.random.default_rng(seed)
     tokens = rng.integers(4, vocab_size, size=(BATCH, SEQ_LEN), dtype=np.int64)

@@ -81,7 +81,7 @@ def host_batch(sequences_B_T: Any) -> tuple[Any, dict[str, Any]]:
     every position but the first trained with weight 1."""
     import numpy as np
 
-    from tinker_core.types import Batch
+    from tinker_core.contracts import Batch
 
     B, T = sequences_B_T.shape
     attn = np.ones((B, T), dtype=np.float32)

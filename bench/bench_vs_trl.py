@@ -93,7 +93,7 @@ def sft_warm_start(path: Path, steps: int = SFT_STEPS) -> Path:
     from tinker_algos.device import seed_everything
     from tinker_algos.models import PolicyModel
     from tinker_algos.trainer import Trainer, TrainerConfig
-    from tinker_core.types import Batch
+    from tinker_core.contracts import Batch
     from tinker_env_math.arithmetic import arithmetic_problems
 
     seed_everything(0)

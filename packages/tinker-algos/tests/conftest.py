@@ -122,7 +122,7 @@ def make_batch(
     eos: bool = True,
 ):
     """A right-padded Batch: ``<bos> prompt completion [<eos>]``, loss mask on the completion."""
-    from tinker_core.types import Batch, Trajectory
+    from tinker_core.contracts import Batch, Trajectory
 
     trajs = []
     for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):

@@ -13,6 +13,7 @@ import pytest
 from tinker_algos import train
 from tinker_algos.algorithms.dpo import best_worst_pairs, load_preference_pairs
 from tinker_algos.metrics import read_metrics
+from tinker_core import Trajectory, TrajectoryGroup
 from tinker_core.errors import ConfigError
 
 pytest.importorskip("tinker_env_math", reason="DPO's tests build pairs from, and sample on, math/arithmetic-v0 (tinker-env-math)")
@@ -99,13 +100,23 @@ def test_bad_data_and_options_fail_before_training(tmp_path: Path, pair_files: t
         train({**job(), "env": ENV, "rollout": {"group_size": 1}}, run_dir=tmp_path / "i")
 
 
+def _groups(rewards: list[float], groups: list[int]) -> tuple[list[TrajectoryGroup], list[Trajectory]]:
+    """Groups of one-token trajectories with these rewards (group labels in order), and the rows."""
+    rows = [Trajectory([1], [0.0], [1], [r], group_id=g) for r, g in zip(rewards, groups, strict=True)]
+    return [TrajectoryGroup([t for t in rows if t.group_id == g]) for g in dict.fromkeys(groups)], rows
+
+
 def test_best_and_worst_of_each_group_are_paired() -> None:
-    rewards = [0.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 1.0, 0.0]
-    groups = [0, 0, 0, 1, 1, 1, 2, 2, 2]
-    assert best_worst_pairs(rewards, groups) == [(1, 0), (7, 8)]  # group 1 is a tie; earliest wins ties
-    assert best_worst_pairs(rewards, groups, min_gap=0.5) == [(1, 0), (7, 8)]
-    assert best_worst_pairs(rewards, groups, min_gap=1.0) == []
-    assert best_worst_pairs([0.0, 1.0], [5, 5]) == [(1, 0)]
+    groups, t = _groups([0.0, 1.0, 1.0, 0.5, 0.5, 0.5, 0.5, 1.0, 0.0], [0, 0, 0, 1, 1, 1, 2, 2, 2])
+
+    def picked(pairs: list[tuple[Trajectory, Trajectory]]) -> list[tuple[int, int]]:
+        return [(next(i for i, x in enumerate(t) if x is b), next(i for i, x in enumerate(t) if x is w)) for b, w in pairs]
+
+    assert picked(best_worst_pairs(groups)) == [(1, 0), (7, 8)]  # group 1 is a tie; earliest wins ties
+    assert picked(best_worst_pairs(groups, min_gap=0.5)) == [(1, 0), (7, 8)]
+    assert best_worst_pairs(groups, min_gap=1.0) == []
+    two, t = _groups([0.0, 1.0], [5, 5])
+    assert picked(best_worst_pairs(two)) == [(1, 0)]
 
 
 # ---- losses and learning ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import tinker_core
 import tinker_core.registry
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core.contracts import AdvantageInputs, AdvantageOutputs
 
 ESTIMATOR_NAMES = ["gae", "grpo", "dr_grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline"]
 

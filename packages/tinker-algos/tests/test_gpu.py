@@ -24,7 +24,7 @@ pytestmark = [
 
 def completion_batch(seqs):
     """A Batch of ``prompt + completion`` rows (SampledSequence-like), loss on the completion."""
-    from tinker_core.types import Batch, Trajectory
+    from tinker_core.contracts import Batch, Trajectory
 
     trajs = []
     for i, s in enumerate(seqs):

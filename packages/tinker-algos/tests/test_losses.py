@@ -18,7 +18,7 @@ from tinker_algos.kl import k2 as kl2
 from tinker_algos.kl import k3 as kl3
 from tinker_algos.kl import kl_estimate
 from tinker_algos.losses import preference_metrics
-from tinker_core.algos import AGGREGATION_MODES, LossInputs, LossOutputs
+from tinker_core.contracts import AGGREGATION_MODES, LossInputs, LossOutputs
 
 LOSS_NAMES = [
     "cross_entropy",

@@ -33,8 +33,8 @@ from tinker_algos.multiagent import (  # noqa: E402
 from tinker_algos.rollout import RolloutError  # noqa: E402
 from tinker_algos.sampler import SamplingParams  # noqa: E402
 from tinker_core.config import MultiAgentConfig  # noqa: E402
+from tinker_core.contracts import Trajectory  # noqa: E402
 from tinker_core.errors import ConfigError  # noqa: E402
-from tinker_core.types import Trajectory  # noqa: E402
 from tinker_env_echo.envs import CallResponseEnv  # noqa: E402
 from tinker_env_games.opponents import minimax_moves  # noqa: E402
 from tinker_env_games.tictactoe import parse_board  # noqa: E402
@@ -120,6 +120,19 @@ def test_self_play_trains_both_roles_with_correct_masks_and_rewards(policy: Poli
     assert m["rollout/episodes"] == 6.0 and m["rollout/trajectories"] == len(result.trajectories)
     assert m["env/x/win_rate"] + m["env/o/win_rate"] + m["env/draw_rate"] == pytest.approx(1.0)
     assert m["rollout/sample_rounds"] >= 1
+
+
+def test_groups_are_one_per_task_and_role(policy: PolicyModel) -> None:
+    result = multi_agent_rollout(policy, tictactoe, [3, 4], PARAMS, group_size=2)
+    assert len(result.episodes) == 4 and [ep.seed for ep in result.episodes] == [3, 3, 4, 4]
+    groups = result.groups
+    assert len(groups) == 2 * len(result.roles)
+    for k, group in enumerate(groups):
+        task, ri = divmod(k, len(result.roles))
+        assert all(t.group_id == k and t.info["role"] == result.roles[ri] and t.info["seed"] == [3, 4][task] for t in group)
+    assert sum(len(g) for g in groups) == len(result.trajectories)
+    batch = result.batch()
+    assert batch.group_ids_B.tolist() == [t.group_id for t in result.trajectories] and batch.group_sizes_G is None
 
 
 def test_self_play_is_deterministic_under_a_seed(policy: PolicyModel) -> None:

@@ -134,7 +134,7 @@ def gold_probability(model_dir: Path) -> float:
     """Mean probability of the exact gold completion over all 100 one-digit sums (= the expected
     reward of sampling at temperature 1, up to other spellings of the same number)."""
     from tinker_algos.algorithms.common import example_trajectory
-    from tinker_core.types import Batch
+    from tinker_core.contracts import Batch
     from tinker_env_math.arithmetic import arithmetic_problems
 
     policy = PolicyModel.load(model_dir, device="cpu", precision="fp32")

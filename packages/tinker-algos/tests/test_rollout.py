@@ -23,8 +23,8 @@ from tinker_algos.rollout import RolloutError, RolloutResult, rollout
 from tinker_algos.sampler import SamplingParams
 from tinker_algos.trainer import Trainer, TrainerConfig
 from tinker_core import EnvSpec, TextEnv, hookimpl
+from tinker_core.contracts import Batch, Trajectory
 from tinker_core.fsm import TurnFSM, TurnState
-from tinker_core.types import Batch, Trajectory
 
 
 # ---------------------------------------------------------------------------------------------
@@ -294,6 +294,8 @@ def test_env_errors_and_timeouts_are_counted_not_fatal(policy: PolicyModel, faul
     assert failed == {0: "env_error", 5: "env_error", 3: "env_timeout"}
     assert all(ep.trajectory is None for ep in result.episodes if ep.error)
     assert len(result.trajectories) == 7  # failed episodes are left out of training
+    assert [len(g) for g in result.groups] == [0 if i in failed else 1 for i in range(10)]  # ...and out of their groups
+    assert result.batch().group_sizes_G.tolist() == [1] * 7  # empty groups do not reach the estimator
     m = result.metrics()
     assert m["rollout/errors/env_error"] == 2.0 and m["rollout/errors/env_timeout"] == 1.0
     assert m["rollout/error_rate"] == pytest.approx(0.3)
@@ -312,15 +314,16 @@ def test_error_rate_above_the_limit_is_fatal(policy: PolicyModel, faulty_env: th
 # ---------------------------------------------------------------------------------------------
 def test_same_seeds_give_identical_trajectories(policy: PolicyModel) -> None:
     factory = calculator_factory()
-    seeds = [7, 7, 8, 9]
+    seeds = [7, 8, 9]
     params = SamplingParams(max_new_tokens=6, stop=("\n",), seed=11)
-    a = rollout(policy, factory, seeds, params, group_ids=[0, 0, 1, 2])
-    b = rollout(policy, factory, seeds, params, group_ids=[0, 0, 1, 2])
+    a = rollout(policy, factory, seeds, params, group_size=2)
+    b = rollout(policy, factory, seeds, params, group_size=2)
     assert_same_trajectories(a, b)
-    assert [t.group_id for t in a.trajectories] == [0, 0, 1, 2]
+    assert [t.group_id for t in a.trajectories] == [0, 0, 1, 1, 2, 2]
+    assert [[t.group_id for t in g] for g in a.groups] == [[0, 0], [1, 1], [2, 2]]
     # the same task (seed 7) twice in one batch, sampled differently
     assert a.episodes[0].transcript[0][0] == a.episodes[1].transcript[0][0]
-    c = rollout(policy, factory, seeds, SamplingParams(max_new_tokens=6, stop=("\n",), seed=12))
+    c = rollout(policy, factory, seeds, SamplingParams(max_new_tokens=6, stop=("\n",), seed=12), group_size=2)
     assert any(
         not np.array_equal(x.tokens_T, y.tokens_T) for x, y in zip(a.trajectories, c.trajectories, strict=True)
     ), "another sampling seed gives other samples"

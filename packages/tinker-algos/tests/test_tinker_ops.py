@@ -203,7 +203,7 @@ def tinker_step(loss_fn: str, config: dict) -> tuple[float, list[float]]:
     import torch
 
     import tinker_core.registry
-    from tinker_core.algos import LossInputs
+    from tinker_core.contracts import LossInputs
 
     data = [datum([1, 5, 6, 7], advantages=ADV, sampling_logprobs=Q)]
     batch, extra = datum_batch(data, loss_fn, pad_token_id=0)

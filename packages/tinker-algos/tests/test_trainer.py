@@ -13,8 +13,8 @@ import tinker_core.registry
 from tinker_algos.models import LoraSpec, PolicyModel
 from tinker_algos.sampler import SamplingParams, sample
 from tinker_algos.trainer import Trainer, TrainerConfig, lr_multiplier
+from tinker_core.contracts import Batch
 from tinker_core.errors import UnknownNameError
-from tinker_core.types import Batch
 
 pytestmark = pytest.mark.usefixtures("only_tinker_algos_plugins")
 

@@ -18,7 +18,7 @@ import pytest
 import tinker_core
 import tinker_core.registry
 from tinker_core import EnvSpec, MultiAgentTextEnv, TextEnv, hookimpl
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs, LossInputs, LossOutputs
+from tinker_core.contracts import AdvantageInputs, AdvantageOutputs, LossInputs, LossOutputs
 from tinker_core.testing import (
     ConformanceError,
     ConformanceWarning,
@@ -532,6 +532,13 @@ def returns_a_dict(inputs):
     return {"advantages_B_T": out.advantages_B_T, "returns_B_T": out.returns_B_T}
 
 
+def sizes_as_one_group(inputs):
+    """Misreads group_sizes_G: when it is given, treats the whole batch as one group."""
+    if inputs.group_sizes_G is None:
+        return grpo(inputs)
+    return grpo(AdvantageInputs(inputs.rewards_B, inputs.mask_B_T, np.zeros(len(inputs.rewards_B))))
+
+
 def array_metric(inputs):
     out = grpo(inputs)
     out.metrics = {"mean": out.advantages_B_T.mean(axis=1)}
@@ -550,6 +557,7 @@ def array_metric(inputs):
         (divides_by_padded_length, "padding", r"3 extra masked columns changed"),
         (contiguous_groups, "permutation", r"not just permute"),
         (group_id_as_weight, "group-ids", r"renaming the group ids"),
+        (sizes_as_one_group, "group-sizes", r"the same groups given as group_sizes_G changed the result"),
         (returns_lists, "output", r"advantages_B_T is list, not a numpy array"),
         (returns_a_dict, "output", r"returned dict, not AdvantageOutputs"),
         (array_metric, "output", r"metrics\['mean'\] is ndarray"),
@@ -874,7 +882,7 @@ def test_the_pytest_plugin_provides_the_fixtures_in_a_fresh_run(pytester, monkey
         import numpy as np
         from tinker_core import EnvSpec, TextEnv, hookimpl
         from tinker_core.registry import register_plugin
-        from tinker_core.algos import AdvantageOutputs
+        from tinker_core.contracts import AdvantageOutputs
 
         class Hello(TextEnv):
             env_spec = EnvSpec(id="author/hello-v0")
@@ -898,7 +906,7 @@ def test_the_pytest_plugin_provides_the_fixtures_in_a_fresh_run(pytester, monkey
             opentinker_check_advantage_estimator(centered)
 
         def test_loss(opentinker_check_loss):
-            from tinker_core.algos import LossOutputs
+            from tinker_core.contracts import LossOutputs
             opentinker_check_loss(lambda inputs: LossOutputs(-inputs.advantages_B_T * inputs.logprobs_B_T))
 
         def test_optimizer(opentinker_check_optimizer):

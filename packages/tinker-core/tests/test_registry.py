@@ -11,7 +11,7 @@ import pytest
 import tinker_core
 import tinker_core.registry
 from tinker_core import DuplicateNameError, EnvSpec, PluginError, UnknownNameError, hookimpl
-from tinker_core.algos import AdvantageOutputs
+from tinker_core.contracts import AdvantageOutputs
 from tinker_core.registry import plugin_system
 
 
@@ -41,7 +41,7 @@ def test_importing_tinker_core_loads_no_plugin_and_no_torch():
         "import sys, tinker_core, tinker_core.registry\n"
         "from tinker_core import EnvSpec, AdvantageInputs, hookimpl\n"
         "from tinker_core.fsm import TurnFSM\n"
-        "from tinker_core.types import Batch\n"
+        "from tinker_core.contracts import Batch\n"
         "from tinker_core.config import JobConfig\n"
         "assert 'torch' not in sys.modules\n"
         "assert not any(m.startswith('tinker_env_echo') for m in sys.modules)\n"

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tinker_core.algos import AGGREGATION_MODES
+from tinker_core.contracts import AGGREGATION_MODES
 
 
 def check_mode(mode: str) -> str:

@@ -8,7 +8,10 @@ Every estimator comes in two layers (the TorchRL habit):
   contract type, checks its config keys and is what :mod:`tinker_algos.plugin` registers.
 
 Notation: ``m`` is ``mask_B_T`` (1 on trained tokens), ``r`` token rewards, ``R`` sequence
-rewards, ``V`` critic values, ``G`` a group (sequences that share a ``group_ids_B`` value).
+rewards, ``V`` critic values, ``G`` a group (sequences that share a ``group_ids_B`` value). The
+wrappers read the groups from :meth:`AdvantageInputs.group_index`: straight from
+``group_sizes_G`` when the rollout's :class:`~tinker_core.contracts.TrajectoryGroup` s made the
+batch, from the labels otherwise.
 
 Time axis. ``mask_B_T`` covers whole sequences (prompt, policy tokens and, in multi-turn
 rollouts, environment tokens between turns). The token-level estimators (GAE, REINFORCE++)
@@ -49,7 +52,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core.contracts import AdvantageInputs, AdvantageOutputs, group_index_of
 
 WHITEN_EPS = 1e-8
 GRPO_EPS = 1e-6
@@ -206,57 +209,56 @@ def gae_advantages(
     return adv, returns
 
 
-def _group_index(group_ids_B: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(inverse_B, sizes_G)``: each sequence's group index and each group's size."""
-    _, inverse_B, sizes_G = np.unique(
-        np.asarray(group_ids_B), return_inverse=True, return_counts=True
-    )
-    return inverse_B.reshape(-1), sizes_G
+GroupIndex = tuple[np.ndarray, np.ndarray]
+"""``(group_of_B, sizes_G)``: each sequence's group index (0..G-1) and each group's size."""
 
 
-def _group_sums(values_B: np.ndarray, inverse_B: np.ndarray, n_groups: int) -> np.ndarray:
+def _group_sums(values_B: np.ndarray, group_of_B: np.ndarray, n_groups: int) -> np.ndarray:
     sums_G = np.zeros(n_groups)
-    np.add.at(sums_G, inverse_B, values_B)
+    np.add.at(sums_G, group_of_B, values_B)
     return sums_G
 
 
-def group_mean_baseline(rewards_B: np.ndarray, group_ids_B: np.ndarray) -> np.ndarray:
-    """``mean_G(R)`` of each sequence's group."""
+def group_mean_baseline(rewards_B: np.ndarray, group_ids_B: np.ndarray, *, index: GroupIndex | None = None) -> np.ndarray:
+    """``mean_G(R)`` of each sequence's group (``index``, when given, replaces ``group_ids_B``)."""
     r = np.asarray(rewards_B, dtype=np.float64)
-    inverse_B, sizes_G = _group_index(group_ids_B)
-    return (_group_sums(r, inverse_B, len(sizes_G)) / sizes_G)[inverse_B]
+    group_of_B, sizes_G = index if index is not None else group_index_of(group_ids_B)
+    return (_group_sums(r, group_of_B, len(sizes_G)) / sizes_G)[group_of_B]
 
 
 def grpo_advantages(
     rewards_B: np.ndarray,
-    group_ids_B: np.ndarray,
+    group_ids_B: np.ndarray | None = None,
     *,
     scale_by_std: bool = True,
     eps: float = GRPO_EPS,
+    index: GroupIndex | None = None,
 ) -> np.ndarray:
     """Sequence-level GRPO advantages ``(R_i - mean_G) / (std_G + eps)``, std unbiased.
 
-    ``scale_by_std=False`` gives Dr.GRPO (``R_i - mean_G``). Groups of size 1 get 0.
+    ``scale_by_std=False`` gives Dr.GRPO (``R_i - mean_G``). Groups of size 1 get 0. The groups
+    are ``group_ids_B`` (labels) or ``index`` (a :data:`GroupIndex`, e.g.
+    :meth:`AdvantageInputs.group_index`).
     """
     r = np.asarray(rewards_B, dtype=np.float64)
-    inverse_B, sizes_G = _group_index(group_ids_B)
+    group_of_B, sizes_G = index if index is not None else group_index_of(group_ids_B)  # type: ignore[arg-type]
     n_G = sizes_G.astype(np.float64)
-    mean_G = _group_sums(r, inverse_B, len(sizes_G)) / n_G
-    centred_B = r - mean_G[inverse_B]
-    single_B = sizes_G[inverse_B] < 2
+    mean_G = _group_sums(r, group_of_B, len(sizes_G)) / n_G
+    centred_B = r - mean_G[group_of_B]
+    single_B = sizes_G[group_of_B] < 2
     if scale_by_std:
-        ss_G = _group_sums(centred_B**2, inverse_B, len(sizes_G))
+        ss_G = _group_sums(centred_B**2, group_of_B, len(sizes_G))
         std_G = np.sqrt(ss_G / np.maximum(n_G - 1.0, 1.0))
-        centred_B = centred_B / (std_G[inverse_B] + eps)
+        centred_B = centred_B / (std_G[group_of_B] + eps)
     return np.where(single_B, 0.0, centred_B)
 
 
-def rloo_advantages(rewards_B: np.ndarray, group_ids_B: np.ndarray) -> np.ndarray:
+def rloo_advantages(rewards_B: np.ndarray, group_ids_B: np.ndarray | None = None, *, index: GroupIndex | None = None) -> np.ndarray:
     """Leave-one-out baseline ``R_i - sum_{j != i} R_j / (|G| - 1)``; groups of size 1 get 0."""
     r = np.asarray(rewards_B, dtype=np.float64)
-    inverse_B, sizes_G = _group_index(group_ids_B)
-    n_B = sizes_G[inverse_B].astype(np.float64)
-    others_B = _group_sums(r, inverse_B, len(sizes_G))[inverse_B] - r
+    group_of_B, sizes_G = index if index is not None else group_index_of(group_ids_B)  # type: ignore[arg-type]
+    n_B = sizes_G[group_of_B].astype(np.float64)
+    others_B = _group_sums(r, group_of_B, len(sizes_G))[group_of_B] - r
     return np.where(n_B < 2, 0.0, r - others_B / np.maximum(n_B - 1.0, 1.0))
 
 
@@ -300,7 +302,7 @@ def gae(
 def _group_estimator(inputs: AdvantageInputs, adv_B: np.ndarray, prefix: str) -> AdvantageOutputs:
     adv = _broadcast(adv_B, inputs.mask_B_T)
     returns = discounted_returns(inputs.token_rewards(), inputs.mask_B_T, 1.0)
-    _, sizes_G = _group_index(inputs.group_ids_B)
+    _, sizes_G = inputs.group_index()
     metrics = _summary(prefix, adv, inputs.mask_B_T)
     metrics[f"{prefix}/singleton_group_frac"] = float(np.mean(sizes_G < 2)) if sizes_G.size else 0.0
     return AdvantageOutputs(adv, returns, metrics)
@@ -312,21 +314,21 @@ def grpo(inputs: AdvantageInputs, *, eps: float = GRPO_EPS) -> AdvantageOutputs:
     if eps < 0:
         raise ValueError(f"grpo: eps must be >= 0, got {eps}")
     return _group_estimator(
-        inputs, grpo_advantages(inputs.rewards_B, inputs.group_ids_B, eps=eps), "grpo"
+        inputs, grpo_advantages(inputs.rewards_B, eps=eps, index=inputs.group_index()), "grpo"
     )
 
 
 @strict_config("advantage estimator")
 def dr_grpo(inputs: AdvantageInputs) -> AdvantageOutputs:
     """Dr.GRPO: group-mean-centred sequence rewards (no std division), broadcast on the mask."""
-    adv_B = grpo_advantages(inputs.rewards_B, inputs.group_ids_B, scale_by_std=False)
+    adv_B = grpo_advantages(inputs.rewards_B, scale_by_std=False, index=inputs.group_index())
     return _group_estimator(inputs, adv_B, "dr_grpo")
 
 
 @strict_config("advantage estimator")
 def rloo(inputs: AdvantageInputs) -> AdvantageOutputs:
     """RLOO: sequence reward minus the mean of the rest of its group, broadcast on the mask."""
-    return _group_estimator(inputs, rloo_advantages(inputs.rewards_B, inputs.group_ids_B), "rloo")
+    return _group_estimator(inputs, rloo_advantages(inputs.rewards_B, index=inputs.group_index()), "rloo")
 
 
 @strict_config("advantage estimator")
@@ -344,7 +346,7 @@ def reinforce_pp_baseline(inputs: AdvantageInputs, *, whiten: bool = True) -> Ad
     """REINFORCE++-baseline: subtract the group-mean reward, return-to-go (gamma 1), whiten."""
     mask = inputs.mask_B_T > 0
     rewards = inputs.token_rewards().copy()
-    baseline_B = group_mean_baseline(inputs.rewards_B, inputs.group_ids_B)
+    baseline_B = group_mean_baseline(inputs.rewards_B, inputs.group_ids_B, index=inputs.group_index())
     for i in range(mask.shape[0]):
         idx = np.flatnonzero(mask[i])
         if idx.size:

@@ -385,7 +385,7 @@ def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None
         stop=settings.stop,
         seed=settings.seed,
     )
-    seeds = [settings.seed + i for i in range(settings.n) for _ in range(k)]
+    seeds = [settings.seed + i for i in range(settings.n)]
     _train, factory = env_factories(settings.env)
     assert factory is not None
     extra: dict[str, Any] = {}
@@ -395,7 +395,7 @@ def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None
         renderer = PromptRenderer.from_config(policy.tokenizer, settings.chat_template or "auto")
         extra["renderer"] = renderer.with_system_prompt(settings.env.system_prompt)
     result = rollout(
-        policy, factory, seeds, params, group_ids=[s - settings.seed for s in seeds], max_turns=settings.max_turns, adapter=adapter, **extra
+        policy, factory, seeds, params, group_size=k, max_turns=settings.max_turns, adapter=adapter, **extra
     )
     m = result.metrics(prefix="eval")
     ok = [e.success and e.error is None for e in result.episodes]
@@ -412,14 +412,14 @@ def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None
             metrics[f"eval/pass@{j}"] = sum(pass_at_k(k, c, j) for c in per_problem) / settings.n
     episodes = [
         {
-            "seed": int(s),
+            "seed": int(seeds[e.group]),
             "reward": e.reward,
             "success": e.success,
             "turns": e.turns,
             "error": e.error,
             "transcript": [list(t) for t in e.transcript],
         }
-        for s, e in zip(seeds, result.episodes, strict=True)
+        for e in result.episodes
     ]
     return metrics, episodes
 

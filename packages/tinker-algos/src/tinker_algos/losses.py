@@ -72,7 +72,7 @@ import torch.nn.functional as F
 
 from tinker_algos import kl as _kl
 from tinker_algos.estimators import strict_config
-from tinker_core.algos import LossInputs, LossOutputs
+from tinker_core.contracts import LossInputs, LossOutputs
 
 LOG_RATIO_CLAMP = 20.0
 

@@ -32,12 +32,11 @@ import numpy as np
 
 from tinker_algos.models import PolicyModel
 from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
-from tinker_algos.sampler import TURN_END_OF, SamplingParams, sample
-from tinker_core.env import Action
+from tinker_algos.sampler import TURN_END_OF, SampledSequence, SamplingParams, sample
+from tinker_core.contracts import Action, Batch, StepResult, Trajectory, TrajectoryGroup
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.timeouts import CallRunner
-from tinker_core.types import Trajectory
 
 
 class RolloutError(OpenTinkerError, RuntimeError):
@@ -46,7 +45,9 @@ class RolloutError(OpenTinkerError, RuntimeError):
 
 @dataclass
 class Episode:
-    """One finished episode: its trajectory (None when it failed) and what happened."""
+    """One finished episode: its trajectory (None when it failed) and what happened.
+
+    ``group`` is the index of its task in the rollout (its :class:`TrajectoryGroup`)."""
 
     trajectory: Trajectory | None
     reward: float
@@ -55,10 +56,15 @@ class Episode:
     error: str | None = None
     transcript: list[tuple[str, str]] = field(default_factory=list)  # (observation, action)
     truncated: bool = False
+    group: int = 0
 
 
 @dataclass
 class RolloutResult:
+    """What :func:`rollout` returns: its episodes (task after task), the error counts, the number
+    of sampled tokens and the time it took; :attr:`groups`, :meth:`batch` and :meth:`metrics`
+    are read from them."""
+
     episodes: list[Episode]
     errors: Counter[str]
     new_tokens: int
@@ -67,6 +73,21 @@ class RolloutResult:
     @property
     def trajectories(self) -> list[Trajectory]:
         return [e.trajectory for e in self.episodes if e.trajectory is not None]
+
+    @property
+    def groups(self) -> list[TrajectoryGroup]:
+        """One :class:`TrajectoryGroup` per task, in task order: the trajectories of its episodes
+        that did not fail (a group whose every episode failed is empty)."""
+        n_tasks = max((e.group for e in self.episodes), default=-1) + 1
+        groups = [TrajectoryGroup([]) for _ in range(n_tasks)]
+        for e in self.episodes:
+            if e.trajectory is not None:
+                groups[e.group].trajectories.append(e.trajectory)
+        return groups
+
+    def batch(self, pad_token_id: int = 0) -> Batch:
+        """The training batch: :meth:`Batch.from_groups` of :attr:`groups` (rows group after group)."""
+        return Batch.from_groups(self.groups, pad_token_id)
 
     def metrics(self, prefix: str = "env") -> dict[str, float]:
         ok = [e for e in self.episodes if e.error is None]
@@ -85,6 +106,82 @@ class RolloutResult:
         return out
 
 
+FirstPrompts = dict[tuple[str, str], tuple[list[int], list[dict[str, str]]]]
+"""``(observation, system prompt) -> (ids, messages)``: a task's first prompt, encoded once per rollout."""
+
+
+class PolicyTurns:
+    """One policy's side of one episode (a single-agent episode, or one learner role of a
+    multi-agent one): its turn FSM (tokens, loss mask, sampler logprobs), its chat so far, its
+    last sample and its transcript of ``(observation, action)`` texts.
+
+    Per turn: :meth:`render` the observation, :meth:`observe` its ids (masked), :meth:`act` on
+    the sample (trained), :meth:`rewarded` when the env scores the turn; :meth:`finish` at the end.
+    """
+
+    def __init__(self, renderer: PromptRenderer, system_prompt: str = "", adapter: str | None = None) -> None:
+        self.renderer = renderer
+        self.system_prompt = system_prompt
+        self.adapter = adapter
+        self.fsm = TurnFSM()
+        self.conv = Conversation()
+        self.last: SampledSequence | None = None
+        self.observation_text = ""
+        self.transcript: list[tuple[str, str]] = []
+
+    def render(self, observation: Any, first_prompts: FirstPrompts | None = None) -> list[int]:
+        """The ids of ``observation``: the first one as the prompt (with the system prompt; text
+        prompts looked up in and added to ``first_prompts``), later ones as the template delta
+        after the last sample."""
+        self.observation_text = self.renderer.text_of(observation)
+        if self.last is not None:
+            return self.renderer.next(self.conv, self.last.tokens, self.last.text, observation)
+        if first_prompts is None or not isinstance(observation, str):
+            ids, self.conv = self.renderer.start(observation, self.system_prompt)
+            return ids
+        key = (observation, self.system_prompt)
+        if key not in first_prompts:
+            ids, conv = self.renderer.start(observation, self.system_prompt)
+            first_prompts[key] = (ids, list(conv.messages))
+        ids, messages = first_prompts[key]
+        self.conv = Conversation(list(messages))
+        return ids
+
+    def observe(self, ids: Sequence[int]) -> None:
+        """Append an observation's ids: masked (``PENDING`` first, ``INTERACTING`` after)."""
+        self.fsm.append(ids)
+
+    def act(self, seq: SampledSequence) -> Action:
+        """Record the policy's sample as a ``GENERATING`` turn; the action the env gets."""
+        self.fsm.transition(TurnState.GENERATING)
+        self.fsm.append(seq.tokens, logprobs=seq.logprobs)
+        self.fsm.transition(TurnState.INTERACTING)
+        self.last = seq
+        return Action(seq.text, TURN_END_OF[seq.stop_reason])
+
+    def rewarded(self, reward: float) -> None:
+        """The env's reward for the last action; the turn goes into the transcript."""
+        self.fsm.end_turn(reward)
+        self.transcript.append((self.observation_text, self.last.text if self.last is not None else ""))
+
+    def finish(self, group_id: int, **info: object) -> Trajectory:
+        """End the episode; its trajectory (turns without a reward get 0)."""
+        self.fsm.transition(TurnState.TERMINATED)
+        return self.fsm.to_trajectory(group_id=group_id, **info)
+
+
+@dataclass
+class _Live:
+    """One single-agent episode while it runs: its task, env, policy turns and (once over) result."""
+
+    group: int
+    seed: int
+    turns: PolicyTurns
+    env: Any = None
+    reward: float = 0.0
+    done: Episode | None = None
+
+
 def _env_error(error: BaseException) -> str:
     """The error reason of a failed env call (a ``BaseException`` that is no ``Exception`` is re-raised)."""
     if isinstance(error, cf.TimeoutError):
@@ -94,13 +191,113 @@ def _env_error(error: BaseException) -> str:
     raise error
 
 
+def context_limit(policy: PolicyModel, max_context_tokens: int | None) -> int:
+    """The most tokens an episode's context may hold: ``max_context_tokens``, else the model's window."""
+    return int(max_context_tokens or getattr(policy.base_model.config, "max_position_embeddings", None) or 10**9)
+
+
+class _Rollout:
+    """The state of one :func:`rollout` call: its episodes, its env-call runner, its counters."""
+
+    def __init__(self, policy: PolicyModel, params: SamplingParams, renderer: PromptRenderer, runner: CallRunner, adapter: str | None, limit: int) -> None:
+        self.policy, self.params, self.renderer, self.runner = policy, params, renderer, runner
+        self.adapter, self.limit = adapter, limit
+        self.episodes: list[_Live] = []
+        self.errors: Counter[str] = Counter()
+        self.new_tokens = 0
+        self.first_prompts: FirstPrompts = {}
+
+    def fail(self, ep: _Live, reason: str) -> None:
+        self.errors[reason] += 1
+        ep.done = Episode(None, 0.0, ep.turns.fsm.num_turns, False, reason, ep.turns.transcript, group=ep.group)
+
+    def active(self) -> list[_Live]:
+        return [ep for ep in self.episodes if ep.done is None]
+
+    def start(self, env_factory: Callable[[], Any], seeds: Sequence[int], group_size: int) -> None:
+        """Build one env per episode and reset it with its task's seed; render the first prompts."""
+        for group, seed in enumerate(seeds):
+            for _ in range(group_size):
+                ep = _Live(group, int(seed), PolicyTurns(self.renderer))
+                self.episodes.append(ep)
+                try:
+                    ep.env = env_factory()
+                except Exception:
+                    self.fail(ep, "env_error")
+        made = self.active()
+        resets = self.runner.map([partial(ep.env.reset, seed=ep.seed) for ep in made])
+        for ep, (value, error) in zip(made, resets, strict=True):
+            if error is not None:
+                self.fail(ep, _env_error(error))
+                continue
+            try:
+                obs, _info = value
+                ep.turns.system_prompt = getattr(getattr(ep.env, "env_spec", None), "system_prompt", "") or ""
+                ep.turns.observe(ep.turns.render(obs, self.first_prompts))
+            except Exception:
+                self.fail(ep, "env_error")
+
+    def turn(self, turn: int, last_turn: bool, top_reward: float) -> bool:
+        """Sample every running episode's action and step its env; False when none was running."""
+        for ep in self.active():
+            if ep.turns.fsm.num_tokens + self.params.max_new_tokens > self.limit:
+                self.fail(ep, "context_overflow")
+        active = self.active()
+        if not active:
+            return False
+        params = self.params
+        turn_params = dataclasses.replace(params, seed=None if params.seed is None else params.seed + turn)
+        samples = sample(self.policy, [ep.turns.fsm.tokens for ep in active], turn_params, adapter=self.adapter)
+        actions = []
+        for ep, outs in zip(active, samples, strict=True):
+            actions.append(ep.turns.act(outs[0]))
+            self.new_tokens += len(outs[0].tokens)
+        steps = self.runner.map([partial(ep.env.step, action) for ep, action in zip(active, actions, strict=True)])
+        for ep, (value, error) in zip(active, steps, strict=True):
+            if error is not None:
+                self.fail(ep, _env_error(error))
+                continue
+            self.after_step(ep, value, last_turn, top_reward)
+        return True
+
+    def after_step(self, ep: _Live, value: Any, last_turn: bool, top_reward: float) -> None:
+        """Record a step's reward; end the episode, or append the env's next observation."""
+        try:
+            step = StepResult.of(value)
+        except Exception:
+            self.fail(ep, "env_error")  # not a (obs, reward, terminated, truncated, info) tuple
+            return
+        ep.turns.rewarded(step.reward)
+        ep.reward += step.reward
+        if step.terminated or step.truncated or last_turn:
+            traj = ep.turns.finish(group_id=ep.group)
+            truncated = bool(step.truncated or (last_turn and not step.terminated))
+            ep.done = Episode(traj, ep.reward, ep.turns.fsm.num_turns, step.reward >= top_reward - 1e-9, None, ep.turns.transcript, truncated, ep.group)
+            return
+        try:
+            ids = ep.turns.render(step.observation)
+        except TemplateError:
+            raise
+        except Exception:
+            self.fail(ep, "env_error")  # an observation the template cannot render
+            return
+        ep.turns.observe(ids)
+
+    def close(self) -> None:
+        self.runner.close()
+        for ep in self.episodes:
+            if ep.env is not None:
+                with contextlib.suppress(Exception):  # a broken env must not hide the result
+                    ep.env.close()
+
+
 def rollout(
     policy: PolicyModel,
     env_factory: Callable[[], Any],
     seeds: Sequence[int],
     params: SamplingParams,
     *,
-    group_ids: Sequence[int] | None = None,
+    group_size: int = 1,
     max_turns: int | None = None,
     adapter: str | None = None,
     turn_timeout_s: float | None = None,
@@ -108,150 +305,45 @@ def rollout(
     max_context_tokens: int | None = None,
     renderer: PromptRenderer | None = None,
 ) -> RolloutResult:
-    """Run one episode per seed (``params.n`` must be 1: repeat a seed for a group).
+    """Run ``group_size`` episodes per task seed (``params.n`` must be 1).
 
-    ``seeds[i]`` seeds episode ``i``'s ``env.reset``; episodes with the same seed pose the same
-    task (a GRPO group). ``params.seed`` seeds sampling; each turn uses ``params.seed + turn``.
+    ``seeds[k]`` seeds the ``env.reset`` of task ``k``'s episodes, which pose the same task and
+    form group ``k`` (:attr:`RolloutResult.groups`); episodes come task after task.
+    ``params.seed`` seeds sampling; each turn uses ``params.seed + turn``.
     ``renderer`` turns observations into tokens (default: ``model.chat_template: auto``).
     ``turn_timeout_s`` limits each env call; the calls of a turn (all resets, then all steps)
     run in order in one pooled worker thread (:class:`tinker_core.timeouts.CallRunner`), or
     inline with ``None``.
     """
     if params.n != 1:
-        raise ValueError("rollout() samples one action per episode per turn; set params.n = 1 and repeat seeds for groups")
+        raise ValueError("rollout() samples one action per episode per turn; set params.n = 1 and use group_size for groups")
+    if group_size < 1:
+        raise ValueError(f"rollout(): group_size must be >= 1, got {group_size}")
     t0 = time.perf_counter()
-    n = len(seeds)
-    group_ids = list(group_ids) if group_ids is not None else list(range(n))
     renderer = renderer or PromptRenderer.from_config(policy.tokenizer, "auto")
-    max_pos = getattr(policy.base_model.config, "max_position_embeddings", None)
-    limit = max_context_tokens or max_pos or 10**9
-    envs: list[Any] = [None] * n
-    fsms = [TurnFSM() for _ in range(n)]
-    episodes: list[Episode | None] = [None] * n
-    rewards = [0.0] * n
-    transcripts: list[list[tuple[str, str]]] = [[] for _ in range(n)]
-    observations = [""] * n
-    convs = [Conversation() for _ in range(n)]
-    errors: Counter[str] = Counter()
-    new_tokens = 0
-    first_prompts: dict[tuple[str, str], tuple[list[int], list[dict[str, str]]]] = {}  # a group's task, encoded once
-
-    def fail(i: int, reason: str) -> None:
-        errors[reason] += 1
-        episodes[i] = Episode(None, 0.0, fsms[i].num_turns, False, reason, transcripts[i])
-
-    def start(i: int, obs: Any) -> None:
-        spec_i = getattr(envs[i], "env_spec", None)
-        system = getattr(spec_i, "system_prompt", "") or ""
-        key = (obs, system) if isinstance(obs, str) else None
-        if key is not None and key in first_prompts:
-            ids, messages = first_prompts[key]
-            convs[i] = Conversation(list(messages))
-        else:
-            ids, convs[i] = renderer.start(obs, system)
-            if key is not None:
-                first_prompts[key] = (ids, list(convs[i].messages))
-        observations[i] = renderer.text_of(obs)
-        fsms[i].append(ids)
-
+    params = dataclasses.replace(params, eos_token_ids=(*params.eos_token_ids, *renderer.extra_eos_ids))
     runner = CallRunner(turn_timeout_s, name="opentinker-env", message=f"env call took longer than {turn_timeout_s} s")
+    run = _Rollout(policy, params, renderer, runner, adapter, context_limit(policy, max_context_tokens))
     try:
-        for i in range(n):
-            try:
-                envs[i] = env_factory()
-            except Exception:
-                fail(i, "env_error")
-        made = [i for i in range(n) if episodes[i] is None]
-        resets = runner.map([partial(envs[i].reset, seed=int(seeds[i])) for i in made])
-        for i, (value, error) in zip(made, resets, strict=True):
-            if error is not None:
-                fail(i, _env_error(error))
-                continue
-            try:
-                obs, _info = value
-                start(i, obs)
-            except Exception:
-                fail(i, "env_error")
-        spec = getattr(envs[0], "env_spec", None) if envs and envs[0] is not None else None
-        hi = float(spec.reward_range[1]) if spec is not None else 1.0
+        run.start(env_factory, seeds, group_size)
+        spec = getattr(run.episodes[0].env, "env_spec", None) if run.episodes else None  # the first episode's env
+        top_reward = float(spec.reward_range[1]) if spec is not None else 1.0
         turn_cap = max_turns or (spec.max_turns if spec is not None else 1)
-        eos_ids = (*params.eos_token_ids, *renderer.extra_eos_ids)
         for turn in range(turn_cap):
-            active = [i for i in range(n) if episodes[i] is None]
-            if not active:
+            if not run.turn(turn, turn == turn_cap - 1, top_reward):
                 break
-            too_long = [i for i in active if fsms[i].num_tokens + params.max_new_tokens > limit]
-            for i in too_long:
-                fail(i, "context_overflow")
-            active = [i for i in active if episodes[i] is None]
-            if not active:
-                break
-            turn_params = dataclasses.replace(
-                params, seed=None if params.seed is None else params.seed + turn, eos_token_ids=eos_ids
-            )
-            samples = sample(policy, [fsms[i].tokens for i in active], turn_params, adapter=adapter)
-            seqs = [outs[0] for outs in samples]
-            for i, seq in zip(active, seqs, strict=True):
-                fsm = fsms[i]
-                fsm.transition(TurnState.GENERATING)
-                fsm.append(seq.tokens, logprobs=seq.logprobs)
-                new_tokens += len(seq.tokens)
-                fsm.transition(TurnState.INTERACTING)
-            steps = runner.map(
-                [partial(envs[i].step, Action(seq.text, TURN_END_OF[seq.stop_reason])) for i, seq in zip(active, seqs, strict=True)]
-            )
-            last_turn = turn == turn_cap - 1
-            for i, seq, (value, error) in zip(active, seqs, steps, strict=True):
-                if error is not None:
-                    fail(i, _env_error(error))
-                    continue
-                try:
-                    obs, reward, terminated, truncated, _info = value
-                    reward = float(reward)
-                except Exception:
-                    fail(i, "env_error")  # not a (obs, reward, terminated, truncated, info) tuple
-                    continue
-                fsm = fsms[i]
-                fsm.end_turn(reward)
-                rewards[i] += reward
-                transcripts[i].append((observations[i], seq.text))
-                if terminated or truncated or last_turn:
-                    fsm.transition(TurnState.TERMINATED)
-                    episodes[i] = Episode(
-                        fsm.to_trajectory(group_id=int(group_ids[i])),
-                        rewards[i],
-                        fsm.num_turns,
-                        reward >= hi - 1e-9,
-                        None,
-                        transcripts[i],
-                        truncated=bool(truncated or (last_turn and not terminated)),
-                    )
-                    continue
-                try:
-                    ids = renderer.next(convs[i], seq.tokens, seq.text, obs)
-                except TemplateError:
-                    raise
-                except Exception:
-                    fail(i, "env_error")  # an observation the template cannot render
-                    continue
-                observations[i] = renderer.text_of(obs)
-                fsm.append(ids)
     finally:
-        runner.close()
-        for e in envs:
-            if e is not None:
-                with contextlib.suppress(Exception):  # a broken env must not hide the result
-                    e.close()
-    done = [e for e in episodes if e is not None]
+        run.close()
+    done = [ep.done for ep in run.episodes if ep.done is not None]
+    n = len(run.episodes)
     assert len(done) == n
-    result = RolloutResult(done, errors, new_tokens, time.perf_counter() - t0)
-    rate = sum(errors.values()) / max(n, 1)
-    if rate > max_error_rate:
+    failed = sum(run.errors.values())
+    if failed / max(n, 1) > max_error_rate:
         raise RolloutError(
-            f"{sum(errors.values())} of {n} episodes failed ({dict(errors)}), above "
+            f"{failed} of {n} episodes failed ({dict(run.errors)}), above "
             f"rollout.max_error_rate={max_error_rate}; fix the environment or raise the limit"
         )
-    return result
+    return RolloutResult(done, run.errors, run.new_tokens, time.perf_counter() - t0)
 
 
 def evaluate(

@@ -51,8 +51,8 @@ from tinker_algos.decode_rows import distinct_rows, reason_codes, shared_prefix_
 from tinker_algos.models import PolicyModel, cache_kwarg, position_ids_from_mask
 
 if TYPE_CHECKING:
+    from tinker_core.contracts import Batch, Trajectory
     from tinker_core.env import TurnEnd
-    from tinker_core.types import Batch, Trajectory
 
 StopReason = Literal["stop_string", "stop_id", "eos", "length"]
 TURN_END_OF: dict[str, TurnEnd] = {"eos": "end_of_turn", "stop_id": "end_of_turn", "stop_string": "stop_string", "length": "length"}
@@ -122,8 +122,8 @@ class SampledSequence:
     def to_trajectory(
         self, turn_rewards: Sequence[float] = (), *, group_id: int | None = None, raw: bool = False
     ) -> Trajectory:
-        """A single-turn :class:`tinker_core.types.Trajectory` (group id: the prompt index)."""
-        from tinker_core.types import Trajectory
+        """A single-turn :class:`tinker_core.contracts.Trajectory` (group id: the prompt index)."""
+        from tinker_core.contracts import Trajectory
 
         tokens_T, lp_T, mask_T = self.aligned(raw=raw)
         return Trajectory(
@@ -423,12 +423,12 @@ def sequences_to_batch(
     rewards: Sequence[float] | None = None,
     raw: bool = False,
 ) -> Batch:
-    """A right-padded :class:`tinker_core.types.Batch` of samples (flattened in order).
+    """A right-padded :class:`tinker_core.contracts.Batch` of samples (flattened in order).
 
     The loss mask covers the generated tokens; ``sampler_logprobs_B_T`` holds ``logprobs``
     (``raw_logprobs`` when ``raw=True``); group ids are prompt indices.
     """
-    from tinker_core.types import Batch
+    from tinker_core.contracts import Batch
 
     flat: list[SampledSequence] = []
     for s in sequences:

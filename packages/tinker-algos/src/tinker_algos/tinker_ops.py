@@ -3,7 +3,7 @@ defaults and stop reasons, as pure functions.
 
 A Tinker ``Datum`` is next-token aligned: ``tokens = seq[:-1]``, ``target_tokens = seq[1:]``, and
 every per-position field (``loss_weights``, ``advantages``, ``sampling_logprobs``) has one entry
-per target. tinker_algos trains on right-padded :class:`tinker_core.types.Batch` rows over the
+per target. tinker_algos trains on right-padded :class:`tinker_core.contracts.Batch` rows over the
 whole sequence, where position ``t`` of a ``*_B_T`` array belongs to token ``t`` (predicted from
 ``t - 1``). :func:`datum_batch` and :func:`per_datum_logprobs` convert between the two;
 :func:`loss_config`, :func:`adam_step_args` and :func:`sampling_params` map Tinker's request
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tinker_core.types import Batch
+from tinker_core.contracts import Batch
 
 #: Tinker's default PPO clip thresholds on the ratio (``eps_low = 1 - low``, ``eps_high = high - 1``).
 TINKER_CLIP_LOW = 0.8
@@ -263,7 +263,7 @@ def evaluate_loss(
     import torch
 
     import tinker_core.registry
-    from tinker_core.algos import LossInputs
+    from tinker_core.contracts import LossInputs
 
     mask_B_T = torch.as_tensor(batch.loss_mask_B_T * batch.attention_mask_B_T)
     inputs = LossInputs(

@@ -9,12 +9,12 @@ Semantics:
 
 * ``forward(batch)`` -> ``logprobs_B_T`` (numpy, no grad): ``logprobs_B_T[:, t]`` is the logprob
   of token ``t`` given tokens ``< t``; position 0 and padding get 0 (the alignment of
-  :mod:`tinker_core.types`).
+  :mod:`tinker_core.contracts`).
 * ``forward_backward(batch, loss, agg=...)`` computes the named loss (``tinker_core.registry.get_loss``),
   reduces ``loss_B_T`` with ``agg`` over ``loss_mask_B_T`` and *adds* the gradient of
   ``loss_scale * aggregated`` to the parameters' ``.grad``. Gradients accumulate over calls until
   ``optim_step``. To average over ``k`` calls pass ``loss_scale=1/k``; ``agg="token-sum"``
-  (``sum(l * m)``, a trainer-level mode beside :data:`tinker_core.algos.AGGREGATION_MODES`) makes
+  (``sum(l * m)``, a trainer-level mode beside :data:`tinker_core.contracts.AGGREGATION_MODES`) makes
   calls on parts of a batch add up exactly to one call on the whole.
   With ``return_logprobs=True`` it returns ``(metrics, logprobs_B_T)``: the detached logprobs
   of the forward pass it ran for the gradient (no second forward), aligned like ``forward``'s.
@@ -50,7 +50,7 @@ from tinker_algos.trainer_config import (  # re-exported: their home was this mo
 )
 
 if TYPE_CHECKING:
-    from tinker_core.types import Batch
+    from tinker_core.contracts import Batch
 
 __all__ = ["SCHEDULES", "TOKEN_SUM", "Trainer", "TrainerConfig", "aggregation_modes", "lr_multiplier", "restore_trainer"]
 
@@ -59,7 +59,7 @@ TOKEN_SUM = "token-sum"
 
 def aggregation_modes() -> tuple[str, ...]:
     """Every ``agg`` the trainer accepts: tinker-core's modes plus ``token-sum``."""
-    from tinker_core.algos import AGGREGATION_MODES
+    from tinker_core.contracts import AGGREGATION_MODES
 
     return (*AGGREGATION_MODES, TOKEN_SUM)
 
@@ -188,7 +188,7 @@ class Trainer:
         """Add the gradient of ``loss_scale * aggregate(loss(batch))`` to the parameters.
 
         Args:
-            batch: a right-padded :class:`tinker_core.types.Batch`; trained tokens are
+            batch: a right-padded :class:`tinker_core.contracts.Batch`; trained tokens are
                 ``loss_mask_B_T * attention_mask_B_T``; ``sampler_logprobs_B_T`` become the
                 loss's ``sampling_logprobs_B_T``.
             loss: a registered loss name (``tinker_core.registry.get_loss``).
@@ -197,7 +197,7 @@ class Trainer:
                 accumulated calls).
             advantages_B_T: defaults to ``batch.advantages_B_T``.
             ref_logprobs_B_T, weights_B_T, values_B_T, old_values_B_T, returns_B_T: passed to
-                the loss as :class:`tinker_core.algos.LossInputs` fields.
+                the loss as :class:`tinker_core.contracts.LossInputs` fields.
             return_logprobs: also hand back the logprobs of the forward pass this call runs
                 anyway (what a caller would otherwise get from a second ``forward(batch)``).
             **loss_config: the loss's own keys (``eps_low``, ``beta`` ...).
@@ -213,7 +213,7 @@ class Trainer:
             is filled.
         """
         import tinker_core.registry
-        from tinker_core.algos import LossInputs
+        from tinker_core.contracts import LossInputs
 
         if agg not in aggregation_modes():
             raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")

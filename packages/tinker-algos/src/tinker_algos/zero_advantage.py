@@ -23,8 +23,7 @@ import numpy as np
 import torch
 
 import tinker_core.registry
-from tinker_core.algos import LossInputs
-from tinker_core.types import Batch
+from tinker_core.contracts import Batch, LossInputs
 
 #: losses whose value and gradient are exactly 0 on a token whose advantage is 0
 ZERO_AT_ZERO_ADVANTAGE = frozenset({"importance_sampling", "ppo", "cispo"})

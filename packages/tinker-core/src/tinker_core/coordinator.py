@@ -71,7 +71,8 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeAlias
 
-from tinker_core.env import MultiAgentTextEnv, Observation
+from tinker_core.contracts import Observation
+from tinker_core.env import MultiAgentTextEnv
 from tinker_core.timeouts import CallTimeout, call_with_timeout, start_daemon
 
 __all__ = [

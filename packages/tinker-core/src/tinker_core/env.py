@@ -11,58 +11,24 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypeAlias, TypedDict
+from typing import Any, Literal, TypeAlias
 
 import gymnasium as gym
 from gymnasium import spaces
 
-ENV_ID_RE = re.compile(r"^(?P<namespace>[a-z0-9][a-z0-9_.-]*)/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)-v(?P<version>\d+)$")
-
-
-class Message(TypedDict):
-    """A chat message, as in the OpenAI / Hugging Face chat-template convention."""
-
-    role: str
-    content: str
-
-
-Observation: TypeAlias = str | list[Message]
-"""What an env shows the policy: plain text, or a list of chat messages."""
+from tinker_core.contracts import (  # noqa: F401 - re-exported: the env exchange types live in contracts
+    TURN_ENDS,
+    Action,
+    Message,
+    Observation,
+    StepResult,
+    TurnEnd,
+    turn_end_of,
+)
 
 ActionFormat = Literal["text", "chat"]
 
-TurnEnd = Literal["end_of_turn", "stop_string", "length"]
-"""How the policy's turn ended: it emitted an end-of-turn/eos token, a stop string matched, or it
-was cut off at the token limit (``rollout.max_new_tokens``)."""
-
-TURN_ENDS: tuple[str, ...] = ("end_of_turn", "stop_string", "length")
-
-
-class Action(str):
-    """The text of a policy's action, carrying how its turn ended (``stop_reason``).
-
-    The rollouts pass ``step()`` an ``Action``; it is a ``str``, so envs that only read the text
-    need no change. An env that must know whether an answer was finished reads
-    :func:`turn_end_of` (``None`` when the caller gave a plain string, e.g. a test or an older
-    rollout). It survives the remote :class:`~tinker_core.remote.RemoteEnv` (``StepRequest.stop_reason``).
-    """
-
-    stop_reason: TurnEnd | None
-
-    def __new__(cls, text: str, stop_reason: TurnEnd | None = None) -> Action:
-        if stop_reason is not None and stop_reason not in TURN_ENDS:
-            raise ValueError(f"Action.stop_reason must be one of {', '.join(TURN_ENDS)} or None, got {stop_reason!r}")
-        obj = super().__new__(cls, text)
-        obj.stop_reason = stop_reason
-        return obj
-
-    def __reduce__(self) -> tuple[Any, ...]:  # pickles (Ray, process pools) keep the reason
-        return (Action, (str(self), self.stop_reason))
-
-
-def turn_end_of(action: str) -> TurnEnd | None:
-    """How the turn that produced ``action`` ended (an :class:`Action`'s ``stop_reason``), or None."""
-    return getattr(action, "stop_reason", None)
+ENV_ID_RE = re.compile(r"^(?P<namespace>[a-z0-9][a-z0-9_.-]*)/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)-v(?P<version>\d+)$")
 
 
 def parse_env_id(env_id: str) -> tuple[str, str, int]:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tinker_core.contracts import Trajectory
 from tinker_core.errors import FSMError
-from tinker_core.types import Trajectory
 
 
 class TurnState(enum.Enum):

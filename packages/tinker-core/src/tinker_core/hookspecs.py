@@ -82,7 +82,7 @@ def opentinker_register_advantage_estimators(register: EstimatorRegister) -> Non
 
     :param register: ``register(name, estimator, *, needs_critic=False, description=None)``.
         ``estimator(inputs: AdvantageInputs, **config) -> AdvantageOutputs`` is a pure function
-        over numpy arrays (see :mod:`tinker_core.algos`); ``needs_critic`` says whether it reads
+        over numpy arrays (see :mod:`tinker_core.contracts`); ``needs_critic`` says whether it reads
         ``inputs.values_B_T``.
     """
 

@@ -328,7 +328,7 @@ class PluginSystem:
 
             return register_estimator
         if kind == "losses":
-            from tinker_core.algos import LOSS_KINDS
+            from tinker_core.contracts import LOSS_KINDS
 
             def register_loss(
                 name: str, loss_fn: Callable[..., Any], *, kind: str = "policy",

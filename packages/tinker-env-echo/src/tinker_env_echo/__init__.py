@@ -4,7 +4,7 @@ The smallest complete plugin: three environments (single-turn, multi-turn and tw
 registered through the ``opentinker`` entry point. The core's tests discover it for real.
 """
 
-from tinker_core.gymnasium_envs import register_package
+from tinker_core import register_package
 from tinker_env_echo.envs import CallResponseEnv, CountdownEnv, EchoEnv
 
 __all__ = ["CallResponseEnv", "CountdownEnv", "EchoEnv"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinker_core.env import EnvSpec, MultiAgentTextEnv, TextEnv
+from tinker_core import EnvSpec, MultiAgentTextEnv, TextEnv
 
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "maple", "ember", "delta")
 

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tinker_core.gymnasium_envs import register_package
-from tinker_core.lazy import lazy_package
+from tinker_core import lazy_package, register_package
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - read by lazy_package too
-    from tinker_core.coordinator import Coordinator as Coordinator
-    from tinker_core.coordinator import EpisodeResult as EpisodeResult
-    from tinker_core.coordinator import Turn as Turn
-    from tinker_core.coordinator import play_episode as play_episode
-    from tinker_core.coordinator import play_episode_async as play_episode_async
-    from tinker_core.coordinator import play_episodes as play_episodes
+    from tinker_core import Coordinator as Coordinator
+    from tinker_core import EpisodeResult as EpisodeResult
+    from tinker_core import Turn as Turn
+    from tinker_core import play_episode as play_episode
+    from tinker_core import play_episode_async as play_episode_async
+    from tinker_core import play_episodes as play_episodes
     from tinker_env_games.board import BoardGameEnv as BoardGameEnv
     from tinker_env_games.connect_four import ConnectFourEnv as ConnectFourEnv
     from tinker_env_games.guess_number import GuessNumberEnv as GuessNumberEnv

@@ -29,8 +29,7 @@ from abc import abstractmethod
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from tinker_core.env import EnvSpec, MultiAgentTextEnv, Observation
-from tinker_core.opponents import OpponentFactory
+from tinker_core import EnvSpec, MultiAgentTextEnv, Observation, OpponentFactory
 
 __all__ = ["ROLES", "BoardGameEnv", "RandomAgent", "board_spec", "legal_moves_in"]
 

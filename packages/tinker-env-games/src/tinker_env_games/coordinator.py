@@ -1,8 +1,35 @@
-"""The multi-agent coordinator, now in tinker-core: :mod:`tinker_core.coordinator`.
+"""The multi-agent coordinator, now in tinker-core (``from tinker_core import play_episode``).
 
 Kept so ``from tinker_env_games.coordinator import play_episode`` goes on working; new code
-imports from :mod:`tinker_core.coordinator`.
+imports these names from ``tinker_core``.
 """
 
-from tinker_core.coordinator import *  # noqa: F403
-from tinker_core.coordinator import __all__ as __all__
+from tinker_core import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_TURN_TIMEOUT_S,
+    Agent,
+    AgentTimeout,
+    Coordinator,
+    EpisodeResult,
+    Turn,
+    call_agent,
+    call_agent_async,
+    play_episode,
+    play_episode_async,
+    play_episodes,
+)
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "DEFAULT_TURN_TIMEOUT_S",
+    "Agent",
+    "AgentTimeout",
+    "Coordinator",
+    "EpisodeResult",
+    "Turn",
+    "call_agent",
+    "call_agent_async",
+    "play_episode",
+    "play_episode_async",
+    "play_episodes",
+]

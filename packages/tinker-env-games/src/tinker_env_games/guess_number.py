@@ -22,7 +22,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from tinker_core.env import EnvSpec, TextEnv
+from tinker_core import EnvSpec, TextEnv
 
 __all__ = ["GUESS_NUMBER_SPEC", "GuessNumberEnv", "success_reward"]
 

@@ -31,8 +31,7 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
-from tinker_core.env import Observation
-from tinker_core.opponents import OpponentFactory
+from tinker_core import Observation, OpponentFactory
 from tinker_env_games.board import BoardGameEnv, RandomAgent, board_spec
 
 __all__ = [

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tinker_core.gymnasium_envs import register_package
-from tinker_core.lazy import lazy_package
+from tinker_core import lazy_package, register_package
 
 __version__ = "0.1.0"
 

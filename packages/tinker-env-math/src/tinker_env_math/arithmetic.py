@@ -27,7 +27,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 from gymnasium.utils import seeding
 
-from tinker_core.env import EnvSpec, TextEnv
+from tinker_core import EnvSpec, TextEnv
 from tinker_env_math.parsing import normalize_number, parse_answer
 
 __all__ = [

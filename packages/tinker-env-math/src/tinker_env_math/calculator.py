@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tinker_core.env import EnvSpec, TextEnv
+from tinker_core import EnvSpec, TextEnv
 from tinker_env_math.arithmetic import ArithmeticConfig, _operand
 from tinker_env_math.calc import CalcError, CalcLimits, calculate
 from tinker_env_math.parsing import normalize_number, parse_answer, tag_contents

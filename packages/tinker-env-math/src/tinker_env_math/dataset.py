@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tinker_core.env import EnvSpec, TextEnv
+from tinker_core import EnvSpec, TextEnv
 from tinker_env_math.parsing import extract_gsm8k_answer, parse_answer
 
 __all__ = [

@@ -68,26 +68,24 @@ class StageContext:
             seed=self.step_seed(step, "sample"),
         )
 
-    def task_seeds(self, step: int) -> tuple[list[int], list[int]]:
-        """``(seeds, group_ids)`` of a step's ``prompts_per_step x group_size`` episodes: the
-        episodes of group ``p`` share the task seed derived from ``(seed, stage, step, p)``."""
-        r = self.rollout_cfg
-        P, G = r.prompts_per_step, r.group_size
-        return [self.step_seed(step, "task", p) for p in range(P) for _ in range(G)], [p for p in range(P) for _ in range(G)]
+    def task_seeds(self, step: int) -> list[int]:
+        """The reset seeds of a step's ``rollout.prompts_per_step`` tasks, task ``p``'s derived from
+        ``(seed, stage, step, p)``."""
+        return [self.step_seed(step, "task", p) for p in range(self.rollout_cfg.prompts_per_step)]
 
     def group_rollout(self, step: int, policy: PolicyModel | None = None) -> Any:
-        """The step's single-agent episodes, grouped by task (see :meth:`task_seeds`), sampled by
-        ``policy`` (default: the stage's; a copy with older weights samples ahead)."""
+        """The step's single-agent episodes: ``rollout.group_size`` per task (see :meth:`task_seeds`),
+        returned as one :class:`~tinker_core.TrajectoryGroup` per task (``result.groups``), sampled
+        by ``policy`` (default: the stage's; a copy with older weights samples ahead)."""
         from tinker_algos.rollout import rollout
 
         r = self.rollout_cfg
-        seeds, group_ids = self.task_seeds(step)
         return rollout(
             policy or self.policy,
             self.require_env(),
-            seeds,
+            self.task_seeds(step),
             self.sampling_params(step),
-            group_ids=group_ids,
+            group_size=r.group_size,
             max_turns=r.max_turns,
             adapter=self.adapter,
             turn_timeout_s=r.turn_timeout_s,

@@ -29,11 +29,10 @@ import tinker_core.registry
 from tinker_algos.algorithms.base import StageContext
 from tinker_algos.kl import kl_estimate
 from tinker_algos.sampler import logprob_agreement
-from tinker_core.algos import AdvantageInputs, LossInputs
 from tinker_core.config import KLConfig
+from tinker_core.contracts import AdvantageInputs, Batch, LossInputs, Trajectory
 from tinker_core.errors import ConfigError
 from tinker_core.seeding import derive_seed
-from tinker_core.types import Batch, Trajectory
 
 _T = TypeVar("_T")
 

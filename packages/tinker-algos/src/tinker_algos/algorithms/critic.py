@@ -12,7 +12,7 @@ Two layouts (``algorithm.params.critic``):
 
 Alignment. ``values_B_T[:, t]`` is the value of the state in which token ``t`` is chosen, i.e.
 of the tokens ``< t``: the head reads the hidden state at position ``t - 1``. This is the
-alignment of ``logprobs_B_T`` (:mod:`tinker_core.types`), so GAE's ``V_t`` and ``V_{t+1}`` sit
+alignment of ``logprobs_B_T`` (:mod:`tinker_core.contracts`), so GAE's ``V_t`` and ``V_{t+1}`` sit
 on the tokens whose choice they value; ``V`` after the last response token is the terminal 0.
 Position 0 and padding get 0. In multi-turn rollouts the value of a policy token that follows
 an environment observation has seen that observation.
@@ -35,7 +35,7 @@ from tinker_algos.aggregation import aggregate
 from tinker_algos.models import PolicyModel, position_ids_from_mask, to_tensor
 from tinker_algos.optimizers import build_optimizer
 from tinker_core.config import PPOParams
-from tinker_core.types import Batch
+from tinker_core.contracts import Batch
 
 CRITIC_MODES: tuple[str, ...] = get_args(PPOParams.model_fields["critic"].annotation)
 """``head`` and ``separate``: the values of ``algorithm.params.critic`` (:class:`tinker_core.config.PPOParams`)."""
@@ -209,7 +209,7 @@ class Critic:
         ``coef``), ``clipfrac``, ``mse`` and ``nonfinite``.
         """
         import tinker_core.registry
-        from tinker_core.algos import LossInputs
+        from tinker_core.contracts import LossInputs
 
         loss_fn = tinker_core.registry.get_loss("value").obj
         tokens, attn = self._tensors(batch)

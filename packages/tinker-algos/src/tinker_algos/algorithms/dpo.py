@@ -33,7 +33,8 @@ Implementation details:
 3. ``micro_batch_size`` must be even, so that a pair never straddles two micro-batches.
 4. ``dpo/accuracy`` and ``dpo/reward_margin`` come from the policy before the step's update, over
    the whole batch (implicit reward ``beta * (log pi(y) - log pi_ref(y))``).
-5. On-policy groups reset their env with the same seed, so both responses answer one prompt;
+5. On-policy pairs come from the rollout's groups (:class:`tinker_core.TrajectoryGroup`, one per
+   task: its episodes reset their env with the same seed, so both responses answer one prompt);
    ties pick the earliest sample; a step without any pair makes no update (``dpo/pairs = 0``).
 6. The reference copy is taken lazily, once the stage's starting weights are in place, and
    travels in the checkpoint, so a resumed run is exact.
@@ -41,6 +42,7 @@ Implementation details:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,8 +64,8 @@ from tinker_algos.algorithms.common import (
 from tinker_algos.losses import preference_metrics
 from tinker_algos.rollout import RolloutResult
 from tinker_core.config import DPOParams
+from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 from tinker_core.errors import ConfigError, did_you_mean
-from tinker_core.types import Batch, Trajectory
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 DEFAULT_AGGREGATION = "seq-mean-token-mean"
@@ -110,20 +112,19 @@ def pair_logratios(policy_logprobs_B_T: np.ndarray, ref_logprobs_B_T: np.ndarray
     return seq_B[0::2], seq_B[1::2]
 
 
-def best_worst_pairs(rewards_B: list[float], group_ids_B: list[int], min_gap: float = 0.0) -> list[tuple[int, int]]:
-    """``(best, worst)`` indices per group whose top and bottom rewards differ by more than ``min_gap``.
-
-    Groups come in order of first appearance; ties go to the earliest index.
-    """
-    groups: dict[int, list[int]] = {}
-    for i, g in enumerate(group_ids_B):
-        groups.setdefault(int(g), []).append(i)
+def best_worst_pairs(groups: Sequence[TrajectoryGroup], min_gap: float = 0.0) -> list[tuple[Trajectory, Trajectory]]:
+    """``(best, worst)`` trajectories of each group whose top and bottom rewards differ by more
+    than ``min_gap``, in group order; ties go to the earliest trajectory of the group."""
     out = []
-    for members in groups.values():
-        best = max(members, key=lambda i: (rewards_B[i], -i))
-        worst = min(members, key=lambda i: (rewards_B[i], i))
-        if rewards_B[best] - rewards_B[worst] > min_gap:
-            out.append((best, worst))
+    for group in groups:
+        rewards_G = [t.reward for t in group]
+        members = range(len(rewards_G))
+        if not rewards_G:
+            continue
+        best = max(members, key=lambda i: (rewards_G[i], -i))
+        worst = min(members, key=lambda i: (rewards_G[i], i))
+        if rewards_G[best] - rewards_G[worst] > min_gap:
+            out.append((group.trajectories[best], group.trajectories[worst]))
     return out
 
 
@@ -152,7 +153,7 @@ class DPO(Algorithm):
         self.beta = float(algo.loss_config.get("beta", 0.1))
         import torch
 
-        from tinker_core.algos import LossInputs
+        from tinker_core.contracts import LossInputs
 
         z = torch.zeros(2, 1)
         check_loss_config(ctx, self.loss, LossInputs(z, torch.ones(2, 1), ref_logprobs_B_T=z))
@@ -180,18 +181,14 @@ class DPO(Algorithm):
         return self.ctx.group_rollout(step)
 
     def on_policy_pairs(self, step: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """The step's rows (chosen, rejected, chosen, ...) from the rollout's groups, and metrics."""
         result = self.collect(step)
         metrics = result.metrics()
-        episodes = [e for e in result.episodes if e.trajectory is not None and e.trajectory.num_generated > 0]
-        trajs = [e.trajectory for e in episodes]
-        chosen = best_worst_pairs([e.reward for e in episodes], [t.group_id for t in trajs], self.params.min_reward_gap)  # type: ignore[union-attr]
+        chosen = best_worst_pairs([g.generated() for g in result.groups], self.params.min_reward_gap)
         metrics["dpo/pair_rate"] = len(chosen) / max(self.ctx.rollout_cfg.prompts_per_step, 1)
         if chosen:
-            metrics["dpo/pair_reward_gap"] = float(np.mean([episodes[b].reward - episodes[w].reward for b, w in chosen]))
-        rows: list[Trajectory] = []
-        for best, worst in chosen:
-            rows += [trajs[best], trajs[worst]]  # type: ignore[list-item]
-        return rows, metrics
+            metrics["dpo/pair_reward_gap"] = float(np.mean([best.reward - worst.reward for best, worst in chosen]))
+        return [t for pair in chosen for t in pair], metrics
 
     # ---- one step -----------------------------------------------------------------------------
     def step(self, step: int) -> dict[str, float]:
@@ -231,7 +228,7 @@ class DPO(Algorithm):
         import torch
 
         from tinker_algos.aggregation import aggregate
-        from tinker_core.algos import LossInputs
+        from tinker_core.contracts import LossInputs
 
         reference = self._setup()
         loss_fn = tinker_core.registry.get_loss(self.loss).obj

@@ -77,11 +77,10 @@ from tinker_algos.multiagent import (
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.rollout_ahead import RolloutsAhead
 from tinker_algos.zero_advantage import policy_update
-from tinker_core.algos import AdvantageInputs
 from tinker_core.config import GRPOParams
+from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
 from tinker_core.seeding import derive_seed
-from tinker_core.types import Batch
 
 
 class GRPO(Algorithm):
@@ -147,15 +146,7 @@ class GRPO(Algorithm):
         )
 
     def advantages(self, batch: Batch, token_rewards_B_T: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
-        out = self.estimator(
-            AdvantageInputs(
-                rewards_B=batch.rewards_B,
-                mask_B_T=batch.loss_mask_B_T,
-                group_ids_B=batch.group_ids_B,
-                token_rewards_B_T=token_rewards_B_T,
-            ),
-            **self.params.estimator_config,
-        )
+        out = self.estimator(AdvantageInputs.from_batch(batch, token_rewards_B_T=token_rewards_B_T), **self.params.estimator_config)
         return np.asarray(out.advantages_B_T, dtype=np.float32), dict(out.metrics)
 
     def step(self, step: int) -> dict[str, float]:
@@ -168,7 +159,7 @@ class GRPO(Algorithm):
             metrics["optim/skipped_steps"] = float(self.ctx.trainer.skipped_steps)
             metrics["rollout/empty_batch"] = 1.0
             return metrics
-        batch = Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
+        batch = result.batch(pad_token_id=self.ctx.policy.pad_token_id)
         self.tied_hint.observe(batch.rewards_B, batch.group_ids_B)
         mask = batch.loss_mask_B_T
         kl = self.ctx.algo.kl

@@ -70,10 +70,9 @@ from tinker_algos.algorithms.common import (
 from tinker_algos.algorithms.critic import Critic, explained_variance
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.trainer_config import lr_multiplier
-from tinker_core.algos import AdvantageInputs
 from tinker_core.config import PPOParams
+from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
-from tinker_core.types import Batch
 
 
 def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray) -> tuple[Batch, list[np.ndarray]]:
@@ -112,7 +111,7 @@ class PPO(Algorithm):
         """Fail before any work on estimator/loss config keys the functions do not take."""
         import torch
 
-        from tinker_core.algos import LossInputs
+        from tinker_core.contracts import LossInputs
 
         one = np.ones((1, 1))
         try:
@@ -160,7 +159,7 @@ class PPO(Algorithm):
             metrics["optim/skipped_steps"] = float(trainer.skipped_steps)
             metrics["rollout/empty_batch"] = 1.0
             return metrics
-        batch = Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
+        batch = Batch.from_groups([g.generated() for g in result.groups], pad_token_id=self.ctx.policy.pad_token_id)
         mask = batch.loss_mask_B_T * batch.attention_mask_B_T
         n_tokens = max(float(mask.sum()), 1.0)
 
@@ -179,7 +178,7 @@ class PPO(Algorithm):
         # values and advantages
         old_values = self.critic.values(batch) * mask
         out = self.estimator(
-            AdvantageInputs(batch.rewards_B, mask, batch.group_ids_B, token_rewards_B_T=token_rewards, values_B_T=old_values),
+            AdvantageInputs.from_batch(batch, mask_B_T=mask, token_rewards_B_T=token_rewards, values_B_T=old_values),
             **self.params.estimator_config,
         )
         adv = np.asarray(out.advantages_B_T, dtype=np.float32)

@@ -30,8 +30,8 @@ from tinker_algos.algorithms.common import (
     shuffled_batch,
     stage_system_prompt,
 )
+from tinker_core.contracts import Batch
 from tinker_core.errors import ConfigError
-from tinker_core.types import Batch
 
 
 def load_sft_records(path: str | Path, where: str = "algorithm.data") -> list[tuple[str, str]]:

@@ -2,7 +2,8 @@
 
 :class:`EpisodeAgents` gives the coordinator one ``async`` agent per role: a learner role
 samples through the :class:`~tinker_algos.multiagent.batcher.Batcher` and records its turns in
-its own :class:`~tinker_core.fsm.TurnFSM` (observations masked, actions trained); a scripted
+its own :class:`~tinker_algos.rollout.PolicyTurns` (the object a single-agent episode uses too:
+a turn FSM with observations masked and actions trained); a scripted
 role calls its agent under ``turn_timeout_s`` (the coordinator's
 :func:`~tinker_core.coordinator.call_agent_async`). After the episode,
 :meth:`EpisodeAgents.trajectories` closes each learner role's FSM with the coordinator's
@@ -17,25 +18,13 @@ from typing import Any
 from tinker_algos.multiagent.batcher import Batcher
 from tinker_algos.multiagent.guarded_env import EpisodeError
 from tinker_algos.multiagent.roles import Agent, Learner, Scripted
-from tinker_algos.prompts import Conversation, PromptRenderer
-from tinker_algos.sampler import TURN_END_OF, SampledSequence
+from tinker_algos.prompts import PromptRenderer
+from tinker_algos.rollout import PolicyTurns
+from tinker_core.contracts import Trajectory
 from tinker_core.coordinator import EpisodeResult, call_agent_async
-from tinker_core.env import Action
-from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.seeding import derive_seed
-from tinker_core.types import Trajectory
 
 __all__ = ["AsyncAgent", "EpisodeAgents"]
-
-
-class _Seat:
-    """One learner role of one episode: its FSM, adapter, chat so far and last sample."""
-
-    def __init__(self, adapter: str | None) -> None:
-        self.adapter = adapter
-        self.fsm = TurnFSM()
-        self.conv = Conversation()
-        self.last: SampledSequence | None = None
 
 
 class AsyncAgent:
@@ -73,7 +62,7 @@ class EpisodeAgents:
         self.limit = context_limit
         self.max_new_tokens = max_new_tokens
         self.turn_timeout_s = turn_timeout_s
-        self.seats = {r: _Seat(p.adapter) for r, p in plan.items() if isinstance(p, Learner)}
+        self.seats = {r: PolicyTurns(renderer, system_prompt, p.adapter) for r, p in plan.items() if isinstance(p, Learner)}
         self.scripted = {
             r: p.make(derive_seed(seed, index, r)) for r, p in plan.items() if isinstance(p, Scripted)
         }
@@ -87,26 +76,19 @@ class EpisodeAgents:
         The observation is rendered by the renderer: the first as the role's prompt (with the
         env's system prompt), later ones appended after the role's last sampled tokens."""
         seat = self.seats[role]
-        fsm = seat.fsm
-        if seat.last is None:
-            obs_ids, seat.conv = self.renderer.start(observation, self.system_prompt)
-        else:
-            obs_ids = self.renderer.next(seat.conv, seat.last.tokens, seat.last.text, observation)
-        if fsm.num_tokens + len(obs_ids) + self.max_new_tokens > self.limit:
+        obs_ids = seat.render(observation)
+        context = seat.fsm.num_tokens + len(obs_ids)
+        if context + self.max_new_tokens > self.limit:
             self.overflow = (
-                f"role {role!r}: context of {fsm.num_tokens + len(obs_ids)} tokens + max_new_tokens="
+                f"role {role!r}: context of {context} tokens + max_new_tokens="
                 f"{self.max_new_tokens} exceeds the model's window of {self.limit} tokens"
             )
             raise EpisodeError("context_overflow", self.overflow)
-        seq = await self.batcher.request((self.index, self.roles.index(role)), seat.adapter, fsm.tokens + obs_ids)
+        seq = await self.batcher.request((self.index, self.roles.index(role)), seat.adapter, seat.fsm.tokens + obs_ids)
         # no await from here on: the turn is recorded exactly when the coordinator gets the action
-        fsm.append(obs_ids)  # PENDING (first turn) or INTERACTING: masked
-        fsm.transition(TurnState.GENERATING)
-        fsm.append(seq.tokens, logprobs=seq.logprobs)
-        fsm.transition(TurnState.INTERACTING)
+        seat.observe(obs_ids)  # PENDING (first turn) or INTERACTING: masked
         self.new_tokens += len(seq.tokens)
-        seat.last = seq
-        return Action(seq.text, TURN_END_OF[seq.stop_reason])
+        return seat.act(seq)
 
     def scripted_agent(self, role: str) -> Agent:
         """The scripted agent of ``role``, each call limited to ``turn_timeout_s``."""
@@ -139,10 +121,9 @@ class EpisodeAgents:
                     f"episode {self.index} role {role!r}: the coordinator recorded {len(rewards)} turns, "
                     f"the FSM {seat.fsm.num_turns}"
                 )
-            for r in rewards:
+            for r in rewards:  # the coordinator credits each turn once the game is over
                 seat.fsm.end_turn(r)
-            seat.fsm.transition(TurnState.TERMINATED)
-            out[role] = seat.fsm.to_trajectory(
+            out[role] = seat.finish(
                 group_id=group_id * len(self.roles) + ri,
                 role=role,
                 adapter=seat.adapter,

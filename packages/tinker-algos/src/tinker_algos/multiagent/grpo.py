@@ -63,14 +63,13 @@ def collect_for_grpo(ctx: Any, step: int, settings: MultiAgentParams, spec: EnvS
     trajectories form their own group (zero-sum roles would cancel out in one group).
     """
     r = ctx.rollout_cfg
-    seeds, group_ids = ctx.task_seeds(step)
     return multi_agent_rollout(
         ctx.policy,
         ctx.require_env(),
-        seeds,
+        ctx.task_seeds(step),
         ctx.sampling_params(step),
         agents=settings.agents(spec.roles, ctx.adapter),
-        group_ids=group_ids,
+        group_size=r.group_size,
         turn_timeout_s=r.turn_timeout_s,
         max_steps=r.max_turns,
         max_error_rate=r.max_error_rate,

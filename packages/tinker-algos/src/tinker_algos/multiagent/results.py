@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 from tinker_core.coordinator import EpisodeResult
-from tinker_core.types import Trajectory
 
 __all__ = ["MultiAgentEpisode", "MultiAgentRolloutResult"]
 
@@ -38,6 +38,22 @@ class MultiAgentRolloutResult:
     new_tokens: int
     seconds: float
     rounds: int = 0
+    group_size: int = 1
+
+    @property
+    def groups(self) -> list[TrajectoryGroup]:
+        """One :class:`~tinker_core.TrajectoryGroup` per (task, role), task after task and role
+        after role: the learner trajectories of that role in the task's episodes without error
+        (episode ``i`` plays task ``i // group_size``). Groups of roles nobody learns are empty."""
+        n_tasks = -(-len(self.episodes) // self.group_size)
+        groups = [TrajectoryGroup([]) for _ in range(n_tasks * len(self.roles))]
+        for ep in self.episodes:
+            if ep.error is not None:
+                continue
+            for ri, role in enumerate(self.roles):
+                if role in ep.trajectories:
+                    groups[(ep.index // self.group_size) * len(self.roles) + ri].trajectories.append(ep.trajectories[role])
+        return groups
 
     @property
     def trajectories(self) -> list[Trajectory]:
@@ -45,6 +61,12 @@ class MultiAgentRolloutResult:
         return [
             ep.trajectories[r] for ep in self.episodes if ep.error is None for r in self.roles if r in ep.trajectories
         ]
+
+    def batch(self, pad_token_id: int = 0) -> Batch:
+        """The training batch: :attr:`trajectories` in episode order (each episode's roles side by
+        side), so a group's rows are apart and the batch names groups by label (``group_ids_B``
+        is ``task * num_roles + role_index``; no ``group_sizes_G``)."""
+        return Batch.from_trajectories(self.trajectories, pad_token_id)
 
     def trajectories_for(self, adapter: str | None) -> list[Trajectory]:
         """The trajectories of roles played with ``adapter`` (separate learners)."""

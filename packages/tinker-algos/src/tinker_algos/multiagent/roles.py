@@ -22,7 +22,7 @@ __all__ = ["Agent", "Learner", "Opponent", "RoleSpec", "Scripted", "opponent", "
 class Learner:
     """A role played by the policy (with LoRA ``adapter``; None: whatever is active).
 
-    Its turns are recorded and returned as a :class:`~tinker_core.types.Trajectory`.
+    Its turns are recorded and returned as a :class:`~tinker_core.contracts.Trajectory`.
     """
 
     adapter: str | None = None

@@ -14,7 +14,8 @@ from typing import Any, Literal, Self
 
 import grpc
 
-from tinker_core.env import EnvSpec, MultiAgentTextEnv, Observation, TextEnv, turn_end_of
+from tinker_core.contracts import Observation, turn_end_of
+from tinker_core.env import EnvSpec, MultiAgentTextEnv, TextEnv
 from tinker_core.errors import OpenTinkerError
 from tinker_core.proto import env_pb2 as pb
 from tinker_core.proto import env_pb2_grpc as pb_grpc

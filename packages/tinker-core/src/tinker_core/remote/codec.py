@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tinker_core.env import Observation
+from tinker_core.contracts import Observation
 from tinker_core.proto import env_pb2 as pb
 
 #: The deepest nesting of arrays and objects a ``*_json`` request field may have.

@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from tinker_core.env import TURN_ENDS, Action, EnvSpec, MultiAgentTextEnv
+from tinker_core.contracts import TURN_ENDS, Action
+from tinker_core.env import EnvSpec, MultiAgentTextEnv
 from tinker_core.errors import UnknownNameError, did_you_mean
 from tinker_core.proto import env_pb2 as pb
 from tinker_core.proto import env_pb2_grpc as pb_grpc

@@ -1,11 +1,11 @@
 """Conformance checks of advantage estimators: :func:`check_advantage_estimator`.
 
 An estimator is ``estimator(inputs: AdvantageInputs, **config) -> AdvantageOutputs``, a pure
-function over numpy arrays (:mod:`tinker_core.algos`). The checks (names as in
+function over numpy arrays (:mod:`tinker_core.contracts`). The checks (names as in
 :class:`ConformanceError`):
 
 * ``call``: it accepts the inputs (with ``values_B_T`` when it needs a critic) and returns.
-* ``output``: an :class:`~tinker_core.algos.AdvantageOutputs` whose ``advantages_B_T`` and
+* ``output``: an :class:`~tinker_core.contracts.AdvantageOutputs` whose ``advantages_B_T`` and
   ``returns_B_T`` are float ``np.ndarray`` of shape ``[B, T]``, finite everywhere, and whose
   ``metrics`` map str to finite real numbers.
 * ``mask``: ``advantages_B_T`` is exactly 0 where ``mask_B_T`` is 0 (prompt, env tokens, padding).
@@ -14,6 +14,9 @@ function over numpy arrays (:mod:`tinker_core.algos`). The checks (names as in
 * ``padding``: extra masked columns on the right do not change the original columns.
 * ``group-ids``: group ids are labels: renaming them changes nothing.
 * ``permutation``: permuting the rows permutes the outputs (groups need not be contiguous).
+* ``group-sizes``: the same groups given as ``group_sizes_G`` (rows group after group, as a batch
+  built from :class:`~tinker_core.contracts.TrajectoryGroup` s has them; ``group_ids_B`` then
+  derived) give the same outputs. :meth:`AdvantageInputs.group_index` reads either form.
 * ``degenerate``: singleton groups, all-equal rewards, all-zero rewards and per-token rewards give
   finite outputs (no NaN from a zero standard deviation).
 
@@ -29,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core.contracts import AdvantageInputs, AdvantageOutputs
 from tinker_core.testing._common import (
     Reporter,
     check_metrics,
@@ -76,7 +79,7 @@ def _inputs(needs_critic: bool, *, rewards_B: np.ndarray | None = None, groups_B
 
 def _call(rep: Reporter, fn: Callable[..., Any], inputs: AdvantageInputs, config: Mapping[str, Any],
           case: str) -> AdvantageOutputs:
-    with rep.guard("call", f"on {case}", "accept AdvantageInputs and **config; see tinker_core.algos"):
+    with rep.guard("call", f"on {case}", "accept AdvantageInputs and **config; see tinker_core.contracts"):
         out: AdvantageOutputs = fn(inputs, **config)
     _validate(rep, out, inputs, case)
     return out
@@ -85,7 +88,7 @@ def _call(rep: Reporter, fn: Callable[..., Any], inputs: AdvantageInputs, config
 def _validate(rep: Reporter, out: Any, inputs: AdvantageInputs, case: str) -> None:
     if not isinstance(out, AdvantageOutputs):
         rep.fail("output", f"on {case}: returned {type(out).__name__}, not AdvantageOutputs",
-                 "return tinker_core.algos.AdvantageOutputs(advantages_B_T=..., returns_B_T=...)")
+                 "return tinker_core.contracts.AdvantageOutputs(advantages_B_T=..., returns_B_T=...)")
     shape = inputs.mask_B_T.shape
     for name in ("advantages_B_T", "returns_B_T"):
         arr = getattr(out, name)
@@ -129,49 +132,10 @@ def _snapshot(inputs: AdvantageInputs) -> dict[str, Any]:
     return {k: copy.deepcopy(v) for k, v in vars(inputs).items()}
 
 
-def check_advantage_estimator(
-    estimator: str | Callable[..., Any],
-    *,
-    needs_critic: bool | None = None,
-    config: Mapping[str, Any] | None = None,
-) -> None:
-    """Check an advantage estimator against the :mod:`tinker_core.algos` contract.
-
-    Args:
-        estimator: a registered name (looked up with
-            :func:`tinker_core.registry.get_advantage_estimator`) or the callable itself.
-        needs_critic: whether to pass ``values_B_T``. None takes it from the registry entry
-            (names) or from a ``needs_critic`` attribute of the callable (default False).
-        config: keyword arguments passed to every call (e.g. ``{"gamma": 1.0}``).
-
-    Raises:
-        ConformanceError: naming the estimator, the failed check and the fix.
-    """
-    fn, label, options = resolve_callable(estimator, "advantage_estimators")
-    if needs_critic is None:
-        needs_critic = bool(options.get("needs_critic", getattr(fn, "needs_critic", False)))
-    config = dict(config or {})
-    rep = Reporter(label)
-    critic = " (with values_B_T)" if needs_critic else " (values_B_T=None)"
-
-    base = _inputs(needs_critic)
-    before = _snapshot(base)
-    out = _call(rep, fn, base, config, "the reference batch" + critic)
-    for key, value in vars(base).items():
-        old = before[key]
-        same = (old is None and value is None) or (
-            old is not None and value is not None and np.array_equal(np.asarray(old), np.asarray(value))
-        )
-        if not same:
-            rep.fail("purity", f"the estimator modified inputs.{key}",
-                     "treat the inputs as read-only: compute into new arrays (x = x.copy() first)")
-
-    again = _call(rep, fn, _inputs(needs_critic), config, "the same batch again")
-    diff = _same(out, again, exact=True)
-    if diff:
-        rep.fail("determinism", f"two calls on equal inputs differ: {diff}",
-                 "do not use unseeded randomness or state kept between calls")
-
+def _check_layouts(rep: Reporter, fn: Callable[..., Any], base: AdvantageInputs, out: AdvantageOutputs,
+                   needs_critic: bool, config: Mapping[str, Any]) -> None:
+    """The checks that lay the same batch out differently: ``padding``, ``group-ids``,
+    ``permutation`` and ``group-sizes``."""
     # padding: extra masked columns on the right
     padded = AdvantageInputs(
         rewards_B=base.rewards_B.copy(),
@@ -208,6 +172,66 @@ def check_advantage_estimator(
     if diff:
         rep.fail("permutation", f"permuting the rows did not just permute the result: {diff}",
                  "do not assume a group's rows are contiguous or ordered; select them by group id")
+
+    # groups given as sizes (rows group after group, as a rollout's TrajectoryGroups make them)
+    order = np.argsort(base.group_ids_B, kind="stable")
+    ids_sorted = base.group_ids_B[order]
+    grouped = AdvantageInputs(
+        rewards_B=base.rewards_B[order], mask_B_T=base.mask_B_T[order],
+        group_sizes_G=np.unique(ids_sorted, return_counts=True)[1],
+        values_B_T=None if base.values_B_T is None else base.values_B_T[order],
+    )
+    out_sizes = _call(rep, fn, grouped, config, "the batch with groups given as group_sizes_G")
+    diff = _same(AdvantageOutputs(out.advantages_B_T[order], out.returns_B_T[order]), out_sizes, exact=False)
+    if diff:
+        rep.fail("group-sizes", f"the same groups given as group_sizes_G changed the result: {diff}",
+                 "read the groups with inputs.group_index() (it handles group_ids_B and group_sizes_G)")
+
+
+def check_advantage_estimator(
+    estimator: str | Callable[..., Any],
+    *,
+    needs_critic: bool | None = None,
+    config: Mapping[str, Any] | None = None,
+) -> None:
+    """Check an advantage estimator against the :mod:`tinker_core.contracts` contract.
+
+    Args:
+        estimator: a registered name (looked up with
+            :func:`tinker_core.registry.get_advantage_estimator`) or the callable itself.
+        needs_critic: whether to pass ``values_B_T``. None takes it from the registry entry
+            (names) or from a ``needs_critic`` attribute of the callable (default False).
+        config: keyword arguments passed to every call (e.g. ``{"gamma": 1.0}``).
+
+    Raises:
+        ConformanceError: naming the estimator, the failed check and the fix.
+    """
+    fn, label, options = resolve_callable(estimator, "advantage_estimators")
+    if needs_critic is None:
+        needs_critic = bool(options.get("needs_critic", getattr(fn, "needs_critic", False)))
+    config = dict(config or {})
+    rep = Reporter(label)
+    critic = " (with values_B_T)" if needs_critic else " (values_B_T=None)"
+
+    base = _inputs(needs_critic)
+    before = _snapshot(base)
+    out = _call(rep, fn, base, config, "the reference batch" + critic)
+    for key, value in vars(base).items():
+        old = before[key]
+        same = (old is None and value is None) or (
+            old is not None and value is not None and np.array_equal(np.asarray(old), np.asarray(value))
+        )
+        if not same:
+            rep.fail("purity", f"the estimator modified inputs.{key}",
+                     "treat the inputs as read-only: compute into new arrays (x = x.copy() first)")
+
+    again = _call(rep, fn, _inputs(needs_critic), config, "the same batch again")
+    diff = _same(out, again, exact=True)
+    if diff:
+        rep.fail("determinism", f"two calls on equal inputs differ: {diff}",
+                 "do not use unseeded randomness or state kept between calls")
+
+    _check_layouts(rep, fn, base, out, needs_critic, config)
 
     # degenerate batches must stay finite
     B = _MASK_B_T.shape[0]

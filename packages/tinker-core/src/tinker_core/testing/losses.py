@@ -1,13 +1,13 @@
 """Conformance checks of losses: :func:`check_loss` (needs torch, imported on call).
 
-A loss is ``loss_fn(inputs: LossInputs, **config) -> LossOutputs`` (:mod:`tinker_core.algos`).
+A loss is ``loss_fn(inputs: LossInputs, **config) -> LossOutputs`` (:mod:`tinker_core.contracts`).
 The trainer aggregates ``loss_B_T`` with the job's aggregation mode, always weighted by
 ``mask_B_T``; the checks below stand in for it with ``(loss_B_T * mask_B_T).sum()``.
 
 Checks (names as in :class:`ConformanceError`):
 
 * ``call``: it accepts the inputs its kind gets (below) and returns.
-* ``output``: a :class:`~tinker_core.algos.LossOutputs` whose ``loss_B_T`` is a float torch
+* ``output``: a :class:`~tinker_core.contracts.LossOutputs` whose ``loss_B_T`` is a float torch
   tensor of shape ``[B, T]`` (one value per token; sequence-level losses such as DPO spread or
   place their value on the response tokens: shape ``[B]`` is *not* accepted), finite
   everywhere, and whose ``metrics`` map str to finite real numbers (``float``, not tensors).
@@ -39,7 +39,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tinker_core.algos import LOSS_KINDS, LossInputs, LossOutputs
+from tinker_core.contracts import LOSS_KINDS, LossInputs, LossOutputs
 from tinker_core.testing._common import (
     Reporter,
     TorchNotInstalledError,
@@ -141,11 +141,11 @@ def _tensors(inputs: LossInputs) -> dict[str, Any]:
 
 def _call(rep: Reporter, torch: Any, fn: Callable[..., Any], inputs: LossInputs,
           config: Mapping[str, Any], case: str) -> Any:
-    with rep.guard("call", f"on {case}", "accept LossInputs and **config; see tinker_core.algos"):
+    with rep.guard("call", f"on {case}", "accept LossInputs and **config; see tinker_core.contracts"):
         out = fn(inputs, **config)
     if not isinstance(out, LossOutputs):
         rep.fail("output", f"on {case}: returned {type(out).__name__}, not LossOutputs",
-                 "return tinker_core.algos.LossOutputs(loss_B_T=..., metrics={...})")
+                 "return tinker_core.contracts.LossOutputs(loss_B_T=..., metrics={...})")
     loss = out.loss_B_T
     shape = tuple(inputs.mask_B_T.shape)
     if not isinstance(loss, torch.Tensor):
@@ -174,7 +174,7 @@ def check_loss(
     kind: str | None = None,
     config: Mapping[str, Any] | None = None,
 ) -> None:
-    """Check a loss against the :mod:`tinker_core.algos` contract; needs torch.
+    """Check a loss against the :mod:`tinker_core.contracts` contract; needs torch.
 
     Args:
         loss: a registered loss name (:func:`tinker_core.registry.get_loss`) or the callable itself.

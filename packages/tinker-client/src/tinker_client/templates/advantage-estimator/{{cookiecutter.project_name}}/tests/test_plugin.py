@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tinker_core.registry import get_advantage_estimator
-from tinker_core.testing import check_advantage_estimator
+from tinker_core import get_advantage_estimator
+from tinker_core import check_advantage_estimator
 
 from {{ cookiecutter.__module }}.estimator import NAME, NEEDS_CRITIC, estimate
 {% if cookiecutter.needs_critic == "yes" %}

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from tinker_core.registry import get_loss
-from tinker_core.testing import check_loss
+from tinker_core import get_loss
+from tinker_core import check_loss
 
 from {{ cookiecutter.__module }}.loss import loss
 from {{ cookiecutter.__module }}.plugin import KIND, NAME

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from tinker_core.registry import get_optimizer
-from tinker_core.testing import check_optimizer
+from tinker_core import get_optimizer
+from tinker_core import check_optimizer
 
 from {{ cookiecutter.__module }}.optimizer import build
 from {{ cookiecutter.__module }}.plugin import NAME

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tinker_core.algos import AdvantageInputs
+from tinker_core import AdvantageInputs
 
 from {{ cookiecutter.__module }}.estimator import estimate, group_advantages, returns_to_go
 

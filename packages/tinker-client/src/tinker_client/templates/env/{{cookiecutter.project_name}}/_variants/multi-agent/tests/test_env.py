@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tinker_core.coordinator import play_episode
-from tinker_core.opponents import make_opponent
-from tinker_core.registry import env_spec, get_registry
-from tinker_core.testing import check_env, check_multi_agent_env
+from tinker_core import play_episode
+from tinker_core import make_opponent
+from tinker_core import env_spec, get_registry
+from tinker_core import check_env, check_multi_agent_env
 
 from {{ cookiecutter.__module }}.env import (
     SOLO_SPEC,

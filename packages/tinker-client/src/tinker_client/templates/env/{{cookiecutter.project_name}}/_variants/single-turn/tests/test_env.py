@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tinker_core.registry import env_spec, get_registry
-from tinker_core.testing import check_env
+from tinker_core import env_spec, get_registry
+from tinker_core import check_env
 
 from {{ cookiecutter.__module }}.env import SPEC, {{ cookiecutter.__class }}Env
 

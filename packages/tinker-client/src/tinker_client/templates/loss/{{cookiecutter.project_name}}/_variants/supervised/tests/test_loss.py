@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from tinker_core.algos import LossInputs
+from tinker_core import LossInputs
 
 from {{ cookiecutter.__module }}.loss import loss
 

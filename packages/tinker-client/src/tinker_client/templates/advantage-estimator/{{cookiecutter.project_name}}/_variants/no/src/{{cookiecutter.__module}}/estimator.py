@@ -18,7 +18,7 @@ To make it yours, change :func:`group_advantages` (the math: a pure function of 
 easy to test against hand-worked numbers) and the keyword arguments of :func:`estimate` (the
 function OpenTinker calls; a job passes them as ``algorithm.params.estimator_config``). Keep
 the contract that ``tests/test_plugin.py`` checks with
-``tinker_core.testing.check_advantage_estimator``: ``[B, T]`` float outputs, 0 off the mask,
+``tinker_core.check_advantage_estimator``: ``[B, T]`` float outputs, 0 off the mask,
 finite even for a group of one or equal rewards, the inputs left unchanged, and group ids
 treated as labels (renaming or reordering the groups changes nothing).
 """
@@ -26,7 +26,7 @@ treated as labels (renaming or reordering the groups changes nothing).
 from __future__ import annotations
 
 import numpy as np
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core import AdvantageInputs, AdvantageOutputs
 
 from .returns import returns_to_go
 

@@ -20,14 +20,14 @@ To make it yours, change :func:`critic_advantages` (the math: a pure function of
 easy to test against hand-worked numbers) and the keyword arguments of :func:`estimate` (the
 function OpenTinker calls; a job passes them as ``algorithm.params.estimator_config``). Keep
 the contract that ``tests/test_plugin.py`` checks with
-``tinker_core.testing.check_advantage_estimator``: ``[B, T]`` float outputs, 0 off the mask,
+``tinker_core.check_advantage_estimator``: ``[B, T]`` float outputs, 0 off the mask,
 finite everywhere, the inputs left unchanged, and padding columns changing nothing.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from tinker_core.algos import AdvantageInputs, AdvantageOutputs
+from tinker_core import AdvantageInputs, AdvantageOutputs
 
 from .returns import returns_to_go
 

@@ -16,7 +16,7 @@ episode. Only the policy's tokens are trained: the env's answers are masked out 
 To make it yours, change :meth:`{{ cookiecutter.__class }}Env.reset` (pose a task, seeded by
 ``self.np_random``) and :meth:`{{ cookiecutter.__class }}Env.step` (answer an action, score it,
 say whether the episode is over), and describe it in ``SPEC``. Keep the rules that
-``tests/test_env.py`` checks with ``tinker_core.testing.check_env``: the same seed gives the
+``tests/test_env.py`` checks with ``tinker_core.check_env``: the same seed gives the
 same episode, no action raises, every episode ends within ``env_spec.max_turns`` steps, rewards
 stay within ``SPEC.reward_range`` and ``info`` holds only JSON values.
 """

@@ -11,7 +11,7 @@ Episode::
 To make it yours, change :meth:`{{ cookiecutter.__class }}Env.reset` (pose a task, seeded by
 ``self.np_random``) and :meth:`{{ cookiecutter.__class }}Env.step` (score the answer), and
 describe it in ``SPEC``. Keep the rules that ``tests/test_env.py`` checks with
-``tinker_core.testing.check_env``: the same seed gives the same episode, no action raises,
+``tinker_core.check_env``: the same seed gives the same episode, no action raises,
 rewards stay within ``SPEC.reward_range`` and ``info`` holds only JSON values.
 """
 

@@ -13,7 +13,7 @@ The trainer aggregates ``loss_B_T`` over the target tokens with the job's
 
 To make it yours, change :func:`loss` (its keyword arguments are the job's
 ``algorithm.loss_config``), then the hand-worked numbers in ``tests/test_loss.py``. Keep the
-contract that ``tinker_core.testing.check_loss`` checks: a finite ``[B, T]`` float tensor,
+contract that ``tinker_core.check_loss`` checks: a finite ``[B, T]`` float tensor,
 differentiable in ``logprobs_B_T``, with exactly zero gradient where ``mask_B_T`` is 0, and
 inputs off the mask changing nothing.
 """
@@ -21,7 +21,7 @@ inputs off the mask changing nothing.
 from __future__ import annotations
 
 import torch
-from tinker_core.algos import LossInputs, LossOutputs
+from tinker_core import LossInputs, LossOutputs
 
 __all__ = ["loss"]
 

@@ -11,7 +11,7 @@ SGD with heavy-ball momentum and decoupled weight decay, written out as a
 
 To make it yours, change :meth:`{{ cookiecutter.__class }}Optimizer.step` (and the defaults the
 constructor keeps per parameter group), then the hand-worked steps in
-``tests/test_optimizer.py``. Keep the contract that ``tinker_core.testing.check_optimizer``
+``tests/test_optimizer.py``. Keep the contract that ``tinker_core.check_optimizer``
 checks: it descends a convex quadratic, keeps each parameter group's ``lr``, leaves parameters
 alone when their gradient is zero or None (with ``weight_decay=0``), and keeps all of its
 state in ``state_dict()`` so a resumed run continues bit for bit.

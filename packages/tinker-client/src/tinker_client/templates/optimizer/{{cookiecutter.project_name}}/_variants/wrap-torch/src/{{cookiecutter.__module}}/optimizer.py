@@ -11,7 +11,7 @@ the usual recipe for transformers::
 
 To make it yours, change :func:`build` (which torch optimizer, which defaults) and
 :func:`split_decay_groups` (how parameters are grouped), then the tests in
-``tests/test_optimizer.py``. Keep the contract that ``tinker_core.testing.check_optimizer``
+``tests/test_optimizer.py``. Keep the contract that ``tinker_core.check_optimizer``
 checks: it descends a convex quadratic, keeps each parameter group's ``lr``, leaves parameters
 alone when their gradient is zero or None (with ``weight_decay=0``), and keeps all of its
 state in ``state_dict()`` so a resumed run continues bit for bit.
