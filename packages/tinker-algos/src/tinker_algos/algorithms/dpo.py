@@ -52,10 +52,10 @@ import tinker_core.registry
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     ReferencePolicy,
-    check_loss_config,
     example_trajectory,
     optim_metrics,
     read_jsonl,
+    resolve_loss,
     shuffled_batch,
     stage_system_prompt,
 )
@@ -142,20 +142,11 @@ class DPO(Algorithm):
                 raise ConfigError([f"stages[{ctx.stage_index}]: dpo needs '{where}.data' (a JSONL of prompt/chosen/rejected pairs) or an 'env' whose rewards rank the model's own samples"])
             if ctx.rollout_cfg.group_size < 2:
                 raise ConfigError([f"rollout.group_size: on-policy dpo pairs samples of one prompt, so it needs group_size >= 2, got {ctx.rollout_cfg.group_size}"])
-        self.loss = algo.loss or self.default_loss
-        entry = tinker_core.registry.get_loss(self.loss)
-        if entry.options.get("kind") != "preference":
-            raise ConfigError([f"{where}.loss: dpo needs a preference loss (dpo, ipo, cdpo), got {self.loss!r} ({entry.options.get('kind')})"])
+        self.loss = resolve_loss(ctx, "dpo", self.default_loss, "preference")
         if algo.micro_batch_size is not None and algo.micro_batch_size % 2:
             raise ConfigError([f"{where}.micro_batch_size: dpo keeps each chosen/rejected pair in one micro-batch, so it must be even, got {algo.micro_batch_size}"])
         self.aggregation = algo.aggregation if "aggregation" in algo.model_fields_set else DEFAULT_AGGREGATION
         self.beta = float(algo.loss_config.get("beta", 0.1))
-        import torch
-
-        from tinker_core.algos import LossInputs
-
-        z = torch.zeros(2, 1)
-        check_loss_config(ctx, self.loss, LossInputs(z, torch.ones(2, 1), ref_logprobs_B_T=z))
         self.reference: ReferencePolicy | None = None
 
     def _setup(self) -> ReferencePolicy:
