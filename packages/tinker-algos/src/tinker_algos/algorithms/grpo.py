@@ -35,14 +35,20 @@ Implementation details:
    ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
    line naming the likely fixes (:mod:`tinker_algos.algorithms.hints`).
 
-8. Rows whose advantage is 0 on every token (a group whose rewards tied) get no gradient from the
-   built-in policy losses, so they skip the gradient pass (a no-grad forward gives their
+8. Rows whose advantage is 0 on every token (a group whose rewards tied) get no gradient from a
+   loss registered with ``vanishes_at_zero_advantage=True`` (the built-in policy losses but
+   ``dro``, or a plugin's), so they skip the gradient pass (a no-grad forward gives their
    logprobs); ``loss_scale`` keeps the gradient and the logged metrics those of the whole batch
    (:mod:`tinker_algos.zero_advantage`).
 9. ``rollout.max_staleness: k`` (default 0: on-policy) samples the batch of step ``s + k`` in a
    background thread while step ``s`` trains, with the weights from before update ``s``
    (:mod:`tinker_algos.rollout_ahead`); the loss's ratio to the sampler's logprobs corrects for
    the ``k`` updates in between (use a clipped loss, ``ppo``, with ``k > 0``).
+
+Details 4, 5 and 8 live in the policy-update block GRPO shares with PPO
+(:mod:`tinker_algos.algorithms.update`), which also names the logged keys: ``losses/policy``,
+``losses/kl``, ``losses/total`` and the loss's own metrics as ``losses/<metric>``
+(``losses/approx_kl``, ``losses/clipfrac``; see ``docs/algorithms/grpo.md``).
 
 ``algorithm.params`` (:class:`tinker_core.config.GRPOParams`): ``estimator_config`` (keyword
 arguments of the estimator) and ``multi_agent``.

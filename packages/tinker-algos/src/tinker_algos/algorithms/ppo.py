@@ -47,7 +47,9 @@ Implementation details:
 
 Metrics are averaged over the step's updates: ``losses/policy``, ``losses/value``,
 ``losses/clipfrac``, ``losses/approx_kl``, ``values/explained_variance`` (old values against
-returns), ``kl/sample_train``; see ``docs/algorithms/ppo.md`` for the full glossary.
+returns), ``kl/sample_train``; see ``docs/algorithms/ppo.md`` for the full glossary. Details 2
+and 5 and those names live in the policy-update block PPO shares with GRPO
+(:mod:`tinker_algos.algorithms.update`), with the trainer's ``pi_old`` as the behaviour policy.
 """
 
 from __future__ import annotations
