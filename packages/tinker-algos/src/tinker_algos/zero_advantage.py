@@ -51,6 +51,7 @@ def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray, trim: bool
         sampler_logprobs_B_T=batch.sampler_logprobs_B_T[rows, :T],
         rewards_B=batch.rewards_B[rows],
         group_ids_B=batch.group_ids_B[rows],
+        advantages_B_T=None if batch.advantages_B_T is None else batch.advantages_B_T[rows, :T],
     )
     return sub, [x[rows, :T] for x in extra_B_T]
 

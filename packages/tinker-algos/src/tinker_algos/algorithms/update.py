@@ -98,6 +98,7 @@ class PolicyUpdate:
         ``kl/policy_ref`` and (with the trainer as the behaviour policy) ``kl/sample_train``."""
         trainer, temperature = self.ctx.trainer, self.ctx.rollout_cfg.temperature
         mask = batch.loss_mask_B_T * batch.attention_mask_B_T
+        logprobs: np.ndarray | None
         if self.behaviour_policy == "trainer":
             logprobs = trainer.forward(batch)
             at_temp = logprobs if temperature == 1.0 else trainer.forward(batch, temperature=temperature)
@@ -122,7 +123,9 @@ class PolicyUpdate:
         return out
 
     # ---- the update ----------------------------------------------------------------------------
-    def loss_terms(self, batch: Batch, advantages_B_T: np.ndarray, ref_logprobs_B_T: np.ndarray | None) -> tuple[dict[str, float], Any]:
+    def loss_terms(
+        self, batch: Batch, advantages_B_T: np.ndarray, ref_logprobs_B_T: np.ndarray | None
+    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray] | None]:
         """Add the gradients of the policy loss and the KL term (``kl.mode: loss``) on ``batch``
         (the step's, or a minibatch of it). Returns their ``losses/*`` metrics and what the
         policy loss's pass gave: ``(logprobs_B_T, scored_B)`` with the sampler as the behaviour
@@ -133,7 +136,7 @@ class PolicyUpdate:
                 trainer, batch, self.loss, algo.aggregation, advantages_B_T, dict(algo.loss_config),
                 skip=self.deterministic_pass, forward_skipped=ref_logprobs_B_T is not None,
             )
-            passed: Any = (logprobs, scored_B)
+            passed: tuple[np.ndarray, np.ndarray] | None = (logprobs, scored_B)
         else:
             fb, passed = trainer.forward_backward(batch, self.loss, agg=algo.aggregation, advantages_B_T=advantages_B_T, **algo.loss_config), None
         terms = {"losses/policy": fb["loss"]}
@@ -149,12 +152,13 @@ class PolicyUpdate:
         terms["losses/total"] = total
         return terms, passed
 
-    def after(self, before: Behaviour, passed: tuple[np.ndarray, np.ndarray], metrics: dict[str, float]) -> None:
+    def after(self, before: Behaviour, passed: tuple[np.ndarray, np.ndarray] | None, metrics: dict[str, float]) -> None:
         """With the sampler as the behaviour policy: ``kl/sample_train`` (and ``kl/policy_ref``
         when it waited for them) from the logprobs before the update, those of the loss's pass
         when no separate pass ran (over the rows it scored)."""
         logprobs, mask = before.logprobs_B_T, before.mask_B_T
         if logprobs is None:
+            assert passed is not None, "the sampler is the behaviour policy: loss_terms hands back its pass's logprobs"
             logprobs, scored_B = passed
             if before.ref_logprobs_B_T is not None:
                 metrics["kl/policy_ref"], _ = kl_to_reference(logprobs, before.ref_logprobs_B_T, before.batch, mask, self.kl)
