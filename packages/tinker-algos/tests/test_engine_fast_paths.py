@@ -234,3 +234,52 @@ def test_skipped_rows_need_no_forward_when_their_metrics_may_cover_the_trained_r
     for a, b in zip(g_all, g, strict=True):
         torch.testing.assert_close(b, a)  # the same update
     assert m["loss"] == pytest.approx(m_all["loss"]) and m["num_tokens"] == m_all["num_tokens"]
+
+
+def _plugin_pg(inputs: Any) -> Any:
+    """A plugin's policy loss, written as a third party would: ``-rho * A`` on the trained tokens."""
+    from tinker_core.contracts import LossOutputs
+
+    ratio = torch.exp(inputs.logprobs_B_T - inputs.sampling_logprobs_B_T)
+    loss_B_T = torch.where(inputs.mask_B_T != 0, -ratio * inputs.advantages_B_T, torch.zeros_like(ratio))
+    return LossOutputs(loss_B_T, {"ratio_mean": float((ratio.detach() * inputs.mask_B_T).sum() / inputs.mask_B_T.sum())})
+
+
+class _PluginLosses:
+    @hookimpl
+    def opentinker_register_losses(self, register: Any) -> None:
+        register("algostest_pg", _plugin_pg, vanishes_at_zero_advantage=True, description="-rho * A, declared")
+        register("algostest_pg_undeclared", _plugin_pg, description="-rho * A, not declared")
+
+
+@pytest.mark.usefixtures("fresh_tinker_algos_plugins")
+def test_a_plugin_loss_gets_the_zero_advantage_fast_path_by_declaring_it_at_registration(policy: PolicyModel) -> None:
+    from tinker_algos.trainer import TrainerConfig
+    from tinker_algos.zero_advantage import policy_update, vanishes_at_zero_advantage
+
+    tinker_core.registry.register_plugin(_PluginLosses(), distribution="algostest-losses")
+    # the built-ins declare it through the same register call
+    assert [vanishes_at_zero_advantage(n) for n in ("importance_sampling", "ppo", "cispo", "dro")] == [True, True, True, False]
+    assert vanishes_at_zero_advantage("algostest_pg") and not vanishes_at_zero_advantage("algostest_pg_undeclared")
+    batch, adv = tied_batch(policy)
+    B = batch.tokens_B_T.shape[0]
+    results = {}
+    for loss, skip in (("algostest_pg", False), ("algostest_pg", True), ("algostest_pg_undeclared", True)):
+        trainer = Trainer(policy, TrainerConfig(lr=1e-3))
+        rows: list[int] = []
+        handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        try:
+            metrics, _, scored = policy_update(trainer, batch, loss, "token-mean", adv, {}, skip=skip)
+        finally:
+            handle.remove()
+        results[loss, skip] = (metrics, [p.grad.clone() for p in trainer.params], rows)
+        trainer.zero_grad()
+        assert scored.all()
+    (m0, g0, rows0), (m1, g1, rows1), (_, g2, rows2) = results.values()
+    assert rows0 == [B] and sorted(rows1) == [4, B - 4]  # declared: gradient pass on 8 rows, no-grad pass on 4
+    assert rows2 == [B]  # undeclared: the whole batch goes through the gradient pass
+    for a, b, c in zip(g0, g1, g2, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-4)
+        torch.testing.assert_close(c, a)
+    assert m1["loss"] == pytest.approx(m0["loss"], rel=1e-4, abs=1e-6)
+    assert m1["algostest_pg/ratio_mean"] == pytest.approx(m0["algostest_pg/ratio_mean"], rel=1e-4)

@@ -423,3 +423,20 @@ def test_preference_metrics_are_one_function_for_numpy_and_torch():
     expected = {"accuracy": 1 / 3, "reward_margin": 0.0, "chosen_reward": 0.1 * 1.5 / 3, "rejected_reward": 0.1 * 1.5 / 3}
     for c, r in ((np.array(chosen), np.array(rejected)), (torch.tensor(chosen), torch.tensor(rejected))):
         assert preference_metrics(c, r, beta=0.1) == pytest.approx(expected)
+
+
+def test_the_losses_declared_to_vanish_at_zero_advantage_do_and_the_others_do_not() -> None:
+    """``vanishes_at_zero_advantage`` (what the zero-advantage fast path trusts) is a promise about
+    the math: loss and gradient exactly 0 where ``A = 0``, whatever the logprobs."""
+    g = torch.Generator().manual_seed(0)
+    entries = [e for e in tinker_core.registry.get_registry("losses").entries() if e.options["kind"] == "policy"]
+    declared = {e.name for e in entries if e.options["vanishes_at_zero_advantage"]}
+    assert declared == {"importance_sampling", "ppo", "cispo"}
+    for entry in entries:
+        lp = (-torch.rand(3, 5, generator=g, dtype=torch.float64) * 3).requires_grad_(True)
+        old = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
+        mask = torch.ones(3, 5, dtype=torch.float64)
+        out = run_loss(entry.name, LossInputs(lp, mask, sampling_logprobs_B_T=old, advantages_B_T=torch.zeros_like(mask)))
+        out.loss_B_T.sum().backward()
+        vanishes = bool(torch.all(out.loss_B_T == 0)) and bool(torch.all(lp.grad == 0))
+        assert vanishes == (entry.name in declared), entry.name

@@ -120,6 +120,22 @@ def test_grpo_checks_estimator_config_before_the_first_rollout(tmp_path, monkeyp
     assert "normalize" not in GRPOParams.model_fields["estimator_config"].description
 
 
+def test_grpo_checks_its_loss_before_the_first_rollout_as_ppo_and_dpo_do(tmp_path, monkeypatch):
+    """The shared policy update checks the loss's kind and its loss_config keys before any episode."""
+    from tinker_algos.algorithms.base import StageContext
+
+    rollouts = []
+    monkeypatch.setattr(StageContext, "group_rollout", lambda self, step: rollouts.append(step))
+    for name, algo, match in (
+        ("kind", {"loss": "dpo"}, r"stages\[0\]\.algorithm\.loss: grpo needs a policy loss \(.*importance_sampling.*\), got 'dpo' \(preference\)"),
+        ("key", {"loss": "ppo", "loss_config": {"eps": 0.2}}, r"stages\[0\]\.algorithm\.loss_config: .*'eps'"),
+        ("value", {"loss": "ppo", "loss_config": {"dual_clip": 0.5}}, r"stages\[0\]\.algorithm\.loss_config: .*dual_clip must be > 1"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            train(job(stages=[{"algorithm": {"name": "grpo", "steps": 1, **algo}}]), run_dir=tmp_path / name)
+    assert rollouts == []
+
+
 def test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error(tmp_path):
     from transformers import PreTrainedTokenizerFast
 

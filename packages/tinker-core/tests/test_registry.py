@@ -161,7 +161,27 @@ def test_hook_opentinker_register_losses():
         plugin_module("l", opentinker_register_losses=lambda register: register("my_loss", my_loss, kind="value")),
         distribution="l-dist",
     )
-    assert tinker_core.registry.get_loss("my_loss").options == {"kind": "value"}
+    assert tinker_core.registry.get_loss("my_loss").options == {"kind": "value", "vanishes_at_zero_advantage": False}
+
+
+def test_a_loss_declares_at_registration_whether_it_vanishes_at_zero_advantage():
+    def pg(inputs, **config):
+        return None
+
+    def register(register):
+        register("pg_zero", pg, vanishes_at_zero_advantage=True)
+        register("pg_plain", pg)
+
+    tinker_core.registry.register_plugin(plugin_module("l", opentinker_register_losses=register), distribution="l-dist")
+    assert tinker_core.registry.get_loss("pg_zero").options == {"kind": "policy", "vanishes_at_zero_advantage": True}
+    assert tinker_core.registry.get_loss("pg_plain").options["vanishes_at_zero_advantage"] is False
+    tinker_core.registry.reset_plugins()
+    tinker_core.registry.register_plugin(
+        plugin_module("l", opentinker_register_losses=lambda register: register("v", pg, kind="value", vanishes_at_zero_advantage=True)),
+        distribution="l-dist",
+    )
+    with pytest.raises(PluginError, match="loss 'v' of kind 'value' declares vanishes_at_zero_advantage=True"):
+        tinker_core.registry.get_registry("losses")
 
 
 def test_loss_kind_and_names_are_checked():

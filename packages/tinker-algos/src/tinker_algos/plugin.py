@@ -84,6 +84,11 @@ LOSS_TABLE: dict[str, tuple[str, str]] = {
 }
 """Name -> (kind, description) of every built-in loss."""
 
+VANISHING_AT_ZERO_ADVANTAGE = frozenset({"importance_sampling", "ppo", "cispo"})
+"""The built-in policy losses whose value and gradient are exactly 0 on a token whose advantage is
+0 (each term is a multiple of ``A``); they register with ``vanishes_at_zero_advantage=True``, as a
+plugin's loss does (``dro``'s ``beta / 2 * (lp - lp_old)^2`` term does not vanish)."""
+
 OPTIMIZER_DESCRIPTIONS: dict[str, str] = {
     "adamw": "AdamW (torch.optim.AdamW): lr, betas, eps, weight_decay, amsgrad",
     "sgd": "SGD (torch.optim.SGD): lr, momentum, dampening, weight_decay, nesterov",
@@ -107,6 +112,7 @@ def opentinker_register_losses(register: Any) -> None:
             Deferred("tinker_algos.losses", name, description),
             kind=kind,
             description=description,
+            vanishes_at_zero_advantage=name in VANISHING_AT_ZERO_ADVANTAGE,
         )
 
 

@@ -58,10 +58,12 @@ class OptimizerRegister(Protocol):
 
 
 class LossRegister(Protocol):
-    """``register(name, loss_fn, *, kind="policy", description=None)`` of :func:`opentinker_register_losses`."""
+    """``register(name, loss_fn, *, kind="policy", description=None, vanishes_at_zero_advantage=False)``
+    of :func:`opentinker_register_losses`."""
 
     def __call__(
-        self, name: str, loss_fn: Callable[..., Any], *, kind: str = "policy", description: str | None = None
+        self, name: str, loss_fn: Callable[..., Any], *, kind: str = "policy", description: str | None = None,
+        vanishes_at_zero_advantage: bool = False,
     ) -> None: ...
 
 
@@ -102,11 +104,15 @@ def opentinker_register_optimizers(register: OptimizerRegister) -> None:
 def opentinker_register_losses(register: LossRegister) -> None:
     """Register losses (policy, preference, value, KL or supervised).
 
-    :param register: ``register(name, loss_fn, *, kind="policy", description=None)``.
-        ``loss_fn(inputs: LossInputs, **config) -> LossOutputs`` computes a per-token loss
-        ``loss_B_T`` (torch, differentiable in ``inputs.logprobs_B_T``) that the trainer
-        aggregates with the job's aggregation mode. ``kind`` is one of ``policy``,
-        ``preference``, ``value``, ``kl``, ``supervised``.
+    :param register: ``register(name, loss_fn, *, kind="policy", description=None,
+        vanishes_at_zero_advantage=False)``. ``loss_fn(inputs: LossInputs, **config) ->
+        LossOutputs`` computes a per-token loss ``loss_B_T`` (torch, differentiable in
+        ``inputs.logprobs_B_T``) that the trainer aggregates with the job's aggregation mode.
+        ``kind`` is one of ``policy``, ``preference``, ``value``, ``kl``, ``supervised``.
+        ``vanishes_at_zero_advantage=True`` (policy losses only) promises that the loss and its
+        gradient are exactly 0 on every token whose advantage is 0, whatever the logprobs; GRPO
+        then skips the gradient pass of rows whose advantage is 0 everywhere
+        (:mod:`tinker_algos.zero_advantage`).
     """
 
 

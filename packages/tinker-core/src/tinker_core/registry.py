@@ -332,7 +332,7 @@ class PluginSystem:
 
             def register_loss(
                 name: str, loss_fn: Callable[..., Any], *, kind: str = "policy",
-                description: str | None = None,
+                description: str | None = None, vanishes_at_zero_advantage: bool = False,
             ) -> None:
                 check_name(name)
                 check_callable(name, loss_fn)
@@ -341,7 +341,13 @@ class PluginSystem:
                         f"distribution {dist!r}: loss {name!r} has kind {kind!r}; "
                         f"kinds are {', '.join(LOSS_KINDS)}"
                     )
-                add(name, loss_fn, description, {"kind": kind})
+                if vanishes_at_zero_advantage and kind != "policy":
+                    raise PluginError(
+                        f"distribution {dist!r}: loss {name!r} of kind {kind!r} declares "
+                        "vanishes_at_zero_advantage=True, which only a policy loss (one that "
+                        "reads advantages) can; drop the flag or register it with kind='policy'"
+                    )
+                add(name, loss_fn, description, {"kind": kind, "vanishes_at_zero_advantage": bool(vanishes_at_zero_advantage)})
 
             return register_loss
 

@@ -4,8 +4,8 @@
   DPO's implicit reward).
 * :func:`kl_to_reference` -- the KL penalty to it: its mean, and the token rewards shaped by it.
 * :func:`sampler_agreement` -- how far the sampler's logprobs are from the trainer's.
-* :func:`resolve_estimator`, :func:`check_loss_config` -- fail on a wrong name or key before
-  any work.
+* :func:`resolve_estimator`, :func:`check_estimator_config`, :func:`resolve_loss` -- fail on a
+  wrong name, kind or key before any work.
 * :func:`read_jsonl`, :func:`shuffled_batch`, :func:`example_trajectory`,
   :func:`stage_system_prompt` -- offline data files (SFT examples, DPO pairs): read, cycled
   through in per-epoch shuffled order, tokenized through the chat template like rollouts.
@@ -117,13 +117,29 @@ def check_estimator_config(ctx: StageContext, estimator: Any, inputs: AdvantageI
         raise ConfigError([f"{ctx.where}.params.estimator_config: {e}"]) from None
 
 
-def check_loss_config(ctx: StageContext, loss: str, inputs: LossInputs) -> None:
-    """Call loss ``loss`` once on ``inputs`` with the stage's ``loss_config``: a key the loss does
-    not take (or a bad value) is a config error naming ``loss_config`` before any work."""
+def resolve_loss(ctx: StageContext, algorithm: str, default: str, kind: str) -> str:
+    """The stage's loss name (``algorithm.loss``, else ``default``), checked before any work: it
+    is registered (did-you-mean), of ``kind`` (``policy`` for GRPO and PPO, ``preference`` for
+    DPO), and takes the stage's ``loss_config`` (the loss runs once on a one-token probe; a key it
+    does not take, or a bad value, is a config error naming ``loss_config``)."""
+    import torch
+
+    name = ctx.algo.loss or default
+    entry = tinker_core.registry.get_loss(name)
+    if entry.options.get("kind") != kind:
+        names = ", ".join(e.name for e in tinker_core.registry.get_registry("losses").entries() if e.options.get("kind") == kind)
+        raise ConfigError([f"{ctx.where}.loss: {algorithm} needs a {kind} loss ({names}), got {name!r} ({entry.options.get('kind')})"])
+    lp = torch.zeros(1, 1)
+    z = torch.zeros(2, 1)
+    probe = {
+        "policy": LossInputs(lp, torch.ones(1, 1), sampling_logprobs_B_T=lp, advantages_B_T=lp),
+        "preference": LossInputs(z, torch.ones(2, 1), ref_logprobs_B_T=z),
+    }[kind]
     try:
-        tinker_core.registry.get_loss(loss).obj(inputs, **ctx.algo.loss_config)
+        entry.obj(probe, **ctx.algo.loss_config)
     except (TypeError, ValueError) as e:
         raise ConfigError([f"{ctx.where}.loss_config: {e}"]) from None
+    return name
 
 
 def read_jsonl(path: str | Path, where: str, what: str) -> list[tuple[int, Any]]:

@@ -54,10 +54,10 @@ import tinker_core.registry
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     ReferencePolicy,
-    check_loss_config,
     example_trajectory,
     optim_metrics,
     read_jsonl,
+    resolve_loss,
     shuffled_batch,
     stage_system_prompt,
 )
@@ -118,9 +118,9 @@ def best_worst_pairs(groups: Sequence[TrajectoryGroup], min_gap: float = 0.0) ->
     out = []
     for group in groups:
         rewards_G = [t.reward for t in group]
-        members = range(len(rewards_G))
         if not rewards_G:
             continue
+        members = range(len(rewards_G))
         best = max(members, key=lambda i: (rewards_G[i], -i))
         worst = min(members, key=lambda i: (rewards_G[i], i))
         if rewards_G[best] - rewards_G[worst] > min_gap:
@@ -143,20 +143,11 @@ class DPO(Algorithm):
                 raise ConfigError([f"stages[{ctx.stage_index}]: dpo needs '{where}.data' (a JSONL of prompt/chosen/rejected pairs) or an 'env' whose rewards rank the model's own samples"])
             if ctx.rollout_cfg.group_size < 2:
                 raise ConfigError([f"rollout.group_size: on-policy dpo pairs samples of one prompt, so it needs group_size >= 2, got {ctx.rollout_cfg.group_size}"])
-        self.loss = algo.loss or self.default_loss
-        entry = tinker_core.registry.get_loss(self.loss)
-        if entry.options.get("kind") != "preference":
-            raise ConfigError([f"{where}.loss: dpo needs a preference loss (dpo, ipo, cdpo), got {self.loss!r} ({entry.options.get('kind')})"])
+        self.loss = resolve_loss(ctx, "dpo", self.default_loss, "preference")
         if algo.micro_batch_size is not None and algo.micro_batch_size % 2:
             raise ConfigError([f"{where}.micro_batch_size: dpo keeps each chosen/rejected pair in one micro-batch, so it must be even, got {algo.micro_batch_size}"])
         self.aggregation = algo.aggregation if "aggregation" in algo.model_fields_set else DEFAULT_AGGREGATION
         self.beta = float(algo.loss_config.get("beta", 0.1))
-        import torch
-
-        from tinker_core.contracts import LossInputs
-
-        z = torch.zeros(2, 1)
-        check_loss_config(ctx, self.loss, LossInputs(z, torch.ones(2, 1), ref_logprobs_B_T=z))
         self.reference: ReferencePolicy | None = None
 
     def _setup(self) -> ReferencePolicy:

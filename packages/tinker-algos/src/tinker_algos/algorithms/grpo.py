@@ -35,14 +35,20 @@ Implementation details:
    ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
    line naming the likely fixes (:mod:`tinker_algos.algorithms.hints`).
 
-8. Rows whose advantage is 0 on every token (a group whose rewards tied) get no gradient from the
-   built-in policy losses, so they skip the gradient pass (a no-grad forward gives their
+8. Rows whose advantage is 0 on every token (a group whose rewards tied) get no gradient from a
+   loss registered with ``vanishes_at_zero_advantage=True`` (the built-in policy losses but
+   ``dro``, or a plugin's), so they skip the gradient pass (a no-grad forward gives their
    logprobs); ``loss_scale`` keeps the gradient and the logged metrics those of the whole batch
    (:mod:`tinker_algos.zero_advantage`).
 9. ``rollout.max_staleness: k`` (default 0: on-policy) samples the batch of step ``s + k`` in a
    background thread while step ``s`` trains, with the weights from before update ``s``
    (:mod:`tinker_algos.rollout_ahead`); the loss's ratio to the sampler's logprobs corrects for
    the ``k`` updates in between (use a clipped loss, ``ppo``, with ``k > 0``).
+
+Details 4, 5 and 8 live in the policy-update block GRPO shares with PPO
+(:mod:`tinker_algos.algorithms.update`), which also names the logged keys: ``losses/policy``,
+``losses/kl``, ``losses/total`` and the loss's own metrics as ``losses/<metric>``
+(``losses/approx_kl``, ``losses/clipfrac``; see ``docs/algorithms/grpo.md``).
 
 ``algorithm.params`` (:class:`tinker_core.config.GRPOParams`): ``estimator_config`` (keyword
 arguments of the estimator) and ``multi_agent``.
@@ -55,18 +61,10 @@ from typing import Any
 
 import numpy as np
 
-import tinker_core
-import tinker_core.registry
 from tinker_algos.algorithms.base import Algorithm, StageContext
-from tinker_algos.algorithms.common import (
-    ReferencePolicy,
-    check_estimator_config,
-    kl_to_reference,
-    optim_metrics,
-    resolve_estimator,
-    sampler_agreement,
-)
+from tinker_algos.algorithms.common import check_estimator_config, optim_metrics, resolve_estimator
 from tinker_algos.algorithms.hints import TiedRewardsHint
+from tinker_algos.algorithms.update import PolicyUpdate
 from tinker_algos.multiagent import (
     MultiAgentParams,
     MultiAgentRolloutResult,
@@ -76,7 +74,6 @@ from tinker_algos.multiagent import (
 )
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.rollout_ahead import RolloutsAhead
-from tinker_algos.zero_advantage import policy_update
 from tinker_core.config import GRPOParams
 from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
@@ -93,15 +90,13 @@ class GRPO(Algorithm):
         self.env_factory = ctx.require_env()
         self.params: GRPOParams = ctx.algo.params
         self.estimator_name, self.estimator = resolve_estimator(ctx, self.default_estimator, critic=False)
-        self.loss = ctx.algo.loss or self.default_loss
-        tinker_core.registry.get_loss(self.loss)  # fail early, with a did-you-mean
+        self.update = PolicyUpdate(ctx, "grpo", self.default_loss, behaviour="sampler")
         # estimator_config keys the estimator does not take fail here, before the first rollout (as in ppo)
         two = AdvantageInputs(rewards_B=np.zeros(2), mask_B_T=np.ones((2, 1)), group_ids_B=np.zeros(2, dtype=np.int64))
         check_estimator_config(ctx, self.estimator, two, self.params.estimator_config)
-        self.reference = ReferencePolicy(ctx) if ctx.algo.kl.coef > 0 else None
+        self.update.start()  # the reference policy: the weights are the stage's starting ones here
         self.multi_agent: MultiAgentParams | None = None
         self.env_spec = stage_env_spec(ctx)
-        self.deterministic_pass = not _has_dropout(ctx.policy.module)
         if self.env_spec is not None and self.env_spec.roles:
             # the config typed the keys; this checks them against the env (its roles, its opponents)
             self.multi_agent = MultiAgentParams.for_env(self.params.multi_agent, self.env_spec, where=f"{ctx.where}.params.multi_agent")
@@ -154,80 +149,30 @@ class GRPO(Algorithm):
         result = self.collect(step)
         metrics = result.metrics()
         metrics["time/rollout_s"] = time.perf_counter() - t0
-        trajs = result.trajectories
-        if not trajs or sum(t.num_generated for t in trajs) == 0:
-            metrics["optim/skipped_steps"] = float(self.ctx.trainer.skipped_steps)
-            metrics["rollout/empty_batch"] = 1.0
+        batch = self.update.batch(result, metrics)  # None: no token generated
+        if batch is None:
             return metrics
-        batch = result.batch(pad_token_id=self.ctx.policy.pad_token_id)
         self.tied_hint.observe(batch.rewards_B, batch.group_ids_B)
-        mask = batch.loss_mask_B_T
-        kl = self.ctx.algo.kl
-        # The policy's logprobs before the update: those of forward_backward's own pass (detail 4)
-        # unless they are needed before it (KL as reward shaping), are at another temperature
-        # than the sampler's, or dropout makes the training pass differ from a plain forward.
-        reuse = self.deterministic_pass and self.ctx.rollout_cfg.temperature == 1.0 and not (
-            self.reference is not None and kl.mode == "reward"
-        )
-        current = None if reuse else self.ctx.trainer.forward(batch, temperature=self.ctx.rollout_cfg.temperature)
-        token_rewards = None
-        ref = None
-        if self.reference is not None:
-            ref = self.reference.logprobs(batch)
-            if current is not None:
-                metrics["kl/policy_ref"], token_rewards = kl_to_reference(current, ref, batch, mask, kl)
-        adv, est_metrics = self.advantages(batch, token_rewards)
-        metrics.update({f"advantages/{k}": v for k, v in est_metrics.items()})
-        metrics["advantages/abs_mean"] = float(np.abs(adv).sum() / max(mask.sum(), 1.0))
-        # the policy loss: a registered name, by default tinker_algos.losses.importance_sampling
-        # (l = -rho * A per token; `ppo`, `cispo` beside it), aggregated by tinker_algos.aggregation
-        # (rows whose advantage is 0, tied groups, skip the gradient pass: tinker_algos.zero_advantage;
-        # without a reference model they are not forwarded again, and the metrics cover the rows that train)
-        fb, fb_logprobs, scored_B = policy_update(
-            self.ctx.trainer, batch, self.loss, self.ctx.algo.aggregation, adv, dict(self.ctx.algo.loss_config),
-            skip=self.deterministic_pass, forward_skipped=ref is not None,
-        )
-        agree_mask = mask
-        if current is None:
-            current, agree_mask = fb_logprobs, mask * scored_B[:, None]
-            if ref is not None:
-                metrics["kl/policy_ref"], _ = kl_to_reference(current, ref, batch, mask, kl)
-        metrics.update(sampler_agreement(batch, current, agree_mask))
-        metrics["losses/policy"] = fb["loss"]
-        total = fb["loss"]
-        if ref is not None and kl.mode == "loss":
-            fk = self.ctx.trainer.forward_backward(batch, kl.estimator, agg=self.ctx.algo.aggregation, loss_scale=kl.coef, ref_logprobs_B_T=ref)
-            metrics["losses/kl"] = fk["loss"]
-            total += kl.coef * fk["loss"]
-        metrics["losses/total"] = total
-        for k, v in fb.items():
-            if "/" in k:
-                metrics[f"losses/{k}"] = v
+        # the sampler is the behaviour policy; KL to the reference shapes the rewards (kl.mode: reward)
+        before = self.update.behaviour(batch, metrics)
+        adv, est_metrics = self.advantages(batch, before.token_rewards_B_T)
+        metrics.update(self.update.advantage_metrics(adv, est_metrics, before.mask_B_T))
+        # the policy loss (default importance_sampling: -rho * A per token) and the KL term (kl.mode: loss);
+        # zero-advantage rows (tied groups) skip the gradient pass
+        terms, passed = self.update.loss_terms(batch, adv, before.ref_logprobs_B_T)
+        metrics.update(terms)
+        self.update.after(before, passed, metrics)  # kl/sample_train from the loss's own pass
         metrics.update(optim_metrics(self.ctx.trainer.optim_step()))
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        state = self.reference.state_dict() if self.reference is not None else {}
+        state = self.update.state_dict()
         if self.ahead is not None:
             state.update(self.ahead.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if self.reference is not None:
-            self.reference.load_state_dict(state)
+        self.update.load_state_dict(state)
         if self.ahead is not None:
             self.ahead.load_state_dict(state)
 
-
-def _has_dropout(module: Any) -> bool:
-    """Whether a training-mode forward pass of ``module`` is random (a dropout with ``p > 0``, a
-    LoRA adapter's included, or an attention dropout in a model config)."""
-    import torch
-
-    for m in module.modules():
-        if isinstance(m, torch.nn.Dropout) and m.p > 0:
-            return True
-        config = getattr(m, "config", None)
-        if config is not None and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
-            return True
-    return False

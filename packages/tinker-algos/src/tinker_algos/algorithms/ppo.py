@@ -47,46 +47,26 @@ Implementation details:
 
 Metrics are averaged over the step's updates: ``losses/policy``, ``losses/value``,
 ``losses/clipfrac``, ``losses/approx_kl``, ``values/explained_variance`` (old values against
-returns), ``kl/sample_train``; see ``docs/algorithms/ppo.md`` for the full glossary.
+returns), ``kl/sample_train``; see ``docs/algorithms/ppo.md`` for the full glossary. Details 2
+and 5 and those names live in the policy-update block PPO shares with GRPO
+(:mod:`tinker_algos.algorithms.update`), with the trainer's ``pi_old`` as the behaviour policy.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
-import tinker_core
-import tinker_core.registry
 from tinker_algos.algorithms.base import Algorithm, StageContext
-from tinker_algos.algorithms.common import (
-    ReferencePolicy,
-    check_loss_config,
-    kl_to_reference,
-    resolve_estimator,
-    sampler_agreement,
-)
+from tinker_algos.algorithms.common import check_estimator_config, resolve_estimator
 from tinker_algos.algorithms.critic import Critic, explained_variance
+from tinker_algos.algorithms.update import PolicyUpdate
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.trainer_config import lr_multiplier
+from tinker_algos.zero_advantage import take_rows
 from tinker_core.config import PPOParams
-from tinker_core.contracts import AdvantageInputs, Batch
-from tinker_core.errors import ConfigError
-
-
-def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray) -> tuple[Batch, list[np.ndarray]]:
-    """The sub-batch of ``rows`` (trimmed to its longest row) and the same rows of ``extra_B_T``."""
-    T = max(1, int(batch.attention_mask_B_T[rows].sum(-1).max()))
-    sub = Batch(
-        tokens_B_T=batch.tokens_B_T[rows, :T],
-        attention_mask_B_T=batch.attention_mask_B_T[rows, :T],
-        loss_mask_B_T=batch.loss_mask_B_T[rows, :T],
-        sampler_logprobs_B_T=batch.sampler_logprobs_B_T[rows, :T],
-        rewards_B=batch.rewards_B[rows],
-        group_ids_B=batch.group_ids_B[rows],
-    )
-    return sub, [x[rows, :T] for x in extra_B_T]
+from tinker_core.contracts import AdvantageInputs
 
 
 class PPO(Algorithm):
@@ -99,27 +79,11 @@ class PPO(Algorithm):
         self.env_factory = ctx.require_env()
         self.params: PPOParams = ctx.algo.params
         self.estimator_name, self.estimator = resolve_estimator(ctx, self.default_estimator, critic=True)
-        self.loss = ctx.algo.loss or self.default_loss
-        loss_entry = tinker_core.registry.get_loss(self.loss)
-        if loss_entry.options.get("kind") != "policy":
-            raise ConfigError([f"{ctx.where}.loss: ppo needs a policy loss (ppo, importance_sampling, cispo), got {self.loss!r} ({loss_entry.options.get('kind')})"])
-        self._check_configs()
+        self.update = PolicyUpdate(ctx, "ppo", self.default_loss, behaviour="trainer")
+        # estimator_config keys the estimator does not take fail here, before the first rollout (as in grpo)
+        one = AdvantageInputs(np.zeros(1), np.ones((1, 1)), np.zeros(1), values_B_T=np.zeros((1, 1)))
+        check_estimator_config(ctx, self.estimator, one, self.params.estimator_config)
         self.critic: Critic | None = None
-        self.reference: ReferencePolicy | None = None
-
-    def _check_configs(self) -> None:
-        """Fail before any work on estimator/loss config keys the functions do not take."""
-        import torch
-
-        from tinker_core.contracts import LossInputs
-
-        one = np.ones((1, 1))
-        try:
-            self.estimator(AdvantageInputs(np.zeros(1), one, np.zeros(1), values_B_T=np.zeros((1, 1))), **self.params.estimator_config)
-        except (TypeError, ValueError) as e:
-            raise ConfigError([f"{self.ctx.where}.params.estimator_config: {e}"]) from None
-        lp = torch.zeros(1, 1)
-        check_loss_config(self.ctx, self.loss, LossInputs(lp, torch.ones(1, 1), sampling_logprobs_B_T=lp, advantages_B_T=lp))
 
     # ---- lazily built state (needs the stage's starting weights) ------------------------------
     def _setup(self) -> None:
@@ -137,8 +101,7 @@ class PPO(Algorithm):
             max_grad_norm=opt.grad_clip,
             detach=self.params.detach_head,
         )
-        if self.ctx.algo.kl.coef > 0:
-            self.reference = ReferencePolicy(self.ctx)
+        self.update.start()  # the reference policy (with a KL penalty)
 
     # ---- one step -----------------------------------------------------------------------------
     def collect(self, step: int) -> RolloutResult:
@@ -151,85 +114,55 @@ class PPO(Algorithm):
     def step(self, step: int) -> dict[str, float]:
         self._setup()
         assert self.critic is not None
-        trainer, algo, kl = self.ctx.trainer, self.ctx.algo, self.ctx.algo.kl
+        trainer, algo, vf_coef = self.ctx.trainer, self.ctx.algo, float(self.params.vf_coef)
         result = self.collect(step)
         metrics = result.metrics()
-        trajs = [t for t in result.trajectories if t.num_generated > 0]
-        if not trajs:
-            metrics["optim/skipped_steps"] = float(trainer.skipped_steps)
-            metrics["rollout/empty_batch"] = 1.0
+        batch = self.update.batch(result, metrics, generated_only=True)
+        if batch is None:  # no token generated
             return metrics
-        batch = Batch.from_groups([g.generated() for g in result.groups], pad_token_id=self.ctx.policy.pad_token_id)
-        mask = batch.loss_mask_B_T * batch.attention_mask_B_T
-        n_tokens = max(float(mask.sum()), 1.0)
-
-        # pi_old, sampler agreement, reference
-        temperature = self.ctx.rollout_cfg.temperature
-        old_logprobs = trainer.forward(batch)
-        at_temp = old_logprobs if temperature == 1.0 else trainer.forward(batch, temperature=temperature)
-        metrics.update(sampler_agreement(batch, at_temp, mask))
-        batch = dataclasses.replace(batch, sampler_logprobs_B_T=old_logprobs * mask)
-        ref = None
-        token_rewards = None
-        if self.reference is not None:
-            ref = self.reference.logprobs(batch)
-            metrics["kl/policy_ref"], token_rewards = kl_to_reference(old_logprobs, ref, batch, mask, kl)
+        # pi_old (the trainer's, temperature 1) is the behaviour policy; KL to the reference shapes the rewards (kl.mode: reward)
+        before = self.update.behaviour(batch, metrics)
+        batch, mask = before.batch, before.mask_B_T
 
         # values and advantages
         old_values = self.critic.values(batch) * mask
         out = self.estimator(
-            AdvantageInputs.from_batch(batch, mask_B_T=mask, token_rewards_B_T=token_rewards, values_B_T=old_values),
+            AdvantageInputs.from_batch(batch, mask_B_T=mask, token_rewards_B_T=before.token_rewards_B_T, values_B_T=old_values),
             **self.params.estimator_config,
         )
         adv = np.asarray(out.advantages_B_T, dtype=np.float32)
         returns = np.asarray(out.returns_B_T, dtype=np.float32)
-        metrics.update({f"advantages/{k}": float(v) for k, v in out.metrics.items()})
-        metrics["advantages/abs_mean"] = float(np.abs(adv).sum() / n_tokens)
+        metrics.update(self.update.advantage_metrics(adv, out.metrics, mask))
+        n_tokens = max(float(mask.sum()), 1.0)
         metrics["values/mean"] = float(old_values.sum() / n_tokens)
         metrics["values/returns_mean"] = float(returns.sum() / n_tokens)
         metrics["values/explained_variance"] = explained_variance(old_values, returns, mask)
 
-        # epochs x minibatches of updates
+        # epochs x minibatches of updates: policy loss + KL term (kl.mode: loss) + vf_coef * value loss
         B = batch.shape[0]
         mb = algo.micro_batch_size or B
         factor = self.lr_factor(step)
         policy_lr = trainer.config.lr * factor
         critic_lr = float(self.params.critic_lr or trainer.config.lr) * factor
+        ref = before.ref_logprobs_B_T
         extras = [adv, returns, old_values] + ([ref] if ref is not None else [])
         sums: dict[str, float] = {}
         updates = 0
-
-        def add(key: str, value: float) -> None:
-            sums[key] = sums.get(key, 0.0) + float(value)
-
         for epoch in range(algo.epochs_per_step):
             order = np.random.default_rng(self.ctx.step_seed(step, "minibatch", epoch)).permutation(B)
             for start in range(0, B, mb):
                 rows = np.sort(order[start : start + mb])
-                sub, (adv_mb, ret_mb, oldv_mb, *ref_mb) = take_rows(batch, rows, *extras)
+                sub, (adv_mb, ret_mb, oldv_mb, *ref_mb) = take_rows(batch, rows, *extras, trim=True)
                 if float((sub.loss_mask_B_T * sub.attention_mask_B_T).sum()) == 0:
                     continue
-                fb = trainer.forward_backward(sub, self.loss, agg=algo.aggregation, advantages_B_T=adv_mb, **algo.loss_config)
-                total = fb["loss"]
-                add("losses/policy", fb["loss"])
-                for k, v in fb.items():
-                    if k.startswith(f"{self.loss}/"):
-                        add(f"losses/{k.split('/', 1)[1]}", v)
-                if ref_mb and kl.mode == "loss":
-                    fk = trainer.forward_backward(sub, kl.estimator, agg=algo.aggregation, loss_scale=kl.coef, ref_logprobs_B_T=ref_mb[0])
-                    add("losses/kl", fk["loss"])
-                    total += kl.coef * fk["loss"]
-                fv = self.critic.forward_backward(
-                    sub, ret_mb, oldv_mb, coef=float(self.params.vf_coef), agg=algo.aggregation, clip_eps=self.params.value_clip
-                )
-                add("losses/value", fv["loss"])
-                add("losses/value_clipfrac", fv["clipfrac"])
-                total += float(self.params.vf_coef) * fv["loss"]
-                add("losses/total", total)
-                opt = trainer.optim_step(lr=policy_lr)
-                copt = self.critic.optim_step(lr=critic_lr)
-                add("optim/grad_norm", opt["grad_norm"])
-                add("critic/grad_norm", copt["grad_norm"])
+                terms, _ = self.update.loss_terms(sub, adv_mb, ref_mb[0] if ref_mb else None)
+                fv = self.critic.forward_backward(sub, ret_mb, oldv_mb, coef=vf_coef, agg=algo.aggregation, clip_eps=self.params.value_clip)
+                terms["losses/value"], terms["losses/value_clipfrac"] = fv["loss"], fv["clipfrac"]
+                terms["losses/total"] += vf_coef * fv["loss"]
+                terms["optim/grad_norm"] = trainer.optim_step(lr=policy_lr)["grad_norm"]
+                terms["critic/grad_norm"] = self.critic.optim_step(lr=critic_lr)["grad_norm"]
+                for k, v in terms.items():
+                    sums[k] = sums.get(k, 0.0) + float(v)
                 updates += 1
         metrics.update({k: v / max(updates, 1) for k, v in sums.items()})
         metrics["critic/skipped_updates"] = float(self.critic.skipped_updates)
@@ -242,15 +175,11 @@ class PPO(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         self._setup()
         assert self.critic is not None
-        state: dict[str, Any] = {"critic": self.critic.state_dict()}
-        if self.reference is not None:
-            state.update(self.reference.state_dict())
-        return state
+        return {"critic": self.critic.state_dict(), **self.update.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._setup()
         assert self.critic is not None
         if "critic" in state:
             self.critic.load_state_dict(state["critic"])
-        if self.reference is not None:
-            self.reference.load_state_dict(state)
+        self.update.load_state_dict(state)

@@ -1,0 +1,205 @@
+"""The policy-update block GRPO and PPO share: one place for what both do around the loss.
+
+:class:`PolicyUpdate` holds, in the order a step uses them:
+
+1. **The loss**, checked at construction (:func:`~tinker_algos.algorithms.common.resolve_loss`):
+   a registered policy loss that takes ``loss_config``.
+2. **The empty-batch guard** (:meth:`PolicyUpdate.batch`): a step whose episodes generated no
+   token logs ``rollout/empty_batch: 1`` and trains nothing.
+3. **The behaviour policy** (:meth:`PolicyUpdate.behaviour`), the logprobs the loss's ratio is
+   taken against. ``"sampler"`` (GRPO): the sampler's own logprobs; the trainer's logprobs
+   before the update, for ``kl/sample_train``, come from the loss's own forward pass unless they
+   are needed before it (``kl.mode: reward``), the rollout temperature is not 1, or dropout makes
+   the training pass random. ``"trainer"`` (PPO): ``pi_old``, recomputed by the trainer at
+   temperature 1 before the first update, replaces the sampler's logprobs.
+4. **KL to the reference policy** (``algorithm.kl``, when ``coef > 0``): subtracted from the token
+   rewards before the advantages (``mode: reward``) or added as a second loss term
+   (``mode: loss``, :meth:`PolicyUpdate.loss_terms`).
+5. **The loss terms** (:meth:`PolicyUpdate.loss_terms`): the policy loss (with the sampler as the
+   behaviour policy, rows whose advantage is 0 skip the gradient pass when the loss was registered
+   with ``vanishes_at_zero_advantage``: :mod:`tinker_algos.zero_advantage`) and the KL term.
+6. **The metric names** both algorithms log: ``losses/policy``, ``losses/kl``, ``losses/total``
+   (policy + ``kl.coef`` * kl; PPO adds its value loss), the loss's own metrics as
+   ``losses/<metric>`` (``losses/approx_kl``, ``losses/clipfrac``, ...; a metric named like one of
+   :data:`RESERVED_LOSS_KEYS` keeps its loss's name: ``losses/<loss>/<metric>``),
+   ``advantages/*``, ``kl/policy_ref``, ``kl/sample_train`` and
+   ``rollout/logprob_mean_abs_diff``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from tinker_algos.algorithms.base import StageContext
+from tinker_algos.algorithms.common import (
+    ReferencePolicy,
+    kl_to_reference,
+    resolve_loss,
+    sampler_agreement,
+)
+from tinker_algos.zero_advantage import policy_update
+from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
+
+
+class RolledOut(Protocol):
+    """What the update needs of a rollout's result (single- or multi-agent)."""
+
+    @property
+    def trajectories(self) -> Sequence[Trajectory]: ...
+
+    @property
+    def groups(self) -> Sequence[TrajectoryGroup]: ...
+
+    def batch(self, pad_token_id: int = 0) -> Batch: ...
+
+
+RESERVED_LOSS_KEYS = frozenset({"policy", "kl", "total", "value", "value_clipfrac"})
+"""``losses/<name>`` keys the update itself writes; a loss metric with one of these names is logged
+as ``losses/<loss>/<name>`` instead."""
+
+
+@dataclasses.dataclass
+class Behaviour:
+    """What a step's update starts from (:meth:`PolicyUpdate.behaviour`)."""
+
+    batch: Batch
+    """The step's batch; with the trainer as the behaviour policy its ``sampler_logprobs_B_T`` are
+    ``pi_old``'s."""
+    mask_B_T: np.ndarray
+    """The trained tokens: ``loss_mask_B_T * attention_mask_B_T``."""
+    logprobs_B_T: np.ndarray | None
+    """The trainer's logprobs before the update; None until the loss's own pass gives them."""
+    ref_logprobs_B_T: np.ndarray | None
+    """The reference policy's logprobs (None without a KL penalty)."""
+    token_rewards_B_T: np.ndarray | None
+    """The rewards minus ``kl.coef * KL`` per token (``kl.mode: reward``), for the estimator."""
+
+
+class PolicyUpdate:
+    """The shared block of GRPO (``behaviour="sampler"``) and PPO (``behaviour="trainer"``); see
+    the module docstring. Call :meth:`start` once the stage's starting weights are in place."""
+
+    def __init__(self, ctx: StageContext, algorithm: str, default_loss: str, behaviour: Literal["sampler", "trainer"]) -> None:
+        self.ctx = ctx
+        self.kl = ctx.algo.kl
+        self.loss = resolve_loss(ctx, algorithm, default_loss, "policy")
+        self.behaviour_policy = behaviour
+        self.deterministic_pass = not has_dropout(ctx.policy.module)
+        self.reference: ReferencePolicy | None = None
+
+    def start(self) -> None:
+        """Copy the reference policy (with a KL penalty): the stage's current weights."""
+        if self.kl.coef > 0 and self.reference is None:
+            self.reference = ReferencePolicy(self.ctx)
+
+    # ---- before the advantages -----------------------------------------------------------------
+    def batch(self, result: RolledOut, metrics: dict[str, float], *, generated_only: bool = False) -> Batch | None:
+        """The step's batch, group after group (:meth:`Batch.from_groups`; ``generated_only``: without
+        the episodes that generated no token), or None (and ``rollout/empty_batch: 1`` in
+        ``metrics``) when no episode generated a token: the step then trains nothing."""
+        if sum(t.num_generated for t in result.trajectories) == 0:
+            metrics["optim/skipped_steps"] = float(self.ctx.trainer.skipped_steps)
+            metrics["rollout/empty_batch"] = 1.0
+            return None
+        pad = self.ctx.policy.pad_token_id
+        if generated_only:
+            return Batch.from_groups([g.generated() for g in result.groups], pad_token_id=pad)
+        return result.batch(pad_token_id=pad)
+
+    def behaviour(self, batch: Batch, metrics: dict[str, float]) -> Behaviour:
+        """The behaviour policy's logprobs, the reference's and the KL-shaped token rewards, with
+        ``kl/policy_ref`` and (with the trainer as the behaviour policy) ``kl/sample_train``."""
+        trainer, temperature = self.ctx.trainer, self.ctx.rollout_cfg.temperature
+        mask = batch.loss_mask_B_T * batch.attention_mask_B_T
+        logprobs: np.ndarray | None
+        if self.behaviour_policy == "trainer":
+            logprobs = trainer.forward(batch)
+            at_temp = logprobs if temperature == 1.0 else trainer.forward(batch, temperature=temperature)
+            metrics.update(sampler_agreement(batch, at_temp, mask))
+            batch = dataclasses.replace(batch, sampler_logprobs_B_T=logprobs * mask)
+        else:
+            reuse = self.deterministic_pass and temperature == 1.0 and not (self.reference is not None and self.kl.mode == "reward")
+            logprobs = None if reuse else trainer.forward(batch, temperature=temperature)
+        ref = token_rewards = None
+        if self.reference is not None:
+            ref = self.reference.logprobs(batch)
+            if logprobs is not None:
+                metrics["kl/policy_ref"], token_rewards = kl_to_reference(logprobs, ref, batch, mask, self.kl)
+        return Behaviour(batch, mask, logprobs, ref, token_rewards)
+
+    @staticmethod
+    def advantage_metrics(advantages_B_T: np.ndarray, estimator_metrics: dict[str, float], mask_B_T: np.ndarray) -> dict[str, float]:
+        """``advantages/<estimator metric>`` and ``advantages/abs_mean`` (mean ``|A|`` over the
+        trained tokens)."""
+        out = {f"advantages/{k}": float(v) for k, v in estimator_metrics.items()}
+        out["advantages/abs_mean"] = float(np.abs(advantages_B_T).sum() / max(float(mask_B_T.sum()), 1.0))
+        return out
+
+    # ---- the update ----------------------------------------------------------------------------
+    def loss_terms(
+        self, batch: Batch, advantages_B_T: np.ndarray, ref_logprobs_B_T: np.ndarray | None
+    ) -> tuple[dict[str, float], tuple[np.ndarray, np.ndarray] | None]:
+        """Add the gradients of the policy loss and the KL term (``kl.mode: loss``) on ``batch``
+        (the step's, or a minibatch of it). Returns their ``losses/*`` metrics and what the
+        policy loss's pass gave: ``(logprobs_B_T, scored_B)`` with the sampler as the behaviour
+        policy, else None."""
+        trainer, algo = self.ctx.trainer, self.ctx.algo
+        if self.behaviour_policy == "sampler":
+            fb, logprobs, scored_B = policy_update(
+                trainer, batch, self.loss, algo.aggregation, advantages_B_T, dict(algo.loss_config),
+                skip=self.deterministic_pass, forward_skipped=ref_logprobs_B_T is not None,
+            )
+            passed: tuple[np.ndarray, np.ndarray] | None = (logprobs, scored_B)
+        else:
+            fb, passed = trainer.forward_backward(batch, self.loss, agg=algo.aggregation, advantages_B_T=advantages_B_T, **algo.loss_config), None
+        terms = {"losses/policy": fb["loss"]}
+        for key, value in fb.items():
+            if key.startswith(f"{self.loss}/"):
+                name = key.split("/", 1)[1]
+                terms[f"losses/{self.loss}/{name}" if name in RESERVED_LOSS_KEYS else f"losses/{name}"] = value
+        total = fb["loss"]
+        if ref_logprobs_B_T is not None and self.kl.mode == "loss":
+            fk = trainer.forward_backward(batch, self.kl.estimator, agg=algo.aggregation, loss_scale=self.kl.coef, ref_logprobs_B_T=ref_logprobs_B_T)
+            terms["losses/kl"] = fk["loss"]
+            total += self.kl.coef * fk["loss"]
+        terms["losses/total"] = total
+        return terms, passed
+
+    def after(self, before: Behaviour, passed: tuple[np.ndarray, np.ndarray] | None, metrics: dict[str, float]) -> None:
+        """With the sampler as the behaviour policy: ``kl/sample_train`` (and ``kl/policy_ref``
+        when it waited for them) from the logprobs before the update, those of the loss's pass
+        when no separate pass ran (over the rows it scored)."""
+        logprobs, mask = before.logprobs_B_T, before.mask_B_T
+        if logprobs is None:
+            assert passed is not None, "the sampler is the behaviour policy: loss_terms hands back its pass's logprobs"
+            logprobs, scored_B = passed
+            if before.ref_logprobs_B_T is not None:
+                metrics["kl/policy_ref"], _ = kl_to_reference(logprobs, before.ref_logprobs_B_T, before.batch, mask, self.kl)
+            mask = mask * scored_B[:, None]
+        metrics.update(sampler_agreement(before.batch, logprobs, mask))
+
+    # ---- checkpoint state ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return self.reference.state_dict() if self.reference is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.reference is not None:
+            self.reference.load_state_dict(state)
+
+
+def has_dropout(module: Any) -> bool:
+    """Whether a training-mode forward pass of ``module`` is random (a dropout with ``p > 0``, a
+    LoRA adapter's included, or an attention dropout in a model config)."""
+    import torch
+
+    for m in module.modules():
+        if isinstance(m, torch.nn.Dropout) and m.p > 0:
+            return True
+        config = getattr(m, "config", None)
+        if config is not None and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
+            return True
+    return False
