@@ -29,13 +29,14 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as WaitTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
+from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.host_executor import cancelled, expired
 from tinker_scheduler.host_pool import HostHandle, HostKey, HostPool
@@ -44,6 +45,8 @@ from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.policy import Resources
 
 logger = logging.getLogger("tinker_scheduler.training")
+
+R = TypeVar("R")
 
 #: Answers kept per session for requests retried with the same ``request_id``.
 REQUEST_CACHE_SIZE = 1024
@@ -82,9 +85,10 @@ class Caller:
 
 
 class HostCall(Protocol):
-    """Runs an operation of the session on its host, with the caller's deadline and token."""
+    """Runs a request of the session on its host (:mod:`~tinker_scheduler.host_ops`), with the
+    caller's deadline and token; answers the request's response type."""
 
-    def __call__(self, op: str, kwargs: Mapping[str, Any] | None = None) -> Any: ...
+    def __call__(self, request: ops.HostRequest[R]) -> R: ...
 
 
 @dataclass(frozen=True)
@@ -110,7 +114,7 @@ class Session:
     host_key: HostKey
     host_kwargs: dict[str, Any]
     dir: Path
-    info: dict[str, Any] = field(default_factory=dict)
+    info: ops.ModelInfo = field(init=False)  # set when the session is put on its host
     state: str = "active"  # active | released | closed
     release_path: str = ""
     last_used: float = field(default_factory=time.monotonic)
@@ -193,7 +197,7 @@ class SessionManager:
             )
         return self._sessions[entry[0]]
 
-    def _attach(self, session: Session, free: Resources | None) -> dict[str, Any]:
+    def _attach(self, session: Session, free: Resources | None) -> ops.ModelInfo:
         host = self.hosts.attach_session(session.host_key, session.host_kwargs, session.id, free)
         try:
             return host.add_session(session.spec)
@@ -221,9 +225,9 @@ class SessionManager:
         return session
 
     def run(
-        self, session: Session, request_id: str, fn: Callable[[HostCall], Any], *, key: str = "",
+        self, session: Session, request_id: str, fn: Callable[[HostCall], R], *, key: str = "",
         caller: Caller | None = None,
-    ) -> Any:
+    ) -> R:
         """Run ``fn(call)`` for the session once per ``request_id`` (in arrival order).
 
         ``call(op, kwargs)`` runs ``op`` on the session's host for ``caller``. ``key`` identifies the
@@ -236,7 +240,7 @@ class SessionManager:
             with session.responses_lock:
                 entry = session.responses.get(request_id)
                 if entry is None:
-                    fut: Future[Any] = Future()
+                    fut: Future[R] = Future()
                     session.responses[request_id] = (key, fut)
                     while len(session.responses) > REQUEST_CACHE_SIZE:
                         session.responses.popitem(last=False)
@@ -250,7 +254,7 @@ class SessionManager:
                 if not entry[1].done():
                     session.joined += 1
             try:  # the answer of an earlier attempt (waiting while it runs)
-                return entry[1].result(caller.remaining())
+                return cast(R, entry[1].result(caller.remaining()))
             except WaitTimeout:
                 raise expired(f"request_id {request_id!r} (its first attempt still runs)") from None
             except Exception as e:
@@ -269,7 +273,7 @@ class SessionManager:
         fut.set_result(result)
         return result
 
-    def _execute(self, session: Session, fn: Callable[[HostCall], Any], caller: Caller) -> Any:
+    def _execute(self, session: Session, fn: Callable[[HostCall], R], caller: Caller) -> R:
         remaining = caller.remaining()
         if not session.lock.acquire(timeout=-1 if remaining is None else remaining):
             raise expired()  # the session's earlier requests took longer than the client waits
@@ -289,8 +293,8 @@ class SessionManager:
                 )
             caller.host = host
 
-            def call(op: str, kwargs: Mapping[str, Any] | None = None) -> Any:
-                return host.call(session.id, op, kwargs, deadline=caller.deadline, token=caller.token)
+            def call(request: ops.HostRequest[R]) -> R:
+                return host.call(session.id, request, deadline=caller.deadline, token=caller.token)
 
             try:
                 return fn(call)
@@ -308,7 +312,7 @@ class SessionManager:
     def _restore(self, session: Session) -> None:
         logger.info("restoring idle session %s from %s", session.id, session.release_path)
         self._attach(session, None)
-        self._host_of(session).call(session.id, "load_state", {"path": session.release_path, "with_optimizer": True})
+        self._host_of(session).call(session.id, ops.LoadState(session.release_path, with_optimizer=True))
         session.state = "active"
 
     def release(self, session: Session) -> bool:
@@ -319,7 +323,7 @@ class SessionManager:
             if session.state != "active":
                 return False
             path = session.dir / "idle"
-            self._host_of(session).call(session.id, "save_state", {"path": str(path)})
+            self._host_of(session).call(session.id, ops.SaveState(str(path)))
             self._detach(session)
             session.release_path = str(path)
             session.state = "released"
