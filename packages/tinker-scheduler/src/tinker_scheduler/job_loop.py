@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostKey, HostPool
+from tinker_scheduler.job_records import JobConfigs
 from tinker_scheduler.placement import (
     Run,
     death_reason,
@@ -59,7 +60,7 @@ class JobLoop:
 
     def __init__(
         self, config: SchedulerConfig, store: JobStore, metrics: SchedulerMetrics, hosts: HostPool, capacity: Resources, *,
-        runner_shares: bool, wake: Callable[[], None],
+        runner_shares: bool, wake: Callable[[], None], configs: JobConfigs | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -68,6 +69,7 @@ class JobLoop:
         self.capacity = capacity
         self.runner_shares = runner_shares
         self.wake = wake
+        self.configs = configs or JobConfigs()
         self.runs: dict[str, Run] = {}
         self.runs_lock = threading.Lock()
         self._host_keys: dict[str, tuple[HostKey, dict[str, Any]] | None] = {}
@@ -332,13 +334,11 @@ class JobLoop:
         if not (self.runner_shares and self.config.max_jobs_per_host > 0 and self.hosts.backend == "ray"):
             return None
         if job.id not in self._host_keys:
-            from tinker_core.config import JobConfig
-
             full = job if job.config_json else self.store.get(job.id)
             if full is None:
                 return None
             try:
-                self._host_keys[job.id] = shared_host_of(JobConfig.model_validate_json(full.config_json))
+                self._host_keys[job.id] = shared_host_of(self.configs.of(full))
             except ValueError:
                 self._host_keys[job.id] = None  # _launch reports the error
         return self._host_keys[job.id]
@@ -359,8 +359,6 @@ class JobLoop:
 
     def _launch_shared(self, job: JobRecord, key: HostKey, host_kwargs: dict[str, Any], *, demand: Resources | None) -> bool:
         """Start a LoRA job on a shared model host (an existing one, or a new one reserving ``demand``)."""
-        from tinker_core.config import JobConfig
-
         host = self.hosts.attach_job(job.id, key, host_kwargs, demand, self.config.max_jobs_per_host)
         if host is None:
             return False
@@ -369,7 +367,7 @@ class JobLoop:
             self.hosts.detach_job(key, job.id)
             return True
         try:
-            config = JobConfig.model_validate_json(job.config_json)
+            config = self.configs.of(job)
             result_ref = host.actor.run_job.remote(job.id, self.config.runner, config, job.run_dir)
         except Exception as e:  # noqa: BLE001 - any failure to start is the job's failure
             self.hosts.detach_job(key, job.id)
@@ -381,13 +379,11 @@ class JobLoop:
         return True
 
     def _launch(self, job: JobRecord, demand: Resources) -> None:
-        from tinker_core.config import JobConfig
-
         attempt = self._mark_started(job, "")
         if attempt is None:  # cancelled meanwhile
             return
         try:
-            config = JobConfig.model_validate_json(job.config_json)
+            config = self.configs.of(job)
             actor, group, result_ref = start_worker(job.id, demand, self.config.runner, config, job.run_dir)
         except Exception as e:  # noqa: BLE001 - any failure to place is the job's failure
             self._end(job, JobState.FAILED, f"could not start the job on Ray: {type(e).__name__}: {e}")
