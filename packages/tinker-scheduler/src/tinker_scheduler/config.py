@@ -164,11 +164,11 @@ class SchedulerConfig:
     #: The largest ``max_tokens`` (new tokens per sequence) a TrainingService Sample may ask for.
     max_new_tokens_per_sample: int = field(default=_LIMITS.max_new_tokens, metadata=cli(
         "TrainingService: a Sample request's max_tokens, at most.", minimum=1))
-    #: Tinker API gateway: a client session (``tinker.ServiceClient``, which heartbeats every
+    #: Tinker API gateway: a Tinker session (``tinker.ServiceClient``, which heartbeats every
     #: 10 s) not heard from this long expires and its models are unloaded (their saved
     #: checkpoints remain).
     tinker_session_timeout_s: float = field(default=600.0, metadata=cli(
-        "Tinker API: seconds a client session may go without a heartbeat before it expires and its models unload.",
+        "Tinker API: seconds a Tinker session may go without a heartbeat before it expires and its models unload.",
         flag="--tinker-session-timeout", seconds=True))
     #: Tinker API gateway: the largest request body accepted (larger: 413).
     tinker_max_request_bytes: int = field(default=MAX_MESSAGE_BYTES, metadata=cli(

@@ -28,7 +28,7 @@ from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostKey, HostPool
 from tinker_scheduler.job_records import JobConfigs
 from tinker_scheduler.placement import (
-    Run,
+    RunningJob,
     death_reason,
     release_worker,
     shared_host_of,
@@ -47,7 +47,7 @@ logger = logging.getLogger("tinker_scheduler")
 
 
 class JobLoop:
-    """The state of the scheduling loop: the running jobs (:class:`~tinker_scheduler.placement.Run`).
+    """The state of the scheduling loop: the running jobs (:class:`~tinker_scheduler.placement.RunningJob`).
 
     Args:
         config: the scheduler's options (runner, retries, timeouts, jobs per host).
@@ -70,7 +70,7 @@ class JobLoop:
         self.runner_shares = runner_shares
         self.wake = wake
         self.configs = configs or JobConfigs()
-        self.runs: dict[str, Run] = {}
+        self.runs: dict[str, RunningJob] = {}
         self.runs_lock = threading.Lock()
         self._host_keys: dict[str, tuple[HostKey, dict[str, Any]] | None] = {}
         self._planned: tuple[Any, ...] | None = None  # what the last full dispatch saw
@@ -140,7 +140,7 @@ class JobLoop:
                 continue  # the actor died; _reap handles it
             self._record(run, reports)
 
-    def _record(self, run: Run, reports: list[dict[str, Any]]) -> None:
+    def _record(self, run: RunningJob, reports: list[dict[str, Any]]) -> None:
         """Store what a job reported: metrics and log events, the checkpoint pointer."""
         events: list[PendingEvent] = []
         checkpoint: tuple[int, str] | None = None
@@ -188,7 +188,7 @@ class JobLoop:
                 pass
             self._finish(run, result, None)
 
-    def _finish(self, run: Run, result: dict[str, Any] | None, died: str | None) -> None:
+    def _finish(self, run: RunningJob, result: dict[str, Any] | None, died: str | None) -> None:
         """Settle a job whose ``run()`` returned (``result``) or whose actor died (``died``)."""
         self.discard(run, died=died is not None)
         job = self.store.get(run.job_id)
@@ -239,7 +239,7 @@ class JobLoop:
             logger.info("job %s (tenant %s): %s, %s", job.id, job.tenant, state.name, reason)
             self.metrics.jobs_finished.labels(state.name).inc()
 
-    def discard(self, run: Run, *, died: bool = False) -> None:
+    def discard(self, run: RunningJob, *, died: bool = False) -> None:
         """Forget a run; kill its actor and free its placement group (a shared host stays)."""
         with self.runs_lock:
             self.runs.pop(run.job_id, None)
@@ -374,7 +374,7 @@ class JobLoop:
             self._end(job, JobState.FAILED, f"could not start the job on its model host: {type(e).__name__}: {e}")
             return True
         with self.runs_lock:
-            self.runs[job.id] = Run(job.id, job.tenant, Resources(), host.actor, None, result_ref, host_key=key)
+            self.runs[job.id] = RunningJob(job.id, job.tenant, Resources(), host.actor, None, result_ref, host_key=key)
         logger.info("job %s (tenant %s): started%s on shared model host %s", job.id, job.tenant, attempt, key)
         return True
 
@@ -389,7 +389,7 @@ class JobLoop:
             self._end(job, JobState.FAILED, f"could not start the job on Ray: {type(e).__name__}: {e}")
             return
         with self.runs_lock:
-            self.runs[job.id] = Run(job.id, job.tenant, demand, actor, group, result_ref)
+            self.runs[job.id] = RunningJob(job.id, job.tenant, demand, actor, group, result_ref)
         logger.info("job %s (tenant %s): started%s with %s", job.id, job.tenant, attempt, demand)
 
 

@@ -19,7 +19,7 @@ object store.
 A job runs either in its own :class:`~tinker_scheduler.worker.JobWorker` actor, placed in a
 placement group of the job's resources (:func:`start_worker`), or -- a LoRA job, when the runner
 accepts ``shared=`` -- on the model host of its base model (:func:`shared_host_of` gives the
-:class:`~tinker_scheduler.host_pool.HostKey`). A :class:`Run` is what the scheduling loop keeps
+:class:`~tinker_scheduler.host_pool.HostKey`). A :class:`RunningJob` is what the scheduling loop keeps
 of a started job either way.
 """
 
@@ -38,7 +38,7 @@ logger = logging.getLogger("tinker_scheduler")
 
 
 @dataclass
-class Run:
+class RunningJob:
     """A job the loop started: its actor, placement group and the pending ``run()`` result."""
 
     job_id: str
@@ -161,7 +161,7 @@ def start_worker(job_id: str, demand: Resources, runner: str, config: Any, run_d
     return actor, group, actor.run.remote(runner, config, run_dir)
 
 
-def release_worker(run: Run) -> None:
+def release_worker(run: RunningJob) -> None:
     """Kill a job's own actor and free its placement group (errors: already gone)."""
     import ray
     from ray.util.placement_group import remove_placement_group

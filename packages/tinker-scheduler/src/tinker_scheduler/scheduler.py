@@ -35,7 +35,7 @@ from tinker_scheduler.host_pool import HostPool
 from tinker_scheduler.job_loop import JobLoop
 from tinker_scheduler.job_records import JobConfigs
 from tinker_scheduler.paths import PathPolicy
-from tinker_scheduler.placement import Run, cluster_capacity, connect_ray
+from tinker_scheduler.placement import RunningJob, cluster_capacity, connect_ray
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.store import JobStore
 
@@ -106,7 +106,7 @@ class Scheduler:
         return self._closing.is_set()
 
     @property
-    def _runs(self) -> dict[str, Run]:
+    def _runs(self) -> dict[str, RunningJob]:
         """The running jobs by id (benchmarks read them)."""
         return self.jobs.runs if self.jobs is not None else {}
 

@@ -107,7 +107,12 @@ class SessionRequest:
 
 
 @dataclass
-class Session:
+class TrainingSession:
+    """A training session: one tenant's trainable model (an adapter on a shared base model, or a
+    full copy) on a model host, where its :class:`SessionSpec` has a slot; its saved states live in
+    ``dir``. ``state``: ``active`` (on its host), ``released`` (checkpointed to ``release_path``
+    while idle) or ``closed``."""
+
     id: str
     tenant: str
     spec: SessionSpec
@@ -137,7 +142,7 @@ class SessionManager:
         self.paths = paths or PathPolicy(runs_dir)  # which base models a tenant may load
         self.hosts = hosts
         self.idle_timeout_s = idle_timeout_s
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, TrainingSession] = {}
         self._created: dict[tuple[str, str], tuple[str, str]] = {}  # (tenant, request id) -> (session id, key)
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -145,7 +150,7 @@ class SessionManager:
         self._reaper = threading.Thread(target=self._reap_loop, args=(interval,), name="opentinker-sessions", daemon=True)
         self._reaper.start()
 
-    def create(self, tenant: str, request: SessionRequest, free: Resources | None) -> Session:
+    def create(self, tenant: str, request: SessionRequest, free: Resources | None) -> TrainingSession:
         """A new session on the host of its base model (the existing one for a repeated ``request_id``)."""
         if request.request_id:
             with self._lock:
@@ -169,7 +174,7 @@ class SessionManager:
         host_kwargs = {"base_model": base, "device": request.device, "precision": request.precision,
                        "full": spec.lora_rank == 0}
         key = HostKey.of(base, request.precision, request.device, own=session_id if spec.lora_rank == 0 else None)
-        session = Session(session_id, tenant, spec, key, host_kwargs, self.runs_dir / tenant / "sessions" / session_id)
+        session = TrainingSession(session_id, tenant, spec, key, host_kwargs, self.runs_dir / tenant / "sessions" / session_id)
         session.info = self._attach(session, free)
         session.dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
@@ -183,7 +188,7 @@ class SessionManager:
         logger.info("training session %s (tenant %s) on %s, lora_rank=%d", session_id, tenant, base, spec.lora_rank)
         return session
 
-    def _created_by(self, tenant: str, request: SessionRequest) -> Session | None:
+    def _created_by(self, tenant: str, request: SessionRequest) -> TrainingSession | None:
         """The live session an earlier CreateSession with ``request.request_id`` made; INVALID_ARGUMENT
         if that request asked for something else."""
         entry = self._created.get((tenant, request.request_id))
@@ -197,7 +202,7 @@ class SessionManager:
             )
         return self._sessions[entry[0]]
 
-    def _attach(self, session: Session, free: Resources | None) -> ops.ModelInfo:
+    def _attach(self, session: TrainingSession, free: Resources | None) -> ops.ModelInfo:
         host = self.hosts.attach_session(session.host_key, session.host_kwargs, session.id, free)
         try:
             return host.add_session(session.spec)
@@ -205,7 +210,7 @@ class SessionManager:
             self._detach(session)
             raise
 
-    def _detach(self, session: Session) -> None:
+    def _detach(self, session: TrainingSession) -> None:
         host = self.hosts.detach_session(session.host_key, session.id)
         if host is None:
             return
@@ -214,7 +219,7 @@ class SessionManager:
         except StatusError:
             logger.debug("removing session %s", session.id, exc_info=True)
 
-    def get(self, tenant: str, session_id: str) -> Session:
+    def get(self, tenant: str, session_id: str) -> TrainingSession:
         """The tenant's session ``session_id``; NOT_FOUND for another tenant's, as for none."""
         if not session_id:
             raise StatusError("INVALID_ARGUMENT", "session_id: is empty; pass the id CreateSession returned")
@@ -225,7 +230,7 @@ class SessionManager:
         return session
 
     def run(
-        self, session: Session, request_id: str, fn: Callable[[HostCall], R], *, key: str = "",
+        self, session: TrainingSession, request_id: str, fn: Callable[[HostCall], R], *, key: str = "",
         caller: Caller | None = None,
     ) -> R:
         """Run ``fn(call)`` for the session once per ``request_id`` (in arrival order).
@@ -273,7 +278,7 @@ class SessionManager:
         fut.set_result(result)
         return result
 
-    def _execute(self, session: Session, fn: Callable[[HostCall], R], caller: Caller) -> R:
+    def _execute(self, session: TrainingSession, fn: Callable[[HostCall], R], caller: Caller) -> R:
         remaining = caller.remaining()
         if not session.lock.acquire(timeout=-1 if remaining is None else remaining):
             raise expired()  # the session's earlier requests took longer than the client waits
@@ -303,19 +308,19 @@ class SessionManager:
         finally:
             session.lock.release()
 
-    def _host_of(self, session: Session) -> HostHandle:
+    def _host_of(self, session: TrainingSession) -> HostHandle:
         host = self.hosts.get(session.host_key)
         if host is None:
             raise StatusError("UNAVAILABLE", f"the model host of training session {session.id!r} is gone")
         return host
 
-    def _restore(self, session: Session) -> None:
+    def _restore(self, session: TrainingSession) -> None:
         logger.info("restoring idle session %s from %s", session.id, session.release_path)
         self._attach(session, None)
         self._host_of(session).call(session.id, ops.LoadState(session.release_path, with_optimizer=True))
         session.state = "active"
 
-    def release(self, session: Session) -> bool:
+    def release(self, session: TrainingSession) -> bool:
         """Checkpoint an idle session and free its place on the host (if no request is running)."""
         if not session.lock.acquire(blocking=False):
             return False
@@ -332,7 +337,7 @@ class SessionManager:
         finally:
             session.lock.release()
 
-    def close_session(self, session: Session) -> None:
+    def close_session(self, session: TrainingSession) -> None:
         with session.lock:
             if session.state == "active":
                 self._detach(session)

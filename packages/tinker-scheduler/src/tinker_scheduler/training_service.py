@@ -54,7 +54,7 @@ from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.errors import StatusError, classify, grpc_status
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.rpc import abort, caller_tenant
-from tinker_scheduler.sessions import Caller, HostCall, Session, SessionManager
+from tinker_scheduler.sessions import Caller, HostCall, SessionManager, TrainingSession
 from tinker_scheduler.store import JobStore
 
 R = TypeVar("R")
@@ -89,7 +89,7 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
             abort(context, grpc_status(code), message)
 
     def _session_call(self, context: grpc.ServicerContext, method: str, request: Message,
-                      fn: Callable[[Session, HostCall], R], check: Callable[[Session], None] | None = None) -> R:
+                      fn: Callable[[TrainingSession, HostCall], R], check: Callable[[TrainingSession], None] | None = None) -> R:
         """Run ``fn(session, call)`` for the request's session: ``check(session)`` first (limits;
         a ValueError is INVALID_ARGUMENT), once per ``request_id`` (with the request's key)."""
         caller = _caller(context)
@@ -112,7 +112,7 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         finally:
             ended = True
 
-    def _check_data(self, request: training_pb2.ForwardRequest | training_pb2.ForwardBackwardRequest) -> Callable[[Session], None]:
+    def _check_data(self, request: training_pb2.ForwardRequest | training_pb2.ForwardBackwardRequest) -> Callable[[TrainingSession], None]:
         return lambda s: tinker_ops.check_data([len(d.tokens) for d in request.data], s.info.context_length, self.limits)
 
     # ---- RPCs -------------------------------------------------------------------------------
@@ -129,7 +129,7 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         return wire.model_info(info)
 
     def ForwardBackward(self, request: training_pb2.ForwardBackwardRequest, context: grpc.ServicerContext) -> training_pb2.ForwardBackwardResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.ForwardBackwardResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.ForwardBackwardResponse:
             if not request.loss_fn:
                 raise StatusError("INVALID_ARGUMENT", "loss_fn: is empty; name a loss such as 'cross_entropy'")
             r = call(ops.ForwardBackward(wire.data(request), request.loss_fn, dict(request.loss_config)))
@@ -138,21 +138,21 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         return self._session_call(context, "ForwardBackward", request, fn, self._check_data(request))
 
     def Forward(self, request: training_pb2.ForwardRequest, context: grpc.ServicerContext) -> training_pb2.ForwardResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.ForwardResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.ForwardResponse:
             r = call(ops.Forward(wire.data(request), request.loss_fn, dict(request.loss_config)))
             return training_pb2.ForwardResponse(outputs=wire.datum_outputs(r), metrics=r.metrics)
 
         return self._session_call(context, "Forward", request, fn, self._check_data(request))
 
     def OptimStep(self, request: training_pb2.OptimStepRequest, context: grpc.ServicerContext) -> training_pb2.OptimStepResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.OptimStepResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.OptimStepResponse:
             r = call(ops.OptimStep(wire.adam_fields(request.adam)))
             return training_pb2.OptimStepResponse(step=r.step, metrics=r.metrics)
 
         return self._session_call(context, "OptimStep", request, fn)
 
     def Sample(self, request: training_pb2.SampleRequest, context: grpc.ServicerContext) -> training_pb2.SampleResponse:
-        def check(s: Session) -> None:
+        def check(s: TrainingSession) -> None:
             tinker_ops.check_sample([len(p.tokens) for p in request.prompts], request.sampling_params.max_tokens,
                                     request.num_samples or 1, s.info.context_length, self.limits)
             vocab = s.info.vocab_size
@@ -161,7 +161,7 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
                 if bad:
                     raise ValueError(f"prompts[{i}]: token id {bad[0]} is outside the model's vocabulary [0, {vocab})")
 
-        def fn(s: Session, call: HostCall) -> training_pb2.SampleResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.SampleResponse:
             path = self.sessions.own_path(s.tenant, request.sampler_path, "sampler_path") if request.sampler_path else ""
             rows = call(ops.Sample([list(p.tokens) for p in request.prompts], wire.sampling_fields(request.sampling_params),
                                    request.num_samples or 1, sampler_path=path))
@@ -170,30 +170,30 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         return self._session_call(context, "Sample", request, fn, check)
 
     def ComputeLogprobs(self, request: training_pb2.ComputeLogprobsRequest, context: grpc.ServicerContext) -> training_pb2.ComputeLogprobsResponse:
-        def check(s: Session) -> None:
+        def check(s: TrainingSession) -> None:
             tinker_ops.check_sequences([len(x.tokens) for x in request.sequences], s.info.context_length, self.limits)
 
-        def fn(s: Session, call: HostCall) -> training_pb2.ComputeLogprobsResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.ComputeLogprobsResponse:
             rows = call(ops.ComputeLogprobs([list(x.tokens) for x in request.sequences]))
             return training_pb2.ComputeLogprobsResponse(logprobs=[training_pb2.Logprobs(values=r) for r in rows])
 
         return self._session_call(context, "ComputeLogprobs", request, fn, check)
 
     @staticmethod
-    def _named_path(s: Session, kind: str, name: str) -> str:
+    def _named_path(s: TrainingSession, kind: str, name: str) -> str:
         if not NAME_RE.fullmatch(name or ""):
             raise StatusError("INVALID_ARGUMENT", f"name: {name!r} is not a valid name; use letters, digits, '.', '_' and '-' (e.g. 'step-000100')")
         return str(s.dir / kind / name)
 
     def SaveState(self, request: training_pb2.SaveStateRequest, context: grpc.ServicerContext) -> training_pb2.SaveStateResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.SaveStateResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.SaveStateResponse:
             r = call(ops.SaveState(self._named_path(s, "states", request.name)))
             return training_pb2.SaveStateResponse(path=r.path)
 
         return self._session_call(context, "SaveState", request, fn)
 
     def LoadState(self, request: training_pb2.LoadStateRequest, context: grpc.ServicerContext) -> training_pb2.LoadStateResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.LoadStateResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.LoadStateResponse:
             path = self.sessions.own_path(s.tenant, request.path, "path")
             r = call(ops.LoadState(path, with_optimizer=request.with_optimizer))
             return training_pb2.LoadStateResponse(step=r.step)
@@ -201,14 +201,14 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         return self._session_call(context, "LoadState", request, fn)
 
     def SaveWeightsForSampler(self, request: training_pb2.SaveWeightsForSamplerRequest, context: grpc.ServicerContext) -> training_pb2.SaveWeightsForSamplerResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.SaveWeightsForSamplerResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.SaveWeightsForSamplerResponse:
             r = call(ops.SaveWeightsForSampler(self._named_path(s, "sampler", request.name)))
             return training_pb2.SaveWeightsForSamplerResponse(path=r.path)
 
         return self._session_call(context, "SaveWeightsForSampler", request, fn)
 
     def GetWeights(self, request: training_pb2.GetWeightsRequest, context: grpc.ServicerContext) -> Iterator[common_pb2.TensorChunk]:
-        def fn(s: Session, call: HostCall) -> dict[str, np.ndarray]:
+        def fn(s: TrainingSession, call: HostCall) -> dict[str, np.ndarray]:
             path = request.path
             if path and path != "tokenizer":
                 path = self.sessions.own_path(s.tenant, path, "path")

@@ -11,7 +11,7 @@ The routes live in one router module per area (:mod:`.routes`). Errors are JSON
 ``{"detail": ..., "code": ...}`` with the HTTP status of their gRPC code
 (:func:`tinker_scheduler.errors.http_status`), never a traceback; a failed long request answers ``{"error": ...,
 "category": "user" | "server"}`` to ``retrieve_future``. The SDK retries 408, 409, 429 and 5xx,
-so what retrying cannot fix is 4xx. Client sessions not heard from (``session_heartbeat``) for
+so what retrying cannot fix is 4xx. Tinker sessions (the SDK's ``ServiceClient``) not heard from (``session_heartbeat``) for
 ``session_timeout_s`` expire and their models are unloaded (:class:`Expiry`).
 """
 
@@ -56,7 +56,7 @@ def _error(code: str, message: str, status: int | None = None) -> JSONResponse:
 
 
 class Expiry:
-    """A thread that expires client sessions without a heartbeat for ``timeout_s`` and unloads
+    """A thread that expires Tinker sessions without a heartbeat for ``timeout_s`` and unloads
     their models (checking every quarter of the timeout, at most every 5 s)."""
 
     def __init__(self, models: Models, futures: Futures, timeout_s: float) -> None:
@@ -75,7 +75,7 @@ class Expiry:
     def expire(self, now: float | None = None) -> None:
         """Expire the sessions last heard from before ``now`` (default: the time) minus the timeout."""
         records = self.models.records
-        records.expire_sessions((time.time() if now is None else now) - self.timeout_s)
+        records.expire_tinker_sessions((time.time() if now is None else now) - self.timeout_s)
         for m in records.live_models_of_expired():
             logger.info("Tinker session %s expired: unloading model %s", m.client_session, m.model_id)
             try:

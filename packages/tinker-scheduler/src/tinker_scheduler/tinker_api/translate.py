@@ -1,7 +1,10 @@
 """Tinker requests onto the TrainingService sessions (:class:`~tinker_scheduler.sessions.SessionManager`).
 
-A Tinker *model* (``create_model``) is one training session, named by the id the SDK derives
-(``<client session>:train:<seq>``). Checkpoints are named ``tinker://<model_id>/weights/<name>``
+Words: a *Tinker session* is the SDK's ``ServiceClient`` session (``create_session``, kept alive
+by heartbeats; :mod:`.records`); a Tinker *model* (``create_model``) is one training session
+(:class:`~tinker_scheduler.sessions.TrainingSession`), named by the id the SDK derives
+(``<Tinker session>:train:<seq>``); a *sampling session* (:class:`SamplingSession`) is Tinker's
+name for what a ``SamplingClient`` samples from. Checkpoints are named ``tinker://<model_id>/weights/<name>``
 (a saved state) and ``tinker://<model_id>/sampler_weights/<name>`` (sampler weights); they resolve
 only through the caller's own models' records (:mod:`.records`, kept across restarts), so another
 tenant's path is "not found". A *sampling session* samples from saved sampler weights on the
@@ -9,7 +12,7 @@ model host of the session that saved them.
 
 The data alignment, loss names, Adam defaults and sampling defaults are those of
 :mod:`tinker_algos.tinker_ops`, applied by the model hosts; this module only reshapes the JSON
-and protobuf fields into the host operations' arguments.
+and protobuf fields into the host operations (:mod:`tinker_scheduler.host_ops`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from tinker_algos import tinker_ops
 from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.policy import Resources
-from tinker_scheduler.sessions import Session, SessionManager, SessionRequest
+from tinker_scheduler.sessions import SessionManager, SessionRequest, TrainingSession
 from tinker_scheduler.tinker_api import fields, sampling
 from tinker_scheduler.tinker_api.records import ModelRecord, Records
 from tinker_scheduler.training_service import NAME_RE
@@ -46,6 +49,9 @@ GONE = {"unloaded": "was unloaded",
 
 @dataclass
 class SamplingSession:
+    """A Tinker sampling session: saved sampler weights of one of the tenant's models, or an
+    untrained base model (sampled through a hidden training session on its host)."""
+
     tenant: str
     model_id: str  # "" for the base model
     sampler_path: str  # the sampler weights' file ("" for the base model)
@@ -69,7 +75,7 @@ class Models:
 
     # ---- models -------------------------------------------------------------------------------
     def create(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``create_model``: a LoRA session named ``<client session>:train:<model_seq_id>`` (the id
+        """``create_model``: a LoRA training session named ``<Tinker session>:train:<model_seq_id>`` (the id
         the SDK derives itself)."""
         rank, seed, base_model = self.create_args(body)
         model_id = self._model_id(tenant, body)
@@ -106,7 +112,7 @@ class Models:
         with self._lock:
             self._ids[model_id] = session.id
 
-    def session(self, tenant: str, model_id: str) -> Session:
+    def session(self, tenant: str, model_id: str) -> TrainingSession:
         """The tenant's live session of Tinker model ``model_id``; NOT_FOUND (saying why when the
         model was unloaded, expired or lost in a restart) otherwise, also for another tenant's."""
         with self._lock:
@@ -245,12 +251,12 @@ class Models:
             self._sampling[sid] = target
         return sid
 
-    def _base_sampler(self, tenant: str, base_model: str) -> Session:
+    def _base_sampler(self, tenant: str, base_model: str) -> TrainingSession:
         """The tenant's hidden sampler session on ``base_model`` (created on first use)."""
         request = SessionRequest(base_model=base_model, lora_rank=1, request_id=f"tinker-base-sampler:{base_model}")
         return self.sessions.create(tenant, request, self.free() if self.free is not None else None)
 
-    def _sampling_session(self, tenant: str, target: SamplingSession) -> Session:
+    def _sampling_session(self, tenant: str, target: SamplingSession) -> TrainingSession:
         """Where a sampling session samples: its hidden base sampler, else the live session of the
         model that saved the weights, else (that model unloaded, expired or lost in a restart) the
         hidden base sampler of its base model, which loads the saved adapter as well."""

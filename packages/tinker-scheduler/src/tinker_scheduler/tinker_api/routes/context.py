@@ -77,7 +77,7 @@ class Context:
     def own_tinker_session(self, tenant: str, body: Body) -> None:
         """NOT_FOUND unless the body's ``session_id`` is a live Tinker session of the tenant."""
         sid = str(body.get("session_id"))
-        state = self.records.session_state(tenant, sid)
+        state = self.records.tinker_session_state(tenant, sid)
         if state == "expired":
             raise StatusError("NOT_FOUND", f"session_id: session {sid!r} expired (no heartbeat for "
                                            f"{self.session_timeout_s:g} s); create a new ServiceClient")

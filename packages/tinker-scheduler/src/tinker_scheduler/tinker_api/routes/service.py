@@ -53,7 +53,7 @@ async def create_session(request: Request) -> Body:
     ctx = context(request)
     tenant, _ = await ctx.body_of(request)
     sid = f"cs-{uuid.uuid4().hex[:12]}"
-    ctx.records.add_session(sid, tenant)
+    ctx.records.add_tinker_session(sid, tenant)
     return {"type": "create_session", "session_id": sid}
 
 
@@ -74,6 +74,6 @@ async def heartbeat(request: Request) -> Body:
 async def finish_session(request: Request, session_id: str) -> Body:
     # ServiceClient's close (a `with` block's end); the session's models stay until it expires
     ctx = context(request)
-    if ctx.records.session_state(ctx.tenant(request), session_id) is None:
+    if ctx.records.tinker_session_state(ctx.tenant(request), session_id) is None:
         raise StatusError("NOT_FOUND", f"session_id: no session {session_id!r}")
     return {}
