@@ -21,11 +21,16 @@ import sys
 import threading
 import typing
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from tinker_scheduler.config import FIELD_DEFAULT, CliOption, SchedulerConfig
+
+if TYPE_CHECKING:
+    from tinker_scheduler.auth import AuthMode
+    from tinker_scheduler.http_thread import HttpServer
+    from tinker_scheduler.scheduler import Scheduler
 
 EXIT_BAD_INPUT = 2
 #: The HTTP fronts' ports: options of the command, not of the scheduler (served beside it).
@@ -167,31 +172,31 @@ def _run(values: dict[str, Any]) -> None:
     _serve_until_stopped(scheduler, fronts, mode)
 
 
-def _start_fronts(scheduler: Any, host: str, tinker_port: int | None, serve_port: int | None) -> list[Any]:
+def _start_fronts(scheduler: Scheduler, host: str, tinker_port: int | None, serve_port: int | None) -> list[HttpServer]:
     """The HTTP fronts asked for: the Tinker gateway, then the serve route (a failure stops all)."""
-    fronts: list[Any] = []
-    for flag, port in (("--tinker-port", tinker_port), ("--serve-port", serve_port)):
-        if port is None:
-            continue
-        try:
-            if flag == "--tinker-port":
-                from tinker_scheduler.tinker_api import serve
+    fronts: list[HttpServer] = []
+    try:
+        if tinker_port is not None:
+            from tinker_scheduler.tinker_api import serve
 
-                fronts.append(serve(scheduler, host, port))
-            else:
-                from tinker_scheduler import serve_route
+            flag = "--tinker-port"
+            fronts.append(serve(scheduler, host, tinker_port))
+        if serve_port is not None:
+            from tinker_scheduler import serve_route
+            from tinker_scheduler.tinker_api import Gateway
 
-                gateway = next((f for f in fronts if hasattr(f, "models")), None)
-                fronts.append(serve_route.serve(scheduler, host, port, tinker=gateway.models if gateway else None))
-        except OSError as e:
-            for front in reversed(fronts):
-                front.stop()
-            scheduler.stop()
-            _fail(f"{flag}: {e}", code=1)
+            flag = "--serve-port"
+            gateway = fronts[0] if fronts and isinstance(fronts[0], Gateway) else None
+            fronts.append(serve_route.serve(scheduler, host, serve_port, tinker=gateway.models if gateway else None))
+    except OSError as e:
+        for front in reversed(fronts):
+            front.stop()
+        scheduler.stop()
+        _fail(f"{flag}: {e}", code=1)
     return fronts
 
 
-def _serve_until_stopped(scheduler: Any, fronts: list[Any], mode: Any) -> NoReturn:
+def _serve_until_stopped(scheduler: Scheduler, fronts: list[HttpServer], mode: AuthMode) -> NoReturn:
     import logging
 
     stop = threading.Event()
@@ -210,8 +215,10 @@ def _serve_until_stopped(scheduler: Any, fronts: list[Any], mode: Any) -> NoRetu
         f"resources {c.cpus:g} CPU, {c.gpus:g} GPU, {c.memory_gb:.1f} GiB; metrics {metrics}; "
         f"db {scheduler.db_path}; runs {scheduler.runs_dir}"
     )
-    for front in fronts:
-        if hasattr(front, "models"):
+    for front in fronts:  # (the gateway's module needs the http extra: imported only when it serves)
+        from tinker_scheduler.tinker_api import Gateway
+
+        if isinstance(front, Gateway):
             typer.echo(f"tinker API at {front.url} (tinker.ServiceClient(base_url=..., api_key='tml-<tenant key>'))")
         else:
             typer.echo(f"OpenAI API at {front.url}/v1 (openai.OpenAI(base_url=..., api_key='<tenant key>'); models: job ids)")
