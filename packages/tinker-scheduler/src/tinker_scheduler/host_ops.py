@@ -27,7 +27,7 @@ import numpy as np
 from tinker_algos import tinker_ops
 
 __all__ = [
-    "ComputeLogprobs", "Datum", "Forward", "ForwardBackward", "ForwardResult", "GetWeights", "HostRequest", "Info",
+    "SessionSpec", "adapter_name", "ComputeLogprobs", "Datum", "Forward", "ForwardBackward", "ForwardResult", "GetWeights", "HostRequest", "Info",
     "LoadState", "Loaded", "ModelInfo", "OptimStep", "OptimStepResult", "Sample", "SampledSequence", "Saved",
     "SaveState", "SaveWeightsForSampler", "Score",
 ]
@@ -39,6 +39,27 @@ R = TypeVar("R")
 Datum = Mapping[str, Sequence[float]]
 #: One sampled sequence (``tokens``, ``logprobs``, ``stop_reason``; see ``tinker_ops.sampled_sequences``).
 SampledSequence = dict[str, Any]
+
+
+@dataclass
+class SessionSpec:
+    """What a session trains: ``lora_rank == 0`` means full fine-tuning."""
+
+    session_id: str
+    lora_rank: int = 8
+    lora_alpha: float = 0.0
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(default_factory=list)
+    seed: int = 0
+
+    @property
+    def adapter(self) -> str | None:
+        return adapter_name(self.session_id) if self.lora_rank > 0 else None
+
+
+def adapter_name(session_id: str) -> str:
+    """The peft adapter name of a session (valid adapter names: letters, digits, ``_``, ``-``)."""
+    return "s-" + "".join(c if c.isalnum() or c in "_-" else "_" for c in session_id)
 
 
 class HostRequest(Generic[R]):

@@ -48,6 +48,7 @@ from tinker_core.seeding import derive_seed
 from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError, classify, invalid
 from tinker_scheduler.host_executor import TurnExecutor
+from tinker_scheduler.host_ops import SessionSpec, adapter_name
 from tinker_scheduler.hosted_jobs import HostedJob, HostedJobs, job_adapter_name
 
 if TYPE_CHECKING:
@@ -61,27 +62,6 @@ R = TypeVar("R")
 
 #: Seeds a session derives from its ``seed`` are this wide.
 SEED_BITS = 63
-
-
-@dataclass
-class SessionSpec:
-    """What a session trains: ``lora_rank == 0`` means full fine-tuning."""
-
-    session_id: str
-    lora_rank: int = 8
-    lora_alpha: float = 0.0
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=list)
-    seed: int = 0
-
-    @property
-    def adapter(self) -> str | None:
-        return adapter_name(self.session_id) if self.lora_rank > 0 else None
-
-
-def adapter_name(session_id: str) -> str:
-    """The peft adapter name of a session (valid adapter names: letters, digits, ``_``, ``-``)."""
-    return "s-" + "".join(c if c.isalnum() or c in "_-" else "_" for c in session_id)
 
 
 @dataclass
