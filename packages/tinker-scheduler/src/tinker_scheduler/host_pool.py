@@ -12,9 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
 from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
@@ -28,6 +27,17 @@ logger = logging.getLogger("tinker_scheduler.training")
 R = TypeVar("R")
 
 BACKENDS = ("ray", "local")
+
+
+class HostArgs(TypedDict, total=False):
+    """The arguments a :class:`~tinker_scheduler.model_host.ModelHost` is built with."""
+
+    base_model: str
+    device: str | None
+    precision: str | None
+    full: bool
+    revision: str | None
+    tokenizer: str | None
 
 
 @dataclass(frozen=True)
@@ -62,7 +72,7 @@ class HostHandle:
     """A model host: a Ray actor (``backend="ray"``) or an object in this process (``"local"``)."""
 
     def __init__(
-        self, key: HostKey, backend: str, kwargs: Mapping[str, Any], cpus: float, *,
+        self, key: HostKey, backend: str, kwargs: HostArgs, cpus: float, *,
         gpus: float = 0.0, memory_gb: float = 0.0,
     ) -> None:
         from tinker_scheduler.model_host import ModelHost
@@ -202,7 +212,7 @@ class HostPool:
         return host
 
     # ---- sessions ---------------------------------------------------------------------------
-    def attach_session(self, key: HostKey, kwargs: Mapping[str, Any], session_id: str, free: Resources | None) -> HostHandle:
+    def attach_session(self, key: HostKey, kwargs: HostArgs, session_id: str, free: Resources | None) -> HostHandle:
         """The host of ``key`` for a session, started if needed (RESOURCE_EXHAUSTED when a new
         host's CPUs are not in ``free``)."""
         with self._lock:
@@ -234,7 +244,7 @@ class HostPool:
 
     # ---- jobs (JobService) ------------------------------------------------------------------
     def attach_job(
-        self, job_id: str, key: HostKey, kwargs: Mapping[str, Any], demand: Resources | None, max_jobs: int
+        self, job_id: str, key: HostKey, kwargs: HostArgs, demand: Resources | None, max_jobs: int
     ) -> HostHandle | None:
         """A Ray model host for a LoRA job: one already serving ``key`` with room for another job,
         else (when ``demand`` is given) a new host that reserves ``demand``; None otherwise."""

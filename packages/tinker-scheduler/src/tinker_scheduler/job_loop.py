@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tinker_scheduler.config import SchedulerConfig
-from tinker_scheduler.host_pool import HostKey, HostPool
+from tinker_scheduler.host_pool import HostArgs, HostKey, HostPool
 from tinker_scheduler.job_records import JobConfigs
 from tinker_scheduler.placement import (
     RunningJob,
@@ -72,7 +72,7 @@ class JobLoop:
         self.configs = configs or JobConfigs()
         self.runs: dict[str, RunningJob] = {}
         self.runs_lock = threading.Lock()
-        self._host_keys: dict[str, tuple[HostKey, dict[str, Any]] | None] = {}
+        self._host_keys: dict[str, tuple[HostKey, HostArgs] | None] = {}
         self._planned: tuple[Any, ...] | None = None  # what the last full dispatch saw
 
     def running_job_ids(self) -> list[str]:
@@ -329,7 +329,7 @@ class JobLoop:
                 self._launch(job, choice.demand)
         self._planned = seen
 
-    def _shared_host_key(self, job: JobRecord) -> tuple[HostKey, dict[str, Any]] | None:
+    def _shared_host_key(self, job: JobRecord) -> tuple[HostKey, HostArgs] | None:
         """The model host key and ``ModelHost`` arguments of a job that may share a host, else None."""
         if not (self.runner_shares and self.config.max_jobs_per_host > 0 and self.hosts.backend == "ray"):
             return None
@@ -357,7 +357,7 @@ class JobLoop:
         self.metrics.queue_wait.observe(max(0.0, now - job.queued_at))
         return attempt
 
-    def _launch_shared(self, job: JobRecord, key: HostKey, host_kwargs: dict[str, Any], *, demand: Resources | None) -> bool:
+    def _launch_shared(self, job: JobRecord, key: HostKey, host_kwargs: HostArgs, *, demand: Resources | None) -> bool:
         """Start a LoRA job on a shared model host (an existing one, or a new one reserving ``demand``)."""
         host = self.hosts.attach_job(job.id, key, host_kwargs, demand, self.config.max_jobs_per_host)
         if host is None:

@@ -29,10 +29,13 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from tinker_scheduler.host_pool import HostKey
+from tinker_scheduler.host_pool import HostArgs, HostKey
 from tinker_scheduler.policy import GIB, Resources
+
+if TYPE_CHECKING:
+    from tinker_core.config import JobConfig
 
 logger = logging.getLogger("tinker_scheduler")
 
@@ -115,7 +118,7 @@ def _whole(amount: float | None) -> int | None:
     return None if amount is None else math.ceil(amount)
 
 
-def shared_host_of(config: Any) -> tuple[HostKey, dict[str, Any]] | None:
+def shared_host_of(config: JobConfig) -> tuple[HostKey, HostArgs] | None:
     """The model host key and ``ModelHost`` arguments of a job (a ``JobConfig``) that may share
     a host -- a LoRA job -- else None."""
     if config.lora is None:
@@ -127,7 +130,7 @@ def shared_host_of(config: Any) -> tuple[HostKey, dict[str, Any]] | None:
                  "revision": model.revision, "tokenizer": model.tokenizer}
 
 
-def start_worker(job_id: str, demand: Resources, runner: str, config: Any, run_dir: str) -> tuple[Any, Any, Any]:
+def start_worker(job_id: str, demand: Resources, runner: str, config: JobConfig, run_dir: str) -> tuple[Any, Any, Any]:
     """Start a job in a :class:`~tinker_scheduler.worker.JobWorker` actor in a placement group
     of ``demand``, on whichever node Ray finds room; returns ``(actor, placement group, ref of
     run())``. ``run_dir`` must be reachable at this path from every node (see the module doc)."""

@@ -39,7 +39,7 @@ from typing import Any, Protocol, TypeVar, cast
 from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.host_executor import cancelled, expired
-from tinker_scheduler.host_pool import HostHandle, HostKey, HostPool
+from tinker_scheduler.host_pool import HostArgs, HostHandle, HostKey, HostPool
 from tinker_scheduler.model_host import SessionSpec
 from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.policy import Resources
@@ -117,7 +117,7 @@ class TrainingSession:
     tenant: str
     spec: SessionSpec
     host_key: HostKey
-    host_kwargs: dict[str, Any]
+    host_kwargs: HostArgs
     dir: Path
     info: ops.ModelInfo = field(init=False)  # set when the session is put on its host
     state: str = "active"  # active | released | closed
@@ -171,7 +171,7 @@ class SessionManager:
             lora_dropout=float(request.lora_dropout), lora_target_modules=list(request.lora_target_modules),
             seed=int(request.seed),
         )
-        host_kwargs = {"base_model": base, "device": request.device, "precision": request.precision,
+        host_kwargs: HostArgs = {"base_model": base, "device": request.device, "precision": request.precision,
                        "full": spec.lora_rank == 0}
         key = HostKey.of(base, request.precision, request.device, own=session_id if spec.lora_rank == 0 else None)
         session = TrainingSession(session_id, tenant, spec, key, host_kwargs, self.runs_dir / tenant / "sessions" / session_id)

@@ -342,8 +342,8 @@ def reduction_named(metrics: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-def _datum(d: Mapping[str, Any], i: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"tokens": list(d["tokens"])}
+def _datum(d: Mapping[str, Any], i: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"tokens": list(d["tokens"])}
     for name, array in d["loss_fn_inputs"].items():
         if name not in LOSS_INPUTS:
             raise StatusError("INVALID_ARGUMENT", f"data[{i}].loss_fn_inputs.{name}: unknown; known: {sorted(LOSS_INPUTS)}")
