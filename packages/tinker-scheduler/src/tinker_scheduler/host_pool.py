@@ -87,7 +87,7 @@ class HostHandle:
         self.idle_since: float | None = time.monotonic()
         self.dead = False
         if backend == "local":
-            self._host: Any = ModelHost(**kwargs)
+            self._host: ModelHost | None = ModelHost(**kwargs)
             self._actor = None
         else:
             import ray

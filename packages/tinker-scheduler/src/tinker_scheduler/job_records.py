@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Mapping
+
     from tinker_core.config import JobConfig
 
 #: Parsed job configs :class:`JobConfigs` keeps (the least recently used go first).
@@ -77,7 +80,7 @@ class JobRecord:
     metrics_step: int | None
 
     @classmethod
-    def from_row(cls, row: Any) -> JobRecord:
+    def from_row(cls, row: sqlite3.Row | Mapping[str, object]) -> JobRecord:
         """A record from a ``jobs`` row (a ``sqlite3.Row`` or a dict of its columns)."""
         data = dict(row)
         data["state"] = JobState(data["state"])

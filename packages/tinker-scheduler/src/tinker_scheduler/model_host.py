@@ -54,6 +54,7 @@ from tinker_scheduler.hosted_jobs import HostedJob, HostedJobs, job_adapter_name
 if TYPE_CHECKING:
     import torch
 
+    from tinker_algos.models import PolicyModel
     from tinker_algos.trainer import Trainer
 
 __all__ = ["ModelHost", "SessionSpec", "adapter_name", "job_adapter_name"]
@@ -106,7 +107,7 @@ class ModelHost:
         self.base_model = base_model
         self.full = full
         self.load_error: DeviceError | ModelLoadError | None = None  # told each session and job
-        self.policy: Any = None
+        self.policy: PolicyModel | None = None  # None: it did not load (load_error says why)
         try:
             self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
         except (DeviceError, ModelLoadError) as e:
@@ -227,7 +228,7 @@ class ModelHost:
 
     def _run(self, slot: _Slot, request: ops.HostRequest[R]) -> R:
         """The handler of the request's type (on the executor thread)."""
-        result: Any
+        result: object
         match request:
             case ops.Info():
                 result = self._info(slot)
