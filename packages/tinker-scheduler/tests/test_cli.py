@@ -125,3 +125,35 @@ def test_start_passes_the_request_limit_flags_to_the_scheduler(cli, tmp_path, mo
     assert seen[0].request_limits == RequestLimits(max_data=3, max_tokens=500, max_new_tokens=9)
     CliRunner().invoke(cli, ["scheduler", "start", "--db", str(tmp_path / "jobs.db")])
     assert seen[1].request_limits == RequestLimits()  # the flags' defaults are the limits' defaults
+
+
+def test_the_scheduler_runs_without_the_http_extra():
+    # tinker-serve (with fastapi and uvicorn) is the `http` extra: gRPC alone must not need it
+    code = ("import sys; sys.modules.update(dict.fromkeys(('tinker_serve', 'fastapi', 'uvicorn'))); "
+            "import tinker_scheduler.scheduler, tinker_scheduler.server, tinker_scheduler.cli, "
+            "tinker_scheduler.training_service, tinker_scheduler.job_service, tinker_scheduler.config; print('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--tinker-port", "--serve-port"])
+def test_an_http_front_without_the_http_extra_is_refused_with_the_install_hint(cli, tmp_path, monkeypatch, flag):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tinker_serve" else real(name, *a))
+    result = CliRunner().invoke(cli, ["scheduler", "start", "--db", str(tmp_path / "jobs.db"), flag, "0"])
+    assert result.exit_code == 2
+    assert f"{flag}: the HTTP fronts need tinker-serve, which is not installed" in result.stderr
+    assert "pip install 'tinker-scheduler[http]'" in result.stderr
+
+
+def test_start_offers_every_cli_field_of_the_scheduler_config(cli):
+    import dataclasses
+
+    from tinker_scheduler.config import SchedulerConfig
+
+    text = CliRunner().invoke(cli, ["scheduler", "start", "--help"], env={"COLUMNS": "300"}).output
+    for f in dataclasses.fields(SchedulerConfig):
+        if "cli" in f.metadata:
+            assert (f.metadata["cli"].flag or f"--{f.name.replace('_', '-')}") in text, f.name

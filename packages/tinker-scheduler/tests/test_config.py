@@ -72,3 +72,26 @@ def test_host_keys_name_the_same_base_weights_alike():
     assert HostKey.of("tiny", "bf16") != a
     assert HostKey.of("tiny", own="ts-1") != a  # a full fine-tuning session's own host
     assert str(HostKey.of("tiny", revision="v1")) == "tiny[revision=v1, auto, auto, lora]"
+
+
+def test_a_job_config_is_parsed_once_and_kept_with_its_job():
+    from tinker_core.config import JobConfig
+    from tinker_scheduler.job_records import JobConfigs, JobRecord, JobState
+
+    config = JobConfig.model_validate({"name": "j", "model": {"name": "tiny"}, "env": {"id": "echo/echo-v0"},
+                                   "algorithm": {"name": "sft", "steps": 1}})
+    fields = dict.fromkeys(JobRecord.__dataclass_fields__, 0)
+    record = JobRecord(**{**fields, "id": "j1", "state": JobState.QUEUED, "config_json": config.model_dump_json()})
+    configs = JobConfigs()
+    configs.keep("j1", config)
+    assert configs.of(record) is config  # what Submit parsed, not parsed again
+    other = JobRecord(**{**fields, "id": "j2", "state": JobState.QUEUED, "config_json": config.model_dump_json()})
+    first = configs.of(other)  # a job from before a restart: parsed from its record once
+    assert first == config and configs.of(other) is first
+
+
+def test_the_http_deadline_defaults_are_tinker_serves():
+    http_limits = pytest.importorskip("tinker_serve.http_limits", reason="tinker-serve is the http extra")
+    from tinker_scheduler.config import HTTP_BODY_TIMEOUT_S, HTTP_HEADER_TIMEOUT_S
+
+    assert (HTTP_HEADER_TIMEOUT_S, HTTP_BODY_TIMEOUT_S) == (http_limits.HEADER_TIMEOUT_S, http_limits.BODY_TIMEOUT_S)

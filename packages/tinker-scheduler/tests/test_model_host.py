@@ -15,6 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from tinker_scheduler import host_ops as ops  # noqa: E402
+from tinker_scheduler.errors import StatusError  # noqa: E402
 from tinker_scheduler.model_host import ModelHost, SessionSpec  # noqa: E402
 
 
@@ -23,9 +25,12 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def ok(result: tuple[Any, ...]) -> Any:
-    assert result[0] == "ok", result
-    return result[1]
+def fails(code: str, fn: Any) -> str:
+    """The message of the StatusError with ``code`` that ``fn()`` raises."""
+    with pytest.raises(StatusError) as e:
+        fn()
+    assert e.value.code == code, e.value
+    return str(e.value)
 
 
 def datum(seq: list[int], prompt_len: int, advantage: float = 1.0, sampling: float = -1.0) -> dict[str, Any]:
@@ -46,12 +51,12 @@ def script(host: ModelHost, sid: str, steps: int = 3) -> tuple[list[float], list
     losses: list[float] = []
     samples: list[list[int]] = []
     for _ in range(steps):
-        out = ok(host.call(sid, "sample", {"prompts": [[1, 20, 21]], "params": {"max_tokens": 4}, "num_samples": 2}))
+        out = host.call(sid, ops.Sample([[1, 20, 21]], {"max_tokens": 4}, num_samples=2))
         samples += [s["tokens"] for s in out[0]]
-        fb = ok(host.call(sid, "forward_backward", {"data": DATA, "loss_fn": "importance_sampling", "loss_config": {}}))
-        losses.append(fb["metrics"]["loss"])
-        ok(host.call(sid, "optim_step", {"adam": {"learning_rate": 1e-2}}))
-    weights = ok(host.call(sid, "get_weights", {"path": "", "trainable_only": True}))
+        fb = host.call(sid, ops.ForwardBackward(DATA, "importance_sampling"))
+        losses.append(fb.metrics["loss"])
+        host.call(sid, ops.OptimStep({"learning_rate": 1e-2}))
+    weights = host.call(sid, ops.GetWeights("", trainable_only=True))
     return losses, samples, weights
 
 
@@ -59,13 +64,13 @@ def test_two_interleaved_sessions_match_each_session_alone():
     alone = {}
     for sid, seed in (("a", 1), ("b", 2)):
         host = ModelHost("tiny", device="cpu")
-        ok(host.add_session(SessionSpec(sid, lora_rank=4, seed=seed)))
+        host.add_session(SessionSpec(sid, lora_rank=4, seed=seed))
         alone[sid] = script(host, sid)
         host.close()
 
     shared = ModelHost("tiny", device="cpu")
-    ok(shared.add_session(SessionSpec("a", lora_rank=4, seed=1)))
-    ok(shared.add_session(SessionSpec("b", lora_rank=4, seed=2)))
+    shared.add_session(SessionSpec("a", lora_rank=4, seed=1))
+    shared.add_session(SessionSpec("b", lora_rank=4, seed=2))
     results: dict[str, Any] = {}
     threads = [threading.Thread(target=lambda s=s: results.__setitem__(s, script(shared, s))) for s in ("a", "b")]
     for t in threads:
@@ -95,16 +100,16 @@ def wait_until(condition, what: str, limit_s: float = 60.0) -> None:
 def test_round_robin_serves_a_waiting_session_between_requests_of_a_busy_one():
     host = ModelHost("tiny", device="cpu")
     for sid in ("busy", "other"):
-        ok(host.add_session(SessionSpec(sid, lora_rank=2)))
+        host.add_session(SessionSpec(sid, lora_rank=2))
     # a long request of "busy" holds the executor while both queues fill up
     running, release = threading.Event(), threading.Event()
     long = host.executor.submit("busy", lambda: (running.set(), release.wait(60)))
     assert running.wait(60)
-    backlog = [threading.Thread(target=lambda: ok(host.call("busy", "info"))) for _ in range(4)]
+    backlog = [threading.Thread(target=lambda: host.call("busy", ops.Info())) for _ in range(4)]
     for t in backlog:
         t.start()
     wait_until(lambda: host.executor.pending("busy") == 4, "busy's backlog queued")
-    other = threading.Thread(target=lambda: ok(host.call("other", "info")))
+    other = threading.Thread(target=lambda: host.call("other", ops.Info()))
     other.start()
     wait_until(lambda: host.executor.pending("other") == 1, "other's request queued")
     release.set()
@@ -118,76 +123,76 @@ def test_round_robin_serves_a_waiting_session_between_requests_of_a_busy_one():
 
 def test_a_sequence_longer_than_the_context_is_refused_before_it_takes_a_turn():
     host = ModelHost("tiny", device="cpu")
-    ok(host.add_session(SessionSpec("s", lora_rank=2)))
+    host.add_session(SessionSpec("s", lora_rank=2))
     n = host.context_length
     assert n == host.policy.base_model.config.max_position_embeddings
-    assert ok(host.call("s", "info"))["context_length"] == n
+    assert host.call("s", ops.Info()).context_length == n
     too_long = datum(list(range(3, 3 + n + 1)), 2)  # n tokens + the last target: one over
-    for op in ("forward_backward", "forward"):
-        bad = host.call("s", op, {"data": [DATA[0], too_long], "loss_fn": "cross_entropy", "loss_config": {}})
-        assert bad[:2] == ("error", "INVALID_ARGUMENT") and f"data[1]: tokens plus the last target of {n + 1} tokens" in bad[2]
-    bad = host.call("s", "sample", {"prompts": [[1] * (n - 3)], "params": {"max_tokens": 4}, "num_samples": 1})
-    assert bad[:2] == ("error", "INVALID_ARGUMENT") and f"context length of {n}" in bad[2]
-    bad = host.call("s", "compute_logprobs", {"sequences": [[1] * (n + 1)]})
-    assert bad[:2] == ("error", "INVALID_ARGUMENT") and "sequences[0]" in bad[2]
+    for op in (ops.ForwardBackward, ops.Forward):
+        bad = fails("INVALID_ARGUMENT", lambda op=op: host.call("s", op([DATA[0], too_long], "cross_entropy")))
+        assert f"data[1]: tokens plus the last target of {n + 1} tokens" in bad
+    bad = fails("INVALID_ARGUMENT", lambda: host.call("s", ops.Sample([[1] * (n - 3)], {"max_tokens": 4}, num_samples=1)))
+    assert f"context length of {n}" in bad
+    bad = fails("INVALID_ARGUMENT", lambda: host.call("s", ops.ComputeLogprobs([[1] * (n + 1)])))
+    assert "sequences[0]" in bad
     assert host.served == ["s"]  # only "info" ran
     host.close()
 
 
 def test_forward_backward_accumulates_until_optim_step_and_token_sum_adds_up():
     host = ModelHost("tiny", device="cpu")
-    ok(host.add_session(SessionSpec("s", lora_rank=4, seed=0)))
-    whole = ok(host.call("s", "forward_backward", {"data": DATA, "loss_fn": "cross_entropy", "loss_config": {}}))
-    g_whole = [p.grad.clone() for p in host._sessions["s"].trainer.params]
-    host._sessions["s"].trainer.zero_grad()
-    parts = [ok(host.call("s", "forward_backward", {"data": [d], "loss_fn": "cross_entropy", "loss_config": {}})) for d in DATA]
-    g_parts = [p.grad for p in host._sessions["s"].trainer.params]
-    assert whole["metrics"]["loss"] == pytest.approx(sum(p["metrics"]["loss"] for p in parts), rel=1e-5)
+    host.add_session(SessionSpec("s", lora_rank=4, seed=0))
+    whole = host.call("s", ops.ForwardBackward(DATA, "cross_entropy"))
+    g_whole = [p.grad.clone() for p in host._slots["s"].trainer.params]
+    host._slots["s"].trainer.zero_grad()
+    parts = [host.call("s", ops.ForwardBackward([d], "cross_entropy")) for d in DATA]
+    g_parts = [p.grad for p in host._slots["s"].trainer.params]
+    assert whole.metrics["loss"] == pytest.approx(sum(p.metrics["loss"] for p in parts), rel=1e-5)
     for a, b in zip(g_whole, g_parts, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     # cross_entropy is the sum of -logprob over weighted targets; outputs are per target token
-    lps = whole["logprobs"]
+    lps = whole.logprobs
     assert [len(x) for x in lps] == [len(d["tokens"]) for d in DATA]
     expected = -sum(float(np.dot(d["loss_weights"], lp)) for d, lp in zip(DATA, lps, strict=True))
-    assert whole["metrics"]["loss"] == pytest.approx(expected, rel=1e-5)
-    step = ok(host.call("s", "optim_step", {"adam": {"learning_rate": 1e-3}}))
-    assert step["step"] == 1
-    again = host.call("s", "optim_step", {"adam": {"learning_rate": 1e-3}})
-    assert again[0] == "error" and again[1] == "FAILED_PRECONDITION" and "ForwardBackward" in again[2]
+    assert whole.metrics["loss"] == pytest.approx(expected, rel=1e-5)
+    step = host.call("s", ops.OptimStep({"learning_rate": 1e-3}))
+    assert step.step == 1
+    again = fails("FAILED_PRECONDITION", lambda: host.call("s", ops.OptimStep({"learning_rate": 1e-3})))
+    assert "ForwardBackward" in again
     host.close()
 
 
 def test_ppo_takes_tinkers_threshold_keys_and_bad_input_is_named():
     host = ModelHost("tiny", device="cpu")
-    ok(host.add_session(SessionSpec("s", lora_rank=2)))
+    host.add_session(SessionSpec("s", lora_rank=2))
     data = [datum([1, 20, 21, 22, 30], 3, advantage=1.0, sampling=-9.0)]  # ratio >> 1.2: clipped
-    lp = ok(host.call("s", "forward", {"data": data, "loss_fn": "", "loss_config": {}}))["logprobs"][0]
-    res = ok(host.call("s", "forward", {"data": data, "loss_fn": "ppo", "loss_config": {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}}))
+    lp = host.call("s", ops.Forward(data)).logprobs[0]
+    res = host.call("s", ops.Forward(data, "ppo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.1}))
     w = data[0]["loss_weights"]
     # with A = 1 and rho > 1.1 everywhere on the mask: l = -min(rho, 1.1) = -1.1 per token
     assert all(np.exp(np.array(lp)[w > 0] + 9.0) > 1.1)
-    assert res["metrics"]["loss"] == pytest.approx(-1.1 * w.sum(), rel=1e-5)
-    bad = host.call("s", "forward_backward", {"data": data, "loss_fn": "ppo", "loss_config": {"clip_lo": 0.9}})
-    assert bad[:2] == ("error", "INVALID_ARGUMENT") and "clip_lo" in bad[2]
-    unknown = host.call("s", "forward_backward", {"data": data, "loss_fn": "importance_samplin", "loss_config": {}})
-    assert unknown[:2] == ("error", "INVALID_ARGUMENT") and "importance_sampling" in unknown[2]
+    assert res.metrics["loss"] == pytest.approx(-1.1 * w.sum(), rel=1e-5)
+    bad = fails("INVALID_ARGUMENT", lambda: host.call("s", ops.ForwardBackward(data, "ppo", {"clip_lo": 0.9})))
+    assert "clip_lo" in bad
+    unknown = fails("INVALID_ARGUMENT", lambda: host.call("s", ops.ForwardBackward(data, "importance_samplin")))
+    assert "importance_sampling" in unknown
     shifted = dict(data[0], target_tokens=np.array([5, 5, 5, 5]))
-    bad = host.call("s", "forward_backward", {"data": [shifted], "loss_fn": "cross_entropy", "loss_config": {}})
-    assert bad[:2] == ("error", "INVALID_ARGUMENT") and "target_tokens" in bad[2]
+    bad = fails("INVALID_ARGUMENT", lambda: host.call("s", ops.ForwardBackward([shifted], "cross_entropy")))
+    assert "target_tokens" in bad
     host.close()
 
 
 def test_removing_a_session_unloads_its_adapter_and_keeps_the_others():
     host = ModelHost("tiny", device="cpu")
-    ok(host.add_session(SessionSpec("a", lora_rank=2)))
-    ok(host.add_session(SessionSpec("b", lora_rank=2)))
+    host.add_session(SessionSpec("a", lora_rank=2))
+    host.add_session(SessionSpec("b", lora_rank=2))
     assert len(host.policy.adapter_names) == 2
-    assert ok(host.remove_session("a")) is True
-    assert ok(host.remove_session("a")) is False
+    assert host.remove_session("a") is True
+    assert host.remove_session("a") is False
     assert host.policy.adapter_names == ["s-b"]
-    assert host.call("a", "info")[:2] == ("error", "NOT_FOUND")
-    ok(host.call("b", "forward_backward", {"data": DATA, "loss_fn": "cross_entropy", "loss_config": {}}))
-    ok(host.remove_session("b"))
+    fails("NOT_FOUND", lambda: host.call("a", ops.Info()))
+    host.call("b", ops.ForwardBackward(DATA, "cross_entropy"))
+    host.remove_session("b")
     assert not host.policy.is_peft  # the last adapter gone: the plain base model again
     host.close()
 
@@ -199,8 +204,8 @@ def test_a_device_this_machine_lacks_is_one_line_per_session_and_names_model_dev
         resolve_device("cuda:99")
     host = ModelHost("tiny", device="cuda:99")  # the host starts, to tell each session and job why it cannot serve
     try:
-        status, code, message = host.add_session({"session_id": "s", "lora_rank": 4})
-        assert (status, code, message) == ("error", "INVALID_ARGUMENT", str(embedded.value))
+        message = fails("INVALID_ARGUMENT", lambda: host.add_session({"session_id": "s", "lora_rank": 4}))
+        assert message == str(embedded.value)
         assert message.startswith("device: 'cuda:99'") and "\n" not in message  # CreateSession's option
         result = host.run_job("j1", "tinker_algos.train", {"name": "j1"}, str(tmp_path / "j1"))
         assert result == {"status": "failed", "error": f"DeviceError: {embedded.value.in_config()}", "config_error": False}
@@ -237,8 +242,7 @@ def test_a_model_the_host_cannot_load_is_one_line_per_session_and_job_not_a_dead
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     host = ModelHost("no-such-org/no-such-model-xyz")
     try:
-        status, code, message = host.add_session({"session_id": "s", "lora_rank": 4})
-        assert (status, code) == ("error", "INVALID_ARGUMENT")
+        message = fails("INVALID_ARGUMENT", lambda: host.add_session({"session_id": "s", "lora_rank": 4}))
         assert message.startswith("model.name ") and "no-such-model-xyz" in message and "\n" not in message
         result = host.run_job("j1", "tinker_algos.train", {"name": "j1"}, str(tmp_path / "j1"))
         assert result["status"] == "failed" and result["error"].startswith("ModelLoadError: model.name ")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-pytest.importorskip("tinker_serve")
+pytest.importorskip("tinker_serve", reason="the Tinker gateway and the serve route need tinker-scheduler's http extra (tinker-serve)")
 
 from fastapi.testclient import TestClient  # noqa: E402
 

@@ -11,7 +11,7 @@ import random
 import pytest
 
 openai = pytest.importorskip("openai")
-pytest.importorskip("tinker_serve")
+pytest.importorskip("tinker_serve", reason="the Tinker gateway and the serve route need tinker-scheduler's http extra (tinker-serve)")
 
 from tinker_core.proto import jobs_pb2  # noqa: E402
 from tinker_scheduler import serve_route  # noqa: E402

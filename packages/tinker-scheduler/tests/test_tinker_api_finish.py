@@ -9,6 +9,7 @@ import pytest
 
 tinker = pytest.importorskip("tinker")
 httpx = pytest.importorskip("httpx")
+pytest.importorskip("tinker_serve", reason="the Tinker gateway and the serve route need tinker-scheduler's http extra (tinker-serve)")
 
 from tinker_scheduler.tinker_api import serve  # noqa: E402
 

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
+pytest.importorskip("tinker_serve", reason="the Tinker gateway and the serve route need tinker-scheduler's http extra (tinker-serve)")
 
 from tinker_scheduler.tinker_api import serve  # noqa: E402
 

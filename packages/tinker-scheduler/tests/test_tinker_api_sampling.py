@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 tinker = pytest.importorskip("tinker")
+pytest.importorskip("tinker_serve", reason="the Tinker gateway and the serve route need tinker-scheduler's http extra (tinker-serve)")
 
 from tinker import types  # noqa: E402
 

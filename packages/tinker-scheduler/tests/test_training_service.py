@@ -82,21 +82,21 @@ class WatchedOp:
 
 
 def watch_op(monkeypatch, op: str, *, hold: bool = False) -> WatchedOp:
-    """Count (and optionally hold) every run of ``ModelHost._op_<op>`` in this process (local hosts)."""
+    """Count (and optionally hold) every run of ``ModelHost._<op>`` in this process (local hosts)."""
     from tinker_scheduler.model_host import ModelHost
 
-    real = getattr(ModelHost, f"_op_{op}")
+    real = getattr(ModelHost, f"_{op}")
     watched = WatchedOp(hold=hold)
 
-    def run(self, session, **kwargs):
-        watched.runs.append(session.spec.session_id)
+    def run(self, slot, request):
+        watched.runs.append(slot.spec.session_id)
         watched.host = self
         watched.started.set()
         if watched.hold:
             assert watched.release.wait(60), "the test never released the held operation"
-        return real(self, session, **kwargs)
+        return real(self, slot, request)
 
-    monkeypatch.setattr(ModelHost, f"_op_{op}", run)
+    monkeypatch.setattr(ModelHost, f"_{op}", run)
     return watched
 
 

@@ -2,25 +2,47 @@
 
 Added to the ``opentinker`` CLI by :mod:`tinker_scheduler.plugin`; also runnable as
 ``python -m tinker_scheduler ...``. Exit codes: 0 success, 1 failure at run time, 2 bad input.
+
+``start``'s options are generated from the fields of
+:class:`~tinker_scheduler.config.SchedulerConfig` that carry a
+:class:`~tinker_scheduler.config.CliOption` (their help, flag, bounds), plus the two ports of the
+HTTP fronts (:data:`FRONTS`), which need the ``http`` extra (tinker-serve).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import inspect
 import ipaddress
 import os
 import signal
 import sys
 import threading
+import typing
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from tinker_core.proto import MAX_MESSAGE_BYTES
+from tinker_scheduler.config import FIELD_DEFAULT, CliOption, SchedulerConfig
+
+if TYPE_CHECKING:
+    from tinker_scheduler.auth import AuthMode
+    from tinker_scheduler.http_thread import HttpServer
+    from tinker_scheduler.scheduler import Scheduler
 
 EXIT_BAD_INPUT = 2
-DEFAULT_PORT = 50051
-DEFAULT_METRICS_PORT = 9464
+#: The HTTP fronts' ports: options of the command, not of the scheduler (served beside it).
+FRONTS = {
+    "tinker_port": CliOption(
+        "Also serve the Tinker API (official tinker SDK) over HTTP on this port; 0 picks one. Off by default.",
+        type=int | None, default=None, port=True),
+    "serve_port": CliOption(
+        "Also serve finished LoRA jobs with OpenAI's API (completions, chat, a chat page) on this port; 0 picks one. "
+        "Off by default.", type=int | None, default=None, port=True),
+}
+HTTP_EXTRA_HINT = "install the HTTP fronts: pip install 'tinker-scheduler[http]' (or 'opentinker[scheduler]')"
 
 app = typer.Typer(
     help="Run the OpenTinker job scheduler (Ray + gRPC JobService) and manage its tenants.",
@@ -46,130 +68,92 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-@app.command()
-def start(
-    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 serves every interface.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="gRPC port; 0 picks a free one (printed at start).")] = DEFAULT_PORT,
-    db: Annotated[Path | None, typer.Option(help="SQLite job store (default $OPENTINKER_HOME/scheduler.db).")] = None,
-    runs_dir: Annotated[
-        Path | None, typer.Option(help="Jobs write to RUNS_DIR/<tenant>/<job-id>/ (default $OPENTINKER_HOME/runs).")
-    ] = None,
-    ray_address: Annotated[
-        str | None, typer.Option(help="Join this Ray cluster (e.g. 'auto' or HOST:6379); default: start a local Ray.")
-    ] = None,
-    num_cpus: Annotated[
-        float | None, typer.Option(help="CPUs of the local Ray; with --ray-address, the most this scheduler uses.")
-    ] = None,
-    num_gpus: Annotated[float | None, typer.Option(help="GPUs, likewise.")] = None,
-    metrics_port: Annotated[
-        int, typer.Option(help="Prometheus /metrics port; 0 picks a free one, -1 disables it.")
-    ] = DEFAULT_METRICS_PORT,
-    tls_cert: Annotated[Path | None, typer.Option(help="PEM certificate chain; with --tls-key, serve TLS only.")] = None,
-    tls_key: Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")] = None,
-    max_retries: Annotated[
-        int, typer.Option(help="Restarts of a job whose actor died (from its last checkpoint) before it FAILS.")
-    ] = 3,
-    auth: Annotated[
-        str, typer.Option(help="auto: keys required once a tenant exists; required; none: single local user.")
-    ] = "auto",
-    shutdown_timeout: Annotated[
-        float, typer.Option(help="Seconds SIGTERM waits for running jobs to checkpoint before killing them.")
-    ] = 60.0,
-    runner: Annotated[
-        str, typer.Option(help="Importable 'module:function' jobs run (advanced; tests use a test workload).")
-    ] = "tinker_algos.train",
-    max_jobs_per_host: Annotated[
-        int, typer.Option(help="LoRA jobs on the same base model share one model host, up to N per host; 0: one model copy per job.")
-    ] = 8,
-    model_root: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--model-root",
-            help="A directory whose models and data files jobs and sessions may load (repeatable); "
-            "otherwise only presets ('tiny'), hub ids and a tenant's own run outputs.",
-        ),
-    ] = None,
-    max_data_per_request: Annotated[
-        int, typer.Option(help="TrainingService: data (or sequences sampled) per request, at most.")
-    ] = 1024,
-    max_tokens_per_request: Annotated[
-        int, typer.Option(help="TrainingService: tokens per request (all its data; for Sample, prompts plus max_tokens), at most.")
-    ] = 65_536,
-    max_new_tokens_per_sample: Annotated[
-        int, typer.Option(help="TrainingService: a Sample request's max_tokens, at most.")
-    ] = 8192,
-    tinker_port: Annotated[
-        int | None, typer.Option(help="Also serve the Tinker API (official tinker SDK) over HTTP on this port; 0 picks one. Off by default.")
-    ] = None,
-    serve_port: Annotated[
-        int | None, typer.Option(help="Also serve finished LoRA jobs with OpenAI's API (completions, chat, a chat page) on this port; 0 picks one. Off by default.")
-    ] = None,
-    tinker_session_timeout: Annotated[
-        float, typer.Option(help="Tinker API: seconds a client session may go without a heartbeat before it expires and its models unload.")
-    ] = 600.0,
-    tinker_max_request_bytes: Annotated[
-        int, typer.Option(help="Tinker API: the largest request body accepted (larger ones get HTTP 413).")
-    ] = MAX_MESSAGE_BYTES,
-    tinker_max_json_bytes: Annotated[
-        int, typer.Option(help="Tinker API: the largest JSON request body accepted (every route but forward_backward; larger: HTTP 413).")
-    ] = 8 * 1024 * 1024,
-    http_header_timeout: Annotated[
-        float, typer.Option(help="Tinker API and serve route: seconds a client has to send a request's headers before its connection is closed.")
-    ] = 10.0,
-    http_body_timeout: Annotated[
-        float, typer.Option(help="Tinker API and serve route: seconds a client has to send a request's body (slower: HTTP 408).")
-    ] = 60.0,
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class _Option:
+    """One option of ``start``: the keyword it arrives as, its flag, type, default and rules."""
+
+    name: str
+    flag: str
+    type: Any
+    default: Any
+    rules: CliOption
+
+
+def _options() -> list[_Option]:
+    """``start``'s options: the CLI fields of SchedulerConfig in their order, then :data:`FRONTS`."""
+    hints = typing.get_type_hints(SchedulerConfig)
+    out = []
+    for f in dataclasses.fields(SchedulerConfig):
+        rules = f.metadata.get("cli")
+        if rules is not None:
+            default = f.default if rules.default is FIELD_DEFAULT else rules.default
+            out.append(_Option(f.name, rules.flag or f"--{f.name.replace('_', '-')}", rules.type or hints[f.name],
+                               default, rules))
+    out += [_Option(name, f"--{name.replace('_', '-')}", rules.type, rules.default, rules) for name, rules in FRONTS.items()]
+    return out
+
+
+OPTIONS = _options()
+
+
+def _check(values: dict[str, Any]) -> None:
+    """Refuse bad option values before anything starts (exit 2, naming the flag)."""
+    from tinker_scheduler.auth import AuthMode
+
+    for o in OPTIONS:
+        value, rules = values[o.name], o.rules
+        if rules.minimum is not None and value < rules.minimum:
+            _fail(f"{o.flag}: must be >= {rules.minimum} (got {value})", rules.hint or None)
+        if rules.seconds and not value > 0:
+            _fail(f"{o.flag}: must be > 0 seconds (got {value})")
+        if rules.port and value is not None and not 0 <= value <= 65535:
+            _fail(f"{o.flag}: {value} is not a port number", "use 0-65535 (0 picks a free one)")
+    try:
+        AuthMode(values["auth"])
+    except ValueError:
+        _fail(f"--auth: {values['auth']!r} is not a mode", "use --auth auto, --auth required or --auth none")
+    _check_tls(values["tls_cert"], values["tls_key"])
+    for root in values["model_roots"] or ():
+        if not root.is_dir():
+            _fail(f"--model-root: {root} is not a directory", "pass a directory that holds models or data files")
+    for name in FRONTS:
+        if values[name] is not None and importlib.util.find_spec("tinker_serve") is None:
+            _fail(f"--{name.replace('_', '-')}: the HTTP fronts need tinker-serve, which is not installed", HTTP_EXTRA_HINT)
+
+
+def _check_tls(cert: Path | None, key: Path | None) -> None:
+    if (cert is None) != (key is None):
+        _fail("--tls-cert and --tls-key go together", "give both to serve TLS, or neither")
+    for name, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if path is not None and not path.is_file():
+            _fail(f"{name}: {path} does not exist", "pass a PEM file")
+    if cert is not None and key is not None:
+        from tinker_scheduler.server import read_tls_pair
+
+        try:
+            read_tls_pair(cert, key, ("--tls-cert", "--tls-key"))
+        except ValueError as e:
+            _fail(str(e))
+
+
+def _config(values: dict[str, Any]) -> SchedulerConfig:
+    """The scheduler's config from the options (``--metrics-port -1``: no metrics endpoint)."""
+    fields = {o.name: values[o.name] for o in OPTIONS if o.name not in FRONTS}
+    fields["metrics_port"] = None if values["metrics_port"] < 0 else values["metrics_port"]
+    fields["model_roots"] = tuple(values["model_roots"] or ())
+    return SchedulerConfig(**fields)
+
+
+def _run(values: dict[str, Any]) -> None:
     """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
     import logging
 
     from tinker_scheduler.auth import AuthMode
-    from tinker_scheduler.config import SchedulerConfig
     from tinker_scheduler.scheduler import Scheduler
     from tinker_scheduler.store import StoreError
 
-    try:
-        mode = AuthMode(auth)
-    except ValueError:
-        _fail(f"--auth: {auth!r} is not a mode", "use --auth auto, --auth required or --auth none")
-    if (tls_cert is None) != (tls_key is None):
-        _fail("--tls-cert and --tls-key go together", "give both to serve TLS, or neither")
-    for name, path in (("--tls-cert", tls_cert), ("--tls-key", tls_key)):
-        if path is not None and not path.is_file():
-            _fail(f"{name}: {path} does not exist", "pass a PEM file")
-    if tls_cert is not None and tls_key is not None:
-        from tinker_scheduler.server import read_tls_pair
-
-        try:
-            read_tls_pair(tls_cert, tls_key, ("--tls-cert", "--tls-key"))
-        except ValueError as e:
-            _fail(str(e))
-    if max_retries < 0:
-        _fail(f"--max-retries: must be >= 0 (got {max_retries})")
-    if max_jobs_per_host < 0:
-        _fail(f"--max-jobs-per-host: must be >= 0 (got {max_jobs_per_host})", "0 gives every job its own model copy")
-    for root in model_root or ():
-        if not root.is_dir():
-            _fail(f"--model-root: {root} is not a directory", "pass a directory that holds models or data files")
-    for flag, value in (("--max-data-per-request", max_data_per_request), ("--max-tokens-per-request", max_tokens_per_request),
-                        ("--max-new-tokens-per-sample", max_new_tokens_per_sample)):
-        if value < 1:
-            _fail(f"{flag}: must be >= 1 (got {value})")
-    if not tinker_session_timeout > 0:
-        _fail(f"--tinker-session-timeout: must be > 0 seconds (got {tinker_session_timeout})")
-    if tinker_max_request_bytes < 1:
-        _fail(f"--tinker-max-request-bytes: must be >= 1 (got {tinker_max_request_bytes})")
-    if tinker_max_json_bytes < 1:
-        _fail(f"--tinker-max-json-bytes: must be >= 1 (got {tinker_max_json_bytes})")
-    for flag, seconds in (("--http-header-timeout", http_header_timeout), ("--http-body-timeout", http_body_timeout)):
-        if not seconds > 0:
-            _fail(f"{flag}: must be > 0 seconds (got {seconds})")
-    if not 0 <= port <= 65535:
-        _fail(f"--port: {port} is not a port number", "use 0-65535 (0 picks a free one)")
-    if tinker_port is not None and not 0 <= tinker_port <= 65535:
-        _fail(f"--tinker-port: {tinker_port} is not a port number", "use 0-65535 (0 picks a free one)")
-    if serve_port is not None and not 0 <= serve_port <= 65535:
-        _fail(f"--serve-port: {serve_port} is not a port number", "use 0-65535 (0 picks a free one)")
+    _check(values)
+    host, mode = values["host"], AuthMode(values["auth"])
     if mode == AuthMode.NONE and not _is_loopback(host):
         typer.echo(
             f"warning: --auth none on {host} lets anyone who can reach it submit jobs; "
@@ -178,41 +162,42 @@ def start(
         )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        scheduler = Scheduler(SchedulerConfig(
-            host=host, port=port, db=db, runs_dir=runs_dir, ray_address=ray_address, num_cpus=num_cpus,
-            num_gpus=num_gpus, metrics_port=None if metrics_port < 0 else metrics_port, tls_cert=tls_cert,
-            tls_key=tls_key, max_retries=max_retries, auth=mode, runner=runner, shutdown_timeout=shutdown_timeout,
-            max_jobs_per_host=max_jobs_per_host, model_roots=tuple(model_root or ()),
-            max_data_per_request=max_data_per_request, max_tokens_per_request=max_tokens_per_request,
-            max_new_tokens_per_sample=max_new_tokens_per_sample, tinker_session_timeout_s=tinker_session_timeout,
-            tinker_max_request_bytes=tinker_max_request_bytes, tinker_max_json_bytes=tinker_max_json_bytes,
-            http_header_timeout_s=http_header_timeout, http_body_timeout_s=http_body_timeout,
-        ))
+        scheduler = Scheduler(_config(values))
         scheduler.start()
     except (StoreError, ValueError) as e:
         _fail(str(e))
     except OSError as e:
         _fail(str(e), code=1)
-    gateway = None
-    if tinker_port is not None:
-        from tinker_scheduler.tinker_api import serve
+    fronts = _start_fronts(scheduler, host, values["tinker_port"], values["serve_port"])
+    _serve_until_stopped(scheduler, fronts, mode)
 
-        try:
-            gateway = serve(scheduler, host, tinker_port)
-        except OSError as e:
-            scheduler.stop()
-            _fail(f"--tinker-port: {e}", code=1)
-    route = None
-    if serve_port is not None:
-        from tinker_scheduler import serve_route
 
-        try:
-            route = serve_route.serve(scheduler, host, serve_port, tinker=gateway.models if gateway is not None else None)
-        except OSError as e:
-            if gateway is not None:
-                gateway.stop()
-            scheduler.stop()
-            _fail(f"--serve-port: {e}", code=1)
+def _start_fronts(scheduler: Scheduler, host: str, tinker_port: int | None, serve_port: int | None) -> list[HttpServer]:
+    """The HTTP fronts asked for: the Tinker gateway, then the serve route (a failure stops all)."""
+    fronts: list[HttpServer] = []
+    try:
+        if tinker_port is not None:
+            from tinker_scheduler.tinker_api import serve
+
+            flag = "--tinker-port"
+            fronts.append(serve(scheduler, host, tinker_port))
+        if serve_port is not None:
+            from tinker_scheduler import serve_route
+            from tinker_scheduler.tinker_api import Gateway
+
+            flag = "--serve-port"
+            gateway = fronts[0] if fronts and isinstance(fronts[0], Gateway) else None
+            fronts.append(serve_route.serve(scheduler, host, serve_port, tinker=gateway.models if gateway else None))
+    except OSError as e:
+        for front in reversed(fronts):
+            front.stop()
+        scheduler.stop()
+        _fail(f"{flag}: {e}", code=1)
+    return fronts
+
+
+def _serve_until_stopped(scheduler: Scheduler, fronts: list[HttpServer], mode: AuthMode) -> NoReturn:
+    import logging
 
     stop = threading.Event()
 
@@ -226,23 +211,24 @@ def start(
     metrics = f"http://{scheduler.address.rsplit(':', 1)[0]}:{scheduler.metrics_port}/metrics" if scheduler.metrics_port else "off"
     typer.echo(
         f"opentinker scheduler listening on {scheduler.address} "
-        f"({'TLS' if tls_cert else 'plaintext'}, auth {mode.value}); "
+        f"({'TLS' if scheduler.config.tls_cert else 'plaintext'}, auth {mode.value}); "
         f"resources {c.cpus:g} CPU, {c.gpus:g} GPU, {c.memory_gb:.1f} GiB; metrics {metrics}; "
         f"db {scheduler.db_path}; runs {scheduler.runs_dir}"
     )
-    if gateway is not None:
-        typer.echo(f"tinker API at {gateway.url} (tinker.ServiceClient(base_url=..., api_key='tml-<tenant key>'))")
-    if route is not None:
-        typer.echo(f"OpenAI API at {route.url}/v1 (openai.OpenAI(base_url=..., api_key='<tenant key>'); models: job ids)")
+    for front in fronts:  # (the gateway's module needs the http extra: imported only when it serves)
+        from tinker_scheduler.tinker_api import Gateway
+
+        if isinstance(front, Gateway):
+            typer.echo(f"tinker API at {front.url} (tinker.ServiceClient(base_url=..., api_key='tml-<tenant key>'))")
+        else:
+            typer.echo(f"OpenAI API at {front.url}/v1 (openai.OpenAI(base_url=..., api_key='<tenant key>'); models: job ids)")
     sys.stdout.flush()
     while not stop.wait(0.5):
         pass
     typer.echo("shutting down: asking running jobs to checkpoint...")
     sys.stdout.flush()
-    if route is not None:
-        route.stop()
-    if gateway is not None:
-        gateway.stop()
+    for front in reversed(fronts):
+        front.stop()
     scheduler.stop()
     typer.echo("scheduler stopped")
     # The store, its lock, the model hosts and Ray are closed: end now. The interpreter's own
@@ -251,6 +237,25 @@ def start(
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def start(**values: Any) -> None:
+    """Start the scheduler and serve until SIGTERM or Ctrl-C (running jobs checkpoint and re-queue)."""
+    _run(values)
+
+
+def _signature() -> inspect.Signature:
+    """``start``'s parameters, one per :data:`OPTIONS` (typer reads the signature and its annotations)."""
+    return inspect.Signature([
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default,
+                          annotation=Annotated[o.type, typer.Option(o.flag, help=o.rules.help)])
+        for o in OPTIONS
+    ], return_annotation=None)
+
+
+start.__signature__ = _signature()  # type: ignore[attr-defined]
+start.__annotations__ = {p.name: p.annotation for p in start.__signature__.parameters.values()} | {"return": None}  # type: ignore[attr-defined]
+app.command()(start)
 
 
 @app.command("add-tenant")

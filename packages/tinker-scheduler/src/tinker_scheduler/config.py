@@ -11,21 +11,58 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tinker_algos.tinker_ops import RequestLimits
 from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler.auth import AuthMode
-from tinker_serve.http_limits import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
 
 #: The job runner unless a config names another one.
 DEFAULT_RUNNER = "tinker_algos.train"
 _PATH_OPTIONS = ("db", "runs_dir", "tls_cert", "tls_key")
 _LIMITS = RequestLimits()
+#: The HTTP fronts' default deadlines for a request's headers and body: those of
+#: ``tinker_serve.http_limits`` (HEADER_TIMEOUT_S, BODY_TIMEOUT_S; a test keeps them equal),
+#: repeated here so the scheduler's config loads without the ``http`` extra.
+HTTP_HEADER_TIMEOUT_S = 10.0
+HTTP_BODY_TIMEOUT_S = 60.0
 #: The request-limit options and the :class:`~tinker_algos.tinker_ops.RequestLimits` field each sets.
 _LIMIT_OPTIONS = {"max_data_per_request": "max_data", "max_tokens_per_request": "max_tokens",
                   "max_new_tokens_per_sample": "max_new_tokens"}
+
+
+#: ``CliOption.default`` when the option's default is the field's.
+FIELD_DEFAULT: Any = type("FieldDefault", (), {"__repr__": lambda self: "FIELD_DEFAULT"})()
+
+
+@dataclass(frozen=True)
+class CliOption:
+    """How a :class:`SchedulerConfig` field is offered as an option of ``opentinker scheduler start``
+    (the command's options are generated from the fields that carry one, see
+    :mod:`tinker_scheduler.cli`).
+
+    ``flag``: the option's name when it is not the field's (``--model-root`` for ``model_roots``);
+    ``type`` / ``default``: the option's when they differ from the field's (e.g. ``--metrics-port``
+    defaults to 9464, -1 turns it off); ``minimum``: the least value (an error names the flag);
+    ``seconds``: must be > 0 seconds; ``port``: a port number 0-65535; ``hint``: what to do
+    instead, shown under an error.
+    """
+
+    help: str
+    flag: str = ""
+    type: Any = None
+    default: Any = FIELD_DEFAULT
+    minimum: int | None = None
+    seconds: bool = False
+    port: bool = False
+    hint: str = ""
+
+
+def cli(help: str, **how: Any) -> dict[str, CliOption]:
+    """The metadata of a field offered as a ``scheduler start`` option (see :class:`CliOption`)."""
+    return {"cli": CliOption(help, **how)}
 
 
 def default_home() -> Path:
@@ -43,37 +80,45 @@ class SchedulerConfig:
     """
 
     #: Address the gRPC server binds (``0.0.0.0`` for every interface).
-    host: str = "127.0.0.1"
+    host: str = field(default="127.0.0.1", metadata=cli("Address to bind; 0.0.0.0 serves every interface."))
     #: gRPC port; 0 picks a free one (read ``Scheduler.port`` after ``start()``).
-    port: int = 50051
+    port: int = field(default=50051, metadata=cli("gRPC port; 0 picks a free one (printed at start).", port=True))
     #: The SQLite job store, created if missing (None: ``$OPENTINKER_HOME/scheduler.db``).
-    db: Path | None = None
+    db: Path | None = field(default=None, metadata=cli("SQLite job store (default $OPENTINKER_HOME/scheduler.db)."))
     #: Jobs write to ``runs_dir/<tenant>/<job id>/`` (None: ``$OPENTINKER_HOME/runs``).
-    runs_dir: Path | None = None
+    runs_dir: Path | None = field(default=None, metadata=cli(
+        "Jobs write to RUNS_DIR/<tenant>/<job-id>/ (default $OPENTINKER_HOME/runs)."))
     #: Join this Ray cluster; None starts a local one (unless Ray is already initialised in this
     #: process, which is then used as it is).
-    ray_address: str | None = None
+    ray_address: str | None = field(default=None, metadata=cli(
+        "Join this Ray cluster (e.g. 'auto' or HOST:6379); default: start a local Ray."))
     #: CPUs of the local Ray; with a cluster, the most this scheduler uses.
-    num_cpus: float | None = None
+    num_cpus: float | None = field(default=None, metadata=cli(
+        "CPUs of the local Ray; with --ray-address, the most this scheduler uses."))
     #: GPUs likewise.
-    num_gpus: float | None = None
+    num_gpus: float | None = field(default=None, metadata=cli("GPUs, likewise."))
     #: Prometheus endpoint port; 0 picks a free one, None disables it.
-    metrics_port: int | None = None
+    metrics_port: int | None = field(default=None, metadata=cli(
+        "Prometheus /metrics port; 0 picks a free one, -1 disables it.", type=int, default=9464))
     #: PEM certificate chain file; with ``tls_key`` the server speaks TLS only.
-    tls_cert: Path | None = None
+    tls_cert: Path | None = field(default=None, metadata=cli("PEM certificate chain; with --tls-key, serve TLS only."))
     #: PEM private key file.
-    tls_key: Path | None = None
+    tls_key: Path | None = field(default=None, metadata=cli("PEM private key of --tls-cert."))
     #: How often a job whose actor died is restarted before it FAILS.
-    max_retries: int = 3
+    max_retries: int = field(default=3, metadata=cli(
+        "Restarts of a job whose actor died (from its last checkpoint) before it FAILS.", minimum=0))
     #: ``auto``, ``required`` or ``none`` (see :mod:`tinker_scheduler.auth`).
-    auth: AuthMode = AuthMode.AUTO
+    auth: AuthMode = field(default=AuthMode.AUTO, metadata=cli(
+        "auto: keys required once a tenant exists; required; none: single local user.", type=str, default="auto"))
     #: Importable ``"module:function"`` with the signature of
     #: ``tinker_algos.train(config, run_dir=..., callbacks=...)`` that jobs run.
-    runner: str = DEFAULT_RUNNER
+    runner: str = field(default=DEFAULT_RUNNER, metadata=cli(
+        "Importable 'module:function' jobs run (advanced; tests use a test workload)."))
     #: Accept and store jobs but start none (maintenance).
     paused: bool = False
     #: Seconds ``stop()`` waits for running jobs to checkpoint.
-    shutdown_timeout: float = 60.0
+    shutdown_timeout: float = field(default=60.0, metadata=cli(
+        "Seconds SIGTERM waits for running jobs to checkpoint before killing them."))
     #: Seconds a cancelled job may take to stop before its actor is killed.
     cancel_timeout: float = 60.0
     #: The scheduling loop's period.
@@ -96,35 +141,52 @@ class SchedulerConfig:
     #: on one shared model host, up to this many per host (they take turns, a training step
     #: each); 0 gives every job its own worker and model copy. Needs the ``ray`` host backend and
     #: a runner that accepts ``shared=`` (``tinker_algos.train``).
-    max_jobs_per_host: int = 8
+    max_jobs_per_host: int = field(default=8, metadata=cli(
+        "LoRA jobs on the same base model share one model host, up to N per host; 0: one model copy per job.",
+        minimum=0, hint="0 gives every job its own model copy"))
     #: Directories whose contents jobs and sessions may load as base models (``model.name``,
     #: CreateSession's ``base_model``) and read as data files (``algorithm.data``); besides these
     #: only presets, hub ids and the tenant's own run outputs are allowed (see
     #: :mod:`tinker_scheduler.paths`).
-    model_roots: tuple[Path, ...] = ()
+    model_roots: tuple[Path, ...] = field(default=(), metadata=cli(
+        "A directory whose models and data files jobs and sessions may load (repeatable); otherwise only "
+        "presets ('tiny'), hub ids and a tenant's own run outputs.", flag="--model-root", type=list[Path] | None,
+        default=None))
     #: TrainingService limits, checked before a request is queued on a model host (besides the
     #: model's context length): data per Forward/ForwardBackward, sequences per
     #: ComputeLogprobs, and sequences sampled (prompts x num_samples) per Sample.
-    max_data_per_request: int = _LIMITS.max_data
+    max_data_per_request: int = field(default=_LIMITS.max_data, metadata=cli(
+        "TrainingService: data (or sequences sampled) per request, at most.", minimum=1))
     #: Tokens per TrainingService request: the model inputs of all its data or sequences; for
     #: Sample, every sampled sequence's prompt plus ``max_tokens``.
-    max_tokens_per_request: int = _LIMITS.max_tokens
+    max_tokens_per_request: int = field(default=_LIMITS.max_tokens, metadata=cli(
+        "TrainingService: tokens per request (all its data; for Sample, prompts plus max_tokens), at most.", minimum=1))
     #: The largest ``max_tokens`` (new tokens per sequence) a TrainingService Sample may ask for.
-    max_new_tokens_per_sample: int = _LIMITS.max_new_tokens
-    #: Tinker API gateway: a client session (``tinker.ServiceClient``, which heartbeats every
+    max_new_tokens_per_sample: int = field(default=_LIMITS.max_new_tokens, metadata=cli(
+        "TrainingService: a Sample request's max_tokens, at most.", minimum=1))
+    #: Tinker API gateway: a Tinker session (``tinker.ServiceClient``, which heartbeats every
     #: 10 s) not heard from this long expires and its models are unloaded (their saved
     #: checkpoints remain).
-    tinker_session_timeout_s: float = 600.0
+    tinker_session_timeout_s: float = field(default=600.0, metadata=cli(
+        "Tinker API: seconds a Tinker session may go without a heartbeat before it expires and its models unload.",
+        flag="--tinker-session-timeout", seconds=True))
     #: Tinker API gateway: the largest request body accepted (larger: 413).
-    tinker_max_request_bytes: int = MAX_MESSAGE_BYTES
+    tinker_max_request_bytes: int = field(default=MAX_MESSAGE_BYTES, metadata=cli(
+        "Tinker API: the largest request body accepted (larger ones get HTTP 413).", minimum=1))
     #: Tinker API gateway: the largest JSON request body accepted (larger: 413); every route but
     #: ``forward_backward`` (protobuf) takes JSON.
-    tinker_max_json_bytes: int = 8 * 1024 * 1024
+    tinker_max_json_bytes: int = field(default=8 * 1024 * 1024, metadata=cli(
+        "Tinker API: the largest JSON request body accepted (every route but forward_backward; larger: HTTP 413).",
+        minimum=1))
     #: HTTP servers (Tinker gateway, serve route): seconds a client has to send a request's
     #: headers before its connection is closed.
-    http_header_timeout_s: float = HEADER_TIMEOUT_S
+    http_header_timeout_s: float = field(default=HTTP_HEADER_TIMEOUT_S, metadata=cli(
+        "Tinker API and serve route: seconds a client has to send a request's headers before its connection is closed.",
+        flag="--http-header-timeout", seconds=True))
     #: HTTP servers: seconds a client has to send a request's body (slower: 408).
-    http_body_timeout_s: float = BODY_TIMEOUT_S
+    http_body_timeout_s: float = field(default=HTTP_BODY_TIMEOUT_S, metadata=cli(
+        "Tinker API and serve route: seconds a client has to send a request's body (slower: HTTP 408).",
+        flag="--http-body-timeout", seconds=True))
 
     def __post_init__(self) -> None:
         for name in _PATH_OPTIONS:

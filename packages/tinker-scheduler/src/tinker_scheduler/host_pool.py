@@ -12,16 +12,32 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast
 
+from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.policy import GIB, Resources
 
+if TYPE_CHECKING:
+    from tinker_scheduler.model_host import SessionSpec
+
 logger = logging.getLogger("tinker_scheduler.training")
 
+R = TypeVar("R")
+
 BACKENDS = ("ray", "local")
+
+
+class HostArgs(TypedDict, total=False):
+    """The arguments a :class:`~tinker_scheduler.model_host.ModelHost` is built with."""
+
+    base_model: str
+    device: str | None
+    precision: str | None
+    full: bool
+    revision: str | None
+    tokenizer: str | None
 
 
 @dataclass(frozen=True)
@@ -56,7 +72,7 @@ class HostHandle:
     """A model host: a Ray actor (``backend="ray"``) or an object in this process (``"local"``)."""
 
     def __init__(
-        self, key: HostKey, backend: str, kwargs: Mapping[str, Any], cpus: float, *,
+        self, key: HostKey, backend: str, kwargs: HostArgs, cpus: float, *,
         gpus: float = 0.0, memory_gb: float = 0.0,
     ) -> None:
         from tinker_scheduler.model_host import ModelHost
@@ -71,7 +87,7 @@ class HostHandle:
         self.idle_since: float | None = time.monotonic()
         self.dead = False
         if backend == "local":
-            self._host: Any = ModelHost(**kwargs)
+            self._host: ModelHost | None = ModelHost(**kwargs)
             self._actor = None
         else:
             import ray
@@ -99,26 +115,36 @@ class HostHandle:
     def idle(self) -> bool:
         return not self.sessions and not self.jobs
 
-    def _invoke(self, method: str, *args: Any) -> tuple[Any, ...]:
+    def _invoke(self, method: str, *args: Any) -> Any:
+        """``method(*args)`` on the host; its :class:`StatusError` as raised there, a dead Ray
+        host's as UNAVAILABLE."""
         if self._actor is None:
-            return cast(tuple[Any, ...], getattr(self._host, method)(*args))
+            return getattr(self._host, method)(*args)
         import ray
 
         try:
-            return cast(tuple[Any, ...], ray.get(getattr(self._actor, method).remote(*args)))
+            return ray.get(getattr(self._actor, method).remote(*args))
+        except ray.exceptions.RayTaskError as e:
+            if isinstance(e.cause, StatusError):  # what the host raised (the only type it raises)
+                raise StatusError(e.cause.code, str(e.cause)) from None
+            raise self._died(e) from None
         except ray.exceptions.RayError as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            if isinstance(e, ray.exceptions.RayActorError):
-                self.dead = True
-            return ("error", "UNAVAILABLE", f"the model host died ({type(e).__name__}: {first[:200]}); retry the request")
+            raise self._died(e) from None
+
+    def _died(self, e: Exception) -> StatusError:
+        import ray
+
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        if isinstance(e, ray.exceptions.RayActorError):
+            self.dead = True
+        return StatusError("UNAVAILABLE", f"the model host died ({type(e).__name__}: {first[:200]}); retry the request")
 
     def call(
-        self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None, *, deadline: float | None = None,
-        token: str = "",
-    ) -> Any:
-        """Run a session operation on the host (``deadline``, ``token``: see ``ModelHost.call``);
+        self, session_id: str, request: ops.HostRequest[R], *, deadline: float | None = None, token: str = "",
+    ) -> R:
+        """Run a session's request on the host (``deadline``, ``token``: see ``ModelHost.call``);
         raises :class:`StatusError` on failure."""
-        return _unwrap(self._invoke("call", session_id, op, dict(kwargs or {}), deadline, token))
+        return cast(R, self._invoke("call", session_id, request, deadline, token))
 
     def cancel(self, token: str) -> None:
         """Drop the waiting request sent with ``token`` (does not wait for a Ray host's answer)."""
@@ -127,11 +153,12 @@ class HostHandle:
         elif self._host is not None:
             self._host.cancel(token)
 
-    def add_session(self, spec: Any) -> dict[str, Any]:
-        return cast(dict[str, Any], _unwrap(self._invoke("add_session", spec.__dict__)))
+    def add_session(self, spec: SessionSpec) -> ops.ModelInfo:
+        """Give a training session a slot on the host; its model's info."""
+        return cast(ops.ModelInfo, self._invoke("add_session", spec))
 
     def remove_session(self, session_id: str) -> None:
-        _unwrap(self._invoke("remove_session", session_id))
+        self._invoke("remove_session", session_id)
 
     def close(self) -> None:
         if self._actor is not None:
@@ -143,12 +170,6 @@ class HostHandle:
                 logger.debug("killing model host", exc_info=True)
         elif self._host is not None:
             self._host.close()
-
-
-def _unwrap(result: tuple[Any, ...]) -> Any:
-    if result[0] == "ok":
-        return result[1]
-    raise StatusError(result[1], result[2])
 
 
 class HostPool:
@@ -191,7 +212,7 @@ class HostPool:
         return host
 
     # ---- sessions ---------------------------------------------------------------------------
-    def attach_session(self, key: HostKey, kwargs: Mapping[str, Any], session_id: str, free: Resources | None) -> HostHandle:
+    def attach_session(self, key: HostKey, kwargs: HostArgs, session_id: str, free: Resources | None) -> HostHandle:
         """The host of ``key`` for a session, started if needed (RESOURCE_EXHAUSTED when a new
         host's CPUs are not in ``free``)."""
         with self._lock:
@@ -223,7 +244,7 @@ class HostPool:
 
     # ---- jobs (JobService) ------------------------------------------------------------------
     def attach_job(
-        self, job_id: str, key: HostKey, kwargs: Mapping[str, Any], demand: Resources | None, max_jobs: int
+        self, job_id: str, key: HostKey, kwargs: HostArgs, demand: Resources | None, max_jobs: int
     ) -> HostHandle | None:
         """A Ray model host for a LoRA job: one already serving ``key`` with room for another job,
         else (when ``demand`` is given) a new host that reserves ``demand``; None otherwise."""

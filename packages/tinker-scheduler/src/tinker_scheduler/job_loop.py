@@ -25,9 +25,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tinker_scheduler.config import SchedulerConfig
-from tinker_scheduler.host_pool import HostKey, HostPool
+from tinker_scheduler.host_pool import HostArgs, HostKey, HostPool
+from tinker_scheduler.job_records import JobConfigs
 from tinker_scheduler.placement import (
-    Run,
+    RunningJob,
     death_reason,
     release_worker,
     shared_host_of,
@@ -46,7 +47,7 @@ logger = logging.getLogger("tinker_scheduler")
 
 
 class JobLoop:
-    """The state of the scheduling loop: the running jobs (:class:`~tinker_scheduler.placement.Run`).
+    """The state of the scheduling loop: the running jobs (:class:`~tinker_scheduler.placement.RunningJob`).
 
     Args:
         config: the scheduler's options (runner, retries, timeouts, jobs per host).
@@ -59,7 +60,7 @@ class JobLoop:
 
     def __init__(
         self, config: SchedulerConfig, store: JobStore, metrics: SchedulerMetrics, hosts: HostPool, capacity: Resources, *,
-        runner_shares: bool, wake: Callable[[], None],
+        runner_shares: bool, wake: Callable[[], None], configs: JobConfigs | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -68,9 +69,10 @@ class JobLoop:
         self.capacity = capacity
         self.runner_shares = runner_shares
         self.wake = wake
-        self.runs: dict[str, Run] = {}
+        self.configs = configs or JobConfigs()
+        self.runs: dict[str, RunningJob] = {}
         self.runs_lock = threading.Lock()
-        self._host_keys: dict[str, tuple[HostKey, dict[str, Any]] | None] = {}
+        self._host_keys: dict[str, tuple[HostKey, HostArgs] | None] = {}
         self._planned: tuple[Any, ...] | None = None  # what the last full dispatch saw
 
     def running_job_ids(self) -> list[str]:
@@ -138,7 +140,7 @@ class JobLoop:
                 continue  # the actor died; _reap handles it
             self._record(run, reports)
 
-    def _record(self, run: Run, reports: list[dict[str, Any]]) -> None:
+    def _record(self, run: RunningJob, reports: list[dict[str, Any]]) -> None:
         """Store what a job reported: metrics and log events, the checkpoint pointer."""
         events: list[PendingEvent] = []
         checkpoint: tuple[int, str] | None = None
@@ -186,7 +188,7 @@ class JobLoop:
                 pass
             self._finish(run, result, None)
 
-    def _finish(self, run: Run, result: dict[str, Any] | None, died: str | None) -> None:
+    def _finish(self, run: RunningJob, result: dict[str, Any] | None, died: str | None) -> None:
         """Settle a job whose ``run()`` returned (``result``) or whose actor died (``died``)."""
         self.discard(run, died=died is not None)
         job = self.store.get(run.job_id)
@@ -237,7 +239,7 @@ class JobLoop:
             logger.info("job %s (tenant %s): %s, %s", job.id, job.tenant, state.name, reason)
             self.metrics.jobs_finished.labels(state.name).inc()
 
-    def discard(self, run: Run, *, died: bool = False) -> None:
+    def discard(self, run: RunningJob, *, died: bool = False) -> None:
         """Forget a run; kill its actor and free its placement group (a shared host stays)."""
         with self.runs_lock:
             self.runs.pop(run.job_id, None)
@@ -327,18 +329,16 @@ class JobLoop:
                 self._launch(job, choice.demand)
         self._planned = seen
 
-    def _shared_host_key(self, job: JobRecord) -> tuple[HostKey, dict[str, Any]] | None:
+    def _shared_host_key(self, job: JobRecord) -> tuple[HostKey, HostArgs] | None:
         """The model host key and ``ModelHost`` arguments of a job that may share a host, else None."""
         if not (self.runner_shares and self.config.max_jobs_per_host > 0 and self.hosts.backend == "ray"):
             return None
         if job.id not in self._host_keys:
-            from tinker_core.config import JobConfig
-
             full = job if job.config_json else self.store.get(job.id)
             if full is None:
                 return None
             try:
-                self._host_keys[job.id] = shared_host_of(JobConfig.model_validate_json(full.config_json))
+                self._host_keys[job.id] = shared_host_of(self.configs.of(full))
             except ValueError:
                 self._host_keys[job.id] = None  # _launch reports the error
         return self._host_keys[job.id]
@@ -357,10 +357,8 @@ class JobLoop:
         self.metrics.queue_wait.observe(max(0.0, now - job.queued_at))
         return attempt
 
-    def _launch_shared(self, job: JobRecord, key: HostKey, host_kwargs: dict[str, Any], *, demand: Resources | None) -> bool:
+    def _launch_shared(self, job: JobRecord, key: HostKey, host_kwargs: HostArgs, *, demand: Resources | None) -> bool:
         """Start a LoRA job on a shared model host (an existing one, or a new one reserving ``demand``)."""
-        from tinker_core.config import JobConfig
-
         host = self.hosts.attach_job(job.id, key, host_kwargs, demand, self.config.max_jobs_per_host)
         if host is None:
             return False
@@ -369,31 +367,29 @@ class JobLoop:
             self.hosts.detach_job(key, job.id)
             return True
         try:
-            config = JobConfig.model_validate_json(job.config_json)
+            config = self.configs.of(job)
             result_ref = host.actor.run_job.remote(job.id, self.config.runner, config, job.run_dir)
         except Exception as e:  # noqa: BLE001 - any failure to start is the job's failure
             self.hosts.detach_job(key, job.id)
             self._end(job, JobState.FAILED, f"could not start the job on its model host: {type(e).__name__}: {e}")
             return True
         with self.runs_lock:
-            self.runs[job.id] = Run(job.id, job.tenant, Resources(), host.actor, None, result_ref, host_key=key)
+            self.runs[job.id] = RunningJob(job.id, job.tenant, Resources(), host.actor, None, result_ref, host_key=key)
         logger.info("job %s (tenant %s): started%s on shared model host %s", job.id, job.tenant, attempt, key)
         return True
 
     def _launch(self, job: JobRecord, demand: Resources) -> None:
-        from tinker_core.config import JobConfig
-
         attempt = self._mark_started(job, "")
         if attempt is None:  # cancelled meanwhile
             return
         try:
-            config = JobConfig.model_validate_json(job.config_json)
+            config = self.configs.of(job)
             actor, group, result_ref = start_worker(job.id, demand, self.config.runner, config, job.run_dir)
         except Exception as e:  # noqa: BLE001 - any failure to place is the job's failure
             self._end(job, JobState.FAILED, f"could not start the job on Ray: {type(e).__name__}: {e}")
             return
         with self.runs_lock:
-            self.runs[job.id] = Run(job.id, job.tenant, demand, actor, group, result_ref)
+            self.runs[job.id] = RunningJob(job.id, job.tenant, demand, actor, group, result_ref)
         logger.info("job %s (tenant %s): started%s with %s", job.id, job.tenant, attempt, demand)
 
 

@@ -7,8 +7,19 @@ Plain frozen values (no SQLite): the servicers, the scheduling loop and the metr
 from __future__ import annotations
 
 import enum
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import sqlite3
+    from collections.abc import Mapping
+
+    from tinker_core.config import JobConfig
+
+#: Parsed job configs :class:`JobConfigs` keeps (the least recently used go first).
+MAX_KEPT_CONFIGS = 4096
 
 
 class JobState(enum.IntEnum):
@@ -69,7 +80,7 @@ class JobRecord:
     metrics_step: int | None
 
     @classmethod
-    def from_row(cls, row: Any) -> JobRecord:
+    def from_row(cls, row: sqlite3.Row | Mapping[str, object]) -> JobRecord:
         """A record from a ``jobs`` row (a ``sqlite3.Row`` or a dict of its columns)."""
         data = dict(row)
         data["state"] = JobState(data["state"])
@@ -116,3 +127,36 @@ class PendingEvent:
     kind: str
     payload: dict[str, Any]
     time: float | None = None
+
+
+class JobConfigs:
+    """Each job's config, parsed once: kept from Submit (which parsed and checked it), else parsed
+    from the record's ``config_json`` on first use (a job submitted before a restart) and kept.
+
+    The scheduling loop reads a job's config here to pick its model host and to start it. The
+    newest :data:`MAX_KEPT_CONFIGS` are kept; an older one is parsed again if it is needed.
+    """
+
+    def __init__(self) -> None:
+        self._configs: OrderedDict[str, JobConfig] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def keep(self, job_id: str, config: JobConfig) -> None:
+        """Keep the config Submit parsed for ``job_id``."""
+        with self._lock:
+            self._configs[job_id] = config
+            self._configs.move_to_end(job_id)
+            while len(self._configs) > MAX_KEPT_CONFIGS:
+                self._configs.popitem(last=False)
+
+    def of(self, job: JobRecord) -> JobConfig:
+        """The config of ``job`` (a full record: ``config_json`` set); a ``ValueError`` (pydantic's
+        ``ValidationError``) if its stored JSON no longer parses."""
+        with self._lock:
+            config = self._configs.get(job.id)
+        if config is None:
+            from tinker_core.config import JobConfig
+
+            config = JobConfig.model_validate_json(job.config_json)
+            self.keep(job.id, config)
+        return config

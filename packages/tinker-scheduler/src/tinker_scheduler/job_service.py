@@ -29,6 +29,7 @@ from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
 from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.errors import StatusError
+from tinker_scheduler.job_records import JobConfigs
 from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.rpc import abort, caller_tenant
@@ -192,6 +193,11 @@ class JobBackend(Protocol):
         ...
 
     @property
+    def job_configs(self) -> JobConfigs:
+        """Each job's parsed config: Submit keeps what it parsed for the scheduling loop."""
+        ...
+
+    @property
     def closing(self) -> bool:
         """True once the scheduler is shutting down (watches end; clients resume elsewhere)."""
         ...
@@ -290,7 +296,8 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
             )
         except StoreError as e:
             abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        if created:
+        if created:  # parsed here once: the scheduling loop starts the job with this config
+            self.scheduler.job_configs.keep(job.id, config)
             self.scheduler.wake()
         return job_message(job)
 

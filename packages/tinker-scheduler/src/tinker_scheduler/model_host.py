@@ -20,10 +20,12 @@ owns the whole model, so a host built with ``full=True`` serves exactly one sess
   loss keys, Adam and sampling defaults, stop reasons) is :mod:`tinker_algos.tinker_ops`.
 
 **Jobs.** A whole LoRA job (``tinker_algos.train``) can run on the host too (:meth:`run_job`,
-see :mod:`tinker_scheduler.hosted_jobs`). Requests are plain Python values (numpy arrays, dicts,
-strings): :meth:`ModelHost.call` returns ``("ok", result)`` or ``("error", code, message)`` where
-``code`` is a gRPC status code name, so the caller (:mod:`tinker_scheduler.host_pool`) maps
-errors without unpickling exceptions. The class is used directly (in-process,
+see :mod:`tinker_scheduler.hosted_jobs`). Requests are the typed operations of
+:mod:`tinker_scheduler.host_ops` (plain, picklable values): :meth:`ModelHost.call` answers the
+request's response type or raises :class:`~tinker_scheduler.errors.StatusError` -- the only
+exception type that leaves a host (any other becomes one with its status code first, see
+:func:`~tinker_scheduler.errors.classify`). On the host a session's model is a *slot*
+(``_Slot``: its adapter or the full model, trainer and RNG). The class is used directly (in-process,
 ``host_backend="local"``) or as a Ray actor (``ray.remote(ModelHost)`` with ``max_concurrency >
 1``: the actor's threads block in :meth:`call` while the executor thread works). Imported by Ray
 workers: torch is imported lazily.
@@ -37,48 +39,39 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from tinker_algos import tinker_ops
 from tinker_core.seeding import derive_seed
+from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError, classify, invalid
 from tinker_scheduler.host_executor import TurnExecutor
+from tinker_scheduler.host_ops import SessionSpec, adapter_name
 from tinker_scheduler.hosted_jobs import HostedJob, HostedJobs, job_adapter_name
 
+if TYPE_CHECKING:
+    import torch
+
+    from tinker_algos.models import PolicyModel
+    from tinker_algos.trainer import Trainer
+
 __all__ = ["ModelHost", "SessionSpec", "adapter_name", "job_adapter_name"]
+
+R = TypeVar("R")
 
 #: Seeds a session derives from its ``seed`` are this wide.
 SEED_BITS = 63
 
 
 @dataclass
-class SessionSpec:
-    """What a session trains: ``lora_rank == 0`` means full fine-tuning."""
+class _Slot:
+    """A training session's place on the host: its adapter (or the full model), trainer and RNG."""
 
-    session_id: str
-    lora_rank: int = 8
-    lora_alpha: float = 0.0
-    lora_dropout: float = 0.0
-    lora_target_modules: list[str] = field(default_factory=list)
-    seed: int = 0
-
-    @property
-    def adapter(self) -> str | None:
-        return adapter_name(self.session_id) if self.lora_rank > 0 else None
-
-
-def adapter_name(session_id: str) -> str:
-    """The peft adapter name of a session (valid adapter names: letters, digits, ``_``, ``-``)."""
-    return "s-" + "".join(c if c.isalnum() or c in "_-" else "_" for c in session_id)
-
-
-@dataclass
-class _Session:
     spec: SessionSpec
-    trainer: Any
-    rng_state: Any  # torch.ByteTensor: the session's torch CPU RNG
+    trainer: Trainer
+    rng_state: torch.Tensor  # the session's torch CPU RNG (a ByteTensor)
     sample_calls: int = 0
     sampler_adapters: dict[str, str] = field(default_factory=dict)  # sampler path -> adapter
 
@@ -114,7 +107,7 @@ class ModelHost:
         self.base_model = base_model
         self.full = full
         self.load_error: DeviceError | ModelLoadError | None = None  # told each session and job
-        self.policy: Any = None
+        self.policy: PolicyModel | None = None  # None: it did not load (load_error says why)
         try:
             self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
         except (DeviceError, ModelLoadError) as e:
@@ -123,7 +116,7 @@ class ModelHost:
         self.context_length = tinker_ops.context_length(self.policy.base_model.config) if self.policy is not None else None
         self.executor = TurnExecutor()
         self.jobs = HostedJobs(self.policy, self.executor, self._describe)
-        self._sessions: dict[str, _Session] = {}
+        self._slots: dict[str, _Slot] = {}  # session id -> its slot
         self._lock = threading.Lock()
 
     @property
@@ -132,24 +125,25 @@ class ModelHost:
         return self.executor.served
 
     # ---- sessions ---------------------------------------------------------------------------
-    def add_session(self, spec: SessionSpec | Mapping[str, Any]) -> tuple[Any, ...]:
-        """Create a session's adapter (or claim the full model) and trainer; returns its info."""
+    def add_session(self, spec: SessionSpec | Mapping[str, Any]) -> ops.ModelInfo:
+        """Create a session's slot: its adapter (or the full model) and trainer; returns its info.
+        Raises :class:`StatusError`."""
         if self.load_error is not None:
-            return ("error", "INVALID_ARGUMENT", str(self.load_error))
+            raise StatusError("INVALID_ARGUMENT", str(self.load_error))
         if not isinstance(spec, SessionSpec):
             spec = SessionSpec(**dict(spec))
         return _guard(lambda: self._add_session(spec))
 
-    def _add_session(self, spec: SessionSpec) -> dict[str, Any]:
+    def _add_session(self, spec: SessionSpec) -> ops.ModelInfo:
         import torch
 
         from tinker_algos.models import LoraSpec
         from tinker_algos.trainer import Trainer, TrainerConfig
 
         with self._lock:
-            if spec.session_id in self._sessions:
+            if spec.session_id in self._slots:
                 raise StatusError("ALREADY_EXISTS", f"session {spec.session_id!r} is already on this host")
-            if self.full and self._sessions:
+            if self.full and self._slots:
                 raise StatusError("FAILED_PRECONDITION", "a full fine-tuning host serves one session")
         if self.full != (spec.lora_rank == 0):
             raise invalid(
@@ -177,23 +171,24 @@ class ModelHost:
                 trainer = Trainer(self.policy, config)
         generator = torch.Generator()
         generator.manual_seed(derive_seed(spec.seed, 2, bits=SEED_BITS))
-        session = _Session(spec=spec, trainer=trainer, rng_state=generator.get_state())
+        slot = _Slot(spec=spec, trainer=trainer, rng_state=generator.get_state())
         with self._lock:
-            self._sessions[spec.session_id] = session
+            self._slots[spec.session_id] = slot
             self.executor.open(spec.session_id)
-        return self._info(session)
+        return self._info(slot)
 
-    def remove_session(self, session_id: str) -> tuple[Any, ...]:
-        """Drop a session: its queued requests fail, its adapter(s) are unloaded. Idempotent."""
+    def remove_session(self, session_id: str) -> bool:
+        """Drop a session's slot: its queued requests fail, its adapter(s) are unloaded; False if
+        it was not here (idempotent). Raises :class:`StatusError`."""
 
         def remove() -> bool:
             with self._lock:
-                session = self._sessions.pop(session_id, None)
-            if session is None:
+                slot = self._slots.pop(session_id, None)
+            if slot is None:
                 return False
             self.executor.discard(session_id, StatusError("NOT_FOUND", f"session {session_id!r} was closed"))
             with self.executor.serialized():
-                for name in [session.spec.adapter, *session.sampler_adapters.values()]:
+                for name in [slot.spec.adapter, *slot.sampler_adapters.values()]:
                     if name is not None and name in self.policy.adapter_names:
                         self.policy.remove_adapter(name)
             return True
@@ -202,7 +197,7 @@ class ModelHost:
 
     def session_ids(self) -> list[str]:
         with self._lock:
-            return list(self._sessions)
+            return list(self._slots)
 
     def close(self) -> None:
         self.executor.close()
@@ -211,30 +206,55 @@ class ModelHost:
         return os.getpid()  # the host's process (benchmarks read its memory)
 
     def call(
-        self, session_id: str, op: str, kwargs: Mapping[str, Any] | None = None, deadline: float | None = None,
-        token: str = "",
-    ) -> tuple[Any, ...]:
-        """Run ``op`` for a session after its earlier requests; fair between sessions.
+        self, session_id: str, request: ops.HostRequest[R], deadline: float | None = None, token: str = "",
+    ) -> R:
+        """Run ``request`` for a session after its earlier requests; fair between sessions.
 
         ``deadline`` (seconds since the epoch) and ``token`` (for :meth:`cancel`): see
-        :meth:`TurnExecutor.call`. Returns ``("ok", result)`` or ``("error", code, message)``.
+        :meth:`TurnExecutor.call`. Answers the request's response type; raises :class:`StatusError`.
         """
-        method = getattr(self, f"_op_{op}", None)
-        if method is None:
-            return ("error", "UNIMPLEMENTED", f"model host has no operation {op!r}")
+        if not isinstance(request, ops.HostRequest):
+            raise StatusError("UNIMPLEMENTED", f"model host has no operation {type(request).__name__}")
         with self._lock:
-            session = self._sessions.get(session_id)
-        if session is None:
-            return ("error", "NOT_FOUND", f"session {session_id!r} is not on this host")
-        args = dict(kwargs or {})
+            slot = self._slots.get(session_id)
+        if slot is None:
+            raise StatusError("NOT_FOUND", f"session {session_id!r} is not on this host")
 
-        def run() -> Any:
-            check = getattr(self, f"_check_{op}", None)
-            if check is not None:  # bounds before the request takes a turn
-                check(**args)
-            return self.executor.call(session_id, lambda: method(session, **args), deadline=deadline, token=token)
+        def run() -> R:
+            request.check(self.context_length)  # bounds before the request takes a turn
+            return self.executor.call(session_id, lambda: self._run(slot, request), deadline=deadline, token=token)
 
         return _guard(run)
+
+    def _run(self, slot: _Slot, request: ops.HostRequest[R]) -> R:
+        """The handler of the request's type (on the executor thread)."""
+        result: object
+        match request:
+            case ops.Info():
+                result = self._info(slot)
+            case ops.ForwardBackward():
+                result = self._forward_backward(slot, request)
+            case ops.Forward():
+                result = self._forward(slot, request)
+            case ops.OptimStep():
+                result = self._optim_step(slot, request)
+            case ops.Sample():
+                result = self._sample(slot, request)
+            case ops.Score():
+                result = self._score(slot, request)
+            case ops.ComputeLogprobs():
+                result = self._compute_logprobs(slot, request)
+            case ops.SaveState():
+                result = self._save_state(slot, request)
+            case ops.LoadState():
+                result = self._load_state(slot, request)
+            case ops.SaveWeightsForSampler():
+                result = self._save_weights_for_sampler(slot, request)
+            case ops.GetWeights():
+                result = self._get_weights(slot, request)
+            case _:
+                raise StatusError("UNIMPLEMENTED", f"model host has no operation {type(request).__name__}")
+        return cast(R, result)
 
     def cancel(self, token: str) -> bool:
         """Drop the waiting request sent with ``token`` (its caller went away); False if it started."""
@@ -272,179 +292,153 @@ class ModelHost:
 
     def _describe(self, job: HostedJob, others: int) -> str:
         return (f"on a shared model host for {self.base_model} (adapter {job.adapter}; "
-                f"{others} other job(s) and {len(self._sessions)} session(s) on it)")
+                f"{others} other job(s) and {len(self._slots)} session(s) on it)")
 
     # ---- operations (run on the executor thread) ---------------------------------------------
     @contextlib.contextmanager
-    def _session_rng(self, session: _Session) -> Iterator[None]:
-        """Install the session's torch RNG as the global one for the request, then save it back."""
+    def _slot_rng(self, slot: _Slot) -> Iterator[None]:
+        """Install the slot's torch RNG as the global one for the request, then save it back."""
         import torch
 
         outer = torch.get_rng_state()
-        torch.set_rng_state(session.rng_state)
+        torch.set_rng_state(slot.rng_state)
         try:
             yield
         finally:
-            session.rng_state = torch.get_rng_state()
+            slot.rng_state = torch.get_rng_state()
             torch.set_rng_state(outer)
 
-    def _info(self, session: _Session) -> dict[str, Any]:
-        policy, spec = self.policy, session.spec
+    def _info(self, slot: _Slot) -> ops.ModelInfo:
+        policy, spec = self.policy, slot.spec
         base = policy.base_model
         lora = policy.lora_specs.get(spec.adapter) if spec.adapter else None
-        return {
-            "base_model": self.base_model,
-            "lora_rank": spec.lora_rank,
-            "lora_alpha": float(lora.alpha) if lora is not None else 0.0,
-            "tokenizer_id": self.base_model,
-            "vocab_size": int(base.get_input_embeddings().weight.shape[0]),
-            "step": int(session.trainer.step),
-            "model_type": str(getattr(base.config, "model_type", "")),
-            "trainable_parameters": int(sum(p.numel() for p in session.trainer.params)),
-            "context_length": self.context_length,
-        }
+        return ops.ModelInfo(
+            base_model=self.base_model,
+            lora_rank=spec.lora_rank,
+            lora_alpha=float(lora.alpha) if lora is not None else 0.0,
+            tokenizer_id=self.base_model,
+            vocab_size=int(base.get_input_embeddings().weight.shape[0]),
+            step=int(slot.trainer.step),
+            model_type=str(getattr(base.config, "model_type", "")),
+            trainable_parameters=int(sum(p.numel() for p in slot.trainer.params)),
+            context_length=self.context_length,
+        )
 
-    def _op_info(self, session: _Session) -> dict[str, Any]:
-        return self._info(session)
-
-    # the context length, checked before a request takes a turn (the service checks its limits too)
-    def _check_forward_backward(self, data: Sequence[Mapping[str, Any]], **_: Any) -> None:
-        tinker_ops.check_data(_lengths(data), self.context_length)
-
-    _check_forward = _check_forward_backward
-
-    def _check_sample(self, prompts: Sequence[Sequence[int]], params: Mapping[str, Any], num_samples: int, **_: Any) -> None:
-        tinker_ops.check_sample([len(p) for p in prompts], int(params.get("max_tokens", 0)), num_samples, self.context_length)
-
-    def _check_compute_logprobs(self, sequences: Sequence[Sequence[int]]) -> None:
-        tinker_ops.check_sequences([len(s) for s in sequences], self.context_length)
-
-    def _op_forward_backward(
-        self, session: _Session, data: Sequence[Mapping[str, Any]], loss_fn: str, loss_config: Mapping[str, float]
-    ) -> dict[str, Any]:
+    def _forward_backward(self, slot: _Slot, r: ops.ForwardBackward) -> ops.ForwardResult:
         from tinker_algos.trainer import TOKEN_SUM
 
-        cfg = tinker_ops.loss_config(loss_fn, loss_config)
-        batch, extra = tinker_ops.datum_batch(data, loss_fn, self.policy.pad_token_id)
-        with self._session_rng(session):
+        cfg = tinker_ops.loss_config(r.loss_fn, r.loss_config)
+        batch, extra = tinker_ops.datum_batch(r.data, r.loss_fn, self.policy.pad_token_id)
+        with self._slot_rng(slot):
             try:
                 # the logprobs of the gradient pass itself: no second forward
-                metrics, logprobs_B_T = session.trainer.forward_backward(
-                    batch, loss_fn, agg=TOKEN_SUM, return_logprobs=True, **extra, **cfg
+                metrics, logprobs_B_T = slot.trainer.forward_backward(
+                    batch, r.loss_fn, agg=TOKEN_SUM, return_logprobs=True, **extra, **cfg
                 )
             except (TypeError, ValueError) as e:
-                raise invalid(f"loss {loss_fn!r}: {e}") from None
+                raise invalid(f"loss {r.loss_fn!r}: {e}") from None
         out = {k: float(v) for k, v in metrics.items()}
         out["loss:sum"] = out["loss"]
-        return {"logprobs": tinker_ops.per_datum_logprobs(logprobs_B_T, _lengths(data)), "metrics": out}
+        return ops.ForwardResult(tinker_ops.per_datum_logprobs(logprobs_B_T, _lengths(r.data)), out)
 
-    def _op_forward(
-        self, session: _Session, data: Sequence[Mapping[str, Any]], loss_fn: str, loss_config: Mapping[str, float]
-    ) -> dict[str, Any]:
-        batch, extra = tinker_ops.datum_batch(data, loss_fn or None, self.policy.pad_token_id)
-        with self._session_rng(session):
-            logprobs_B_T = session.trainer.forward(batch)
+    def _forward(self, slot: _Slot, r: ops.Forward) -> ops.ForwardResult:
+        batch, extra = tinker_ops.datum_batch(r.data, r.loss_fn or None, self.policy.pad_token_id)
+        with self._slot_rng(slot):
+            logprobs_B_T = slot.trainer.forward(batch)
         metrics: dict[str, float] = {}
-        if loss_fn:
-            cfg = tinker_ops.loss_config(loss_fn, loss_config)
-            metrics = tinker_ops.evaluate_loss(logprobs_B_T, batch, extra, loss_fn, cfg)
-        return {"logprobs": tinker_ops.per_datum_logprobs(logprobs_B_T, _lengths(data)), "metrics": metrics}
+        if r.loss_fn:
+            cfg = tinker_ops.loss_config(r.loss_fn, r.loss_config)
+            metrics = tinker_ops.evaluate_loss(logprobs_B_T, batch, extra, r.loss_fn, cfg)
+        return ops.ForwardResult(tinker_ops.per_datum_logprobs(logprobs_B_T, _lengths(r.data)), metrics)
 
-    def _op_optim_step(self, session: _Session, adam: Mapping[str, float]) -> dict[str, Any]:
-        trainer = session.trainer
-        step_args, max_grad_norm = tinker_ops.adam_step_args(adam)
+    def _optim_step(self, slot: _Slot, r: ops.OptimStep) -> ops.OptimStepResult:
+        trainer = slot.trainer
+        step_args, max_grad_norm = tinker_ops.adam_step_args(r.adam)
         if trainer.pending_calls == 0:
             raise StatusError(
                 "FAILED_PRECONDITION",
                 "OptimStep: no gradients accumulated since the last step; call ForwardBackward first",
             )
         trainer.config.max_grad_norm = max_grad_norm
-        with self._session_rng(session):
+        with self._slot_rng(slot):
             metrics = trainer.optim_step(**step_args)
-        return {"step": int(trainer.step), "metrics": {f"optim/{k}": float(v) for k, v in metrics.items()}}
+        return ops.OptimStepResult(int(trainer.step), {f"optim/{k}": float(v) for k, v in metrics.items()})
 
-    def _sampling_adapter(self, session: _Session, sampler_path: str) -> str | None:
+    def _sampling_adapter(self, slot: _Slot, sampler_path: str) -> str | None:
         if not sampler_path:
-            return session.spec.adapter
-        if session.spec.adapter is None:
+            return slot.spec.adapter
+        if slot.spec.adapter is None:
             raise invalid("sampler_path: sampling from saved weights needs a LoRA session")
-        name = session.sampler_adapters.get(sampler_path)
+        name = slot.sampler_adapters.get(sampler_path)
         if name is None:
             adapter_dir = Path(sampler_path) / "adapter"
             if not (adapter_dir / "adapter_config.json").exists():
                 raise StatusError("NOT_FOUND", f"sampler_path: {sampler_path} holds no saved adapter; pass a path SaveWeightsForSampler returned")
-            name = f"{session.spec.adapter}-w{len(session.sampler_adapters)}"
+            name = f"{slot.spec.adapter}-w{len(slot.sampler_adapters)}"
             active = self.policy.active_adapter
             self.policy.load_adapter(name, adapter_dir)
             if active is not None:
                 self.policy.set_adapter(active)
-            session.sampler_adapters[sampler_path] = name
+            slot.sampler_adapters[sampler_path] = name
         return name
 
-    def _op_sample(
-        self, session: _Session, prompts: Sequence[Sequence[int]], params: Mapping[str, Any],
-        num_samples: int, sampler_path: str = "", base: bool = False,
-    ) -> list[list[dict[str, Any]]]:
+    def _sample(self, slot: _Slot, r: ops.Sample) -> list[list[ops.SampledSequence]]:
         from tinker_algos.sampler import sample
 
-        if not prompts:
+        if not r.prompts:
             raise invalid("prompts: is empty; send at least one prompt")
-        for i, p in enumerate(prompts):
+        for i, p in enumerate(r.prompts):
             if len(p) == 0:
                 raise invalid(f"prompts[{i}]: has no tokens")
-        sp = tinker_ops.sampling_params(params, num_samples)
-        adapter = None if base else self._sampling_adapter(session, sampler_path)  # base: every adapter off
-        session.sample_calls += 1
+        sp = tinker_ops.sampling_params(r.params, r.num_samples)
+        adapter = None if r.base else self._sampling_adapter(slot, r.sampler_path)  # base: every adapter off
+        slot.sample_calls += 1
         if sp.seed is None:  # the session's own stream: independent of other sessions
-            sp.seed = derive_seed(session.spec.seed, 3, session.sample_calls, bits=SEED_BITS)
-        with self._session_rng(session):
+            sp.seed = derive_seed(slot.spec.seed, 3, slot.sample_calls, bits=SEED_BITS)
+        with self._slot_rng(slot):
             try:
-                with self.policy.adapters_disabled() if base else contextlib.nullcontext():
-                    out = sample(self.policy, [list(map(int, p)) for p in prompts], sp, adapter=adapter)
+                with self.policy.adapters_disabled() if r.base else contextlib.nullcontext():
+                    out = sample(self.policy, [list(map(int, p)) for p in r.prompts], sp, adapter=adapter)
             except ValueError as e:
                 raise invalid(str(e)) from None
-            if session.spec.adapter is not None:
-                self.policy.set_adapter(session.spec.adapter)
+            if slot.spec.adapter is not None:
+                self.policy.set_adapter(slot.spec.adapter)
         return tinker_ops.sampled_sequences(out)
 
-    def _op_score(
-        self, session: _Session, sequences: Sequence[Sequence[int]], topk: int = 0, sampler_path: str = "",
-        base: bool = False,
-    ) -> list[dict[str, np.ndarray]]:
-        """Logprobs and top-k tokens per position of whole sequences (``tinker_ops.score_tokens``)."""
-        adapter = None if base else self._sampling_adapter(session, sampler_path)
-        return tinker_ops.score_tokens(self.policy, sequences, topk, adapter=adapter, base=base)
+    def _score(self, slot: _Slot, r: ops.Score) -> list[dict[str, np.ndarray]]:
+        adapter = None if r.base else self._sampling_adapter(slot, r.sampler_path)
+        return tinker_ops.score_tokens(self.policy, r.sequences, r.topk, adapter=adapter, base=r.base)
 
-    def _op_compute_logprobs(self, session: _Session, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
-        batch = tinker_ops.sequence_batch(sequences, self.policy.pad_token_id)
-        with self._session_rng(session):
-            lp = session.trainer.forward(batch)
-        return tinker_ops.sequence_logprobs(lp, sequences)
+    def _compute_logprobs(self, slot: _Slot, r: ops.ComputeLogprobs) -> list[list[float]]:
+        batch = tinker_ops.sequence_batch(r.sequences, self.policy.pad_token_id)
+        with self._slot_rng(slot):
+            lp = slot.trainer.forward(batch)
+        return tinker_ops.sequence_logprobs(lp, r.sequences)
 
-    def _op_save_state(self, session: _Session, path: str) -> dict[str, Any]:
-        with self._session_rng(session):
-            session.trainer.save_state(path, overwrite=True)
-        return {"path": path}
+    def _save_state(self, slot: _Slot, r: ops.SaveState) -> ops.Saved:
+        with self._slot_rng(slot):
+            slot.trainer.save_state(r.path, overwrite=True)
+        return ops.Saved(r.path)
 
-    def _op_load_state(self, session: _Session, path: str, with_optimizer: bool) -> dict[str, Any]:
+    def _load_state(self, slot: _Slot, r: ops.LoadState) -> ops.Loaded:
         import torch
 
         from tinker_algos.checkpoint import CheckpointError
 
-        with self._session_rng(session):
+        with self._slot_rng(slot):
             try:
-                session.trainer.load_state(path, with_optimizer=with_optimizer)
+                slot.trainer.load_state(r.path, with_optimizer=r.with_optimizer)
             except (CheckpointError, FileNotFoundError) as e:
                 raise invalid(f"path: {e}") from None
-            if with_optimizer:  # load_state restored the checkpoint's RNG as the global one
-                session.rng_state = torch.get_rng_state()
-        return {"step": int(session.trainer.step)}
+            if r.with_optimizer:  # load_state restored the checkpoint's RNG as the global one
+                slot.rng_state = torch.get_rng_state()
+        return ops.Loaded(int(slot.trainer.step))
 
-    def _op_save_weights_for_sampler(self, session: _Session, path: str) -> dict[str, Any]:
+    def _save_weights_for_sampler(self, slot: _Slot, r: ops.SaveWeightsForSampler) -> ops.Saved:
         from tinker_algos.checkpoint import save_adapter
         from tinker_algos.models import atomic_dir
 
-        policy, adapter = self.policy, session.spec.adapter
+        policy, adapter = self.policy, slot.spec.adapter
 
         def write(tmp: Path) -> None:
             if adapter is None:
@@ -453,18 +447,18 @@ class ModelHost:
             else:
                 save_adapter(policy, adapter, tmp / "adapter")
 
-        atomic_dir(Path(path), write, overwrite=True)
-        return {"path": path}
+        atomic_dir(Path(r.path), write, overwrite=True)
+        return ops.Saved(r.path)
 
-    def _op_get_weights(self, session: _Session, path: str, trainable_only: bool) -> dict[str, np.ndarray]:
-        if path == "tokenizer":
+    def _get_weights(self, slot: _Slot, r: ops.GetWeights) -> dict[str, np.ndarray]:
+        if r.path == "tokenizer":
             return tinker_ops.tokenizer_files(self.policy.tokenizer)
-        if path:
+        if r.path:
             from safetensors.numpy import load_file
 
-            files = sorted(Path(path).rglob("*.safetensors"))
+            files = sorted(Path(r.path).rglob("*.safetensors"))
             if not files:
-                raise StatusError("NOT_FOUND", f"path: {path} holds no weights; pass a path SaveState or SaveWeightsForSampler returned")
+                raise StatusError("NOT_FOUND", f"path: {r.path} holds no weights; pass a path SaveState or SaveWeightsForSampler returned")
             out: dict[str, np.ndarray] = {}
             for f in files:
                 out.update(load_file(str(f)))
@@ -473,21 +467,24 @@ class ModelHost:
 
         from tinker_algos.models import adapter_of
 
-        if trainable_only:
-            named = list(zip(session.trainer.param_names, session.trainer.params, strict=True))
+        if r.trainable_only:
+            named = list(zip(slot.trainer.param_names, slot.trainer.params, strict=True))
         else:  # the base weights and this session's adapter -- never another session's
-            own = session.spec.adapter
+            own = slot.spec.adapter
             named = [(n, p) for n, p in self.policy.module.state_dict().items() if adapter_of(n) in (None, own)]
         return {n: p.detach().to(torch.float32).cpu().numpy() for n, p in named}
 
 
-def _lengths(data: Sequence[Mapping[str, Any]]) -> list[int]:
+def _lengths(data: Sequence[ops.Datum]) -> list[int]:
     return [len(d.get("tokens", ())) for d in data]
 
 
-def _guard(fn: Callable[[], Any]) -> tuple[Any, ...]:
-    """``("ok", fn())``, or ``("error", code, message)`` for what it raised."""
+def _guard(fn: Callable[[], R]) -> R:
+    """``fn()``; what it raised as a :class:`StatusError` (the only exception type that leaves a
+    host, so a Ray caller gets its code without the host's other exception types)."""
     try:
-        return ("ok", fn())
-    except Exception as e:  # noqa: BLE001 - reported to the caller
-        return ("error", *classify(e))
+        return fn()
+    except StatusError:
+        raise
+    except Exception as e:  # noqa: BLE001 - reported to the caller with its status code
+        raise StatusError(*classify(e)) from None

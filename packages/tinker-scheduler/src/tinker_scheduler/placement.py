@@ -19,7 +19,7 @@ object store.
 A job runs either in its own :class:`~tinker_scheduler.worker.JobWorker` actor, placed in a
 placement group of the job's resources (:func:`start_worker`), or -- a LoRA job, when the runner
 accepts ``shared=`` -- on the model host of its base model (:func:`shared_host_of` gives the
-:class:`~tinker_scheduler.host_pool.HostKey`). A :class:`Run` is what the scheduling loop keeps
+:class:`~tinker_scheduler.host_pool.HostKey`). A :class:`RunningJob` is what the scheduling loop keeps
 of a started job either way.
 """
 
@@ -29,16 +29,19 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from tinker_scheduler.host_pool import HostKey
+from tinker_scheduler.host_pool import HostArgs, HostKey
 from tinker_scheduler.policy import GIB, Resources
+
+if TYPE_CHECKING:
+    from tinker_core.config import JobConfig
 
 logger = logging.getLogger("tinker_scheduler")
 
 
 @dataclass
-class Run:
+class RunningJob:
     """A job the loop started: its actor, placement group and the pending ``run()`` result."""
 
     job_id: str
@@ -115,7 +118,7 @@ def _whole(amount: float | None) -> int | None:
     return None if amount is None else math.ceil(amount)
 
 
-def shared_host_of(config: Any) -> tuple[HostKey, dict[str, Any]] | None:
+def shared_host_of(config: JobConfig) -> tuple[HostKey, HostArgs] | None:
     """The model host key and ``ModelHost`` arguments of a job (a ``JobConfig``) that may share
     a host -- a LoRA job -- else None."""
     if config.lora is None:
@@ -127,7 +130,7 @@ def shared_host_of(config: Any) -> tuple[HostKey, dict[str, Any]] | None:
                  "revision": model.revision, "tokenizer": model.tokenizer}
 
 
-def start_worker(job_id: str, demand: Resources, runner: str, config: Any, run_dir: str) -> tuple[Any, Any, Any]:
+def start_worker(job_id: str, demand: Resources, runner: str, config: JobConfig, run_dir: str) -> tuple[Any, Any, Any]:
     """Start a job in a :class:`~tinker_scheduler.worker.JobWorker` actor in a placement group
     of ``demand``, on whichever node Ray finds room; returns ``(actor, placement group, ref of
     run())``. ``run_dir`` must be reachable at this path from every node (see the module doc)."""
@@ -161,7 +164,7 @@ def start_worker(job_id: str, demand: Resources, runner: str, config: Any, run_d
     return actor, group, actor.run.remote(runner, config, run_dir)
 
 
-def release_worker(run: Run) -> None:
+def release_worker(run: RunningJob) -> None:
     """Kill a job's own actor and free its placement group (errors: already gone)."""
     import ray
     from ray.util.placement_group import remove_placement_group

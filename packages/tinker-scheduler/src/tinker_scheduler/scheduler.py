@@ -33,8 +33,9 @@ from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostPool
 from tinker_scheduler.job_loop import JobLoop
+from tinker_scheduler.job_records import JobConfigs
 from tinker_scheduler.paths import PathPolicy
-from tinker_scheduler.placement import Run, cluster_capacity, connect_ray
+from tinker_scheduler.placement import RunningJob, cluster_capacity, connect_ray
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.store import JobStore
 
@@ -69,6 +70,7 @@ class Scheduler:
         self.hosts: HostPool | None = None  # the model hosts, set by start()
         self.training: SessionManager | None = None  # TrainingService sessions, set by start()
         self.jobs: JobLoop | None = None  # the scheduling loop's state, set by start()
+        self.job_configs = JobConfigs()  # each job's config, parsed once (at Submit)
 
         self.store = JobStore(self.db_path)
         self.capacity = Resources()
@@ -104,7 +106,7 @@ class Scheduler:
         return self._closing.is_set()
 
     @property
-    def _runs(self) -> dict[str, Run]:
+    def _runs(self) -> dict[str, RunningJob]:
         """The running jobs by id (benchmarks read them)."""
         return self.jobs.runs if self.jobs is not None else {}
 
@@ -132,7 +134,7 @@ class Scheduler:
             self.hosts = HostPool(backend=config.training_host_backend, host_cpus=config.training_host_cpus,
                                   idle_timeout_s=config.host_idle_timeout_s)
             self.jobs = JobLoop(config, self.store, self.metrics, self.hosts, self.capacity,
-                                runner_shares=self._runner_shares, wake=self.wake)
+                                runner_shares=self._runner_shares, wake=self.wake, configs=self.job_configs)
             self.jobs.recover()
             self._start_server(self.jobs)
             if config.metrics_port is not None:

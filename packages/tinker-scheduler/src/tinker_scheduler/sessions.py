@@ -29,21 +29,24 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as WaitTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
+from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.host_executor import cancelled, expired
-from tinker_scheduler.host_pool import HostHandle, HostKey, HostPool
+from tinker_scheduler.host_pool import HostArgs, HostHandle, HostKey, HostPool
 from tinker_scheduler.model_host import SessionSpec
 from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.policy import Resources
 
 logger = logging.getLogger("tinker_scheduler.training")
+
+R = TypeVar("R")
 
 #: Answers kept per session for requests retried with the same ``request_id``.
 REQUEST_CACHE_SIZE = 1024
@@ -82,9 +85,10 @@ class Caller:
 
 
 class HostCall(Protocol):
-    """Runs an operation of the session on its host, with the caller's deadline and token."""
+    """Runs a request of the session on its host (:mod:`~tinker_scheduler.host_ops`), with the
+    caller's deadline and token; answers the request's response type."""
 
-    def __call__(self, op: str, kwargs: Mapping[str, Any] | None = None) -> Any: ...
+    def __call__(self, request: ops.HostRequest[R]) -> R: ...
 
 
 @dataclass(frozen=True)
@@ -103,14 +107,19 @@ class SessionRequest:
 
 
 @dataclass
-class Session:
+class TrainingSession:
+    """A training session: one tenant's trainable model (an adapter on a shared base model, or a
+    full copy) on a model host, where its :class:`SessionSpec` has a slot; its saved states live in
+    ``dir``. ``state``: ``active`` (on its host), ``released`` (checkpointed to ``release_path``
+    while idle) or ``closed``."""
+
     id: str
     tenant: str
     spec: SessionSpec
     host_key: HostKey
-    host_kwargs: dict[str, Any]
+    host_kwargs: HostArgs
     dir: Path
-    info: dict[str, Any] = field(default_factory=dict)
+    info: ops.ModelInfo = field(init=False)  # set when the session is put on its host
     state: str = "active"  # active | released | closed
     release_path: str = ""
     last_used: float = field(default_factory=time.monotonic)
@@ -133,7 +142,7 @@ class SessionManager:
         self.paths = paths or PathPolicy(runs_dir)  # which base models a tenant may load
         self.hosts = hosts
         self.idle_timeout_s = idle_timeout_s
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, TrainingSession] = {}
         self._created: dict[tuple[str, str], tuple[str, str]] = {}  # (tenant, request id) -> (session id, key)
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -141,7 +150,7 @@ class SessionManager:
         self._reaper = threading.Thread(target=self._reap_loop, args=(interval,), name="opentinker-sessions", daemon=True)
         self._reaper.start()
 
-    def create(self, tenant: str, request: SessionRequest, free: Resources | None) -> Session:
+    def create(self, tenant: str, request: SessionRequest, free: Resources | None) -> TrainingSession:
         """A new session on the host of its base model (the existing one for a repeated ``request_id``)."""
         if request.request_id:
             with self._lock:
@@ -162,10 +171,10 @@ class SessionManager:
             lora_dropout=float(request.lora_dropout), lora_target_modules=list(request.lora_target_modules),
             seed=int(request.seed),
         )
-        host_kwargs = {"base_model": base, "device": request.device, "precision": request.precision,
+        host_kwargs: HostArgs = {"base_model": base, "device": request.device, "precision": request.precision,
                        "full": spec.lora_rank == 0}
         key = HostKey.of(base, request.precision, request.device, own=session_id if spec.lora_rank == 0 else None)
-        session = Session(session_id, tenant, spec, key, host_kwargs, self.runs_dir / tenant / "sessions" / session_id)
+        session = TrainingSession(session_id, tenant, spec, key, host_kwargs, self.runs_dir / tenant / "sessions" / session_id)
         session.info = self._attach(session, free)
         session.dir.mkdir(parents=True, exist_ok=True)
         with self._lock:
@@ -179,7 +188,7 @@ class SessionManager:
         logger.info("training session %s (tenant %s) on %s, lora_rank=%d", session_id, tenant, base, spec.lora_rank)
         return session
 
-    def _created_by(self, tenant: str, request: SessionRequest) -> Session | None:
+    def _created_by(self, tenant: str, request: SessionRequest) -> TrainingSession | None:
         """The live session an earlier CreateSession with ``request.request_id`` made; INVALID_ARGUMENT
         if that request asked for something else."""
         entry = self._created.get((tenant, request.request_id))
@@ -193,7 +202,7 @@ class SessionManager:
             )
         return self._sessions[entry[0]]
 
-    def _attach(self, session: Session, free: Resources | None) -> dict[str, Any]:
+    def _attach(self, session: TrainingSession, free: Resources | None) -> ops.ModelInfo:
         host = self.hosts.attach_session(session.host_key, session.host_kwargs, session.id, free)
         try:
             return host.add_session(session.spec)
@@ -201,7 +210,7 @@ class SessionManager:
             self._detach(session)
             raise
 
-    def _detach(self, session: Session) -> None:
+    def _detach(self, session: TrainingSession) -> None:
         host = self.hosts.detach_session(session.host_key, session.id)
         if host is None:
             return
@@ -210,7 +219,7 @@ class SessionManager:
         except StatusError:
             logger.debug("removing session %s", session.id, exc_info=True)
 
-    def get(self, tenant: str, session_id: str) -> Session:
+    def get(self, tenant: str, session_id: str) -> TrainingSession:
         """The tenant's session ``session_id``; NOT_FOUND for another tenant's, as for none."""
         if not session_id:
             raise StatusError("INVALID_ARGUMENT", "session_id: is empty; pass the id CreateSession returned")
@@ -221,9 +230,9 @@ class SessionManager:
         return session
 
     def run(
-        self, session: Session, request_id: str, fn: Callable[[HostCall], Any], *, key: str = "",
+        self, session: TrainingSession, request_id: str, fn: Callable[[HostCall], R], *, key: str = "",
         caller: Caller | None = None,
-    ) -> Any:
+    ) -> R:
         """Run ``fn(call)`` for the session once per ``request_id`` (in arrival order).
 
         ``call(op, kwargs)`` runs ``op`` on the session's host for ``caller``. ``key`` identifies the
@@ -236,7 +245,7 @@ class SessionManager:
             with session.responses_lock:
                 entry = session.responses.get(request_id)
                 if entry is None:
-                    fut: Future[Any] = Future()
+                    fut: Future[R] = Future()
                     session.responses[request_id] = (key, fut)
                     while len(session.responses) > REQUEST_CACHE_SIZE:
                         session.responses.popitem(last=False)
@@ -250,7 +259,7 @@ class SessionManager:
                 if not entry[1].done():
                     session.joined += 1
             try:  # the answer of an earlier attempt (waiting while it runs)
-                return entry[1].result(caller.remaining())
+                return cast(R, entry[1].result(caller.remaining()))
             except WaitTimeout:
                 raise expired(f"request_id {request_id!r} (its first attempt still runs)") from None
             except Exception as e:
@@ -269,7 +278,7 @@ class SessionManager:
         fut.set_result(result)
         return result
 
-    def _execute(self, session: Session, fn: Callable[[HostCall], Any], caller: Caller) -> Any:
+    def _execute(self, session: TrainingSession, fn: Callable[[HostCall], R], caller: Caller) -> R:
         remaining = caller.remaining()
         if not session.lock.acquire(timeout=-1 if remaining is None else remaining):
             raise expired()  # the session's earlier requests took longer than the client waits
@@ -289,8 +298,8 @@ class SessionManager:
                 )
             caller.host = host
 
-            def call(op: str, kwargs: Mapping[str, Any] | None = None) -> Any:
-                return host.call(session.id, op, kwargs, deadline=caller.deadline, token=caller.token)
+            def call(request: ops.HostRequest[R]) -> R:
+                return host.call(session.id, request, deadline=caller.deadline, token=caller.token)
 
             try:
                 return fn(call)
@@ -299,19 +308,19 @@ class SessionManager:
         finally:
             session.lock.release()
 
-    def _host_of(self, session: Session) -> HostHandle:
+    def _host_of(self, session: TrainingSession) -> HostHandle:
         host = self.hosts.get(session.host_key)
         if host is None:
             raise StatusError("UNAVAILABLE", f"the model host of training session {session.id!r} is gone")
         return host
 
-    def _restore(self, session: Session) -> None:
+    def _restore(self, session: TrainingSession) -> None:
         logger.info("restoring idle session %s from %s", session.id, session.release_path)
         self._attach(session, None)
-        self._host_of(session).call(session.id, "load_state", {"path": session.release_path, "with_optimizer": True})
+        self._host_of(session).call(session.id, ops.LoadState(session.release_path, with_optimizer=True))
         session.state = "active"
 
-    def release(self, session: Session) -> bool:
+    def release(self, session: TrainingSession) -> bool:
         """Checkpoint an idle session and free its place on the host (if no request is running)."""
         if not session.lock.acquire(blocking=False):
             return False
@@ -319,7 +328,7 @@ class SessionManager:
             if session.state != "active":
                 return False
             path = session.dir / "idle"
-            self._host_of(session).call(session.id, "save_state", {"path": str(path)})
+            self._host_of(session).call(session.id, ops.SaveState(str(path)))
             self._detach(session)
             session.release_path = str(path)
             session.state = "released"
@@ -328,7 +337,7 @@ class SessionManager:
         finally:
             session.lock.release()
 
-    def close_session(self, session: Session) -> None:
+    def close_session(self, session: TrainingSession) -> None:
         with session.lock:
             if session.state == "active":
                 self._detach(session)

@@ -40,19 +40,24 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import TypeVar
 
 import grpc
+import numpy as np
+from google.protobuf.message import Message
 
 from tinker_algos import tinker_ops
 from tinker_core.proto import common_pb2, request_key, tensors, training_pb2, training_pb2_grpc
+from tinker_scheduler import host_ops as ops
 from tinker_scheduler import training_wire as wire
 from tinker_scheduler.auth import AuthMode
-from tinker_scheduler.errors import StatusError, classify
+from tinker_scheduler.errors import StatusError, classify, grpc_status
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.rpc import abort, caller_tenant
-from tinker_scheduler.sessions import Caller, HostCall, Session, SessionManager
+from tinker_scheduler.sessions import Caller, HostCall, SessionManager, TrainingSession
 from tinker_scheduler.store import JobStore
+
+R = TypeVar("R")
 
 #: Names of saved states and sampler weights.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -75,25 +80,23 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         self._free = free
         self.limits = limits or tinker_ops.RequestLimits()
 
-    def _guarded(self, context: grpc.ServicerContext, fn: Callable[[str], Any]) -> Any:
+    def _guarded(self, context: grpc.ServicerContext, fn: Callable[[str], R]) -> R:
         tenant = caller_tenant(self.store, self.auth, context)
         try:
             return fn(tenant)
-        except StatusError as e:
-            abort(context, getattr(grpc.StatusCode, e.code, grpc.StatusCode.INTERNAL), str(e))
         except Exception as e:  # noqa: BLE001 - e.g. a base model a local host cannot load: a status, never UNKNOWN
             code, message = classify(e)
-            abort(context, getattr(grpc.StatusCode, code), message)
+            abort(context, grpc_status(code), message)
 
-    def _session_call(self, context: grpc.ServicerContext, method: str, request: Any,
-                      fn: Callable[[Session, HostCall], Any], check: Callable[[Session], None] | None = None) -> Any:
+    def _session_call(self, context: grpc.ServicerContext, method: str, request: Message,
+                      fn: Callable[[TrainingSession, HostCall], R], check: Callable[[TrainingSession], None] | None = None) -> R:
         """Run ``fn(session, call)`` for the request's session: ``check(session)`` first (limits;
         a ValueError is INVALID_ARGUMENT), once per ``request_id`` (with the request's key)."""
         caller = _caller(context)
         ended = False
         context.add_callback(lambda: None if ended else caller.cancel())  # the client went away
 
-        def go(tenant: str) -> Any:
+        def go(tenant: str) -> R:
             session = self.sessions.get(tenant, request.session_id)
             if check is not None:
                 try:
@@ -109,8 +112,8 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         finally:
             ended = True
 
-    def _check_data(self, request: Any) -> Callable[[Session], None]:
-        return lambda s: tinker_ops.check_data([len(d.tokens) for d in request.data], s.info.get("context_length"), self.limits)
+    def _check_data(self, request: training_pb2.ForwardRequest | training_pb2.ForwardBackwardRequest) -> Callable[[TrainingSession], None]:
+        return lambda s: tinker_ops.check_data([len(d.tokens) for d in request.data], s.info.context_length, self.limits)
 
     # ---- RPCs -------------------------------------------------------------------------------
     def CreateSession(self, request: training_pb2.CreateTrainingSessionRequest, context: grpc.ServicerContext) -> training_pb2.TrainingSession:
@@ -122,95 +125,94 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         return self._guarded(context, go)
 
     def GetInfo(self, request: training_pb2.GetInfoRequest, context: grpc.ServicerContext) -> training_pb2.ModelInfo:
-        info = self._session_call(context, "GetInfo", request, lambda s, call: call("info"))
+        info = self._session_call(context, "GetInfo", request, lambda s, call: call(ops.Info()))
         return wire.model_info(info)
 
-    def _forward(self, method: str, op: str, request: Any, context: grpc.ServicerContext) -> dict[str, Any]:
-        def fn(s: Session, call: HostCall) -> dict[str, Any]:
-            if op == "forward_backward" and not request.loss_fn:
-                raise StatusError("INVALID_ARGUMENT", "loss_fn: is empty; name a loss such as 'cross_entropy'")
-            r = call(op, {"data": wire.data(request), "loss_fn": request.loss_fn, "loss_config": dict(request.loss_config)})
-            return {"outputs": wire.datum_outputs(r), "metrics": r["metrics"]}
-
-        return cast(dict[str, Any], self._session_call(context, method, request, fn, self._check_data(request)))
-
     def ForwardBackward(self, request: training_pb2.ForwardBackwardRequest, context: grpc.ServicerContext) -> training_pb2.ForwardBackwardResponse:
-        return training_pb2.ForwardBackwardResponse(**self._forward("ForwardBackward", "forward_backward", request, context))
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.ForwardBackwardResponse:
+            if not request.loss_fn:
+                raise StatusError("INVALID_ARGUMENT", "loss_fn: is empty; name a loss such as 'cross_entropy'")
+            r = call(ops.ForwardBackward(wire.data(request), request.loss_fn, dict(request.loss_config)))
+            return training_pb2.ForwardBackwardResponse(outputs=wire.datum_outputs(r), metrics=r.metrics)
+
+        return self._session_call(context, "ForwardBackward", request, fn, self._check_data(request))
 
     def Forward(self, request: training_pb2.ForwardRequest, context: grpc.ServicerContext) -> training_pb2.ForwardResponse:
-        return training_pb2.ForwardResponse(**self._forward("Forward", "forward", request, context))
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.ForwardResponse:
+            r = call(ops.Forward(wire.data(request), request.loss_fn, dict(request.loss_config)))
+            return training_pb2.ForwardResponse(outputs=wire.datum_outputs(r), metrics=r.metrics)
+
+        return self._session_call(context, "Forward", request, fn, self._check_data(request))
 
     def OptimStep(self, request: training_pb2.OptimStepRequest, context: grpc.ServicerContext) -> training_pb2.OptimStepResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.OptimStepResponse:
-            r = call("optim_step", {"adam": wire.adam_fields(request.adam)})
-            return training_pb2.OptimStepResponse(step=r["step"], metrics=r["metrics"])
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.OptimStepResponse:
+            r = call(ops.OptimStep(wire.adam_fields(request.adam)))
+            return training_pb2.OptimStepResponse(step=r.step, metrics=r.metrics)
 
         return self._session_call(context, "OptimStep", request, fn)
 
     def Sample(self, request: training_pb2.SampleRequest, context: grpc.ServicerContext) -> training_pb2.SampleResponse:
-        def check(s: Session) -> None:
+        def check(s: TrainingSession) -> None:
             tinker_ops.check_sample([len(p.tokens) for p in request.prompts], request.sampling_params.max_tokens,
-                                    request.num_samples or 1, s.info.get("context_length"), self.limits)
-            vocab = s.info.get("vocab_size")
+                                    request.num_samples or 1, s.info.context_length, self.limits)
+            vocab = s.info.vocab_size
             for i, p in enumerate(request.prompts):
                 bad = [t for t in p.tokens if not 0 <= t < vocab] if vocab else []
                 if bad:
                     raise ValueError(f"prompts[{i}]: token id {bad[0]} is outside the model's vocabulary [0, {vocab})")
 
-        def fn(s: Session, call: HostCall) -> training_pb2.SampleResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.SampleResponse:
             path = self.sessions.own_path(s.tenant, request.sampler_path, "sampler_path") if request.sampler_path else ""
-            rows = call("sample", {
-                "prompts": [list(p.tokens) for p in request.prompts], "params": wire.sampling_fields(request.sampling_params),
-                "num_samples": request.num_samples or 1, "sampler_path": path,
-            })
+            rows = call(ops.Sample([list(p.tokens) for p in request.prompts], wire.sampling_fields(request.sampling_params),
+                                   request.num_samples or 1, sampler_path=path))
             return wire.sample_response(rows)
 
         return self._session_call(context, "Sample", request, fn, check)
 
     def ComputeLogprobs(self, request: training_pb2.ComputeLogprobsRequest, context: grpc.ServicerContext) -> training_pb2.ComputeLogprobsResponse:
-        def check(s: Session) -> None:
-            tinker_ops.check_sequences([len(x.tokens) for x in request.sequences], s.info.get("context_length"), self.limits)
+        def check(s: TrainingSession) -> None:
+            tinker_ops.check_sequences([len(x.tokens) for x in request.sequences], s.info.context_length, self.limits)
 
-        def fn(s: Session, call: HostCall) -> training_pb2.ComputeLogprobsResponse:
-            rows = call("compute_logprobs", {"sequences": [list(x.tokens) for x in request.sequences]})
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.ComputeLogprobsResponse:
+            rows = call(ops.ComputeLogprobs([list(x.tokens) for x in request.sequences]))
             return training_pb2.ComputeLogprobsResponse(logprobs=[training_pb2.Logprobs(values=r) for r in rows])
 
         return self._session_call(context, "ComputeLogprobs", request, fn, check)
 
     @staticmethod
-    def _named_path(s: Session, kind: str, name: str) -> str:
+    def _named_path(s: TrainingSession, kind: str, name: str) -> str:
         if not NAME_RE.fullmatch(name or ""):
             raise StatusError("INVALID_ARGUMENT", f"name: {name!r} is not a valid name; use letters, digits, '.', '_' and '-' (e.g. 'step-000100')")
         return str(s.dir / kind / name)
 
     def SaveState(self, request: training_pb2.SaveStateRequest, context: grpc.ServicerContext) -> training_pb2.SaveStateResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.SaveStateResponse:
-            r = call("save_state", {"path": self._named_path(s, "states", request.name)})
-            return training_pb2.SaveStateResponse(path=r["path"])
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.SaveStateResponse:
+            r = call(ops.SaveState(self._named_path(s, "states", request.name)))
+            return training_pb2.SaveStateResponse(path=r.path)
 
         return self._session_call(context, "SaveState", request, fn)
 
     def LoadState(self, request: training_pb2.LoadStateRequest, context: grpc.ServicerContext) -> training_pb2.LoadStateResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.LoadStateResponse:
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.LoadStateResponse:
             path = self.sessions.own_path(s.tenant, request.path, "path")
-            r = call("load_state", {"path": path, "with_optimizer": request.with_optimizer})
-            return training_pb2.LoadStateResponse(step=r["step"])
+            r = call(ops.LoadState(path, with_optimizer=request.with_optimizer))
+            return training_pb2.LoadStateResponse(step=r.step)
 
         return self._session_call(context, "LoadState", request, fn)
 
     def SaveWeightsForSampler(self, request: training_pb2.SaveWeightsForSamplerRequest, context: grpc.ServicerContext) -> training_pb2.SaveWeightsForSamplerResponse:
-        def fn(s: Session, call: HostCall) -> training_pb2.SaveWeightsForSamplerResponse:
-            r = call("save_weights_for_sampler", {"path": self._named_path(s, "sampler", request.name)})
-            return training_pb2.SaveWeightsForSamplerResponse(path=r["path"])
+        def fn(s: TrainingSession, call: HostCall) -> training_pb2.SaveWeightsForSamplerResponse:
+            r = call(ops.SaveWeightsForSampler(self._named_path(s, "sampler", request.name)))
+            return training_pb2.SaveWeightsForSamplerResponse(path=r.path)
 
         return self._session_call(context, "SaveWeightsForSampler", request, fn)
 
     def GetWeights(self, request: training_pb2.GetWeightsRequest, context: grpc.ServicerContext) -> Iterator[common_pb2.TensorChunk]:
-        def fn(s: Session, call: HostCall) -> dict[str, Any]:
+        def fn(s: TrainingSession, call: HostCall) -> dict[str, np.ndarray]:
             path = request.path
             if path and path != "tokenizer":
                 path = self.sessions.own_path(s.tenant, path, "path")
-            return cast(dict[str, Any], call("get_weights", {"path": path, "trainable_only": request.trainable_only}))
+            return call(ops.GetWeights(path, trainable_only=request.trainable_only))
 
         arrays = self._session_call(context, "GetWeights", request, fn)
         chunk = int(request.chunk_bytes) or tensors.DEFAULT_CHUNK_BYTES

@@ -1,4 +1,4 @@
-"""TrainingService messages <-> the plain Python values model hosts take and return.
+"""TrainingService messages <-> the model hosts' requests and answers (:mod:`tinker_scheduler.host_ops`).
 
 No pickles on the wire: tensors travel as packed numeric fields, weights as ``TensorChunk``
 streams (:mod:`tinker_core.proto.tensors`). Field errors raise
@@ -7,11 +7,13 @@ streams (:mod:`tinker_core.proto.tensors`). Field errors raise
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from tinker_core.proto import training_pb2
+from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.sessions import SessionRequest
 
@@ -59,7 +61,7 @@ def _options(text: str) -> dict[str, Any]:
     return data
 
 
-def datum_to_dict(d: training_pb2.Datum) -> dict[str, Any]:
+def datum_to_dict(d: training_pb2.Datum) -> dict[str, list[float]]:
     """A ``Datum`` as the dict ``tinker_algos.tinker_ops.datum_batch`` reads."""
     if d.extra_inputs:
         raise StatusError(
@@ -73,20 +75,20 @@ def datum_to_dict(d: training_pb2.Datum) -> dict[str, Any]:
     }
 
 
-def data(request: Any) -> list[dict[str, Any]]:
+def data(request: training_pb2.ForwardRequest | training_pb2.ForwardBackwardRequest) -> list[dict[str, list[float]]]:
     """The ``data`` of a Forward or ForwardBackward request."""
     return [datum_to_dict(d) for d in request.data]
 
 
-def datum_outputs(result: Mapping[str, Any]) -> list[training_pb2.DatumOutput]:
+def datum_outputs(result: ops.ForwardResult) -> list[training_pb2.DatumOutput]:
     """The per-datum logprobs of a Forward or ForwardBackward result."""
-    return [training_pb2.DatumOutput(logprobs=lp) for lp in result["logprobs"]]
+    return [training_pb2.DatumOutput(logprobs=lp) for lp in result.logprobs]
 
 
-def model_info(info: Mapping[str, Any]) -> training_pb2.ModelInfo:
-    """A model host's session info as ``ModelInfo`` (a field it leaves out or sets to None is 0/empty)."""
+def model_info(info: ops.ModelInfo) -> training_pb2.ModelInfo:
+    """A model host's session info as ``ModelInfo`` (a field set to None is 0/empty)."""
     fields = training_pb2.ModelInfo.DESCRIPTOR.fields_by_name
-    return training_pb2.ModelInfo(**{k: info[k] for k in fields if info.get(k) is not None})
+    return training_pb2.ModelInfo(**{k: v for k, v in dataclasses.asdict(info).items() if k in fields and v is not None})
 
 
 def adam_fields(a: training_pb2.AdamParams) -> dict[str, float]:

@@ -1,12 +1,12 @@
 """The gateway's durable records, in the scheduler's SQLite store (its own connection, its own tables).
 
-What survives a scheduler restart: client sessions (``create_session``, with the time of their
+What survives a scheduler restart: Tinker sessions (``create_session``, with the time of their
 last heartbeat), models (the Tinker training runs: owner, base model, LoRA rank, the directory of
 their saved files), checkpoints (``tinker://`` paths and their files) and the answers of long
 requests (futures). Live model sessions do not survive: when the gateway opens the store, the
 models still marked ``live`` become ``restarted`` and the futures still ``pending`` become
 ``restarted`` (polling one answers "the scheduler restarted while this request ran; retry it").
-A client session's heartbeat clock restarts then too: the scheduler's downtime does not count.
+A Tinker session's heartbeat clock restarts then too: the scheduler's downtime does not count.
 
 Tables (created if missing, so an older store simply gains them): ``tinker_sessions``,
 ``tinker_models``, ``tinker_checkpoints``, ``tinker_futures``. Times are seconds since the epoch.
@@ -130,14 +130,14 @@ class Records:
         with self._lock:
             self._conn.close()
 
-    # ---- client sessions ------------------------------------------------------------------------
-    def add_session(self, session_id: str, tenant: str) -> None:
+    # ---- Tinker sessions (the SDK's ServiceClient: create_session, session_heartbeat) ----------
+    def add_tinker_session(self, session_id: str, tenant: str) -> None:
         now = time.time()
         with self._write() as db:
             db.execute("INSERT INTO tinker_sessions(id, tenant, created_at, last_seen) VALUES (?, ?, ?, ?)",
                        (session_id, tenant, now, now))
 
-    def session_state(self, tenant: str, session_id: str) -> str | None:
+    def tinker_session_state(self, tenant: str, session_id: str) -> str | None:
         """``active`` or ``expired`` for the tenant's session; None for none (or another tenant's)."""
         rows = self._query("SELECT state FROM tinker_sessions WHERE id = ? AND tenant = ?", (session_id, tenant))
         return str(rows[0]["state"]) if rows else None
@@ -147,9 +147,9 @@ class Records:
         with self._write() as db:
             db.execute("UPDATE tinker_sessions SET last_seen = ? WHERE id = ? AND tenant = ? AND state = 'active'",
                        (time.time(), session_id, tenant))
-        return self.session_state(tenant, session_id)
+        return self.tinker_session_state(tenant, session_id)
 
-    def expire_sessions(self, older_than: float) -> list[str]:
+    def expire_tinker_sessions(self, older_than: float) -> list[str]:
         """Mark active sessions last seen before ``older_than`` expired; their ids."""
         with self._write() as db:
             ids = [r["id"] for r in db.execute(
@@ -181,7 +181,7 @@ class Records:
         return [_model(r) for r in rows], int(total)
 
     def live_models_of_expired(self) -> list[ModelRecord]:
-        """Live models whose client session expired (also those created while it expired)."""
+        """Live models whose Tinker session expired (also those created while it expired)."""
         rows = self._query("SELECT * FROM tinker_models WHERE state = 'live' AND client_session IN "
                            "(SELECT id FROM tinker_sessions WHERE state = 'expired')")
         return [_model(r) for r in rows]

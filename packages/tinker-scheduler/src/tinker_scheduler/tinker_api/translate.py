@@ -1,7 +1,10 @@
 """Tinker requests onto the TrainingService sessions (:class:`~tinker_scheduler.sessions.SessionManager`).
 
-A Tinker *model* (``create_model``) is one training session, named by the id the SDK derives
-(``<client session>:train:<seq>``). Checkpoints are named ``tinker://<model_id>/weights/<name>``
+Words: a *Tinker session* is the SDK's ``ServiceClient`` session (``create_session``, kept alive
+by heartbeats; :mod:`.records`); a Tinker *model* (``create_model``) is one training session
+(:class:`~tinker_scheduler.sessions.TrainingSession`), named by the id the SDK derives
+(``<Tinker session>:train:<seq>``); a *sampling session* (:class:`SamplingSession`) is Tinker's
+name for what a ``SamplingClient`` samples from. Checkpoints are named ``tinker://<model_id>/weights/<name>``
 (a saved state) and ``tinker://<model_id>/sampler_weights/<name>`` (sampler weights); they resolve
 only through the caller's own models' records (:mod:`.records`, kept across restarts), so another
 tenant's path is "not found". A *sampling session* samples from saved sampler weights on the
@@ -9,7 +12,7 @@ model host of the session that saved them.
 
 The data alignment, loss names, Adam defaults and sampling defaults are those of
 :mod:`tinker_algos.tinker_ops`, applied by the model hosts; this module only reshapes the JSON
-and protobuf fields into the host operations' arguments.
+and protobuf fields into the host operations (:mod:`tinker_scheduler.host_ops`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from tinker_algos import tinker_ops
+from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.policy import Resources
-from tinker_scheduler.sessions import Session, SessionManager, SessionRequest
+from tinker_scheduler.sessions import SessionManager, SessionRequest, TrainingSession
 from tinker_scheduler.tinker_api import fields, sampling
 from tinker_scheduler.tinker_api.records import ModelRecord, Records
 from tinker_scheduler.training_service import NAME_RE
@@ -45,6 +49,9 @@ GONE = {"unloaded": "was unloaded",
 
 @dataclass
 class SamplingSession:
+    """A Tinker sampling session: saved sampler weights of one of the tenant's models, or an
+    untrained base model (sampled through a hidden training session on its host)."""
+
     tenant: str
     model_id: str  # "" for the base model
     sampler_path: str  # the sampler weights' file ("" for the base model)
@@ -68,7 +75,7 @@ class Models:
 
     # ---- models -------------------------------------------------------------------------------
     def create(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``create_model``: a LoRA session named ``<client session>:train:<model_seq_id>`` (the id
+        """``create_model``: a LoRA training session named ``<Tinker session>:train:<model_seq_id>`` (the id
         the SDK derives itself)."""
         rank, seed, base_model = self.create_args(body)
         model_id = self._model_id(tenant, body)
@@ -101,11 +108,11 @@ class Models:
         session = self.sessions.create(tenant, request, self.free() if self.free is not None else None)
         metadata = {str(k): str(v) for k, v in fields.obj(body, "user_metadata").items()}
         self.records.add_model(model_id, tenant, str(body.get("session_id", "")), session.id,
-                               str(session.info.get("base_model") or base_model), rank, session.dir, metadata)
+                               str(session.info.base_model or base_model), rank, session.dir, metadata)
         with self._lock:
             self._ids[model_id] = session.id
 
-    def session(self, tenant: str, model_id: str) -> Session:
+    def session(self, tenant: str, model_id: str) -> TrainingSession:
         """The tenant's live session of Tinker model ``model_id``; NOT_FOUND (saying why when the
         model was unloaded, expired or lost in a restart) otherwise, also for another tenant's."""
         with self._lock:
@@ -130,13 +137,12 @@ class Models:
 
     def info(self, tenant: str, model_id: str) -> dict[str, Any]:
         session = self.session(tenant, model_id)
-        info = self.sessions.run(session, "", lambda call: call("info"))
+        info = self.sessions.run(session, "", lambda call: call(ops.Info()))
         return {
             "type": "get_info", "model_id": model_id,
-            "model_data": {"arch": info.get("model_type"), "model_name": info.get("base_model"),
-                           "tokenizer_id": info.get("tokenizer_id")},
-            "is_lora": bool(info.get("lora_rank")), "lora_rank": info.get("lora_rank") or None,
-            "model_name": info.get("base_model"),
+            "model_data": {"arch": info.model_type, "model_name": info.base_model, "tokenizer_id": info.tokenizer_id},
+            "is_lora": bool(info.lora_rank), "lora_rank": info.lora_rank or None,
+            "model_name": info.base_model,
         }
 
     def unload(self, tenant: str, model_id: str, state: str = "unloaded") -> dict[str, Any]:
@@ -156,19 +162,19 @@ class Models:
         if not request["forward_only"] and not loss_fn:
             raise StatusError("INVALID_ARGUMENT", "loss_fn: is empty; name a loss such as 'cross_entropy'")
         try:
-            tinker_ops.check_data([len(d["tokens"]) for d in data], session.info.get("context_length"), self.limits)
+            tinker_ops.check_data([len(d["tokens"]) for d in data], session.info.context_length, self.limits)
         except ValueError as e:
             raise StatusError("INVALID_ARGUMENT", str(e)) from None
-        op = "forward" if request["forward_only"] else "forward_backward"
-        kwargs = {"data": data, "loss_fn": loss_fn or "cross_entropy", "loss_config": dict(request["loss_fn_config"])}
-        r = self.sessions.run(session, "", lambda call: call(op, kwargs))
-        return [list(map(float, lp)) for lp in r["logprobs"]], reduction_named(r["metrics"])
+        op = ops.Forward if request["forward_only"] else ops.ForwardBackward
+        host_request = op(data, loss_fn or "cross_entropy", dict(request["loss_fn_config"]))
+        r = self.sessions.run(session, "", lambda call: call(host_request))
+        return [list(map(float, lp)) for lp in r.logprobs], reduction_named(r.metrics)
 
     def optim_step(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
         session = self.session(tenant, str(body.get("model_id", "")))
         adam = self.adam_args(body)
-        r = self.sessions.run(session, "", lambda call: call("optim_step", {"adam": adam}))
-        return {"type": "optim_step", "metrics": {k: float(v) for k, v in r["metrics"].items()}}
+        r = self.sessions.run(session, "", lambda call: call(ops.OptimStep(adam)))
+        return {"type": "optim_step", "metrics": {k: float(v) for k, v in r.metrics.items()}}
 
     @staticmethod
     def adam_args(body: Mapping[str, Any]) -> dict[str, float]:
@@ -192,8 +198,8 @@ class Models:
         if not NAME_RE.fullmatch(name):
             raise StatusError("INVALID_ARGUMENT", f"path: {name!r} is not a valid name; use letters, digits, '.', '_' and '-'")
         target = str(session.dir / PATH_KINDS[kind] / name)
-        op = "save_state" if kind == "weights" else "save_weights_for_sampler"
-        self.sessions.run(session, "", lambda call: call(op, {"path": target}))
+        save = ops.SaveState(target) if kind == "weights" else ops.SaveWeightsForSampler(target)
+        self.sessions.run(session, "", lambda call: call(save))
         self.records.add_checkpoint(tenant, model_id, kind, name, target)
         path = f"tinker://{model_id}/{kind}/{name}"
         out: dict[str, Any] = {"path": path, "type": "save_weights" if kind == "weights" else "save_weights_for_sampler"}
@@ -213,7 +219,7 @@ class Models:
             self._new_session(tenant, model_id, body, str(info["base_model"]), int(info["lora_rank"] or 0), 0)
         session = self.session(tenant, model_id)
         with_optimizer = bool(body.get("optimizer"))
-        self.sessions.run(session, "", lambda call: call("load_state", {"path": path, "with_optimizer": with_optimizer}))
+        self.sessions.run(session, "", lambda call: call(ops.LoadState(path, with_optimizer=with_optimizer)))
         return {"path": source, "model_id": model_id, "type": "load_weights"}
 
     def resolve(self, tenant: str, path: str, kind: str) -> str:
@@ -245,12 +251,12 @@ class Models:
             self._sampling[sid] = target
         return sid
 
-    def _base_sampler(self, tenant: str, base_model: str) -> Session:
+    def _base_sampler(self, tenant: str, base_model: str) -> TrainingSession:
         """The tenant's hidden sampler session on ``base_model`` (created on first use)."""
         request = SessionRequest(base_model=base_model, lora_rank=1, request_id=f"tinker-base-sampler:{base_model}")
         return self.sessions.create(tenant, request, self.free() if self.free is not None else None)
 
-    def _sampling_session(self, tenant: str, target: SamplingSession) -> Session:
+    def _sampling_session(self, tenant: str, target: SamplingSession) -> TrainingSession:
         """Where a sampling session samples: its hidden base sampler, else the live session of the
         model that saved the weights, else (that model unloaded, expired or lost in a restart) the
         hidden base sampler of its base model, which loads the saved adapter as well."""
@@ -267,7 +273,7 @@ class Models:
     def sampler_info(self, tenant: str, sampler_id: str) -> dict[str, Any]:
         s = self.sampling_model(tenant, {"sampling_session_id": sampler_id})
         session = self._sampling_session(tenant, s)
-        return {"sampler_id": sampler_id, "base_model": session.info.get("base_model"), "model_path": s.model_path or None}
+        return {"sampler_id": sampler_id, "base_model": session.info.base_model, "model_path": s.model_path or None}
 
     def weights_info(self, tenant: str, path: str) -> dict[str, Any]:
         model_id, kind, _ = parse_path(path)
@@ -296,21 +302,22 @@ class Models:
         session = self._sampling_session(tenant, target)
         prompt, params, n = sampling.sample_args(body)
         wants = sampling.LogprobRequest.of(body, len(prompt))
-        vocab = session.info.get("vocab_size")
+        vocab = session.info.vocab_size
         bad = next((t for t in prompt if not 0 <= t < vocab), None) if vocab else None
         if bad is not None:
             raise StatusError("INVALID_ARGUMENT", f"prompt: token id {bad} is outside the model's vocabulary [0, {vocab})")
         try:
-            tinker_ops.check_sample([len(prompt)], params["max_tokens"], n, session.info.get("context_length"), self.limits)
+            tinker_ops.check_sample([len(prompt)], params["max_tokens"], n, session.info.context_length, self.limits)
         except ValueError as e:
             raise StatusError("INVALID_ARGUMENT", str(e)) from None
-        where = {"sampler_path": target.sampler_path, "base": bool(target.base_model)}
-        kwargs = {"prompts": [prompt], "params": params, "num_samples": n, **where}
-        samples = list(self.sessions.run(session, "", lambda call: call("sample", kwargs))[0])
-        scores: list[Any] = []
+        base = bool(target.base_model)
+        sample = ops.Sample([prompt], params, n, sampler_path=target.sampler_path, base=base)
+        samples = list(self.sessions.run(session, "", lambda call: call(sample))[0])
+        scores: list[dict[str, np.ndarray]] = []
         if wants.wanted:
-            score = {"sequences": wants.sequences(prompt, samples), "topk": max(wants.topk_prompt, wants.topk_sample), **where}
-            scores = self.sessions.run(session, "", lambda call: call("score", score))
+            score = ops.Score(wants.sequences(prompt, samples), max(wants.topk_prompt, wants.topk_sample),
+                              sampler_path=target.sampler_path, base=base)
+            scores = self.sessions.run(session, "", lambda call: call(score))
         return sampling.answer(wants, prompt, samples, scores)
 
 
@@ -335,8 +342,8 @@ def reduction_named(metrics: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-def _datum(d: Mapping[str, Any], i: int) -> dict[str, Any]:
-    out: dict[str, Any] = {"tokens": list(d["tokens"])}
+def _datum(d: Mapping[str, Any], i: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"tokens": list(d["tokens"])}
     for name, array in d["loss_fn_inputs"].items():
         if name not in LOSS_INPUTS:
             raise StatusError("INVALID_ARGUMENT", f"data[{i}].loss_fn_inputs.{name}: unknown; known: {sorted(LOSS_INPUTS)}")
