@@ -1,6 +1,7 @@
 """Helpers of the sampler's decode loop: how a batch's prompts relate, and which tokens stop a row.
 
 * :func:`shared_prefix_len` -- the prefix every prompt shares (run once, its cache repeated);
+* :func:`left_padded` -- the batch laid out as ``[shared prefix][pads][own prompt][generated]``;
 * :func:`distinct_rows` -- rows with the same prompt (a GRPO group's copies), prefilled once;
 * :func:`reason_codes` -- per vocabulary id, the stop it causes (one lookup per step, no ``isin``);
 * :func:`stop_enders` -- per vocabulary id, whether it can complete a stop string, so that the
@@ -13,9 +14,10 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["distinct_rows", "reason_codes", "shared_prefix_len", "stop_enders"]
+__all__ = ["distinct_rows", "left_padded", "reason_codes", "shared_prefix_len", "stop_enders"]
 
 
 def shared_prefix_len(ids_rows: list[list[int]]) -> int:
@@ -77,3 +79,18 @@ def stop_enders(tok: Any, stops: tuple[str, ...], V: int, device: Any) -> torch.
             mask[:known] = torch.tensor([("\ufffd" in t) or any(c in t for c in lasts) for t in texts], dtype=torch.bool)
         per_tok[key] = mask
     return per_tok[key].to(device)
+
+
+def left_padded(
+    ids_rows: list[list[int]], P: int, S: int, N: int, pad: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens_B_T, mask_B_T)`` on ``device``: each row as ``[shared prefix P][pads][own prompt][N to generate]``."""
+    B, T = len(ids_rows), P + S + N
+    tokens_np = np.full((B, T), pad, dtype=np.int64)  # filled on the host, then one copy each
+    mask_np = np.ones((B, T), dtype=np.int64)
+    for b, r in enumerate(ids_rows):
+        own = len(r) - P
+        tokens_np[b, :P] = r[:P]
+        tokens_np[b, P + S - own : P + S] = r[P:]
+        mask_np[b, P : P + S - own] = 0  # pads between the shared prefix and the row's own tokens
+    return torch.from_numpy(tokens_np).to(device), torch.from_numpy(mask_np).to(device)
