@@ -73,10 +73,6 @@ _TO_SPLIT = "issue 25: to split"
 
 LONG_FUNCTIONS: dict[str, str] = {
     "tinker-algos/src/tinker_algos/algorithms/ppo.py::PPO.step": _TO_SPLIT,
-    "tinker-algos/src/tinker_algos/compare/scheduler.py::run_on_scheduler": _TO_SPLIT,
-    "tinker-client/src/tinker_client/new.py::render": _TO_SPLIT,
-    "tinker-core/src/tinker_core/remote/server.py::serve_env": _TO_SPLIT,
-    "tinker-serve/src/tinker_serve/app.py::create_app": _TO_SPLIT,
     "tinker-algos/src/tinker_algos/multiagent/rollout.py::multi_agent_rollout": _TO_SPLIT,
     "tinker-algos/src/tinker_algos/rollout.py::rollout": _TO_SPLIT,
     "tinker-core/src/tinker_core/testing/estimators.py::check_advantage_estimator": _TO_SPLIT,

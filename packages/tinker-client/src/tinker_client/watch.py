@@ -13,20 +13,9 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.text import Text
 
-from tinker_core.progress import HEADLINE_METRICS, StepTimes, headline
-
-HINT_STYLE = "yellow"
-"""Log lines starting with ``hint:`` or ``warning:`` (e.g. the learning-signal hint) stand out in this style."""
+from tinker_core.progress import HEADLINE_METRICS, StepTimes, headline, log_style, progress_bar
 
 
 def total_steps(config_text: str) -> int | None:
@@ -39,25 +28,12 @@ def total_steps(config_text: str) -> int | None:
         return None
 
 
-def log_style(line: str) -> str | None:
-    return HINT_STYLE if line.startswith(("hint:", "warning:")) else None
-
-
 class WatchDisplay:
     """A live progress display of one job on ``console`` (a terminal)."""
 
     def __init__(self, total: int | None, console: Console) -> None:
         self.console = console
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(bar_width=24),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[eta]}"),
-            TextColumn("{task.fields[summary]}"),
-            console=console,
-        )
+        self.progress = progress_bar(console)
         self.task = self.progress.add_task("waiting", total=total, eta="", summary="")
         self.total = total
         self.times = StepTimes()

@@ -84,6 +84,25 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None, li
     if isinstance(served, ServedModels):
         app.state.served = served
 
+    app.include_router(_v1_router(backend))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        engines = backend.engines()
+        return {"status": "ok", "rows": sum(e.active_rows for e in engines), "waiting": sum(e.waiting for e in engines)}
+
+    @app.get("/", response_class=HTMLResponse)
+    async def chat_page() -> HTMLResponse:
+        return HTMLResponse(files("tinker_serve").joinpath("chat.html").read_text(encoding="utf-8"))
+
+    _install_error_handlers(app)
+    return app
+
+
+def _v1_router(backend: Backend) -> APIRouter:
+    """OpenAI's ``/v1`` routes over ``backend`` (every one authorizes its caller first), with
+    vLLM's adapter loading when the backend hot-loads."""
+
     async def authorize(request: Request) -> None:
         request.state.caller = await run_in_threadpool(backend.caller, request.headers)
 
@@ -143,19 +162,7 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None, li
             backend.unload_adapter(request.state.caller, body.lora_name)
             return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
-    app.include_router(v1)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        engines = backend.engines()
-        return {"status": "ok", "rows": sum(e.active_rows for e in engines), "waiting": sum(e.waiting for e in engines)}
-
-    @app.get("/", response_class=HTMLResponse)
-    async def chat_page() -> HTMLResponse:
-        return HTMLResponse(files("tinker_serve").joinpath("chat.html").read_text(encoding="utf-8"))
-
-    _install_error_handlers(app)
-    return app
+    return v1
 
 
 # ---- errors ------------------------------------------------------------------------------------
