@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["distinct_rows", "left_padded", "reason_codes", "shared_prefix_len", "stop_enders"]
 
@@ -44,7 +47,7 @@ def distinct_rows(ids_rows: list[list[int]]) -> tuple[list[int], list[int]]:
     return first_of, row_of
 
 
-def reason_codes(V: int, eos: set[int], stop_token_ids: Sequence[int], device: Any) -> torch.Tensor:
+def reason_codes(V: int, eos: set[int], stop_token_ids: Sequence[int], device: torch.device) -> torch.Tensor:
     """Per vocabulary id, the code (index into :data:`tinker_algos.sampler.REASON_CODES`) of the stop it causes, 0 for none;
     a ``stop_token_ids`` id is reason ``"stop_id"`` even when it is also an end-of-turn id."""
     code_V = torch.zeros(V, dtype=torch.long)
@@ -55,10 +58,10 @@ def reason_codes(V: int, eos: set[int], stop_token_ids: Sequence[int], device: A
     return code_V.to(device)
 
 
-_STOP_ENDERS: weakref.WeakKeyDictionary[Any, dict[tuple[tuple[str, ...], int], torch.Tensor]] = weakref.WeakKeyDictionary()
+_STOP_ENDERS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[tuple[tuple[str, ...], int], torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
-def stop_enders(tok: Any, stops: tuple[str, ...], V: int, device: Any) -> torch.Tensor:
+def stop_enders(tok: PreTrainedTokenizerBase, stops: tuple[str, ...], V: int, device: torch.device) -> torch.Tensor:
     """Per vocabulary id: can a text grow to hold one of ``stops`` by this token? True when the
     token's text holds the last character of a stop string, or is not plain text on its own (a
     partial UTF-8 sequence, an id the tokenizer does not know). A stop string ending in a space

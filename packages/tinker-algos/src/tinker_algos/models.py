@@ -154,7 +154,7 @@ class PolicyModel:
     """
 
     model: Any
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     model_id: str
     spec: DeviceSpec
     lora_specs: dict[str, LoraSpec] = field(default_factory=dict)
@@ -348,7 +348,7 @@ class PolicyModel:
 # ---------------------------------------------------------------------------------------------
 # forward-pass helpers shared by the sampler and the trainer
 # ---------------------------------------------------------------------------------------------
-def accepts_kwarg(module: Any, name: str) -> bool:
+def accepts_kwarg(module: torch.nn.Module, name: str) -> bool:
     """Whether the forward() of ``module`` (a peft wrapper's base model) takes the keyword ``name``
     (``logits_to_keep``, ``cache``: they differ between transformers versions and models)."""
     base = module.get_base_model() if hasattr(module, "get_base_model") else module
@@ -358,7 +358,7 @@ def accepts_kwarg(module: Any, name: str) -> bool:
         return False
 
 
-def cache_kwarg(module: Any) -> str:
+def cache_kwarg(module: torch.nn.Module) -> str:
     """The forward() keyword of the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
     return "cache" if accepts_kwarg(module, "cache") else "past_key_values"
 

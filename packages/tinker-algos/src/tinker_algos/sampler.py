@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
 from tinker_algos.decode_rows import (
     distinct_rows,
@@ -461,7 +462,7 @@ def sequences_to_batch(
 
 
 def logprob_agreement(
-    sampler_logprobs_B_T: Any, trainer_logprobs_B_T: Any, mask_B_T: Any
+    sampler_logprobs_B_T: ArrayLike, trainer_logprobs_B_T: ArrayLike, mask_B_T: ArrayLike
 ) -> dict[str, float]:
     """How well sampler logprobs match the trainer's for the same tokens (on the mask).
 

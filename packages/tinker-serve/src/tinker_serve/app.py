@@ -20,7 +20,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from importlib.resources import files
@@ -194,7 +194,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(err.body(), status_code=500)
 
 
-def _param(loc: Any) -> str:
+def _param(loc: Sequence[int | str]) -> str:
     """A validation error's location as a dotted field path (without pydantic's union-member tags)."""
     parts = []
     for p in loc:
@@ -207,10 +207,10 @@ def _param(loc: Any) -> str:
 
 
 # ---- requests -> engine ------------------------------------------------------------------------
-def _completion_prompts(served: ServedModels, prompt: Any) -> list[list[int]]:
+def _completion_prompts(served: ServedModels, prompt: str | list[str] | list[int] | list[list[int]]) -> list[list[int]]:
     from tinker_algos.tokenizer import encode_prompt
 
-    items: list[Any] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
+    items: list[str | list[int]] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
     if not items:
         raise bad_request("'prompt' is empty", "prompt")
     vocab = len(served.policy.tokenizer)
