@@ -267,7 +267,7 @@ def save_state(
     return atomic_dir(Path(path), write, overwrite=overwrite)
 
 
-def save_adapter(policy: Any, adapter: str, target: Path) -> None:
+def save_adapter(policy: PolicyModel, adapter: str, target: Path) -> None:
     """peft saves non-``default`` adapters into ``<dir>/<name>/``; put the files at ``target``."""
     staging = target.parent / ".adapter-staging"
     policy.model.save_pretrained(str(staging), selected_adapters=[adapter])
