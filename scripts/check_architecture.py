@@ -15,11 +15,23 @@ The rules (see docs/explanation/architecture.md):
 3. No import cycle between the modules of one package.
 4. No source module longer than :data:`MAX_LINES` lines, except those in :data:`LONG_MODULES`
    (each with the reason it is one cohesive thing). Generated protobuf stubs are not counted.
+5. No function or method in package sources longer than :data:`MAX_FUNCTION_LINES` lines (from
+   its ``def`` to its last line, docstring and nested functions included), except those in
+   :data:`LONG_FUNCTIONS`, each with its reason. The exception lives here, in one list beside the
+   rule, not in the function's docstring: a reviewer sees every long function and why at once.
+   Generated protobuf stubs and cookiecutter template sources are not counted.
+6. The plugin-author code we ship -- the env packages (``packages/tinker-env-*``, sources and
+   tests) and the ``opentinker new`` templates (``tinker_client/templates/``, every ``.py`` file,
+   Jinja placeholders and all) -- imports tinker-core only from its top level
+   (``from tinker_core import X``, ``import tinker_core``), never a submodule, so that the
+   top-level names are the whole contract a plugin is written against. The exceptions are in
+   :data:`SUBMODULE_IMPORTS`, each with its reason.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,6 +66,86 @@ MAX_LINES = 500
 
 LONG_MODULES: dict[str, str] = {}
 """Source files (relative to packages/) allowed past MAX_LINES, with the reason."""
+
+MAX_FUNCTION_LINES = 80
+"""The most lines a function or method may have, its docstring included (rule 5)."""
+
+_TO_SPLIT = "issue 25: to split"
+
+LONG_FUNCTIONS: dict[str, str] = {
+    "tinker-algos/src/tinker_algos/algorithms/ppo.py::PPO.step": _TO_SPLIT,
+    "tinker-algos/src/tinker_algos/multiagent/rollout.py::multi_agent_rollout": _TO_SPLIT,
+    "tinker-algos/src/tinker_algos/rollout.py::rollout": _TO_SPLIT,
+    "tinker-core/src/tinker_core/testing/estimators.py::check_advantage_estimator": _TO_SPLIT,
+    "tinker-core/src/tinker_core/testing/losses.py::check_loss": _TO_SPLIT,
+    "tinker-core/src/tinker_core/testing/optimizers.py::check_optimizer": _TO_SPLIT,
+    "tinker-scheduler/src/tinker_scheduler/cli.py::start": _TO_SPLIT,
+    "tinker-scheduler/src/tinker_scheduler/tinker_api/app.py::create_app": _TO_SPLIT,
+}
+"""Functions (``path relative to packages/::Qualified.name``, nested ones as
+``outer.inner``) allowed past MAX_FUNCTION_LINES, with the reason."""
+
+_TEMPLATES = "tinker-client/src/tinker_client/templates/"
+
+TOP_LEVEL_ONLY = ("tinker-env-*", "tinker-client/src/tinker_client/templates")
+"""Globs (under packages/) of the code that may import only ``tinker_core`` itself (rule 6)."""
+
+SUBMODULE_IMPORTS: dict[str, str] = {
+    # env packages: sources
+    "tinker-env-echo/src/tinker_env_echo/__init__.py::tinker_core.gymnasium_envs": _TO_SPLIT,
+    "tinker-env-echo/src/tinker_env_echo/envs.py::tinker_core.env": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/__init__.py::tinker_core.coordinator": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/__init__.py::tinker_core.gymnasium_envs": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/__init__.py::tinker_core.lazy": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/board.py::tinker_core.env": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/board.py::tinker_core.opponents": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/coordinator.py::tinker_core.coordinator": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/guess_number.py::tinker_core.env": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/tictactoe.py::tinker_core.env": _TO_SPLIT,
+    "tinker-env-games/src/tinker_env_games/tictactoe.py::tinker_core.opponents": _TO_SPLIT,
+    "tinker-env-math/src/tinker_env_math/__init__.py::tinker_core.gymnasium_envs": _TO_SPLIT,
+    "tinker-env-math/src/tinker_env_math/__init__.py::tinker_core.lazy": _TO_SPLIT,
+    "tinker-env-math/src/tinker_env_math/arithmetic.py::tinker_core.env": _TO_SPLIT,
+    "tinker-env-math/src/tinker_env_math/calculator.py::tinker_core.env": _TO_SPLIT,
+    "tinker-env-math/src/tinker_env_math/dataset.py::tinker_core.env": _TO_SPLIT,
+    # env packages: tests
+    "tinker-env-echo/tests/test_echo.py::tinker_core.registry": _TO_SPLIT,
+    "tinker-env-games/tests/conftest.py::tinker_core.registry": _TO_SPLIT,
+    "tinker-env-games/tests/test_conformance.py::tinker_core.registry": _TO_SPLIT,
+    "tinker-env-games/tests/test_connect_four.py::tinker_core.coordinator": _TO_SPLIT,
+    "tinker-env-games/tests/test_coordinator.py::tinker_core.coordinator": _TO_SPLIT,
+    "tinker-env-games/tests/test_coordinator.py::tinker_core.env": _TO_SPLIT,
+    "tinker-env-games/tests/test_coordinator.py::tinker_core.opponents": _TO_SPLIT,
+    "tinker-env-games/tests/test_tictactoe.py::tinker_core.coordinator": _TO_SPLIT,
+    "tinker-env-math/tests/conftest.py::tinker_core.registry": _TO_SPLIT,
+    "tinker-env-math/tests/test_arithmetic.py::tinker_core.registry": _TO_SPLIT,
+    "tinker-env-math/tests/test_conformance.py::tinker_core.registry": _TO_SPLIT,
+    # templates
+    _TEMPLATES + "advantage-estimator/{{cookiecutter.project_name}}/_variants/no/src/{{cookiecutter.__module}}/estimator.py::tinker_core.algos": _TO_SPLIT,
+    _TEMPLATES + "advantage-estimator/{{cookiecutter.project_name}}/_variants/no/tests/test_estimator.py::tinker_core.algos": _TO_SPLIT,
+    _TEMPLATES + "advantage-estimator/{{cookiecutter.project_name}}/_variants/yes/src/{{cookiecutter.__module}}/estimator.py::tinker_core.algos": _TO_SPLIT,
+    _TEMPLATES + "advantage-estimator/{{cookiecutter.project_name}}/_variants/yes/tests/test_estimator.py::tinker_core.algos": _TO_SPLIT,
+    _TEMPLATES + "advantage-estimator/{{cookiecutter.project_name}}/tests/test_plugin.py::tinker_core.registry": _TO_SPLIT,
+    _TEMPLATES + "advantage-estimator/{{cookiecutter.project_name}}/tests/test_plugin.py::tinker_core.testing": _TO_SPLIT,
+    _TEMPLATES + "env/{{cookiecutter.project_name}}/_variants/multi-agent/tests/test_env.py::tinker_core.coordinator": _TO_SPLIT,
+    _TEMPLATES + "env/{{cookiecutter.project_name}}/_variants/multi-agent/tests/test_env.py::tinker_core.opponents": _TO_SPLIT,
+    _TEMPLATES + "env/{{cookiecutter.project_name}}/_variants/multi-agent/tests/test_env.py::tinker_core.registry": _TO_SPLIT,
+    _TEMPLATES + "env/{{cookiecutter.project_name}}/_variants/multi-agent/tests/test_env.py::tinker_core.testing": _TO_SPLIT,
+    _TEMPLATES + "env/{{cookiecutter.project_name}}/_variants/multi-turn/tests/test_env.py::tinker_core.registry": _TO_SPLIT,
+    _TEMPLATES + "env/{{cookiecutter.project_name}}/_variants/multi-turn/tests/test_env.py::tinker_core.testing": _TO_SPLIT,
+    _TEMPLATES + "env/{{cookiecutter.project_name}}/_variants/single-turn/tests/test_env.py::tinker_core.registry": _TO_SPLIT,
+    _TEMPLATES + "env/{{cookiecutter.project_name}}/_variants/single-turn/tests/test_env.py::tinker_core.testing": _TO_SPLIT,
+    _TEMPLATES + "loss/{{cookiecutter.project_name}}/_variants/policy/src/{{cookiecutter.__module}}/loss.py::tinker_core.algos": _TO_SPLIT,
+    _TEMPLATES + "loss/{{cookiecutter.project_name}}/_variants/policy/tests/test_loss.py::tinker_core.algos": _TO_SPLIT,
+    _TEMPLATES + "loss/{{cookiecutter.project_name}}/_variants/supervised/src/{{cookiecutter.__module}}/loss.py::tinker_core.algos": _TO_SPLIT,
+    _TEMPLATES + "loss/{{cookiecutter.project_name}}/_variants/supervised/tests/test_loss.py::tinker_core.algos": _TO_SPLIT,
+    _TEMPLATES + "loss/{{cookiecutter.project_name}}/tests/test_plugin.py::tinker_core.registry": _TO_SPLIT,
+    _TEMPLATES + "loss/{{cookiecutter.project_name}}/tests/test_plugin.py::tinker_core.testing": _TO_SPLIT,
+    _TEMPLATES + "optimizer/{{cookiecutter.project_name}}/tests/test_plugin.py::tinker_core.registry": _TO_SPLIT,
+    _TEMPLATES + "optimizer/{{cookiecutter.project_name}}/tests/test_plugin.py::tinker_core.testing": _TO_SPLIT,
+}
+"""Imports of a tinker-core submodule allowed in :data:`TOP_LEVEL_ONLY` code
+(``path relative to packages/::module``), with the reason."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +254,55 @@ def _cycle(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def function_lengths(path: Path) -> Iterator[tuple[str, int, int]]:
+    """``(qualified name, first line, length in lines)`` of every function and method in ``path``,
+    nested ones too (``outer.inner``, ``Class.method``); a function's length counts from its
+    ``def`` to its last line, its docstring and nested functions included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, int, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = prefix + child.name
+                if not isinstance(child, ast.ClassDef):
+                    yield name, child.lineno, (child.end_lineno or child.lineno) - child.lineno + 1
+                yield from walk(child, name + ".")
+            else:
+                yield from walk(child, prefix)
+
+    yield from walk(tree, "")
+
+
+def _long_functions(packages_dir: Path, path: Path) -> Iterator[str]:
+    rel = path.relative_to(packages_dir).as_posix()
+    for name, line, n in function_lengths(path):
+        if n > MAX_FUNCTION_LINES and f"{rel}::{name}" not in LONG_FUNCTIONS:
+            yield (f"{rel}:{line}: {name} is {n} lines (over {MAX_FUNCTION_LINES}); split it along its seams "
+                   f"or add it to LONG_FUNCTIONS with the reason")
+
+
+_IMPORT_LINE_RE = re.compile(r"^\s*(?:from\s+([\w.]+)\s+import\b|import\s+([\w.,\s]+?)\s*(?:#.*)?$)")
+
+
+def _submodule_imports(packages_dir: Path) -> Iterator[str]:
+    """Rule 6: imports of a tinker-core submodule in the env packages and the templates. Read line
+    by line (a template is valid Python only once Jinja renders it), so an import is seen
+    wherever it stands, nested in a function or under ``if TYPE_CHECKING:`` too."""
+    files = sorted({p for pattern in TOP_LEVEL_ONLY for top in packages_dir.glob(pattern) for p in top.rglob("*.py")})
+    for path in files:
+        rel = path.relative_to(packages_dir).as_posix()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            match = _IMPORT_LINE_RE.match(line)
+            if match is None:
+                continue
+            modules = [match[1]] if match[1] else [m.split(" as ")[0].strip() for m in match[2].split(",")]
+            for module in modules:
+                if module.startswith("tinker_core.") and f"{rel}::{module}" not in SUBMODULE_IMPORTS:
+                    yield (f"{rel}:{number}: imports {module}; plugin code imports tinker-core's top level only "
+                           f"(from tinker_core import ...): export the name there, or list the import in "
+                           f"SUBMODULE_IMPORTS with the reason")
+
+
 def check(root: Path = ROOT) -> list[str]:
     """Every violation of the rules in the repository at ``root``, one line each."""
     packages_dir = root / "packages"
@@ -176,6 +317,7 @@ def check(root: Path = ROOT) -> list[str]:
                 rel = str(path.relative_to(packages_dir))
                 if n > MAX_LINES and rel not in LONG_MODULES:
                     problems.append(f"{rel}: {n} lines (over {MAX_LINES}); split it along its seams")
+                problems.extend(_long_functions(packages_dir, path))
             for imp in imports_of(path, pkg_root):
                 top = imp.module.split(".")[0]
                 where = _where(imp, root)
@@ -195,6 +337,7 @@ def check(root: Path = ROOT) -> list[str]:
                             graph[module].add(target)
         for component in _cycle(graph):
             problems.append(f"{pkg}: import cycle between {', '.join(component)}")
+    problems.extend(_submodule_imports(packages_dir))
     return problems
 
 
@@ -205,7 +348,7 @@ def main() -> int:
     if problems:
         print(f"{len(problems)} architecture problem(s)", file=sys.stderr)
         return 1
-    print("architecture: layers, private names, cycles and module sizes are clean")
+    print("architecture: layers, private names, cycles, module and function sizes, plugin imports are clean")
     return 0
 
 

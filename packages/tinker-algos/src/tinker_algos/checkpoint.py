@@ -107,13 +107,19 @@ def _read_json_manifest(path: Path) -> dict[str, Any]:
     f = path / MANIFEST
     if not f.exists():
         raise CheckpointError(f"{path} is not a checkpoint: it has no {MANIFEST}")
+    return read_json_object(f, CheckpointError, "a checkpoint manifest (a JSON object)")
+
+
+def read_json_object(f: Path, error: type[Exception], what: str = "a JSON object") -> dict[str, Any]:
+    """The JSON object in file ``f`` (a manifest, a run's ``config.json`` ...); an ``error``
+    naming the file when it is unreadable or holds something other than ``what``."""
     try:
-        manifest = json.loads(f.read_text(encoding="utf-8"))
+        data = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise CheckpointError(f"{f} is unreadable: {e}") from e
-    if not isinstance(manifest, dict):
-        raise CheckpointError(f"{f} is not a checkpoint manifest (a JSON object)")
-    return manifest
+        raise error(f"{f} is unreadable: {e}") from e
+    if not isinstance(data, dict):
+        raise error(f"{f} is not {what}")
+    return data
 
 
 def _digest(f: Path) -> tuple[int, str]:
@@ -261,7 +267,7 @@ def save_state(
     return atomic_dir(Path(path), write, overwrite=overwrite)
 
 
-def save_adapter(policy: Any, adapter: str, target: Path) -> None:
+def save_adapter(policy: PolicyModel, adapter: str, target: Path) -> None:
     """peft saves non-``default`` adapters into ``<dir>/<name>/``; put the files at ``target``."""
     staging = target.parent / ".adapter-staging"
     policy.model.save_pretrained(str(staging), selected_adapters=[adapter])

@@ -1,6 +1,7 @@
 """Helpers of the sampler's decode loop: how a batch's prompts relate, and which tokens stop a row.
 
 * :func:`shared_prefix_len` -- the prefix every prompt shares (run once, its cache repeated);
+* :func:`left_padded` -- the batch laid out as ``[shared prefix][pads][own prompt][generated]``;
 * :func:`distinct_rows` -- rows with the same prompt (a GRPO group's copies), prefilled once;
 * :func:`reason_codes` -- per vocabulary id, the stop it causes (one lookup per step, no ``isin``);
 * :func:`stop_enders` -- per vocabulary id, whether it can complete a stop string, so that the
@@ -11,11 +12,15 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
-__all__ = ["distinct_rows", "reason_codes", "shared_prefix_len", "stop_enders"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["distinct_rows", "left_padded", "reason_codes", "shared_prefix_len", "stop_enders"]
 
 
 def shared_prefix_len(ids_rows: list[list[int]]) -> int:
@@ -42,7 +47,7 @@ def distinct_rows(ids_rows: list[list[int]]) -> tuple[list[int], list[int]]:
     return first_of, row_of
 
 
-def reason_codes(V: int, eos: set[int], stop_token_ids: Sequence[int], device: Any) -> torch.Tensor:
+def reason_codes(V: int, eos: set[int], stop_token_ids: Sequence[int], device: torch.device) -> torch.Tensor:
     """Per vocabulary id, the code (index into :data:`tinker_algos.sampler.REASON_CODES`) of the stop it causes, 0 for none;
     a ``stop_token_ids`` id is reason ``"stop_id"`` even when it is also an end-of-turn id."""
     code_V = torch.zeros(V, dtype=torch.long)
@@ -53,10 +58,10 @@ def reason_codes(V: int, eos: set[int], stop_token_ids: Sequence[int], device: A
     return code_V.to(device)
 
 
-_STOP_ENDERS: weakref.WeakKeyDictionary[Any, dict[tuple[tuple[str, ...], int], torch.Tensor]] = weakref.WeakKeyDictionary()
+_STOP_ENDERS: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, dict[tuple[tuple[str, ...], int], torch.Tensor]] = weakref.WeakKeyDictionary()
 
 
-def stop_enders(tok: Any, stops: tuple[str, ...], V: int, device: Any) -> torch.Tensor:
+def stop_enders(tok: PreTrainedTokenizerBase, stops: tuple[str, ...], V: int, device: torch.device) -> torch.Tensor:
     """Per vocabulary id: can a text grow to hold one of ``stops`` by this token? True when the
     token's text holds the last character of a stop string, or is not plain text on its own (a
     partial UTF-8 sequence, an id the tokenizer does not know). A stop string ending in a space
@@ -77,3 +82,18 @@ def stop_enders(tok: Any, stops: tuple[str, ...], V: int, device: Any) -> torch.
             mask[:known] = torch.tensor([("\ufffd" in t) or any(c in t for c in lasts) for t in texts], dtype=torch.bool)
         per_tok[key] = mask
     return per_tok[key].to(device)
+
+
+def left_padded(
+    ids_rows: list[list[int]], P: int, S: int, N: int, pad: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(tokens_B_T, mask_B_T)`` on ``device``: each row as ``[shared prefix P][pads][own prompt][N to generate]``."""
+    B, T = len(ids_rows), P + S + N
+    tokens_np = np.full((B, T), pad, dtype=np.int64)  # filled on the host, then one copy each
+    mask_np = np.ones((B, T), dtype=np.int64)
+    for b, r in enumerate(ids_rows):
+        own = len(r) - P
+        tokens_np[b, :P] = r[:P]
+        tokens_np[b, P + S - own : P + S] = r[P:]
+        mask_np[b, P : P + S - own] = 0  # pads between the shared prefix and the row's own tokens
+    return torch.from_numpy(tokens_np).to(device), torch.from_numpy(mask_np).to(device)

@@ -17,7 +17,6 @@ that is 0) and ``pass@j`` is the unbiased estimator of Chen et al. (2021), :func
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from math import prod
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tinker_algos.checkpoint import KIND as TRAINER_CHECKPOINT_KIND
-from tinker_algos.checkpoint import MANIFEST, CheckpointError, verify
+from tinker_algos.checkpoint import MANIFEST, CheckpointError, read_json_object, verify
 from tinker_algos.models import PolicyModel
 from tinker_algos.run import (
     ADAPTER,
@@ -80,13 +79,7 @@ class Source:
 
 
 def _read_json(f: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise EvalError(f"{f} is unreadable: {e}") from None
-    if not isinstance(data, dict):
-        raise EvalError(f"{f} is not a JSON object")
-    return data
+    return read_json_object(f, EvalError)
 
 
 def _run_job(run_dir: Path) -> JobConfig | None:

@@ -32,11 +32,11 @@ from typing import Any, Literal
 
 from tinker_algos.evaluation import EvalError, Source, find_source, load_policy
 from tinker_algos.model_files import TINY, atomic_dir
+from tinker_core.names import is_hub_id
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 BUNDLED_BASE = "base"
 """The directory of an adapter export that holds its ``tiny`` base model (see the module docstring)."""
-HUB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$")
 
 
 class ExportError(EvalError):
@@ -58,7 +58,7 @@ def is_portable(name: str) -> bool:
         return True
     if name.startswith((".", "/", "~")) or Path(name).expanduser().exists():
         return False
-    return bool(HUB_ID_RE.fullmatch(name)) and ".." not in name
+    return is_hub_id(name)
 
 
 def is_tiny(name: str) -> bool:

@@ -154,7 +154,7 @@ class PolicyModel:
     """
 
     model: Any
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     model_id: str
     spec: DeviceSpec
     lora_specs: dict[str, LoraSpec] = field(default_factory=dict)
@@ -348,14 +348,19 @@ class PolicyModel:
 # ---------------------------------------------------------------------------------------------
 # forward-pass helpers shared by the sampler and the trainer
 # ---------------------------------------------------------------------------------------------
-def cache_kwarg(module: Any) -> str:
-    """The forward() keyword of the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+def accepts_kwarg(module: torch.nn.Module, name: str) -> bool:
+    """Whether the forward() of ``module`` (a peft wrapper's base model) takes the keyword ``name``
+    (``logits_to_keep``, ``cache``: they differ between transformers versions and models)."""
     base = module.get_base_model() if hasattr(module, "get_base_model") else module
     try:
-        params = inspect.signature(base.forward).parameters
+        return name in inspect.signature(base.forward).parameters
     except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
+        return False
+
+
+def cache_kwarg(module: torch.nn.Module) -> str:
+    """The forward() keyword of the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
+    return "cache" if accepts_kwarg(module, "cache") else "past_key_values"
 
 
 def position_ids_from_mask(attention_mask_B_T: torch.Tensor) -> torch.Tensor:
@@ -413,6 +418,7 @@ __all__: Sequence[str] = (
     "atomic_dir",
     "ModelLoadError",
     "PolicyModel",
+    "accepts_kwarg",
     "build_tiny_model",
     "cache_kwarg",
     "cache_root",

@@ -19,19 +19,9 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.text import Text
 
-from tinker_core.progress import StepTimes, headline
-
-HINT_STYLE = "yellow"
+from tinker_core.progress import StepTimes, headline, log_style, progress_bar
 
 
 def quiet_third_party_progress() -> None:
@@ -73,17 +63,7 @@ class ProgressCallbacks:
 
     def __init__(self, total_steps: int, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True, highlight=False)
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(bar_width=24),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[eta]}"),
-            TextColumn("{task.fields[summary]}"),
-            console=self.console,
-            transient=False,
-        )
+        self.progress = progress_bar(self.console, transient=False)
         self.task = self.progress.add_task("starting", total=total_steps, eta="", summary="")
         self.total = total_steps
         self.times = StepTimes()
@@ -119,8 +99,7 @@ class ProgressCallbacks:
         self.progress.refresh()
 
     def on_log(self, line: str) -> None:
-        style = HINT_STYLE if line.startswith(("hint:", "warning:")) else ""
-        self.progress.console.print(Text(line, style=style))  # a Text: the style stays off the bar
+        self.progress.console.print(Text(line, style=log_style(line) or ""))  # a Text: the style stays off the bar
 
     def on_checkpoint(self, step: int, path: str) -> None:
         self.progress.console.print(f"checkpoint at step {step}: {path}", markup=False, highlight=False)

@@ -38,7 +38,6 @@ checkpointed RNG state govern it).
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,9 +45,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike
 
-from tinker_algos.decode_rows import distinct_rows, reason_codes, shared_prefix_len, stop_enders
-from tinker_algos.models import PolicyModel, cache_kwarg, position_ids_from_mask
+from tinker_algos.decode_rows import (
+    distinct_rows,
+    left_padded,
+    reason_codes,
+    shared_prefix_len,
+    stop_enders,
+)
+from tinker_algos.models import PolicyModel, accepts_kwarg, cache_kwarg, position_ids_from_mask
 
 if TYPE_CHECKING:
     from tinker_core.contracts import Batch, Trajectory
@@ -270,14 +276,6 @@ REASON_CODES: tuple[StopReason | None, ...] = (None, "eos", "stop_id", "stop_str
 """The codes the decode loop keeps per row: 0 = still running (ends as ``"length"``)."""
 
 
-def _accepts(module: Any, name: str) -> bool:
-    base = module.get_base_model() if hasattr(module, "get_base_model") else module
-    try:
-        return name in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def _decode(
     policy: PolicyModel, ids_rows: list[list[int]], params: SamplingParams, *, use_cache: bool
 ) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
@@ -292,125 +290,143 @@ def _decode(
     step (all rows done?) plus, with stop strings, which rows' new token can complete one (it
     decodes only those rows' last tokens).
     """
-    from transformers import DynamicCache
+    loop = _DecodeLoop(policy, ids_rows, params, use_cache=use_cache)
+    steps = loop.N
+    for step in range(loop.N):
+        loop.step(step)
+        if step + 1 < loop.N:
+            if bool(loop.done_B.all()):
+                steps = step + 1
+                break
+            loop.tokens_B_T[:, loop.P + loop.S + step] = loop.gen_B_N[:, step]
+    return loop.result(steps)
 
-    from tinker_algos.prompts import eos_token_ids
 
-    module, spec, tok = policy.module, policy.spec, policy.tokenizer
-    device = spec.device
-    B, N, pad = len(ids_rows), params.max_new_tokens, policy.pad_token_id
-    P = shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
-    if (B - 1) * P < _MIN_SHARED_POSITIONS:  # too little saved to pay for a forward call of its own
-        P = 0
-    S = max(len(r) for r in ids_rows) - P  # width of the own-prompt region
-    T = P + S + N
-    tokens_np = np.full((B, T), pad, dtype=np.int64)  # filled on the host, then one copy each
-    mask_np = np.ones((B, T), dtype=np.int64)
-    for b, r in enumerate(ids_rows):
-        own = len(r) - P
-        tokens_np[b, :P] = r[:P]
-        tokens_np[b, P + S - own : P + S] = r[P:]
-        mask_np[b, P : P + S - own] = 0  # pads between the shared prefix and the row's own tokens
-    tokens_B_T, mask_B_T = torch.from_numpy(tokens_np).to(device), torch.from_numpy(mask_np).to(device)
-    pos_B_T = position_ids_from_mask(mask_B_T)
+class _DecodeLoop:
+    """The state of one :func:`_decode` call: the batch laid out on the device, the model call,
+    and what each row has generated so far (tokens, logprobs, stop reason, end)."""
 
-    generator = None
-    if params.seed is not None:
-        generator = torch.Generator(device=device)
-        generator.manual_seed(int(params.seed))
-    eos = eos_token_ids(tok, policy.base_model, params.eos_token_ids) if params.stop_at_eos else set()
-    plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
-    stops = tuple(params.stop)
-    window = max((len(s) for s in stops), default=0) + 8  # tokens decoded per stop check
+    def __init__(self, policy: PolicyModel, ids_rows: list[list[int]], params: SamplingParams, *, use_cache: bool) -> None:
+        from transformers import DynamicCache
 
-    cache_kw = {cache_kwarg(module): DynamicCache()} if use_cache else {}
-    last_only = {"logits_to_keep": 1} if _accepts(module, "logits_to_keep") else {}
-    padded = not bool(mask_B_T.all())  # no pads: no mask to build and apply (SDPA's causal path)
+        from tinker_algos.prompts import eos_token_ids
 
-    def forward(lo: int, hi: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+        self.module, self.spec, self.tok, self.params, self.use_cache = policy.module, policy.spec, policy.tokenizer, params, use_cache
+        device = self.spec.device
+        B, N, pad = len(ids_rows), params.max_new_tokens, policy.pad_token_id
+        P = shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
+        if (B - 1) * P < _MIN_SHARED_POSITIONS:  # too little saved to pay for a forward call of its own
+            P = 0
+        S = max(len(r) for r in ids_rows) - P  # width of the own-prompt region
+        self.B, self.N, self.P, self.S, self.pad = B, N, P, S, pad
+        self.tokens_B_T, self.mask_B_T = left_padded(ids_rows, P, S, N, pad, device)
+        self.pos_B_T = position_ids_from_mask(self.mask_B_T)
+        self.generator = None
+        if params.seed is not None:
+            self.generator = torch.Generator(device=device)
+            self.generator.manual_seed(int(params.seed))
+        self.eos = eos_token_ids(self.tok, policy.base_model, params.eos_token_ids) if params.stop_at_eos else set()
+        self.plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
+        self.stops = tuple(params.stop)
+        self.window = max((len(s) for s in self.stops), default=0) + 8  # tokens decoded per stop check
+        self.cache_kw = {cache_kwarg(self.module): DynamicCache()} if use_cache else {}
+        self.last_only = {"logits_to_keep": 1} if accepts_kwarg(self.module, "logits_to_keep") else {}
+        self.padded = not bool(self.mask_B_T.all())  # no pads: no mask to build and apply (SDPA's causal path)
+        # rows with the same prompt (a GRPO group's copies) are prefilled once, their cache then copied
+        self.first_of, self.row_of = distinct_rows(ids_rows) if use_cache else (list(range(B)), list(range(B)))
+        self.gen_B_N = torch.full((B, N), pad, dtype=torch.long, device=device)
+        self.lp_B_N = torch.zeros((B, N), device=device)
+        self.raw_B_N = torch.zeros((B, N), device=device)
+        self.reason_B = torch.zeros(B, dtype=torch.long, device=device)  # index into REASON_CODES
+        self.done_B = torch.zeros(B, dtype=torch.bool, device=device)
+        self.end_B = torch.full((B,), N, dtype=torch.long, device=device)
+        self.code_V: torch.Tensor | None = None  # per vocabulary id: its stop reason code
+        self.can_end_V: torch.Tensor | None = None  # per vocabulary id: whether it can end a stop string
+        if P:  # the shared prefix once, its cache repeated for every (distinct) row
+            with self.spec.autocast():
+                self.module(
+                    input_ids=self.tokens_B_T[:1, :P], attention_mask=None, position_ids=self.pos_B_T[:1, :P],
+                    use_cache=True, **self.cache_kw, **self.last_only,
+                )
+            next(iter(self.cache_kw.values())).batch_repeat_interleave(len(self.first_of))
+
+    def forward(self, lo: int, hi: int, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (float) at column ``hi - 1`` after feeding columns ``lo:hi`` (all of them without
         cache) of every row, or of ``rows`` only."""
-        lo = lo if use_cache else 0
-        toks, mask, pos = (tokens_B_T, mask_B_T, pos_B_T) if rows is None else (tokens_B_T[rows], mask_B_T[rows], pos_B_T[rows])
-        with spec.autocast():
-            out = module(
-                input_ids=toks[:, lo:hi], attention_mask=mask[:, :hi] if padded else None,
+        lo = lo if self.use_cache else 0
+        toks, mask, pos = (self.tokens_B_T, self.mask_B_T, self.pos_B_T)
+        if rows is not None:
+            toks, mask, pos = toks[rows], mask[rows], pos[rows]
+        with self.spec.autocast():
+            out = self.module(
+                input_ids=toks[:, lo:hi], attention_mask=mask[:, :hi] if self.padded else None,
                 position_ids=pos[:, lo:hi],
-                use_cache=use_cache, **cache_kw, **last_only,
+                use_cache=self.use_cache, **self.cache_kw, **self.last_only,
             )
         return out.logits[:, -1].float()
 
-    # rows with the same prompt (a GRPO group's copies) are prefilled once, their cache then copied
-    first_of, row_of = distinct_rows(ids_rows) if use_cache else (list(range(B)), list(range(B)))
-    U = len(first_of)
-    if P:  # the shared prefix once, its cache repeated for every (distinct) row
-        with spec.autocast():
-            module(
-                input_ids=tokens_B_T[:1, :P], attention_mask=None, position_ids=pos_B_T[:1, :P],
-                use_cache=True, **cache_kw, **last_only,
-            )
-        next(iter(cache_kw.values())).batch_repeat_interleave(U)
+    def logits(self, step: int) -> torch.Tensor:
+        """The next-token logits of every row at ``step`` (the first step prefills each distinct prompt once)."""
+        col = self.P + self.S + step  # the column the new token goes to
+        if step == 0 and len(self.first_of) < self.B:
+            rows_U = torch.tensor(self.first_of, dtype=torch.long, device=self.spec.device)
+            row_of_B = torch.tensor(self.row_of, dtype=torch.long, device=self.spec.device)
+            logits_B_V = self.forward(self.P, col, rows_U)[row_of_B]
+            next(iter(self.cache_kw.values())).reorder_cache(row_of_B)
+            return logits_B_V
+        return self.forward(self.P if step == 0 else col - 1, col)
 
-    gen_B_N = torch.full((B, N), pad, dtype=torch.long, device=device)
-    lp_B_N = torch.zeros((B, N), device=device)
-    raw_B_N = torch.zeros((B, N), device=device)
-    reason_B = torch.zeros(B, dtype=torch.long, device=device)  # index into REASON_CODES
-    done_B = torch.zeros(B, dtype=torch.bool, device=device)
-    end_B = torch.full((B,), N, dtype=torch.long, device=device)
-    code_V = can_end_V = None  # per vocabulary id: its stop reason code; whether it can end a stop string
-    steps = N
-    for step in range(N):
-        col = P + S + step  # the column the new token goes to
-        if step == 0 and U < B:
-            rows_U = torch.tensor(first_of, dtype=torch.long, device=device)
-            row_of_B = torch.tensor(row_of, dtype=torch.long, device=device)
-            logits_B_V = forward(P, col, rows_U)[row_of_B]
-            next(iter(cache_kw.values())).reorder_cache(row_of_B)
-        else:
-            logits_B_V = forward(P if step == 0 else col - 1, col)
-        if code_V is None:
-            code_V = reason_codes(logits_B_V.shape[-1], eos, params.stop_token_ids, device)
-            can_end_V = stop_enders(tok, stops, logits_B_V.shape[-1], device) if stops else None
-        if plain:  # the sampled distribution is the raw one: one log_softmax
+    def choose(self, logits_B_V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(next_B, logprobs_B, raw_logprobs_B)``: one token per row, drawn as ``params`` say."""
+        if self.plain:  # the sampled distribution is the raw one: one log_softmax
             raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
-            next_B = draw(raw_B_V, generator)
+            next_B = draw(raw_B_V, self.generator)
             raw_B = raw_B_V.gather(-1, next_B[:, None]).squeeze(-1)
-            lp_B = raw_B
-        else:
-            next_B, lp_B = choose_tokens(logits_B_V, params, generator)
-            raw_B = torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
-        live_B = ~done_B
-        next_B = torch.where(done_B, pad, next_B)
-        gen_B_N[:, step], lp_B_N[:, step], raw_B_N[:, step] = next_B, lp_B, raw_B
-        code_B = code_V[next_B]
-        hit_B = (code_B > 0) & live_B
-        reason_B = torch.where(hit_B, code_B, reason_B)
-        done_B = done_B | hit_B
-        if can_end_V is not None:
-            # decode only rows whose new token can complete a stop string (e.g. it holds its last character)
-            for b in torch.nonzero(can_end_V[next_B] & ~done_B).flatten().tolist():
-                tail = tok.decode(
-                    gen_B_N[b, max(0, step + 1 - window) : step + 1].tolist(),
-                    skip_special_tokens=True, clean_up_tokenization_spaces=False,
-                )
-                if any(s in tail for s in stops):
-                    reason_B[b], done_B[b] = 3, True
-        end_B = torch.where(done_B & live_B, step + 1, end_B)
-        if step + 1 < N:
-            if bool(done_B.all()):
-                steps = step + 1
-                break
-            tokens_B_T[:, col] = next_B
+            return next_B, raw_B, raw_B
+        next_B, lp_B = choose_tokens(logits_B_V, self.params, self.generator)
+        return next_B, lp_B, torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
 
-    ends = end_B.tolist()  # a row's tokens run up to and including its stopping token
-    gen_l, lp_l, raw_l = gen_B_N[:, :steps].tolist(), lp_B_N[:, :steps].tolist(), raw_B_N[:, :steps].tolist()
-    final: list[StopReason] = [REASON_CODES[c] or "length" for c in reason_B.tolist()]
-    return (
-        [g[:e] for g, e in zip(gen_l, ends, strict=True)],
-        [g[:e] for g, e in zip(lp_l, ends, strict=True)],
-        [g[:e] for g, e in zip(raw_l, ends, strict=True)],
-        final,
-    )
+    def step(self, step: int) -> None:
+        """Generate the token of every live row at ``step`` and record which rows it stops."""
+        logits_B_V = self.logits(step)
+        if self.code_V is None:
+            self.code_V = reason_codes(logits_B_V.shape[-1], self.eos, self.params.stop_token_ids, self.spec.device)
+            self.can_end_V = stop_enders(self.tok, self.stops, logits_B_V.shape[-1], self.spec.device) if self.stops else None
+        next_B, lp_B, raw_B = self.choose(logits_B_V)
+        live_B = ~self.done_B
+        next_B = torch.where(self.done_B, self.pad, next_B)
+        self.gen_B_N[:, step], self.lp_B_N[:, step], self.raw_B_N[:, step] = next_B, lp_B, raw_B
+        code_B = self.code_V[next_B]
+        hit_B = (code_B > 0) & live_B
+        self.reason_B = torch.where(hit_B, code_B, self.reason_B)
+        self.done_B = self.done_B | hit_B
+        if self.can_end_V is not None:
+            self.match_stop_strings(step, self.can_end_V[next_B] & ~self.done_B)
+        self.end_B = torch.where(self.done_B & live_B, step + 1, self.end_B)
+
+    def match_stop_strings(self, step: int, candidates_B: torch.Tensor) -> None:
+        """Stop the rows among ``candidates_B`` (their new token can complete a stop string, e.g. it
+        holds its last character) whose last tokens now hold one: only those rows are decoded."""
+        for b in torch.nonzero(candidates_B).flatten().tolist():
+            tail = self.tok.decode(
+                self.gen_B_N[b, max(0, step + 1 - self.window) : step + 1].tolist(),
+                skip_special_tokens=True, clean_up_tokenization_spaces=False,
+            )
+            if any(s in tail for s in self.stops):
+                self.reason_B[b], self.done_B[b] = 3, True
+
+    def result(self, steps: int) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
+        """Each row's tokens, logprobs and raw logprobs up to and including its stopping token, and why it stopped."""
+        ends = self.end_B.tolist()
+        gen_l = self.gen_B_N[:, :steps].tolist()
+        lp_l, raw_l = self.lp_B_N[:, :steps].tolist(), self.raw_B_N[:, :steps].tolist()
+        final: list[StopReason] = [REASON_CODES[c] or "length" for c in self.reason_B.tolist()]
+        return (
+            [g[:e] for g, e in zip(gen_l, ends, strict=True)],
+            [g[:e] for g, e in zip(lp_l, ends, strict=True)],
+            [g[:e] for g, e in zip(raw_l, ends, strict=True)],
+            final,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -446,7 +462,7 @@ def sequences_to_batch(
 
 
 def logprob_agreement(
-    sampler_logprobs_B_T: Any, trainer_logprobs_B_T: Any, mask_B_T: Any
+    sampler_logprobs_B_T: ArrayLike, trainer_logprobs_B_T: ArrayLike, mask_B_T: ArrayLike
 ) -> dict[str, float]:
     """How well sampler logprobs match the trainer's for the same tokens (on the mask).
 

@@ -33,7 +33,8 @@ and the loss function's own metrics as ``<loss name>/<key>``. ``optim_step``: ``
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 
 from tinker_algos import checkpoint
+from tinker_algos.device import DeviceSpec
 from tinker_algos.models import LoraSpec, PolicyModel, sequence_logprobs, to_tensor
 from tinker_algos.optimizers import build_optimizer
 from tinker_algos.trainer_config import (  # re-exported: their home was this module
@@ -50,7 +52,9 @@ from tinker_algos.trainer_config import (  # re-exported: their home was this mo
 )
 
 if TYPE_CHECKING:
-    from tinker_core.contracts import Batch
+    from numpy.typing import ArrayLike
+
+    from tinker_core.contracts import Batch, LossOutputs
 
 __all__ = ["SCHEDULES", "TOKEN_SUM", "Trainer", "TrainerConfig", "aggregation_modes", "lr_multiplier", "restore_trainer"]
 
@@ -176,12 +180,12 @@ class Trainer:
         *,
         agg: str = "token-mean",
         loss_scale: float = 1.0,
-        advantages_B_T: Any = None,
-        ref_logprobs_B_T: Any = None,
-        weights_B_T: Any = None,
-        values_B_T: Any = None,
-        old_values_B_T: Any = None,
-        returns_B_T: Any = None,
+        advantages_B_T: ArrayLike | None = None,
+        ref_logprobs_B_T: ArrayLike | None = None,
+        weights_B_T: ArrayLike | None = None,
+        values_B_T: ArrayLike | None = None,
+        old_values_B_T: ArrayLike | None = None,
+        returns_B_T: ArrayLike | None = None,
         return_logprobs: bool = False,
         **loss_config: Any,
     ) -> dict[str, float] | tuple[dict[str, float], np.ndarray]:
@@ -213,105 +217,64 @@ class Trainer:
             is filled.
         """
         import tinker_core.registry
-        from tinker_core.contracts import LossInputs
 
         if agg not in aggregation_modes():
             raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
         entry = tinker_core.registry.get_loss(loss)
-        loss_fn = entry.obj
         self._activate()
         tokens, attn, mask = self._tensors(batch)
         B, T = tokens.shape
-        total_tokens = float(mask.sum())
-        if total_tokens == 0:
-            raise ValueError(
-                "forward_backward got a batch with no trained tokens (loss_mask_B_T * "
-                "attention_mask_B_T is all 0); drop such batches before training"
-            )
-        rows_on = mask.sum(-1) > 0
-        total_rows = float(rows_on.sum())
-        if advantages_B_T is None:
-            advantages_B_T = batch.advantages_B_T
-        consts = {
+        consts = self._loss_constants((B, T), {
             "sampling_logprobs_B_T": batch.sampler_logprobs_B_T,
-            "advantages_B_T": advantages_B_T,
+            "advantages_B_T": batch.advantages_B_T if advantages_B_T is None else advantages_B_T,
             "ref_logprobs_B_T": ref_logprobs_B_T,
             "weights_B_T": weights_B_T,
             "values_B_T": values_B_T,
             "old_values_B_T": old_values_B_T,
             "returns_B_T": returns_B_T,
-        }
-        dev = self.device
+        })
+        mb = self._micro_batch_size(B, loss, pairs_rows=entry.options.get("kind") == "preference")
+        gradient_pass = _GradientPass(
+            loss=loss, loss_fn=entry.obj, loss_config=loss_config, agg=agg, loss_scale=loss_scale,
+            tokens=tokens, attn=attn, mask=mask, consts=consts, spec=self.policy.spec,
+            total_tokens=_trained_tokens(mask), total_rows=float((mask.sum(-1) > 0).sum()),
+            logprobs_B_T=np.zeros((B, T), dtype=np.float32) if return_logprobs else None,
+        )
+        module = self.policy.module
+        module.train()
+        gradient_pass.run(module, mb)
+        if gradient_pass.nonfinite:
+            self._nonfinite_pending = True
+        self._pending_calls += 1
+        if gradient_pass.logprobs_B_T is not None:
+            return gradient_pass.metrics(), gradient_pass.logprobs_B_T
+        return gradient_pass.metrics()
+
+    def _micro_batch_size(self, B: int, loss: str, *, pairs_rows: bool) -> int:
+        """Rows per gradient pass: ``micro_batch_size`` (all ``B`` when unset), even for a
+        preference loss (it pairs rows ``2k, 2k+1``)."""
+        mb = self.config.micro_batch_size or B
+        if pairs_rows and mb < B and mb % 2:
+            raise ValueError(
+                f"loss {loss!r} pairs rows (2k, 2k+1); TrainerConfig.micro_batch_size must be even, got {mb}"
+            )
+        return mb
+
+    def _loss_constants(
+        self, shape: tuple[int, int], consts: Mapping[str, ArrayLike | None]
+    ) -> dict[str, torch.Tensor | None]:
+        """The loss's per-token inputs besides the logprobs as float32 tensors on the device,
+        each checked to be ``[B, T]`` like the batch (None stays None)."""
         consts_t: dict[str, torch.Tensor | None] = {}
         for name, value in consts.items():
             if value is None:
                 consts_t[name] = None
                 continue
-            t = to_tensor(value, dtype=torch.float32, device=dev)
-            if tuple(t.shape) != (B, T):
-                raise ValueError(f"forward_backward: {name} has shape {tuple(t.shape)}, the batch is {(B, T)}")
+            t = to_tensor(value, dtype=torch.float32, device=self.device)
+            if tuple(t.shape) != shape:
+                raise ValueError(f"forward_backward: {name} has shape {tuple(t.shape)}, the batch is {shape}")
             consts_t[name] = t
-
-        mb = self.config.micro_batch_size or B
-        if entry.options.get("kind") == "preference" and mb < B and mb % 2:
-            raise ValueError(
-                f"loss {loss!r} pairs rows (2k, 2k+1); TrainerConfig.micro_batch_size must be even, got {mb}"
-            )
-        module = self.policy.module
-        module.train()
-        agg_total = 0.0
-        nonfinite = False
-        loss_metrics: dict[str, float] = {}
-        logprobs_B_T = np.zeros((B, T), dtype=np.float32) if return_logprobs else None
-        for start in range(0, B, mb):
-            sl = slice(start, min(B, start + mb))
-            m_mb = mask[sl]
-            if nonfinite or float(m_mb.sum()) == 0:
-                # no gradient from these rows (none trained, or a NaN/inf loss came before)
-                if logprobs_B_T is not None:
-                    with torch.no_grad():
-                        lp_nograd = sequence_logprobs(module, tokens[sl], attn[sl], spec=self.policy.spec)
-                    logprobs_B_T[sl] = lp_nograd.float().cpu().numpy()
-                continue
-            lp = sequence_logprobs(module, tokens[sl], attn[sl], spec=self.policy.spec)
-            if logprobs_B_T is not None:
-                logprobs_B_T[sl] = lp.detach().float().cpu().numpy()
-            inputs = LossInputs(
-                logprobs_B_T=lp,
-                mask_B_T=m_mb,
-                **{k: (v[sl] if v is not None else None) for k, v in consts_t.items()},
-            )
-            out = loss_fn(inputs, **loss_config)
-            agg_mb = self._aggregate(out.loss_B_T, m_mb, agg)
-            weight = self._micro_weight(agg, m_mb, total_tokens, total_rows)
-            contribution = agg_mb * weight
-            value = float(contribution.detach())
-            for k, v in (out.metrics or {}).items():
-                loss_metrics[k] = loss_metrics.get(k, 0.0) + float(v) * (float(m_mb.sum()) / total_tokens)
-            if not math.isfinite(value):
-                nonfinite = True
-                agg_total = float("nan")
-                continue  # never backpropagate a NaN/inf; later chunks are skipped above
-            if not contribution.requires_grad:
-                raise ValueError(
-                    f"loss {loss!r} does not depend on the policy's logprobs (no gradient); "
-                    "a value loss needs a value head, which this Trainer does not have"
-                )
-            (contribution * loss_scale).backward()
-            agg_total += value
-        if nonfinite:
-            self._nonfinite_pending = True
-        self._pending_calls += 1
-        metrics = {
-            "loss": agg_total,
-            "num_tokens": total_tokens,
-            "num_sequences": total_rows,
-            "nonfinite": 1.0 if nonfinite else 0.0,
-        }
-        metrics.update({f"{loss}/{k}": v for k, v in loss_metrics.items()})
-        if logprobs_B_T is not None:
-            return metrics, logprobs_B_T
-        return metrics
+        return consts_t
 
     @staticmethod
     def _aggregate(loss_B_T: torch.Tensor, mask_B_T: torch.Tensor, agg: str) -> torch.Tensor:
@@ -422,7 +385,103 @@ class Trainer:
         return checkpoint.load_state(path, self, with_optimizer=with_optimizer)
 
 
-def restore_trainer(path: str | Path, *, policy: Any = None, device: str | None = None) -> tuple[Trainer, dict[str, Any]]:
+def _trained_tokens(mask_B_T: torch.Tensor) -> float:
+    """The number of trained tokens of a batch; a batch with none is an error (it cannot train)."""
+    total_tokens = float(mask_B_T.sum())
+    if total_tokens == 0:
+        raise ValueError(
+            "forward_backward got a batch with no trained tokens (loss_mask_B_T * "
+            "attention_mask_B_T is all 0); drop such batches before training"
+        )
+    return total_tokens
+
+
+@dataclass
+class _GradientPass:
+    """One ``forward_backward`` call, micro-batch by micro-batch: the loss on each chunk of rows,
+    its backward pass, and the sums the call reports (the aggregated loss, the loss's metrics,
+    the logprobs when asked)."""
+
+    loss: str
+    loss_fn: Callable[..., LossOutputs]
+    loss_config: dict[str, Any]
+    agg: str
+    loss_scale: float
+    tokens: torch.Tensor
+    attn: torch.Tensor
+    mask: torch.Tensor
+    consts: dict[str, torch.Tensor | None]
+    spec: DeviceSpec
+    total_tokens: float
+    total_rows: float
+    logprobs_B_T: np.ndarray | None
+    agg_total: float = 0.0
+    nonfinite: bool = False
+    loss_metrics: dict[str, float] = field(default_factory=dict)
+
+    def run(self, module: torch.nn.Module, micro_batch_size: int) -> None:
+        """Every chunk of ``micro_batch_size`` rows in order; after a NaN/inf loss the rest only score."""
+        B = self.tokens.shape[0]
+        for start in range(0, B, micro_batch_size):
+            sl = slice(start, min(B, start + micro_batch_size))
+            if self.nonfinite or float(self.mask[sl].sum()) == 0:
+                # no gradient from these rows (none trained, or a NaN/inf loss came before)
+                self._score(module, sl)
+                continue
+            self._backward(module, sl)
+
+    def _score(self, module: torch.nn.Module, sl: slice) -> None:
+        """The rows' logprobs under ``no_grad`` (when the caller asked for logprobs)."""
+        if self.logprobs_B_T is not None:
+            with torch.no_grad():
+                lp_nograd = sequence_logprobs(module, self.tokens[sl], self.attn[sl], spec=self.spec)
+            self.logprobs_B_T[sl] = lp_nograd.float().cpu().numpy()
+
+    def _backward(self, module: torch.nn.Module, sl: slice) -> None:
+        """The loss on the rows ``sl``, weighted into the whole batch's value, and its backward pass."""
+        from tinker_core.contracts import LossInputs
+
+        m_mb = self.mask[sl]
+        lp = sequence_logprobs(module, self.tokens[sl], self.attn[sl], spec=self.spec)
+        if self.logprobs_B_T is not None:
+            self.logprobs_B_T[sl] = lp.detach().float().cpu().numpy()
+        inputs = LossInputs(
+            logprobs_B_T=lp,
+            mask_B_T=m_mb,
+            **{k: (v[sl] if v is not None else None) for k, v in self.consts.items()},
+        )
+        out = self.loss_fn(inputs, **self.loss_config)
+        agg_mb = Trainer._aggregate(out.loss_B_T, m_mb, self.agg)
+        weight = Trainer._micro_weight(self.agg, m_mb, self.total_tokens, self.total_rows)
+        contribution = agg_mb * weight
+        value = float(contribution.detach())
+        for k, v in (out.metrics or {}).items():
+            self.loss_metrics[k] = self.loss_metrics.get(k, 0.0) + float(v) * (float(m_mb.sum()) / self.total_tokens)
+        if not math.isfinite(value):
+            self.nonfinite = True
+            self.agg_total = float("nan")
+            return  # never backpropagate a NaN/inf; later chunks only score (see run)
+        if not contribution.requires_grad:
+            raise ValueError(
+                f"loss {self.loss!r} does not depend on the policy's logprobs (no gradient); "
+                "a value loss needs a value head, which this Trainer does not have"
+            )
+        (contribution * self.loss_scale).backward()
+        self.agg_total += value
+
+    def metrics(self) -> dict[str, float]:
+        """The call's metrics (see the module docstring)."""
+        metrics = {
+            "loss": self.agg_total,
+            "num_tokens": self.total_tokens,
+            "num_sequences": self.total_rows,
+            "nonfinite": 1.0 if self.nonfinite else 0.0,
+        }
+        metrics.update({f"{self.loss}/{k}": v for k, v in self.loss_metrics.items()})
+        return metrics
+
+
+def restore_trainer(path: str | Path, *, policy: PolicyModel | None = None, device: str | None = None) -> tuple[Trainer, dict[str, Any]]:
     """Rebuild a trainer from a checkpoint alone (e.g. in a restarted worker).
 
     Loads the base model named in the manifest (or uses ``policy``), re-creates the adapter with

@@ -217,7 +217,6 @@ def render(
         TemplateInputError: an unknown kind, a bad name or option, an existing project
             directory, or an answer the template's checks refuse.
     """
-    from cookiecutter.config import get_user_config
     from cookiecutter.exceptions import FailedHookException, OutputDirExistsException
     from cookiecutter.main import cookiecutter
 
@@ -232,31 +231,11 @@ def render(
     out = Path(output_dir)
     if out.exists() and not out.is_dir():
         raise TemplateInputError(f"--output {out} exists and is not a directory")
-    # The user's cookiecutter config still supplies default answers (full_name, email ...), but
-    # replay files go to a scratch directory rather than into the home directory.
-    try:
-        default_context = dict(get_user_config().get("default_context") or {})
-    except Exception as e:  # a missing $COOKIECUTTER_CONFIG file, bad YAML ...
-        raise TemplateInputError(
-            f"cannot read your cookiecutter config: {e}",
-            "fix ~/.cookiecutterrc (or the file $COOKIECUTTER_CONFIG names), or unset COOKIECUTTER_CONFIG",
-        ) from None
+    default_context = _user_default_context()
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="opentinker-new-") as scratch:
-        config_file = Path(scratch) / "config.yaml"
-        config_file.write_text(
-            json.dumps(  # JSON is YAML
-                {
-                    "default_context": default_context,
-                    "cookiecutters_dir": str(Path(scratch) / "cookiecutters"),
-                    "replay_dir": str(Path(scratch) / "replay"),
-                    "abbreviations": {},
-                },
-                default=str,
-            ),
-            encoding="utf-8",
-        )
+        config_file = _scratch_config(Path(scratch), default_context)
         try:
             project = cookiecutter(
                 str(path),
@@ -282,6 +261,38 @@ def render(
             if created and out.is_dir() and not any(out.iterdir()):
                 out.rmdir()  # leave no empty --output directory behind a failure
     return Path(project)
+
+
+def _user_default_context() -> dict[str, Any]:
+    """The default answers of the user's cookiecutter config (full_name, email ...)."""
+    from cookiecutter.config import get_user_config
+
+    try:
+        return dict(get_user_config().get("default_context") or {})
+    except Exception as e:  # a missing $COOKIECUTTER_CONFIG file, bad YAML ...
+        raise TemplateInputError(
+            f"cannot read your cookiecutter config: {e}",
+            "fix ~/.cookiecutterrc (or the file $COOKIECUTTER_CONFIG names), or unset COOKIECUTTER_CONFIG",
+        ) from None
+
+
+def _scratch_config(scratch: Path, default_context: dict[str, Any]) -> Path:
+    """A cookiecutter config file in ``scratch``: the user's default answers, but replay files go
+    to the scratch directory rather than into the home directory."""
+    config_file = scratch / "config.yaml"
+    config_file.write_text(
+        json.dumps(  # JSON is YAML
+            {
+                "default_context": default_context,
+                "cookiecutters_dir": str(scratch / "cookiecutters"),
+                "replay_dir": str(scratch / "replay"),
+                "abbreviations": {},
+            },
+            default=str,
+        ),
+        encoding="utf-8",
+    )
+    return config_file
 
 
 EDIT_FILE: dict[str, str] = {

@@ -8,25 +8,18 @@ scripts and logs expect.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.text import Text
 
-from tinker_core.progress import HEADLINE_METRICS, StepTimes, headline
+from tinker_core.progress import HEADLINE_METRICS, StepTimes, headline, log_style, progress_bar
 
-HINT_STYLE = "yellow"
-"""Log lines starting with ``hint:`` or ``warning:`` (e.g. the learning-signal hint) stand out in this style."""
+if TYPE_CHECKING:
+    from tinker_client.jobs import JobClient
 
 
 def total_steps(config_text: str) -> int | None:
@@ -39,25 +32,12 @@ def total_steps(config_text: str) -> int | None:
         return None
 
 
-def log_style(line: str) -> str | None:
-    return HINT_STYLE if line.startswith(("hint:", "warning:")) else None
-
-
 class WatchDisplay:
     """A live progress display of one job on ``console`` (a terminal)."""
 
     def __init__(self, total: int | None, console: Console) -> None:
         self.console = console
-        self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(bar_width=24),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[eta]}"),
-            TextColumn("{task.fields[summary]}"),
-            console=console,
-        )
+        self.progress = progress_bar(console)
         self.task = self.progress.add_task("waiting", total=total, eta="", summary="")
         self.total = total
         self.times = StepTimes()
@@ -67,7 +47,7 @@ class WatchDisplay:
         self.progress.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
     def state(self, name: str, reason: str) -> None:
@@ -87,12 +67,12 @@ class WatchDisplay:
         self.progress.refresh()
 
 
-def plain_metrics_line(step: int, values: Any) -> str:
+def plain_metrics_line(step: int, values: Mapping[str, float]) -> str:
     keys = [k for k in HEADLINE_METRICS if k in values] or sorted(values)[:6]
     return f"step {step}: " + "  ".join(f"{k}={values[k]:.4g}" for k in keys)
 
 
-def follow(client: Any, job_id: str, *, logs_only: bool = False, console: Console | None = None) -> int | None:
+def follow(client: JobClient, job_id: str, *, logs_only: bool = False, console: Console | None = None) -> int | None:
     """Show a job's events until it ends; the exit code follows its final state (None with
     ``logs_only``: printing the logs succeeds whatever the job's end)."""
     from tinker_client.jobs import pb, state_name

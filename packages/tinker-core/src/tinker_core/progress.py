@@ -1,13 +1,21 @@
 """What a progress display shows of a run: the headline metrics and the time left.
 
-Shared by ``opentinker train`` (tinker-algos) and ``opentinker watch`` (tinker-client), which
-draw it with rich; this module is plain text, so both show the same numbers the same way.
+Shared by ``opentinker train`` (tinker-algos) and ``opentinker watch`` (tinker-client), so both
+show the same numbers the same way, in the same bar (:func:`progress_bar`). The bar is drawn with
+rich, which tinker-core does not depend on (an env package never draws one): it is the
+``tinker-core[progress]`` extra, and the two packages that call :func:`progress_bar` depend on
+rich themselves. Importing this module never imports rich.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
 HEADLINE_METRICS: dict[str, str] = {
     "env/reward_mean": "reward",
@@ -18,6 +26,15 @@ HEADLINE_METRICS: dict[str, str] = {
     "rollout/tokens_per_s": "tok/s",
 }
 """The metrics a progress bar shows, in this order, with their short labels."""
+
+
+HINT_STYLE = "yellow"
+"""Log lines starting with ``hint:`` or ``warning:`` (e.g. the learning-signal hint) stand out in this style."""
+
+
+def log_style(line: str) -> str | None:
+    """The style of a job's log line above the bar: :data:`HINT_STYLE` for a hint or warning, else None."""
+    return HINT_STYLE if line.startswith(("hint:", "warning:")) else None
 
 
 def headline(metrics: Mapping[str, float], limit: int = 4) -> str:
@@ -56,3 +73,30 @@ class StepTimes:
             return ""
         left = max(total - done, 0) * sum(self.recent) / len(self.recent)
         return f"eta {format_duration(left)}"
+
+
+def progress_bar(console: Console, *, transient: bool | None = None) -> Progress:
+    """The rich progress bar of a run on ``console``: spinner and status, bar, steps done of the
+    total, elapsed time, then the task's ``eta`` and ``summary`` fields (:meth:`StepTimes.eta`,
+    :func:`headline`). Needs rich (``tinker-core[progress]``)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    options = {} if transient is None else {"transient": transient}
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=24),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[eta]}"),
+        TextColumn("{task.fields[summary]}"),
+        console=console,
+        **options,
+    )

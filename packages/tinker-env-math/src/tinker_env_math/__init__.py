@@ -21,16 +21,16 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_env_math.arithmetic import gold_answer as gold_answer
     from tinker_env_math.arithmetic import problem_split as problem_split
     from tinker_env_math.arithmetic import score_answer as score_answer
-    from tinker_env_math.calc import CalcError as CalcError
-    from tinker_env_math.calc import CalcLimits as CalcLimits
-    from tinker_env_math.calc import calculate as calculate
-    from tinker_env_math.calc import evaluate_expression as evaluate_expression
     from tinker_env_math.calculator import CalculatorEnv as CalculatorEnv
     from tinker_env_math.calculator import calculator_problems as calculator_problems
     from tinker_env_math.dataset import SAMPLE_DATASET_PATH as SAMPLE_DATASET_PATH
     from tinker_env_math.dataset import DatasetEnv as DatasetEnv
     from tinker_env_math.dataset import MathRecord as MathRecord
     from tinker_env_math.dataset import load_math_dataset as load_math_dataset
+    from tinker_env_math.expressions import CalcError as CalcError
+    from tinker_env_math.expressions import CalcLimits as CalcLimits
+    from tinker_env_math.expressions import calculate as calculate
+    from tinker_env_math.expressions import evaluate_expression as evaluate_expression
     from tinker_env_math.parsing import answers_match as answers_match
     from tinker_env_math.parsing import extract_gsm8k_answer as extract_gsm8k_answer
     from tinker_env_math.parsing import normalize_number as normalize_number

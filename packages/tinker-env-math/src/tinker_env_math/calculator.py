@@ -13,7 +13,7 @@ Rules for an action, checked in this order:
 1. it contains ``<answer>...</answer>``: the final answer (the number inside; ``\\boxed{}``
    etc. accepted). The episode terminates, even if the action also has a ``<calc>`` call.
 2. it contains ``<calc>``: the first ``<calc>expression</calc>`` is evaluated by the safe
-   calculator (:mod:`tinker_env_math.calc`) and the next observation is
+   calculator (:mod:`tinker_env_math.expressions`) and the next observation is
    ``<result>value</result>\\n`` or ``<error>reason</error>\\n`` (a malformed or unsafe
    expression, an unclosed tag, a limit exceeded). Errors never raise.
 3. it is a final answer in another recognised form: a bare number (``"10181"``,
@@ -32,7 +32,7 @@ from typing import Any
 
 from tinker_core import EnvSpec, TextEnv
 from tinker_env_math.arithmetic import ArithmeticConfig, _operand
-from tinker_env_math.calc import CalcError, CalcLimits, calculate
+from tinker_env_math.expressions import CalcError, CalcLimits, calculate
 from tinker_env_math.parsing import normalize_number, parse_answer, tag_contents
 
 __all__ = ["CALCULATOR_SPEC", "CalculatorEnv", "calculator_problems"]

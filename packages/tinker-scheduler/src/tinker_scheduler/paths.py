@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from tinker_core.config import JobConfig
+from tinker_core.names import is_hub_id
 from tinker_scheduler.errors import StatusError
 
-HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
-"""A Hugging Face hub id: ``name`` or ``org/name``."""
 PRESET_RE = re.compile(r"tiny(:[0-9]{1,19})?")
 """The built-in presets (``tinker_algos.model_files.resolve_model``): ``tiny`` and ``tiny:SEED``."""
 _TENANT_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
@@ -95,8 +94,7 @@ class PathPolicy:
             raise StatusError("INVALID_ARGUMENT", f"{field}: give a preset ('tiny'), a hub id ('org/name') or a directory")
         if PRESET_RE.fullmatch(name):
             return
-        is_hub_id = HUB_ID_RE.fullmatch(name) is not None and ".." not in name
-        if is_hub_id and not os.path.lexists(name):
+        if is_hub_id(name) and not os.path.lexists(name):
             return  # loaded from the hub (a name that is also a path here is a path)
         if not self._readable(name, tenant):
             raise StatusError(

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from importlib.resources import files
@@ -84,6 +84,25 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None, li
     if isinstance(served, ServedModels):
         app.state.served = served
 
+    app.include_router(_v1_router(backend))
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        engines = backend.engines()
+        return {"status": "ok", "rows": sum(e.active_rows for e in engines), "waiting": sum(e.waiting for e in engines)}
+
+    @app.get("/", response_class=HTMLResponse)
+    async def chat_page() -> HTMLResponse:
+        return HTMLResponse(files("tinker_serve").joinpath("chat.html").read_text(encoding="utf-8"))
+
+    _install_error_handlers(app)
+    return app
+
+
+def _v1_router(backend: Backend) -> APIRouter:
+    """OpenAI's ``/v1`` routes over ``backend`` (every one authorizes its caller first), with
+    vLLM's adapter loading when the backend hot-loads."""
+
     async def authorize(request: Request) -> None:
         request.state.caller = await run_in_threadpool(backend.caller, request.headers)
 
@@ -143,19 +162,7 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None, li
             backend.unload_adapter(request.state.caller, body.lora_name)
             return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
-    app.include_router(v1)
-
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
-        engines = backend.engines()
-        return {"status": "ok", "rows": sum(e.active_rows for e in engines), "waiting": sum(e.waiting for e in engines)}
-
-    @app.get("/", response_class=HTMLResponse)
-    async def chat_page() -> HTMLResponse:
-        return HTMLResponse(files("tinker_serve").joinpath("chat.html").read_text(encoding="utf-8"))
-
-    _install_error_handlers(app)
-    return app
+    return v1
 
 
 # ---- errors ------------------------------------------------------------------------------------
@@ -187,7 +194,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(err.body(), status_code=500)
 
 
-def _param(loc: Any) -> str:
+def _param(loc: Sequence[int | str]) -> str:
     """A validation error's location as a dotted field path (without pydantic's union-member tags)."""
     parts = []
     for p in loc:
@@ -200,10 +207,10 @@ def _param(loc: Any) -> str:
 
 
 # ---- requests -> engine ------------------------------------------------------------------------
-def _completion_prompts(served: ServedModels, prompt: Any) -> list[list[int]]:
+def _completion_prompts(served: ServedModels, prompt: str | list[str] | list[int] | list[list[int]]) -> list[list[int]]:
     from tinker_algos.tokenizer import encode_prompt
 
-    items: list[Any] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
+    items: list[str | list[int]] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
     if not items:
         raise bad_request("'prompt' is empty", "prompt")
     vocab = len(served.policy.tokenizer)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -35,7 +34,7 @@ from typing import Any
 
 import torch
 
-from tinker_algos.models import PolicyModel, cache_kwarg, position_ids_from_mask
+from tinker_algos.models import PolicyModel, accepts_kwarg, cache_kwarg, position_ids_from_mask
 from tinker_algos.prompts import eos_token_ids
 from tinker_algos.sampler import SamplingParams, choose_tokens
 
@@ -289,7 +288,7 @@ class Engine:
         module = policy.module
         module.eval()
         kwargs: dict[str, Any] = {cache_kwarg(module): cache}
-        if _accepts_logits_to_keep(module):
+        if accepts_kwarg(module, "logits_to_keep"):
             kwargs["logits_to_keep"] = 1
         names = set(adapters)
         ctx: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -371,11 +370,3 @@ class Engine:
         row.done = reason is not None
         row.req.on_event(Event(row.sample, delta, [info], reason, len(row.tokens) if reason else 0))
         return row.done
-
-
-def _accepts_logits_to_keep(module: Any) -> bool:
-    base = module.get_base_model() if hasattr(module, "get_base_model") else module
-    try:
-        return "logits_to_keep" in inspect.signature(base.forward).parameters
-    except (TypeError, ValueError):
-        return False

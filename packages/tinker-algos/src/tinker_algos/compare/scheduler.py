@@ -17,11 +17,14 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_algos.compare.runner import JOB_RECORD, Outcome, ProgressLine, config_json, job_dir
 from tinker_algos.compare.spec import CompareError, JobSpec
 from tinker_algos.metrics import read_metrics
+
+if TYPE_CHECKING:
+    from tinker_client.jobs import JobClient
 
 
 class SchedulerError(CompareError):
@@ -66,37 +69,14 @@ def run_on_scheduler(
     try:
         import grpc
 
-        from tinker_client.jobs import TERMINAL, JobClient, pb, state_name
+        from tinker_client.jobs import JobClient
     except ImportError:
         raise CompareError("compare --scheduler needs tinker-client (pip install tinker-client)") from None
     client = JobClient(address, api_key, tls_ca=tls_ca)
     progress = ProgressLine(len(jobs), echo)
     outcomes: dict[str, Outcome] = {}
-    to_watch: list[tuple[JobSpec, str]] = []
-    submitted_n = 0
     try:
-        for job in jobs:
-            d = job_dir(out, job)
-            rec = _record(d)
-            if rec.get("state") == "SUCCEEDED" and (d / "metrics.jsonl").is_file():
-                outcomes[job.key] = Outcome(job, "completed", rec.get("run_dir", ""), read_metrics(d / "metrics.jsonl"), rec.get("job_id"), skipped=True)
-                continue
-            job_id = rec.get("job_id")
-            if job_id:
-                try:
-                    state = client.get(job_id).state
-                except grpc.RpcError as e:
-                    if e.code() != grpc.StatusCode.NOT_FOUND:
-                        raise
-                    state = None
-                if state is None or (state in TERMINAL and state != pb.JOB_STATE_SUCCEEDED):
-                    job_id = None  # failed, cancelled or forgotten: run it again
-            if not job_id:
-                submitted = client.submit(json.dumps(job.config, indent=1), request_id=uuid.uuid4().hex)
-                job_id = submitted.id
-                submitted_n += 1
-                _write_record(d, job, job_id=job_id, state=state_name(submitted.state), run_dir=submitted.run_dir)
-            to_watch.append((job, job_id))
+        to_watch, submitted_n = _submit_or_attach(client, jobs, out, outcomes)
     except grpc.RpcError as e:
         client.close()
         raise _rpc_error(e, client.address) from None
@@ -107,32 +87,10 @@ def run_on_scheduler(
     errors: list[BaseException] = []
 
     def follow(job: JobSpec, job_id: str) -> None:
-        d = job_dir(out, job)
-        rows: dict[int, dict[str, Any]] = {}
-        running = False
         try:
-            for event in client.watch(job_id):
-                kind = event.WhichOneof("event")
-                if kind == "metrics":
-                    row = rows.setdefault(int(event.metrics.step), {"step": int(event.metrics.step)})
-                    row.update(dict(event.metrics.values))
-                elif kind == "state_change" and event.state_change.state == pb.JOB_STATE_RUNNING and not running:
-                    running = True
-                    progress.update(running=1, note=f"{job.key}: running")
-            final = client.get(job_id)
+            outcomes[job.key] = _follow(client, job, job_id, out, progress)
         except BaseException as e:  # noqa: BLE001 - reported after every thread ended
             errors.append(e)
-            return
-        state = state_name(final.state)
-        _write_record(d, job, job_id=job_id, state=state, run_dir=final.run_dir)
-        ordered = [rows[s] for s in sorted(rows)]
-        if final.state == pb.JOB_STATE_SUCCEEDED:
-            (d / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in ordered), encoding="utf-8")
-            outcomes[job.key] = Outcome(job, "completed", final.run_dir, ordered, job_id)
-            progress.update(running=-1 if running else 0, done=1, note=f"{job.key}: succeeded")
-        else:
-            outcomes[job.key] = Outcome(job, "failed", final.run_dir, ordered, job_id, error=f"{state}: {final.reason}")
-            progress.update(running=-1 if running else 0, failed=1, note=f"{job.key}: {state.lower()}")
 
     threads = [threading.Thread(target=follow, args=pair, daemon=True, name=f"compare-{pair[1]}") for pair in to_watch]
     for t in threads:
@@ -146,3 +104,67 @@ def run_on_scheduler(
             raise _rpc_error(e, client.address)
         raise e
     return [outcomes[j.key] for j in jobs]
+
+
+def _submit_or_attach(
+    client: JobClient, jobs: list[JobSpec], out: Path, outcomes: dict[str, Outcome]
+) -> tuple[list[tuple[JobSpec, str]], int]:
+    """Each job's state from its record: a job that succeeded goes into ``outcomes`` (skipped),
+    one still queued or running is watched again, any other is submitted (again). Returns the
+    ``(job, job id)`` pairs to watch and how many were submitted now."""
+    import grpc
+
+    from tinker_client.jobs import TERMINAL, pb, state_name
+
+    to_watch: list[tuple[JobSpec, str]] = []
+    submitted_n = 0
+    for job in jobs:
+        d = job_dir(out, job)
+        rec = _record(d)
+        if rec.get("state") == "SUCCEEDED" and (d / "metrics.jsonl").is_file():
+            outcomes[job.key] = Outcome(job, "completed", rec.get("run_dir", ""), read_metrics(d / "metrics.jsonl"), rec.get("job_id"), skipped=True)
+            continue
+        job_id = rec.get("job_id")
+        if job_id:
+            try:
+                state = client.get(job_id).state
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+                state = None
+            if state is None or (state in TERMINAL and state != pb.JOB_STATE_SUCCEEDED):
+                job_id = None  # failed, cancelled or forgotten: run it again
+        if not job_id:
+            submitted = client.submit(json.dumps(job.config, indent=1), request_id=uuid.uuid4().hex)
+            job_id = submitted.id
+            submitted_n += 1
+            _write_record(d, job, job_id=job_id, state=state_name(submitted.state), run_dir=submitted.run_dir)
+        to_watch.append((job, job_id))
+    return to_watch, submitted_n
+
+
+def _follow(client: JobClient, job: JobSpec, job_id: str, out: Path, progress: ProgressLine) -> Outcome:
+    """Watch one job to its end, collecting its metrics rows; record it and return its outcome."""
+    from tinker_client.jobs import pb, state_name
+
+    d = job_dir(out, job)
+    rows: dict[int, dict[str, Any]] = {}
+    running = False
+    for event in client.watch(job_id):
+        kind = event.WhichOneof("event")
+        if kind == "metrics":
+            row = rows.setdefault(int(event.metrics.step), {"step": int(event.metrics.step)})
+            row.update(dict(event.metrics.values))
+        elif kind == "state_change" and event.state_change.state == pb.JOB_STATE_RUNNING and not running:
+            running = True
+            progress.update(running=1, note=f"{job.key}: running")
+    final = client.get(job_id)
+    state = state_name(final.state)
+    _write_record(d, job, job_id=job_id, state=state, run_dir=final.run_dir)
+    ordered = [rows[s] for s in sorted(rows)]
+    if final.state == pb.JOB_STATE_SUCCEEDED:
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in ordered), encoding="utf-8")
+        progress.update(running=-1 if running else 0, done=1, note=f"{job.key}: succeeded")
+        return Outcome(job, "completed", final.run_dir, ordered, job_id)
+    progress.update(running=-1 if running else 0, failed=1, note=f"{job.key}: {state.lower()}")
+    return Outcome(job, "failed", final.run_dir, ordered, job_id, error=f"{state}: {final.reason}")

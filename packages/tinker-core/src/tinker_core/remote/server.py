@@ -183,29 +183,10 @@ def serve_env(
         An :class:`EnvServer`: ``.port``, ``.address``, ``.stop()``, ``.wait_for_termination()``;
         also a context manager that stops it.
     """
-    from tinker_core.registry import env_spec, make_env
+    from tinker_core.registry import make_env
 
-    if max_sessions < 1:
-        raise ValueError(f"serve_env: max_sessions must be >= 1, got {max_sessions}")
-    if max_workers is None:
-        max_workers = 2 * max_sessions + 4
-    if max_workers < 1:
-        raise ValueError(f"serve_env: max_workers must be >= 1, got {max_workers}")
-    if idle_timeout_s is not None and not (idle_timeout_s > 0 and math.isfinite(idle_timeout_s)):
-        raise ValueError(
-            f"serve_env: idle_timeout_s must be a positive number of seconds (or None to keep "
-            f"idle sessions forever), got {idle_timeout_s}"
-        )
-    env_ids: tuple[str, ...] | None
-    if env_id is None:
-        env_ids = None
-    else:
-        env_ids = (env_id,) if isinstance(env_id, str) else tuple(env_id)
-        if not env_ids:
-            raise ValueError("serve_env: env_id is an empty list; pass an env id, or None for every registered env")
-        for one in env_ids:
-            env_spec(one)  # UnknownNameError with a did-you-mean
-
+    max_workers = _checked_sizes(max_sessions, idle_timeout_s, max_workers)
+    env_ids = _served_ids(env_id)
     limits = ServerLimits(max_action_bytes, max_observation_bytes, call_timeout_s)  # ValueError when bad
     servicer = EnvServicer(env_ids, max_sessions, idle_timeout_s, make_env, limits)
     health_servicer = health.HealthServicer()
@@ -220,6 +201,47 @@ def serve_env(
     )
     server.add_generic_rpc_handlers((_decoding_handlers(servicer),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    bound = _listen(server, host, port)
+    server.start()
+    for service in ("", ENV_SERVICE):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    handle = EnvServer(server, servicer, health_servicer, host, bound)
+    log.info("serving %r on %s", "every registered env" if env_ids is None else env_ids, handle.address)
+    return handle
+
+
+def _checked_sizes(max_sessions: int, idle_timeout_s: float | None, max_workers: int | None) -> int:
+    """Check :func:`serve_env`'s session and thread sizes; return ``max_workers`` (its default filled in)."""
+    if max_sessions < 1:
+        raise ValueError(f"serve_env: max_sessions must be >= 1, got {max_sessions}")
+    if max_workers is None:
+        max_workers = 2 * max_sessions + 4
+    if max_workers < 1:
+        raise ValueError(f"serve_env: max_workers must be >= 1, got {max_workers}")
+    if idle_timeout_s is not None and not (idle_timeout_s > 0 and math.isfinite(idle_timeout_s)):
+        raise ValueError(
+            f"serve_env: idle_timeout_s must be a positive number of seconds (or None to keep "
+            f"idle sessions forever), got {idle_timeout_s}"
+        )
+    return max_workers
+
+
+def _served_ids(env_id: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """The env ids :func:`serve_env` serves (None: every registered env), each checked to be registered."""
+    from tinker_core.registry import env_spec
+
+    if env_id is None:
+        return None
+    env_ids = (env_id,) if isinstance(env_id, str) else tuple(env_id)
+    if not env_ids:
+        raise ValueError("serve_env: env_id is an empty list; pass an env id, or None for every registered env")
+    for one in env_ids:
+        env_spec(one)  # UnknownNameError with a did-you-mean
+    return env_ids
+
+
+def _listen(server: grpc.Server, host: str, port: int) -> int:
+    """Bind ``server`` to ``host:port`` (an IPv6 host in brackets); the port it got, or an OSError."""
     bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(bind)
@@ -227,12 +249,7 @@ def serve_env(
         raise OSError(f"serve_env: could not listen on {bind}: {e}; pick another port or host") from e
     if bound == 0:
         raise OSError(f"serve_env: could not listen on {bind}; pick another port or host")
-    server.start()
-    for service in ("", ENV_SERVICE):
-        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    handle = EnvServer(server, servicer, health_servicer, host, bound)
-    log.info("serving %r on %s", "every registered env" if env_ids is None else env_ids, handle.address)
-    return handle
+    return bound
 
 
 def _decoding_handlers(servicer: EnvServicer) -> grpc.GenericRpcHandler:

@@ -1,4 +1,4 @@
-"""A small, safe calculator: a hand-written parser over exact fractions. Never ``eval``.
+"""The calculator tool's engine: arithmetic expressions, parsed by hand, evaluated exactly. Never ``eval``.
 
 Grammar (usual precedence, ``**``/``^`` right-associative and above unary minus)::
 

@@ -7,7 +7,7 @@ from fractions import Fraction
 
 import pytest
 
-from tinker_env_math.calc import (
+from tinker_env_math.expressions import (
     CalcError,
     CalcLimits,
     calculate,
