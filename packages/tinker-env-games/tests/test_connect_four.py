@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tinker_core.coordinator import play_episode
+from tinker_core import play_episode
 from tinker_env_games.connect_four import LINES, ConnectFourEnv, parse_board
 from tinker_env_games.opponents import RandomAgent
 

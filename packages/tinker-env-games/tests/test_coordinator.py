@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 
 import tinker_core.coordinator
-from tinker_core.coordinator import (
+from tinker_core import (
     Coordinator,
     EpisodeResult,
+    MultiAgentTextEnv,
     Turn,
+    make_opponent,
     play_episode,
     play_episode_async,
+    scripted_opponents,
 )
-from tinker_core.env import MultiAgentTextEnv
-from tinker_core.opponents import make_opponent, scripted_opponents
 from tinker_env_games.connect_four import ConnectFourEnv
 from tinker_env_games.opponents import MinimaxAgent, RandomAgent
 from tinker_env_games.tictactoe import TicTacToeEnv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tinker_core.coordinator import play_episode
+from tinker_core import play_episode
 from tinker_env_games.opponents import (
     MinimaxAgent,
     RandomAgent,
