@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import shlex
 import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import metadata
@@ -188,6 +189,29 @@ def _installed_tinker_range() -> str:
     return tinker_version_range(version)
 
 
+def local_sources(dists: Sequence[str] = ("tinker-core", "tinker-client")) -> list[str]:
+    """``uv pip install`` arguments that find ``dists`` (tinker-core, tinker-client) where this machine got
+    them when that was not a package index (PEP 610's ``direct_url.json``): a wheel's folder as
+    ``--find-links DIR``, a source directory as its path. Empty for packages from an index, so the
+    printed install command is the plain one after a release and still works before it."""
+    from urllib.parse import unquote, urlparse
+
+    args: list[str] = []
+    for dist in dists:
+        try:
+            text = metadata.distribution(dist).read_text("direct_url.json")
+        except metadata.PackageNotFoundError:
+            continue
+        url = json.loads(text).get("url", "") if text else ""
+        if not url.startswith("file://"):
+            continue
+        path = Path(unquote(urlparse(url).path))
+        more = ["--find-links", str(path.parent)] if path.suffix == ".whl" else [str(path)]
+        if more[-1] not in args:
+            args += more
+    return args
+
+
 def _quiet_cookiecutter_logs() -> None:
     log = logging.getLogger("cookiecutter")
     if not log.handlers:
@@ -340,4 +364,5 @@ def register(app: typer.Typer) -> None:
         module = project.name.replace("-", "_").replace(".", "_")
         typer.echo(f"created {project}")
         typer.echo(f"edit:  src/{module}/{EDIT_FILE[kind]} (README.md explains what to change)")
-        typer.echo(f"test:  cd {project} && uv venv && uv pip install -e . --group dev && .venv/bin/pytest")
+        sources = "".join(f" {shlex.quote(a)}" for a in local_sources())  # before a release: where ours came from
+        typer.echo(f"test:  cd {shlex.quote(str(project))} && uv venv && uv pip install -e . --group dev{sources} && .venv/bin/pytest")

@@ -1,8 +1,10 @@
 """The HTTP app of ``opentinker serve``: OpenAI's routes on a :class:`~tinker_serve.served.ServedModels`.
 
-Routes: ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions`` (``stream:
-true`` answers server-sent events ending with ``data: [DONE]``), vLLM's ``POST
-/v1/load_lora_adapter`` and ``POST /v1/unload_lora_adapter``, ``GET /health`` and ``GET /`` (a
+Routes: ``GET /v1/models`` and ``GET /v1/models/{id}``, ``POST /v1/completions`` (with ``echo``
+and ``max_tokens: 0`` to score a prompt: :mod:`.scoring`), ``POST /v1/chat/completions``
+(``stream: true`` answers server-sent events ending with ``data: [DONE]``), vLLM's ``POST
+/v1/load_lora_adapter``, ``POST /v1/unload_lora_adapter`` and tokenizer routes (``/tokenize``,
+``/detokenize``, ``/tokenizer_info``: :mod:`.harness_routes`), ``GET /health`` and ``GET /`` (a
 chat page). The models come from a :class:`~tinker_serve.backend.Backend` (``opentinker serve``:
 one base model and its adapters). With an API key every ``/v1`` route wants ``Authorization: Bearer KEY`` (401
 otherwise). Every error is OpenAI-shaped (:class:`tinker_serve.protocol.APIError`): 400 for bad
@@ -20,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from importlib.resources import files
@@ -33,9 +35,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tinker_algos.sampler import SamplingParams
+from tinker_serve import scoring
 from tinker_serve.backend import Backend, LocalBackend
 from tinker_serve.engine import Event, TokenInfo
 from tinker_serve.engine import Request as EngineRequest
+from tinker_serve.harness_routes import harness_routers
 from tinker_serve.http_limits import BodyGuard, HttpLimits
 from tinker_serve.protocol import (
     APIError,
@@ -84,7 +88,10 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None, li
     if isinstance(served, ServedModels):
         app.state.served = served
 
-    app.include_router(_v1_router(backend))
+    authorize = _authorizer(backend)
+    app.include_router(_v1_router(backend, authorize))
+    for router in harness_routers(backend, authorize):  # GET /v1/models/{id}, /tokenize, /detokenize, /tokenizer_info
+        app.include_router(router)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -99,12 +106,19 @@ def create_app(served: ServedModels | Backend, *, api_key: str | None = None, li
     return app
 
 
-def _v1_router(backend: Backend) -> APIRouter:
-    """OpenAI's ``/v1`` routes over ``backend`` (every one authorizes its caller first), with
-    vLLM's adapter loading when the backend hot-loads."""
+def _authorizer(backend: Backend) -> Callable[[Request], Awaitable[None]]:
+    """The dependency every API route runs first: the caller (``request.state.caller``) from the
+    request's headers, or the backend's 401."""
 
     async def authorize(request: Request) -> None:
         request.state.caller = await run_in_threadpool(backend.caller, request.headers)
+
+    return authorize
+
+
+def _v1_router(backend: Backend, authorize: Callable[[Request], Awaitable[None]]) -> APIRouter:
+    """OpenAI's ``/v1`` routes over ``backend`` (every one authorizes its caller first), with
+    vLLM's adapter loading when the backend hot-loads."""
 
     async def lookup(request: Request, name: str) -> ServedModels:
         return await run_in_threadpool(backend.lookup, request.state.caller, name)
@@ -120,15 +134,22 @@ def _v1_router(backend: Backend) -> APIRouter:
         served = await lookup(http, body.model)
         model = served.get(body.model)
         body.refuse_unsupported(("suffix", "best_of"))
-        if body.echo:
-            raise bad_request("'echo' is not supported by this server", "echo")
         prompts = await run_in_threadpool(_completion_prompts, served, body.prompt)  # tokenizing is work
-        params = _params(body, body.max_tokens or 16)
+        scoring.check_scoring_request(body, len(prompts))
+        max_tokens = 16 if body.max_tokens is None else body.max_tokens
+        params = _params(body, max(1, max_tokens))
         for ids in prompts:
-            _check_length(served, len(ids), params.max_new_tokens, "prompt")
+            _check_length(served, len(ids), max_tokens, "prompt")
         if body.stream:
             return _sse(_stream_completion(served, model.name, prompts, params, body))
-        return await _complete(served, model.name, prompts, params, body, http)
+        scores = None
+        if body.echo:  # the prompt's logprobs first: lm-eval's loglikelihood requests (scoring.py)
+            scores = await run_in_threadpool(scoring.score_prompts, served, model.adapter, prompts, body.logprobs or 0)
+        if max_tokens == 0:
+            response = scoring.unscored_completion(model.name, prompts, body.n, body.logprobs is not None)
+        else:
+            response = await _complete(served, model.name, prompts, params, body, http)
+        return response if scores is None else scoring.with_echo(response, scores, body.n)
 
     @v1.post("/chat/completions", response_model=None)
     async def chat_completions(body: ChatRequest, http: Request) -> Any:

@@ -2,9 +2,9 @@
 
 Requests are pydantic models; fields OpenAI defines that change nothing here (``user``,
 ``presence_penalty: 0``...) are accepted and ignored, fields that would change the answer and
-are not implemented (``echo``, nonzero penalties, ``logit_bias``, ``tools``, ``suffix``) are
-refused with a 400 naming the field. Every error is ``{"error": {"message", "type", "param",
-"code"}}`` (:class:`APIError`).
+are not implemented (nonzero penalties, ``logit_bias``, ``tools``, ``suffix``) are refused
+with a 400 naming the field. Every error is ``{"error": {"message", "type", "param", "code"}}``
+(:class:`APIError`).
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ class CompletionRequest(_Sampling):
     """``POST /v1/completions``: ``prompt`` is text, a list of texts, token ids or lists of ids."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(16, ge=0)  # 0: score the prompt only (with echo)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False
+    echo: bool = False  # put the prompt (and its tokens' logprobs) before the completion
 
 
 class TextPart(BaseModel):
