@@ -205,7 +205,16 @@ def check_loss(
             rep.fail("purity", f"the loss modified inputs.{key} in place",
                      "treat the inputs as read-only (no in-place ops such as mul_ or x[...] = v)")
 
-    # gradient w.r.t. the trained tensor, through the trainer's masked aggregation
+    _check_gradient(rep, torch, inputs, out, trained)
+    _check_determinism(rep, torch, fn, kind, config, out)
+    _check_off_mask(rep, torch, fn, kind, config, inputs.mask_B_T, out)
+    if kind == "preference":
+        _check_preference_order(rep, torch, fn, config)
+
+
+def _check_gradient(rep: Reporter, torch: Any, inputs: Any, out: Any, trained: str) -> None:
+    """The gradient w.r.t. the trained tensor, through the trainer's masked aggregation: it exists,
+    is finite, is zero off the mask and not zero on it."""
     mask = inputs.mask_B_T
     if not out.loss_B_T.requires_grad:
         rep.fail("differentiable", f"loss_B_T does not require grad: it is not a function of inputs.{trained}",
@@ -231,13 +240,17 @@ def check_loss(
         rep.fail("differentiable", f"the gradient w.r.t. inputs.{trained} is zero on every response token",
                  f"the loss must depend on inputs.{trained} where mask_B_T is 1")
 
-    # determinism
+
+def _check_determinism(rep: Reporter, torch: Any, fn: Callable[..., Any], kind: str, config: dict[str, Any], out: Any) -> None:
+    """Two calls on equal inputs give the same loss."""
     out_again = _call(rep, torch, fn, _make_inputs(torch, kind), config, f"the same {kind} inputs again")
     if not torch.equal(out.loss_B_T.detach(), out_again.loss_B_T.detach()):
         rep.fail("determinism", "two calls on equal inputs gave different loss_B_T",
                  "do not use unseeded randomness or state kept between calls")
 
-    # off-mask inputs must not matter
+
+def _check_off_mask(rep: Reporter, torch: Any, fn: Callable[..., Any], kind: str, config: dict[str, Any], mask: Any, out: Any) -> None:
+    """Inputs changed where the mask is 0 leave the loss on the mask unchanged."""
     moved = _make_inputs(torch, kind)
     for key, value in _tensors(moved).items():
         if key != "mask_B_T":
@@ -254,19 +267,20 @@ def check_loss(
                  "mask every input before reducing over tokens")
 
 
-    if kind == "preference":
-        totals = []
-        for preferred in (True, False):
-            inp = _make_inputs(torch, kind, paired=True, preferred=preferred)
-            o = _call(rep, torch, fn, inp, config, "paired preference inputs")
-            totals.append(float((o.loss_B_T.detach() * inp.mask_B_T).sum()))
-        if not totals[0] < totals[1]:
-            rep.fail("preference-order",
-                     f"the policy prefers every chosen row (2k) over its rejected row (2k + 1), "
-                     f"yet the loss ({totals[0]:.6g}) is not lower than with the pairs swapped "
-                     f"({totals[1]:.6g})",
-                     "read rows 2k and 2k + 1 as (chosen, rejected) of one prompt, e.g. "
-                     "seq_B[0::2] and seq_B[1::2], not the first and second half of the batch")
+def _check_preference_order(rep: Reporter, torch: Any, fn: Callable[..., Any], config: dict[str, Any]) -> None:
+    """A policy preferring every chosen row gets a lower loss than with the pairs swapped."""
+    totals = []
+    for preferred in (True, False):
+        inp = _make_inputs(torch, "preference", paired=True, preferred=preferred)
+        o = _call(rep, torch, fn, inp, config, "paired preference inputs")
+        totals.append(float((o.loss_B_T.detach() * inp.mask_B_T).sum()))
+    if not totals[0] < totals[1]:
+        rep.fail("preference-order",
+                 f"the policy prefers every chosen row (2k) over its rejected row (2k + 1), "
+                 f"yet the loss ({totals[0]:.6g}) is not lower than with the pairs swapped "
+                 f"({totals[1]:.6g})",
+                 "read rows 2k and 2k + 1 as (chosen, rejected) of one prompt, e.g. "
+                 "seq_B[0::2] and seq_B[1::2], not the first and second half of the batch")
 
 
 def _argmax2(torch: Any, x: Any) -> tuple[int, int]:

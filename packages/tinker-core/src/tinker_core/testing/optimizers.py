@@ -106,7 +106,15 @@ def check_optimizer(
     base = {"lr": _LR, "weight_decay": 0.0, **dict(config or {})}
     q = _Quadratic(torch)
 
-    # lr from config
+    _check_lr(rep, torch, fn, q, base)
+    _check_param_groups(rep, torch, fn, q, base)
+    _check_descent(rep, torch, fn, q, base)
+    _check_zero_grad(rep, torch, fn, q, base)
+    _check_state_dict(rep, torch, fn, q, base)
+
+
+def _check_lr(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+    """The config's lr reaches param_groups; params may be a generator."""
     params = q.params()
     opt = _build(rep, torch, fn, (p for p in params), {**base, "lr": _LR_PROBE}, "a generator of tensors")
     lr = opt.param_groups[0].get("lr")
@@ -118,7 +126,9 @@ def check_optimizer(
                  f"parameters, {len(params)} were passed (as a generator)",
                  "iterate params only once (it may be a generator): params = list(params)")
 
-    # parameter groups
+
+def _check_param_groups(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+    """Parameter groups keep their own lr; the others take the config's."""
     params = q.params()
     opt = _build(rep, torch, fn, [{"params": [params[0]], "lr": 0.01}, {"params": [params[1]]}], base,
                  "parameter groups")
@@ -128,7 +138,9 @@ def check_optimizer(
                  f"lrs {short(lrs)}",
                  "pass params straight to torch.optim.Optimizer.__init__ with the config as defaults")
 
-    # descent
+
+def _check_descent(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+    """Steps on a convex quadratic lower the loss."""
     params = q.params()
     opt = _build(rep, torch, fn, (p for p in params), base, "a generator of tensors")
     losses = _train(rep, q, opt, params, _STEPS)
@@ -138,7 +150,9 @@ def check_optimizer(
                  "check the sign and scale of the update (or pass a config under which the "
                  "optimizer works)")
 
-    # zero gradients (and missing gradients) change nothing from a fresh state
+
+def _check_zero_grad(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+    """Zero (and missing) gradients change nothing from a fresh state."""
     zero_cfg = {**base, "weight_decay": 0.0}
     params = q.params()
     opt = _build(rep, torch, fn, (p for p in params), zero_cfg, "a generator of tensors")
@@ -159,7 +173,9 @@ def check_optimizer(
         rep.fail("zero-grad", "step() moved parameters whose .grad is None",
                  "skip parameters whose .grad is None (frozen or unused ones)")
 
-    # state_dict round trip == never stopping
+
+def _check_state_dict(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+    """A state_dict round trip continues exactly as never stopping."""
     half = _STEPS // 2
     straight = q.params()
     _train(rep, q, _build(rep, torch, fn, (p for p in straight), base, "a generator"), straight, _STEPS)
@@ -184,3 +200,4 @@ def check_optimizer(
                      f"from an uninterrupted run by up to {float((a - b).detach().abs().max()):.3g}",
                      "keep every piece of optimizer state (step counts, moments) in state_dict() "
                      "and restore it in load_state_dict()")
+
