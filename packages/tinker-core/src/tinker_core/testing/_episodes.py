@@ -314,7 +314,7 @@ Play = Callable[[Any, int, Script, bool], Episode]
 
 
 @dataclass
-class Run:
+class CheckPlan:
     """An env that passed the checks made before any episode, and how to drive it."""
 
     target: Target
@@ -328,7 +328,7 @@ class Run:
         return self.target.reporter
 
 
-def prepare(env: Any, *, multi_agent: bool, seeds: Sequence[int], max_steps: int, actions: ActionsArg) -> Run:
+def prepare(env: Any, *, multi_agent: bool, seeds: Sequence[int], max_steps: int, actions: ActionsArg) -> CheckPlan:
     """Check the arguments, resolve ``env`` and run the ``type``, ``env_spec`` and ``reset``
     signature checks."""
     checked_seeds = _check_args(seeds, max_steps)
@@ -341,10 +341,10 @@ def prepare(env: Any, *, multi_agent: bool, seeds: Sequence[int], max_steps: int
         _check_type(t, TextEnv, MultiAgentTextEnv, "check_multi_agent_env")
     spec = _check_spec(t, multi_agent=multi_agent)
     _check_reset_signature(t)
-    return Run(t, spec, checked_seeds, scripts, min(spec.max_turns, max_steps))
+    return CheckPlan(t, spec, checked_seeds, scripts, min(spec.max_turns, max_steps))
 
 
-def play_all(run: Run, play: Play, *, unfinished: str, unfinished_fix: str) -> None:
+def play_all(run: CheckPlan, play: Play, *, unfinished: str, unfinished_fix: str) -> None:
     """Play every seed with every script; check ``episode-length``, ``determinism``,
     ``reset-state`` and ``close``.
 
