@@ -31,7 +31,7 @@ def test_the_printed_test_command_installs_and_passes_before_a_release(tmp_path)
     uv = shutil.which("uv")
     if uv is None:
         pytest.skip("uv is not on PATH; the README's set-up installs it")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "UV_PYTHON", "CONDA_PREFIX"))}  # nox sets UV_PYTHON to its venv
     wheels = tmp_path / "wheels"
     run([uv, "build", "-q", "--wheel", "--out-dir", wheels, PACKAGES / "tinker-client"], env=env)
     venv = tmp_path / "venv"
