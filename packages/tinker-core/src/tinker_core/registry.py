@@ -131,7 +131,7 @@ class PluginSystem:
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
-        self._extra: list[tuple[Any, str]] = []
+        self._extra: list[tuple[object, str]] = []
         self._lock = threading.RLock()
         self._loaded = False
         self._dists: dict[int, tuple[str, str | None]] = {}
@@ -145,7 +145,7 @@ class PluginSystem:
         self._debug = _truthy(os.environ.get("OPENTINKER_DEBUG_PLUGINS"))
 
     # ---- loading -------------------------------------------------------------------------
-    def register_plugin(self, plugin: Any, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
+    def register_plugin(self, plugin: object, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
         """Add an in-process plugin (a module or object with hookimpls), e.g. in tests."""
         with self._lock:
             self._extra.append((plugin, distribution))
@@ -174,7 +174,7 @@ class PluginSystem:
         register_specs((entry.options["spec"], entry.obj) for entry in self.envs.entries())
 
     def _load(self) -> None:
-        loaded: list[Any] = []
+        loaded: list[object] = []
         for plugin, dist, version, name in self._entry_point_plugins():
             self._register(plugin, name, dist, version)
             loaded.append(plugin)
@@ -195,7 +195,7 @@ class PluginSystem:
         """The plugins whose entry point failed to import (each with its ``error``)."""
         return [p for p in self.plugins if p.error is not None]
 
-    def _entry_point_plugins(self) -> Iterator[tuple[Any, str, str | None, str]]:
+    def _entry_point_plugins(self) -> Iterator[tuple[object, str, str | None, str]]:
         allow_raw = os.environ.get("OPENTINKER_LOAD_PLUGINS")
         allow = (
             {normalize_dist_name(x) for x in allow_raw.split(",") if x.strip()}
@@ -230,7 +230,7 @@ class PluginSystem:
                     "distribution of that name has an 'opentinker' entry point"
                 )
 
-    def _register(self, plugin: Any, name: str | None, dist: str, version: str | None) -> None:
+    def _register(self, plugin: object, name: str | None, dist: str, version: str | None) -> None:
         if self.pm.is_registered(plugin):
             return
         try:
@@ -240,10 +240,10 @@ class PluginSystem:
         self._dists[id(plugin)] = (dist, version)
         self._info_for(self.pm.get_name(plugin) or "", dist, version)  # listed even if it registers nothing
 
-    def _dist_of(self, plugin: Any) -> tuple[str, str | None]:
+    def _dist_of(self, plugin: object) -> tuple[str, str | None]:
         return self._dists.get(id(plugin), (LOCAL_DIST, None))
 
-    def _collect(self, plugins: list[Any]) -> None:
+    def _collect(self, plugins: list[object]) -> None:
         """Call each plugin's register hooks with a callback that knows the distribution."""
         wanted = {id(p) for p in plugins}
         for hook_name, kind in (
@@ -290,14 +290,14 @@ class PluginSystem:
             registry.add(Entry(kind, name, obj, dist, version, options, description))
             info.registers.setdefault(kind, []).append(name)
 
-        def check_name(name: Any) -> None:
+        def check_name(name: object) -> None:
             if not isinstance(name, str) or not NAME_RE.fullmatch(name):
                 raise PluginError(
                     f"distribution {dist!r} registered {registry.label} name {name!r}; names are "
                     "lower-case letters, digits, '_', '-' and '.', starting with a letter"
                 )
 
-        def check_callable(name: str, obj: Any) -> None:
+        def check_callable(name: str, obj: object) -> None:
             if not callable(obj):
                 raise PluginError(
                     f"distribution {dist!r} registered {registry.label} {name!r} with a "
@@ -392,7 +392,7 @@ def get_registry(kind: str) -> Registry[Any]:
     return found
 
 
-def register_plugin(plugin: Any, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
+def register_plugin(plugin: object, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
     """Add an in-process plugin; see :meth:`PluginSystem.register_plugin`."""
     plugin_system().register_plugin(plugin, name=name, distribution=distribution)
 
