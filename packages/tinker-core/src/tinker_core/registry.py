@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pluggy
 
@@ -31,6 +31,9 @@ from tinker_core import hookspecs
 from tinker_core.env import EnvSpec
 from tinker_core.errors import DuplicateNameError, PluginError, UnknownNameError
 from tinker_core.gymnasium_envs import build_env, plugin_discovery, register_specs
+
+if TYPE_CHECKING:
+    from tinker_core.contracts import AdvantageEstimator, Loss, OptimizerFactory
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]*$")
 LOCAL_DIST = "<local>"
@@ -137,11 +140,11 @@ class PluginSystem:
         self._dists: dict[int, tuple[str, str | None]] = {}
         self.plugins: list[PluginInfo] = []
         self.envs: Registry[Callable[..., Any]] = Registry("envs", "env")
-        self.advantage_estimators: Registry[Callable[..., Any]] = Registry(
+        self.advantage_estimators: Registry[AdvantageEstimator] = Registry(
             "advantage_estimators", "advantage estimator"
         )
-        self.losses: Registry[Callable[..., Any]] = Registry("losses", "loss")
-        self.optimizers: Registry[Callable[..., Any]] = Registry("optimizers", "optimizer")
+        self.losses: Registry[Loss] = Registry("losses", "loss")
+        self.optimizers: Registry[OptimizerFactory] = Registry("optimizers", "optimizer")
         self._debug = _truthy(os.environ.get("OPENTINKER_DEBUG_PLUGINS"))
 
     # ---- loading -------------------------------------------------------------------------
@@ -283,7 +286,7 @@ class PluginSystem:
     def _make_register(self, kind: str, dist: str, version: str | None, info: PluginInfo) -> Callable[..., None]:
         registry: Registry[Any] = getattr(self, kind)
 
-        def add(name: str, obj: Any, description: str | None, options: dict[str, Any]) -> None:
+        def add(name: str, obj: object, description: str | None, options: dict[str, Any]) -> None:
             if description is None:
                 doc = (getattr(obj, "__doc__", None) or "").strip()
                 description = doc.splitlines()[0] if doc else ""
@@ -415,13 +418,13 @@ def make_env(env_id: str, **kwargs: Any) -> Any:
     return build_env(entry.obj, entry.options["spec"], **kwargs)
 
 
-def get_advantage_estimator(name: str) -> Entry[Any]:
+def get_advantage_estimator(name: str) -> Entry[AdvantageEstimator]:
     return get_registry("advantage_estimators").get(name)
 
 
-def get_loss(name: str) -> Entry[Any]:
+def get_loss(name: str) -> Entry[Loss]:
     return get_registry("losses").get(name)
 
 
-def get_optimizer(name: str) -> Entry[Any]:
+def get_optimizer(name: str) -> Entry[OptimizerFactory]:
     return get_registry("optimizers").get(name)

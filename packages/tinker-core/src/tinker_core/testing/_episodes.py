@@ -156,7 +156,7 @@ def _resolve(env: Any, *, what: str) -> Target:
     return Target(rep, first, factory, None)
 
 
-def _label(env: Any, what: str) -> str:
+def _label(env: object, what: str) -> str:
     spec = getattr(env, "env_spec", None)
     if isinstance(spec, EnvSpec):
         return f"{what} {spec.id!r} ({type(env).__qualname__})"
@@ -212,7 +212,7 @@ def _check_reset_signature(t: Target) -> None:
                         "define reset(self, *, seed=None, options=None) and call super().reset(seed=seed)")
 
 
-def observation_problem(obs: Any, spec: EnvSpec, where: str) -> str | None:
+def observation_problem(obs: object, spec: EnvSpec, where: str) -> str | None:
     if spec.observation_type == "text":
         if isinstance(obs, str):
             return None
@@ -246,7 +246,7 @@ def check_reward(rep: Reporter, reward: Any, spec: EnvSpec, where: str) -> float
     return value
 
 
-def check_info(rep: Reporter, info: Any, where: str, check: str) -> None:
+def check_info(rep: Reporter, info: object, where: str, check: str) -> None:
     if not isinstance(info, dict):
         rep.fail(check, f"{where}: info is {type(info).__name__}, not a dict",
                  "return a dict (may be empty) as info")
