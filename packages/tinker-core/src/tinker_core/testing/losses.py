@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from tinker_core.contracts import LOSS_KINDS, LossInputs, LossOutputs
+from tinker_core.contracts import LOSS_KINDS, Loss, LossInputs, LossOutputs
 from tinker_core.testing._common import (
     Reporter,
     TorchNotInstalledError,
@@ -140,7 +140,7 @@ def _tensors(inputs: LossInputs) -> dict[str, Any]:
     return {f: getattr(inputs, f) for f in _FIELDS if getattr(inputs, f) is not None}
 
 
-def _call(rep: Reporter, torch: ModuleType, fn: Callable[..., Any], inputs: LossInputs,
+def _call(rep: Reporter, torch: ModuleType, fn: Loss, inputs: LossInputs,
           config: Mapping[str, Any], case: str) -> Any:
     with rep.guard("call", f"on {case}", "accept LossInputs and **config; see tinker_core.contracts"):
         out = fn(inputs, **config)
@@ -242,7 +242,7 @@ def _check_gradient(rep: Reporter, torch: ModuleType, inputs: Any, out: Any, tra
                  f"the loss must depend on inputs.{trained} where mask_B_T is 1")
 
 
-def _check_determinism(rep: Reporter, torch: ModuleType, fn: Callable[..., Any], kind: str, config: dict[str, Any], out: Any) -> None:
+def _check_determinism(rep: Reporter, torch: ModuleType, fn: Loss, kind: str, config: dict[str, Any], out: Any) -> None:
     """Two calls on equal inputs give the same loss."""
     out_again = _call(rep, torch, fn, _make_inputs(torch, kind), config, f"the same {kind} inputs again")
     if not torch.equal(out.loss_B_T.detach(), out_again.loss_B_T.detach()):
@@ -250,7 +250,7 @@ def _check_determinism(rep: Reporter, torch: ModuleType, fn: Callable[..., Any],
                  "do not use unseeded randomness or state kept between calls")
 
 
-def _check_off_mask(rep: Reporter, torch: ModuleType, fn: Callable[..., Any], kind: str, config: dict[str, Any], mask: Any, out: Any) -> None:
+def _check_off_mask(rep: Reporter, torch: ModuleType, fn: Loss, kind: str, config: dict[str, Any], mask: Any, out: Any) -> None:
     """Inputs changed where the mask is 0 leave the loss on the mask unchanged."""
     moved = _make_inputs(torch, kind)
     for key, value in _tensors(moved).items():
@@ -268,7 +268,7 @@ def _check_off_mask(rep: Reporter, torch: ModuleType, fn: Callable[..., Any], ki
                  "mask every input before reducing over tokens")
 
 
-def _check_preference_order(rep: Reporter, torch: ModuleType, fn: Callable[..., Any], config: dict[str, Any]) -> None:
+def _check_preference_order(rep: Reporter, torch: ModuleType, fn: Loss, config: dict[str, Any]) -> None:
     """A policy preferring every chosen row gets a lower loss than with the pairs swapped."""
     totals = []
     for preferred in (True, False):
