@@ -33,7 +33,14 @@ import numpy as np
 from tinker_algos.models import PolicyModel
 from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
 from tinker_algos.sampler import TURN_END_OF, SampledSequence, SamplingParams, sample
-from tinker_core.contracts import Action, Batch, StepResult, Trajectory, TrajectoryGroup
+from tinker_core.contracts import (
+    Action,
+    Batch,
+    Observation,
+    StepResult,
+    Trajectory,
+    TrajectoryGroup,
+)
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.timeouts import CallRunner
@@ -129,7 +136,7 @@ class PolicyTurns:
         self.observation_text = ""
         self.transcript: list[tuple[str, str]] = []
 
-    def render(self, observation: Any, first_prompts: FirstPrompts | None = None) -> list[int]:
+    def render(self, observation: Observation, first_prompts: FirstPrompts | None = None) -> list[int]:
         """The ids of ``observation``: the first one as the prompt (with the system prompt; text
         prompts looked up in and added to ``first_prompts``), later ones as the template delta
         after the last sample."""
