@@ -27,9 +27,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_algos.hub.cache import ModelLoadError, atomic_dir
+
+if TYPE_CHECKING:
+    from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase
 
 GGUF_MAGIC = b"GGUF"
 IMPORT_FORMAT_VERSION = 1
@@ -272,7 +275,7 @@ def _quiet_transformers(report: Progress) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def end_of_turn_ids(tokenizer: Any) -> list[int]:
+def end_of_turn_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The ids generation should stop on: the tokenizer's eos and the chat template's end-of-turn
     token(s), in that order, without repeats."""
     ids: list[int] = []
@@ -369,7 +372,7 @@ def _unquantized_copy(loaded: Any) -> Any:
     return model
 
 
-def _generation_config(config: Any, tokenizer: Any, eos_ids: list[int]) -> Any:
+def _generation_config(config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase, eos_ids: list[int]) -> GenerationConfig:
     """The model's generation config, stopping on every id of ``eos_ids``."""
     from transformers import GenerationConfig
 
