@@ -99,7 +99,7 @@ class EnvCall(Generic[T]):
         self._on_late = on_late
         start_daemon(fn, self._finish, name=name)
 
-    def _finish(self, value: Any, error: BaseException | None) -> None:
+    def _finish(self, value: T | None, error: BaseException | None) -> None:
         with self._lock:
             self._finished = True
             self._value, self._error = value, error

@@ -213,7 +213,7 @@ def check_loss(
         _check_preference_order(rep, torch, fn, config)
 
 
-def _check_gradient(rep: Reporter, torch: ModuleType, inputs: Any, out: Any, trained: str) -> None:
+def _check_gradient(rep: Reporter, torch: ModuleType, inputs: LossInputs, out: LossOutputs, trained: str) -> None:
     """The gradient w.r.t. the trained tensor, through the trainer's masked aggregation: it exists,
     is finite, is zero off the mask and not zero on it."""
     mask = inputs.mask_B_T
