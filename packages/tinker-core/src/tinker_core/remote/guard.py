@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import grpc
 
@@ -132,7 +132,7 @@ class EnvCall(Generic[T]):
 
 
 def wait_for(
-    call: EnvCall[Any],
+    call: EnvCall[T],
     *,
     timeout_s: float | None,
     context: grpc.ServicerContext,

@@ -125,7 +125,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         env_id: str,
         fn: Callable[[], _Response],
         context: grpc.ServicerContext,
-        on_late: Callable[[Any], None],
+        on_late: Callable[[_Response | None], None],
         on_abandon: Callable[[str], str],
     ) -> _Response:
         """``fn()`` (env code) in an abandonable daemon thread (:mod:`~tinker_core.remote.guard`);
