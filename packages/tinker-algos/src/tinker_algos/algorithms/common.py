@@ -35,6 +35,7 @@ from tinker_core.errors import ConfigError
 from tinker_core.seeding import derive_seed
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerBase
 
     from tinker_algos.prompts import PromptRenderer
@@ -52,7 +53,7 @@ class ReferencePolicy:
 
     def __init__(self, ctx: StageContext) -> None:
         self.ctx = ctx
-        self.module: Any = None
+        self.module: torch.nn.Module | None = None
         if ctx.adapter is None:
             self.module = copy.deepcopy(ctx.policy.module).eval()
             for p in self.module.parameters():
