@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from tinker_core.contracts import (
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.timeouts import CallRunner
+
+if TYPE_CHECKING:
+    from tinker_core.env import TextEnv
 
 
 class RolloutError(OpenTinkerError, RuntimeError):
@@ -221,7 +224,7 @@ class _Rollout:
     def active(self) -> list[_Live]:
         return [ep for ep in self.episodes if ep.done is None]
 
-    def start(self, env_factory: Callable[[], Any], seeds: Sequence[int], group_size: int) -> None:
+    def start(self, env_factory: Callable[[], TextEnv], seeds: Sequence[int], group_size: int) -> None:
         """Build one env per episode and reset it with its task's seed; render the first prompts."""
         for group, seed in enumerate(seeds):
             for _ in range(group_size):
@@ -300,7 +303,7 @@ class _Rollout:
 
 def rollout(
     policy: PolicyModel,
-    env_factory: Callable[[], Any],
+    env_factory: Callable[[], TextEnv],
     seeds: Sequence[int],
     params: SamplingParams,
     *,
@@ -355,7 +358,7 @@ def rollout(
 
 def evaluate(
     policy: PolicyModel,
-    env_factory: Callable[[], Any],
+    env_factory: Callable[[], TextEnv],
     num_episodes: int,
     *,
     seed: int,

@@ -10,7 +10,7 @@ See ``docs/algorithms/rollouts.md``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,12 +25,12 @@ from tinker_core.registry import env_spec
 if TYPE_CHECKING:
     from tinker_algos.algorithms.base import StageContext
     from tinker_algos.prompts import PromptRenderer
-    from tinker_core.env import EnvSpec
+    from tinker_core.env import EnvSpec, MultiAgentTextEnv
 
 __all__ = ["collect_for_grpo", "env_spec_of", "evaluate_multi_agent", "stage_env_spec"]
 
 
-def env_spec_of(env_factory: Callable[[], Any]) -> EnvSpec | None:
+def env_spec_of(env_factory: Callable[[], MultiAgentTextEnv]) -> EnvSpec | None:
     """The spec of the env ``env_factory`` builds (one env is built and closed)."""
     env = env_factory()
     try:
@@ -80,7 +80,7 @@ def collect_for_grpo(ctx: StageContext, step: int, settings: MultiAgentParams, s
 
 def evaluate_multi_agent(
     policy: PolicyModel,
-    env_factory: Callable[[], Any],
+    env_factory: Callable[[], MultiAgentTextEnv],
     num_episodes: int,
     *,
     seed: int,
