@@ -33,7 +33,7 @@ class AsyncAgent:
     def __init__(self, fn: Callable[[str, Any], Any]) -> None:
         self.fn = fn
 
-    async def __call__(self, role: str, observation: Observation) -> Any:
+    async def __call__(self, role: str, observation: Observation) -> str:
         return await self.fn(role, observation)
 
 
@@ -99,7 +99,7 @@ class EpisodeAgents:
 
         return call
 
-    def for_coordinator(self, self_play: bool) -> Any:
+    def for_coordinator(self, self_play: bool) -> AsyncAgent | dict[str, AsyncAgent]:
         """The ``agents`` argument of the coordinator: one agent (self-play) or one per role."""
         if self_play:
             return AsyncAgent(self.learner)
