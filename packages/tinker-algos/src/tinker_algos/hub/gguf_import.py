@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any
 from tinker_algos.hub.cache import ModelLoadError, atomic_dir
 
 if TYPE_CHECKING:
-    from transformers import GenerationConfig, PretrainedConfig, PreTrainedTokenizerBase
+    from transformers import (
+        GenerationConfig,
+        PretrainedConfig,
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+    )
 
 GGUF_MAGIC = b"GGUF"
 IMPORT_FORMAT_VERSION = 1
@@ -230,9 +235,9 @@ def _one_reader_per_file() -> Iterator[None]:
     import gguf
 
     original = gguf.GGUFReader
-    readers: dict[tuple[str, str], Any] = {}
+    readers: dict[tuple[str, str], gguf.GGUFReader] = {}
 
-    def shared(path: Any, mode: str = "r") -> Any:
+    def shared(path: str | os.PathLike[str], mode: str = "r") -> gguf.GGUFReader:
         key = (os.path.realpath(path), mode)
         if key not in readers:
             readers[key] = original(path, mode)
@@ -358,7 +363,7 @@ def _import(gguf_file: str | Path, output: Path, report: Progress, *, overwrite:
     return output
 
 
-def _unquantized_copy(loaded: Any) -> Any:
+def _unquantized_copy(loaded: PreTrainedModel) -> PreTrainedModel:
     """A model built from ``loaded``'s config without ``quantization_config``, with its weights."""
     import torch
     from transformers import AutoModelForCausalLM
