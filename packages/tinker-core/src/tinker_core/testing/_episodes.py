@@ -120,7 +120,7 @@ class Target:
     expected_id: str | None
 
 
-def _resolve(env: Any, *, what: str) -> Target:
+def _resolve(env: object, *, what: str) -> Target:
     """An id, a factory or an instance -> the env to check plus a way to build a fresh one."""
     if isinstance(env, str):
         from tinker_core.registry import env_spec, make_env
@@ -328,7 +328,7 @@ class CheckPlan:
         return self.target.reporter
 
 
-def prepare(env: Any, *, multi_agent: bool, seeds: Sequence[int], max_steps: int, actions: ActionsArg) -> CheckPlan:
+def prepare(env: object, *, multi_agent: bool, seeds: Sequence[int], max_steps: int, actions: ActionsArg) -> CheckPlan:
     """Check the arguments, resolve ``env`` and run the ``type``, ``env_spec`` and ``reset``
     signature checks."""
     checked_seeds = _check_args(seeds, max_steps)

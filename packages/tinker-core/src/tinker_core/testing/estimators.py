@@ -85,7 +85,7 @@ def _call(rep: Reporter, fn: AdvantageEstimator, inputs: AdvantageInputs, config
     return out
 
 
-def _validate(rep: Reporter, out: Any, inputs: AdvantageInputs, case: str) -> None:
+def _validate(rep: Reporter, out: object, inputs: AdvantageInputs, case: str) -> None:
     if not isinstance(out, AdvantageOutputs):
         rep.fail("output", f"on {case}: returned {type(out).__name__}, not AdvantageOutputs",
                  "return tinker_core.contracts.AdvantageOutputs(advantages_B_T=..., returns_B_T=...)")
