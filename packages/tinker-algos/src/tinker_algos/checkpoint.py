@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 import torch
@@ -134,14 +134,21 @@ def _digest(f: Path) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
-def file_digests(root: Path) -> dict[str, dict[str, Any]]:
+class FileDigest(TypedDict):
+    """One file's entry in a manifest's ``files``: its size in bytes and its SHA-256 (hex)."""
+
+    size: int
+    sha256: str
+
+
+def file_digests(root: Path) -> dict[str, FileDigest]:
     """``{relative/posix/path: {"size", "sha256"}}`` of every file under ``root`` but its manifest.
 
     A subdirectory with a manifest of its own (a sealed checkpoint inside, e.g. a run's
     ``trainer/``) is covered by that manifest alone: its other files were hashed when it was
     sealed, and :func:`verify` checks them through it, so they are not hashed twice.
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, FileDigest] = {}
     for f in sorted(p for p in root.rglob("*") if p.is_file()):
         rel = f.relative_to(root)
         if rel.as_posix() == MANIFEST:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -56,7 +56,7 @@ class StageProgress:
     def __enter__(self) -> StageProgress:
         return self  # the display starts with the first stage: an early error shows alone
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
         if self.tasks:
             if exc_type is not None:  # leave no bars behind: the error line is all that shows
                 self.progress.live.transient = True

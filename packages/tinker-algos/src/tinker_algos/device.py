@@ -20,7 +20,6 @@ import contextlib
 import os
 import random
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +40,7 @@ class DeviceSpec:
     autocast_dtype: torch.dtype | None
     precision: str
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
         """A context in which forward passes run in ``autocast_dtype`` (a no-op without one)."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()

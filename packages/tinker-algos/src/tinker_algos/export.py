@@ -28,11 +28,14 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from tinker_algos.evaluation import EvalError, Source, find_source, load_policy
 from tinker_algos.model_files import TINY, atomic_dir
 from tinker_core.names import is_hub_id
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 BUNDLED_BASE = "base"
@@ -117,7 +120,7 @@ def _write_adapter(source: Source, base: str, tmp: Path) -> None:
     (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _tokenizer(source: Source, base_model: str | None) -> Any:
+def _tokenizer(source: Source, base_model: str | None) -> PreTrainedTokenizerBase:
     from tinker_algos.tokenizer import load_tokenizer
 
     job = source.job

@@ -28,7 +28,7 @@ import numpy as np
 DEFAULT_CLAMP = 20.0
 
 
-def _is_torch(x: Any) -> bool:
+def _is_torch(x: object) -> bool:
     return type(x).__module__.split(".", 1)[0] == "torch"
 
 

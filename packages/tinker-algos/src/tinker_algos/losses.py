@@ -64,7 +64,6 @@ The exact ``mean_k L_k`` is always reported as the ``loss`` metric, alongside th
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
@@ -330,7 +329,7 @@ def _spread(pair_loss_P: torch.Tensor, on: torch.Tensor) -> torch.Tensor:
     return _select(on, per_row_B[:, None].expand_as(on))
 
 
-def preference_metrics(chosen_P: Any, rejected_P: Any, beta: float) -> dict[str, float]:
+def preference_metrics(chosen_P: torch.Tensor | np.ndarray, rejected_P: torch.Tensor | np.ndarray, beta: float) -> dict[str, float]:
     """Implicit-reward statistics of pairs whose summed log-ratios ``log pi - log pi_ref`` are
     ``chosen_P`` and ``rejected_P`` (numpy or torch); a response's implicit reward is ``beta``
     times its log-ratio.

@@ -34,7 +34,7 @@ from tinker_algos.hub.cache import CACHE_ENV, ModelLoadError, atomic_dir, cache_
 from tinker_algos.hub.presets import PRESETS, fetch_preset
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerFast
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
 
 TINY = "tiny"
 TINY_FORMAT_VERSION = 1
@@ -86,7 +86,7 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
 
 
 # ---- the tiny preset and the cache ----------------------------------------------------------
-def tiny_config(**overrides: Any) -> Any:
+def tiny_config(**overrides: Any) -> LlamaConfig:
     """The tiny preset's ``LlamaConfig`` (vocabulary and special ids of the char tokenizer)."""
     from transformers import LlamaConfig
 

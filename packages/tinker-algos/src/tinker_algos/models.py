@@ -38,6 +38,7 @@ from tinker_algos.model_files import (  # re-exported: their home was this modul
 )
 
 if TYPE_CHECKING:
+    from peft import LoraConfig
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
@@ -91,7 +92,7 @@ class LoraSpec:
     target_modules: list[str] | str = "all-linear"
     bias: str = "none"
 
-    def to_peft(self) -> Any:
+    def to_peft(self) -> LoraConfig:
         from peft import LoraConfig
 
         if self.rank < 1:
@@ -119,7 +120,7 @@ class LoraSpec:
 ADAPTER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 
 
-def check_adapter_name(name: Any) -> str:
+def check_adapter_name(name: object) -> str:
     """Adapter names: letters, digits, ``_`` and ``-``, and not part of peft's ``lora_`` prefix.
 
     (peft matches saved weights by substring; a name inside ``"lora_"`` such as ``"a"`` or
@@ -369,7 +370,7 @@ def position_ids_from_mask(attention_mask_B_T: torch.Tensor) -> torch.Tensor:
 
 
 def sequence_logprobs(
-    module: Any,
+    module: torch.nn.Module,
     tokens_B_T: torch.Tensor,
     attention_mask_B_T: torch.Tensor,
     *,

@@ -22,15 +22,18 @@ smaller than AdamW's and its weight decay 3-10x larger.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tinker_algos.estimators import strict_config
 
+if TYPE_CHECKING:
+    from torch.optim.optimizer import ParamsT
 
-def _betas(name: str, betas: Any) -> tuple[float, float]:
+
+def _betas(name: str, betas: Iterable[float]) -> tuple[float, float]:
     try:
         b1, b2 = (float(b) for b in betas)
     except (TypeError, ValueError):
@@ -62,7 +65,7 @@ class Lion(torch.optim.Optimizer):
 
     def __init__(
         self,
-        params: Iterable[Any],
+        params: ParamsT,
         lr: float = 1e-4,
         betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.0,
@@ -99,10 +102,10 @@ class Lion(torch.optim.Optimizer):
 
 @strict_config("optimizer")
 def adamw(
-    params: Iterable[Any],
+    params: ParamsT,
     *,
     lr: float = 1e-3,
-    betas: Any = (0.9, 0.999),
+    betas: Sequence[float] = (0.9, 0.999),
     eps: float = 1e-8,
     weight_decay: float = 0.01,
     amsgrad: bool = False,
@@ -116,7 +119,7 @@ def adamw(
 
 @strict_config("optimizer")
 def sgd(
-    params: Iterable[Any],
+    params: ParamsT,
     *,
     lr: float = 1e-3,
     momentum: float = 0.0,
@@ -140,7 +143,7 @@ def sgd(
 
 @strict_config("optimizer")
 def lion(
-    params: Iterable[Any],
+    params: ParamsT,
     *,
     lr: float = 1e-4,
     betas: Any = (0.9, 0.99),

@@ -25,9 +25,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    import typer
+
+    from tinker_core.hookspecs import EstimatorRegister, LossRegister, OptimizerRegister
 
 
 class Deferred:
@@ -97,7 +102,7 @@ OPTIMIZER_DESCRIPTIONS: dict[str, str] = {
 
 
 @hookimpl
-def opentinker_register_advantage_estimators(register: Any) -> None:
+def opentinker_register_advantage_estimators(register: EstimatorRegister) -> None:
     from tinker_algos.estimators import ESTIMATORS
 
     for name, (fn, needs_critic) in ESTIMATORS.items():
@@ -105,7 +110,7 @@ def opentinker_register_advantage_estimators(register: Any) -> None:
 
 
 @hookimpl
-def opentinker_register_losses(register: Any) -> None:
+def opentinker_register_losses(register: LossRegister) -> None:
     for name, (kind, description) in LOSS_TABLE.items():
         register(
             name,
@@ -117,7 +122,7 @@ def opentinker_register_losses(register: Any) -> None:
 
 
 @hookimpl
-def opentinker_register_optimizers(register: Any) -> None:
+def opentinker_register_optimizers(register: OptimizerRegister) -> None:
     for name, description in OPTIMIZER_DESCRIPTIONS.items():
         register(
             name, Deferred("tinker_algos.optimizers", name, description), description=description
@@ -125,7 +130,7 @@ def opentinker_register_optimizers(register: Any) -> None:
 
 
 @hookimpl
-def opentinker_register_commands(cli: Any) -> None:
+def opentinker_register_commands(cli: typer.Typer) -> None:
     """Add ``opentinker train`` (embedded training, or ``submit --watch`` with ``--scheduler``)."""
     from tinker_algos.cli import register
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
 
 from tinker_core.progress import StepTimes, headline, log_style, progress_bar
+
+if TYPE_CHECKING:
+    from tinker_algos.models import PolicyModel
 
 
 def quiet_third_party_progress() -> None:
@@ -38,7 +41,7 @@ def quiet_third_party_progress() -> None:
         hf_logging.disable_progress_bar()
 
 
-def describe_model(policy: Any) -> str:
+def describe_model(policy: PolicyModel) -> str:
     """``1.2M parameters, 4.6 MB float32 on cpu`` for a loaded :class:`~tinker_algos.models.PolicyModel`."""
     params = list(policy.model.parameters())
     count = sum(p.numel() for p in params)
@@ -74,7 +77,7 @@ class ProgressCallbacks:
         self.progress.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
     def discard(self) -> None:

@@ -44,10 +44,15 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tinker_algos.model_files import CHAR_CHAT_TEMPLATE
 from tinker_core.errors import ConfigError, OpenTinkerError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from tinker_core.contracts import Observation
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +81,7 @@ class Conversation:
     messages: list[dict[str, str]] = field(default_factory=list)
 
 
-def as_messages(observation: Any, role: str = "user") -> list[dict[str, str]]:
+def as_messages(observation: object, role: str = "user") -> list[dict[str, str]]:
     """An observation as chat messages: text is one ``role`` message; a list is checked and copied."""
     if isinstance(observation, str):
         return [{"role": role, "content": observation}]
@@ -90,14 +95,14 @@ def as_messages(observation: Any, role: str = "user") -> list[dict[str, str]]:
     return out
 
 
-def _template_of(tokenizer: Any) -> str | None:
+def _template_of(tokenizer: PreTrainedTokenizerBase) -> str | None:
     t = getattr(tokenizer, "chat_template", None)
     if isinstance(t, dict):  # several named templates: the default one
         t = t.get("default")
     return t or None
 
 
-def _special_ids(tokenizer: Any) -> set[int]:
+def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     ids = {int(i) for i in getattr(tokenizer, "all_special_ids", [])}
     for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
         if getattr(t, "special", False):
@@ -105,7 +110,7 @@ def _special_ids(tokenizer: Any) -> set[int]:
     return ids
 
 
-def render_messages(tokenizer: Any, template: str | None, messages: list[dict[str, str]], generation_prompt: bool) -> str:
+def render_messages(tokenizer: PreTrainedTokenizerBase, template: str | None, messages: list[dict[str, str]], generation_prompt: bool) -> str:
     """Chat messages as text: through ``template`` (a Jinja chat template), or, when it is None,
     as plain ``role: content`` lines followed by ``assistant: `` for the generation prompt."""
     if template is None:
@@ -117,7 +122,7 @@ def render_messages(tokenizer: Any, template: str | None, messages: list[dict[st
     return str(text)
 
 
-def _closing(tokenizer: Any, template: str) -> tuple[str, int | None, str]:
+def _closing(tokenizer: PreTrainedTokenizerBase, template: str) -> tuple[str, int | None, str]:
     """``(closing, end_of_turn_id, end_of_turn_text)``: what the template writes after an
     assistant message's content, and the special token that text starts with (None if none)."""
     text = render_messages(
@@ -135,7 +140,7 @@ def _closing(tokenizer: Any, template: str) -> tuple[str, int | None, str]:
     return closing, None, ""
 
 
-def template_end_of_turn_id(tokenizer: Any, template: str | None = None) -> int | None:
+def template_end_of_turn_id(tokenizer: PreTrainedTokenizerBase, template: str | None = None) -> int | None:
     """The special token a chat template closes an assistant message with (``<|im_end|>`` in
     ChatML); ``template`` defaults to the tokenizer's. None without a template or such a token."""
     template = template if template is not None else _template_of(tokenizer)
@@ -147,7 +152,7 @@ def template_end_of_turn_id(tokenizer: Any, template: str | None = None) -> int 
         return None
 
 
-def _ids(value: Any) -> Iterable[int]:
+def _ids(value: int | Iterable[int] | None) -> Iterable[int]:
     if value is None:
         return ()
     if isinstance(value, int):
@@ -155,7 +160,7 @@ def _ids(value: Any) -> Iterable[int]:
     return (int(v) for v in value)
 
 
-def eos_token_ids(tokenizer: Any, model: Any = None, extra: Iterable[int] = ()) -> set[int]:
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel | None = None, extra: Iterable[int] = ()) -> set[int]:
     """Every token id that ends a turn: the generation config's eos ids (``model``'s), the
     tokenizer's eos, the tokenizer's chat-template end-of-turn token, and ``extra``."""
     out = set(_ids(getattr(tokenizer, "eos_token_id", None)))
@@ -178,7 +183,7 @@ class PromptRenderer:
     ``env.system_prompt``; ``""``: none); None keeps the env's.
     """
 
-    def __init__(self, tokenizer: Any, template: str | None, *, chat: bool, system_prompt: str | None = None) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, template: str | None, *, chat: bool, system_prompt: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.template = template
         self.system_prompt = system_prompt
@@ -189,7 +194,7 @@ class PromptRenderer:
             self.closing, self.end_of_turn_id, self._eot_text = _closing(tokenizer, template)
 
     @classmethod
-    def from_config(cls, tokenizer: Any, chat_template: str = "auto", *, field: str = FIELD) -> PromptRenderer:
+    def from_config(cls, tokenizer: PreTrainedTokenizerBase, chat_template: str = "auto", *, field: str = FIELD) -> PromptRenderer:
         """The renderer ``model.chat_template`` asks for; a :class:`ChatTemplateError` naming
         ``field`` when the file is missing or unusable, or the tokenizer has no template and one is
         required."""
@@ -220,7 +225,7 @@ class PromptRenderer:
         return cls._checked(tokenizer, text, True, field, str(path))
 
     @classmethod
-    def _checked(cls, tokenizer: Any, template: str, chat: bool, field: str, what: str) -> PromptRenderer:
+    def _checked(cls, tokenizer: PreTrainedTokenizerBase, template: str, chat: bool, field: str, what: str) -> PromptRenderer:
         try:
             renderer = cls(tokenizer, template, chat=chat)
             renderer.start("1+1=")
@@ -241,13 +246,13 @@ class PromptRenderer:
         """Token ids the sampler should stop at besides the model's eos (the template's end of turn)."""
         return () if self.end_of_turn_id is None else (self.end_of_turn_id,)
 
-    def text_of(self, observation: Any) -> str:
+    def text_of(self, observation: Observation) -> str:
         """A readable text of an observation (for transcripts): text as is, messages rendered."""
         if isinstance(observation, str):
             return observation
         return render_messages(self.tokenizer, self.template, as_messages(observation), True)
 
-    def start(self, observation: Any, system_prompt: str = "") -> tuple[list[int], Conversation]:
+    def start(self, observation: Observation, system_prompt: str = "") -> tuple[list[int], Conversation]:
         """Token ids of an episode's first prompt, and the conversation to continue it with."""
         tok = self.tokenizer
         if not self.chat:
@@ -261,7 +266,7 @@ class PromptRenderer:
         return list(tok.encode(text, add_special_tokens=False)), Conversation(messages)
 
     def next(
-        self, conversation: Conversation, action_tokens: Sequence[int], action_text: str, observation: Any
+        self, conversation: Conversation, action_tokens: Sequence[int], action_text: str, observation: Observation
     ) -> list[int]:
         """Token ids to append after the policy's ``action_tokens``: the env's reply ``observation``
         as the next message (the delta described in the module docstring)."""

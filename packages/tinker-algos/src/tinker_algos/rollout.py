@@ -26,17 +26,27 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinker_algos.models import PolicyModel
 from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
 from tinker_algos.sampler import TURN_END_OF, SampledSequence, SamplingParams, sample
-from tinker_core.contracts import Action, Batch, StepResult, Trajectory, TrajectoryGroup
+from tinker_core.contracts import (
+    Action,
+    Batch,
+    Observation,
+    StepResult,
+    Trajectory,
+    TrajectoryGroup,
+)
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.timeouts import CallRunner
+
+if TYPE_CHECKING:
+    from tinker_core.env import TextEnv
 
 
 class RolloutError(OpenTinkerError, RuntimeError):
@@ -129,7 +139,7 @@ class PolicyTurns:
         self.observation_text = ""
         self.transcript: list[tuple[str, str]] = []
 
-    def render(self, observation: Any, first_prompts: FirstPrompts | None = None) -> list[int]:
+    def render(self, observation: Observation, first_prompts: FirstPrompts | None = None) -> list[int]:
         """The ids of ``observation``: the first one as the prompt (with the system prompt; text
         prompts looked up in and added to ``first_prompts``), later ones as the template delta
         after the last sample."""
@@ -214,7 +224,7 @@ class _Rollout:
     def active(self) -> list[_Live]:
         return [ep for ep in self.episodes if ep.done is None]
 
-    def start(self, env_factory: Callable[[], Any], seeds: Sequence[int], group_size: int) -> None:
+    def start(self, env_factory: Callable[[], TextEnv], seeds: Sequence[int], group_size: int) -> None:
         """Build one env per episode and reset it with its task's seed; render the first prompts."""
         for group, seed in enumerate(seeds):
             for _ in range(group_size):
@@ -293,7 +303,7 @@ class _Rollout:
 
 def rollout(
     policy: PolicyModel,
-    env_factory: Callable[[], Any],
+    env_factory: Callable[[], TextEnv],
     seeds: Sequence[int],
     params: SamplingParams,
     *,
@@ -348,7 +358,7 @@ def rollout(
 
 def evaluate(
     policy: PolicyModel,
-    env_factory: Callable[[], Any],
+    env_factory: Callable[[], TextEnv],
     num_episodes: int,
     *,
     seed: int,

@@ -18,26 +18,30 @@ from __future__ import annotations
 
 import copy
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tinker_algos.models import PolicyModel
 
+if TYPE_CHECKING:
+    from tinker_algos.algorithms.base import StageContext
+    from tinker_algos.rollout import RolloutResult
+
 
 class RolloutsAhead:
     """The batches of the next ``k`` steps, sampling in one background thread."""
 
-    def __init__(self, ctx: Any, k: int) -> None:
+    def __init__(self, ctx: StageContext, k: int) -> None:
         if k < 1:
             raise ValueError(f"RolloutsAhead needs k >= 1, got {k}")
         self.ctx, self.k = ctx, k
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="opentinker-rollout-ahead")
-        self.pending: dict[int, Future[Any]] = {}
+        self.pending: dict[int, Future[RolloutResult]] = {}
         self.weights: dict[int, dict[str, torch.Tensor]] = {}  # step -> trainable weights it samples with
         self.copy: PolicyModel | None = None
 
-    def take(self, step: int) -> Any:
+    def take(self, step: int) -> RolloutResult:
         """Step ``step``'s episodes: the batch sampled ahead for it, or sampled now (on-policy)."""
         future = self.pending.pop(step, None)
         self.weights.pop(step, None)
@@ -57,7 +61,7 @@ class RolloutsAhead:
         self.weights[step] = weights
         self.pending[step] = self.pool.submit(self._collect, step, weights)
 
-    def _collect(self, step: int, weights: dict[str, torch.Tensor]) -> Any:
+    def _collect(self, step: int, weights: dict[str, torch.Tensor]) -> RolloutResult:
         if self.copy is None:
             policy = self.ctx.policy
             self.copy = PolicyModel(

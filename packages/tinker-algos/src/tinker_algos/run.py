@@ -97,7 +97,7 @@ class SharedModel(Protocol):
     """A base model shared with other jobs (see the module docstring): what ``train(shared=...)`` needs."""
 
     #: the loaded :class:`tinker_algos.models.PolicyModel` (the host's; other jobs' adapters are on it)
-    policy: Any
+    policy: PolicyModel
     #: the name of this job's LoRA adapter on ``policy`` (created by the job's first stage)
     adapter: str
 
@@ -111,7 +111,7 @@ def train(
     config: JobConfig | dict[str, Any] | str | Path,
     *,
     run_dir: str | Path,
-    callbacks: Any = None,
+    callbacks: object = None,
     shared: SharedModel | None = None,
 ) -> TrainResult:
     """Run (or resume) the job ``config`` with everything written under ``run_dir``.
@@ -394,11 +394,11 @@ class _Callbacks:
         return fn
 
 
-def _never(*args: Any, **kwargs: Any) -> bool:
+def _never(*args: object, **kwargs: object) -> bool:
     return False
 
 
-def _nothing(*args: Any, **kwargs: Any) -> None:
+def _nothing(*args: object, **kwargs: object) -> None:
     return None
 
 

@@ -25,11 +25,17 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinker_core.contracts import Batch
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
+
+    from tinker_algos.models import PolicyModel
+    from tinker_algos.sampler import SampledSequence, SamplingParams
 
 #: Tinker's default PPO clip thresholds on the ratio (``eps_low = 1 - low``, ``eps_high = high - 1``).
 TINKER_CLIP_LOW = 0.8
@@ -62,7 +68,7 @@ class RequestLimits:
 CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
-def context_length(model_config: Any) -> int | None:
+def context_length(model_config: PretrainedConfig) -> int | None:
     """The longest sequence (in tokens) a model takes, from its Hugging Face config; None if unknown."""
     for key in CONTEXT_LENGTH_KEYS:
         value = getattr(model_config, key, None)
@@ -305,7 +311,7 @@ def adam_step_args(adam: Mapping[str, float]) -> tuple[dict[str, Any], float | N
     return {"lr": lr, "betas": (b1, b2), "eps": eps, "weight_decay": wd}, (clip if clip > 0 else None)
 
 
-def sampling_params(params: Mapping[str, Any], num_samples: int) -> Any:
+def sampling_params(params: Mapping[str, Any], num_samples: int) -> SamplingParams:
     """Tinker's ``SamplingParams`` fields -> a validated :class:`tinker_algos.sampler.SamplingParams`."""
     from tinker_algos.sampler import SamplingParams
 
@@ -326,7 +332,7 @@ def sampling_params(params: Mapping[str, Any], num_samples: int) -> Any:
     return sp
 
 
-def sampled_sequences(rows: Sequence[Sequence[Any]]) -> list[list[dict[str, Any]]]:
+def sampled_sequences(rows: Sequence[Sequence[SampledSequence]]) -> list[list[dict[str, Any]]]:
     """``sample()`` output (per prompt, per sample) -> Tinker's sequences with Tinker's stop reasons."""
     return [
         [{"tokens": s.tokens, "logprobs": s.logprobs, "stop_reason": STOP_REASONS[s.stop_reason]} for s in row]
@@ -339,7 +345,7 @@ MASK_LOGPROB = -99999.0
 
 
 def score_tokens(
-    policy: Any, sequences: Sequence[Sequence[int]], topk: int = 0, *, adapter: str | None = None, base: bool = False
+    policy: PolicyModel, sequences: Sequence[Sequence[int]], topk: int = 0, *, adapter: str | None = None, base: bool = False
 ) -> list[dict[str, np.ndarray]]:
     """Each sequence's own logprobs and (``topk > 0``) its ``topk`` likeliest tokens per position.
 
@@ -380,7 +386,7 @@ def score_tokens(
     return out
 
 
-def tokenizer_files(tokenizer: Any) -> dict[str, np.ndarray]:
+def tokenizer_files(tokenizer: PreTrainedTokenizerBase) -> dict[str, np.ndarray]:
     """A tokenizer's saved files (``tokenizer.json`` ...) as uint8 arrays, by file name."""
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save_pretrained(tmp)

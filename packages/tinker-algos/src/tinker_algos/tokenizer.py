@@ -93,7 +93,7 @@ def load_tokenizer(name_or_path: str | Path, **kwargs: Any) -> PreTrainedTokeniz
     return tok
 
 
-def _is_messages(prompt: Any) -> bool:
+def _is_messages(prompt: object) -> bool:
     return isinstance(prompt, Sequence) and not isinstance(prompt, str)
 
 

@@ -20,13 +20,16 @@ row-selection helper of the algorithms (PPO's minibatches use it too).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 import tinker_core.registry
 from tinker_core.contracts import Batch, LossInputs
+
+if TYPE_CHECKING:
+    from tinker_algos.trainer import Trainer
 
 #: aggregations whose value is a mean over all trained tokens or rows (so a skipped row only rescales it)
 MEAN_AGGREGATIONS = frozenset({"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"})
@@ -48,7 +51,7 @@ def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray, trim: bool
 
 
 def policy_update(
-    trainer: Any, batch: Batch, loss: str, agg: str, advantages_B_T: np.ndarray, loss_config: dict[str, Any], *, skip: bool,
+    trainer: Trainer, batch: Batch, loss: str, agg: str, advantages_B_T: np.ndarray, loss_config: dict[str, Any], *, skip: bool,
     forward_skipped: bool = True,
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """``trainer.forward_backward(batch, loss, ..., return_logprobs=True)``, skipping the gradient

@@ -63,7 +63,7 @@ class Action(str):
         obj.stop_reason = stop_reason
         return obj
 
-    def __reduce__(self) -> tuple[Any, ...]:  # pickles (Ray, process pools) keep the reason
+    def __reduce__(self) -> tuple[type[Action], tuple[str, TurnEnd | None]]:  # pickles (Ray, process pools) keep the reason
         return (Action, (str(self), self.stop_reason))
 
 

@@ -150,13 +150,13 @@ class EpisodeResult:
 # ---- calling agents with a timeout -----------------------------------------------------------
 
 
-def _run_agent(agent: Agent, role: str, observation: Observation) -> Any:
+def _run_agent(agent: Agent, role: str, observation: Observation) -> object:
     """Call the agent; an awaitable answer is run to completion on a fresh event loop."""
-    answer: Any = agent(role, observation)
+    answer: object = agent(role, observation)
     if inspect.isawaitable(answer):
         awaitable = answer
 
-        async def wait() -> Any:
+        async def wait() -> object:
             return await awaitable
 
         answer = asyncio.run(wait())
@@ -167,7 +167,7 @@ def _timeout_message(role: str, timeout_s: float | None) -> str:
     return f"agent for role {role!r} did not answer within {timeout_s} s"
 
 
-def call_agent(agent: Agent, role: str, observation: Observation, timeout_s: float | None) -> Any:
+def call_agent(agent: Agent, role: str, observation: Observation, timeout_s: float | None) -> object:
     """The agent's answer; raises :class:`AgentTimeout` after ``timeout_s`` (None: no limit,
     called in this thread) or whatever the agent raised."""
     try:
@@ -189,7 +189,7 @@ def _is_async(agent: Agent) -> bool:
 
 async def call_agent_async(
     agent: Agent, role: str, observation: Observation, timeout_s: float | None
-) -> Any:
+) -> object:
     """Like :func:`call_agent`, without blocking the event loop: ``async`` agents are awaited
     under ``asyncio.wait_for``, others run in a daemon thread."""
     if _is_async(agent):
@@ -198,9 +198,9 @@ async def call_agent_async(
         except TimeoutError:
             raise AgentTimeout(_timeout_message(role, timeout_s)) from None
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+    future: asyncio.Future[object] = loop.create_future()
 
-    def settle(value: Any, error: BaseException | None) -> None:
+    def settle(value: object, error: BaseException | None) -> None:
         if future.done():
             return
         if error is not None:
@@ -208,7 +208,7 @@ async def call_agent_async(
         else:
             future.set_result(value)
 
-    def on_done(value: Any, error: BaseException | None) -> None:
+    def on_done(value: object, error: BaseException | None) -> None:
         # RuntimeError: the loop has closed, so nobody waits for this answer any more
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(settle, value, error)
@@ -281,7 +281,7 @@ class _Episode:
             role = env.agent_selection
             yield role, self.agent_of[role], env.observe(role)
 
-    def answer(self, role: str, observation: Observation, action: Any) -> None:
+    def answer(self, role: str, observation: Observation, action: object) -> None:
         """Step the env with the agent's answer; a non-string forfeits (``forfeit-error``)."""
         if isinstance(action, str):
             self.record(role, observation, action)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import gymnasium as gym
 from gymnasium import spaces
+
+if TYPE_CHECKING:
+    import numpy as np
 
 from tinker_core.contracts import (  # noqa: F401 - re-exported: the env exchange types live in contracts
     TURN_ENDS,
@@ -133,7 +136,7 @@ class TextSpace(spaces.Text):
         charset = "".join(chr(c) for c in range(32, 127)) + "\n\t"
         super().__init__(max_length=max_length, min_length=0, charset=charset, seed=seed)
 
-    def contains(self, x: Any) -> bool:  # any str is a valid text action or observation
+    def contains(self, x: object) -> bool:  # any str is a valid text action or observation
         return isinstance(x, str) and len(x) <= self.max_length
 
 
@@ -178,10 +181,10 @@ class MultiAgentTextEnv:
     infos: dict[str, dict[str, Any]]
     _cumulative_rewards: dict[str, float]
 
-    _np_random: Any = None
+    _np_random: np.random.Generator | None = None
 
     @property
-    def np_random(self) -> Any:
+    def np_random(self) -> np.random.Generator:
         if self._np_random is None:
             self._np_random, _ = gym.utils.seeding.np_random()
         return self._np_random

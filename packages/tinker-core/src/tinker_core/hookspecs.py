@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pluggy
 
 if TYPE_CHECKING:
+    import typer
+
     from tinker_core.env import EnvSpec
 
 PROJECT_NAME = "opentinker"
@@ -117,7 +119,7 @@ def opentinker_register_losses(register: LossRegister) -> None:
 
 
 @hookspec
-def opentinker_register_commands(cli: Any) -> None:
+def opentinker_register_commands(cli: typer.Typer) -> None:
     """Add subcommands to the ``opentinker`` command line.
 
     :param cli: the root :class:`typer.Typer` application; add commands with

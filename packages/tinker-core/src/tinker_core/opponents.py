@@ -20,7 +20,7 @@ any env is built), :func:`make_opponent` builds one. An env that declares none o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from tinker_core.coordinator import Agent
@@ -34,7 +34,7 @@ class OpponentFactory(Protocol):
     def __call__(self, *, seed: int | None = None) -> Agent: ...
 
 
-def scripted_opponents(env: Any) -> dict[str, OpponentFactory]:
+def scripted_opponents(env: object) -> dict[str, OpponentFactory]:
     """The scripted opponents ``env`` offers, by name (its ``scripted_opponents`` attribute).
 
     ``env`` is an env, an env class, or a registered env id (its registered factory is looked
@@ -47,7 +47,7 @@ def scripted_opponents(env: Any) -> dict[str, OpponentFactory]:
     return dict(getattr(env, "scripted_opponents", None) or {})
 
 
-def make_opponent(env: Any, name: str, seed: int | None = None) -> Agent:
+def make_opponent(env: object, name: str, seed: int | None = None) -> Agent:
     """The scripted opponent ``name`` of ``env`` (as for :func:`scripted_opponents`), seeded.
 
     Raises ValueError naming what the env offers when it has no opponent of that name.
@@ -62,7 +62,7 @@ def make_opponent(env: Any, name: str, seed: int | None = None) -> Agent:
     return offered[name](seed=seed)
 
 
-def _env_name(env: Any) -> str:
+def _env_name(env: object) -> str:
     if isinstance(env, str):
         return env
     spec = getattr(env, "env_spec", None)

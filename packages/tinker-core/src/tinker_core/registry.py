@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pluggy
 
@@ -31,6 +31,9 @@ from tinker_core import hookspecs
 from tinker_core.env import EnvSpec
 from tinker_core.errors import DuplicateNameError, PluginError, UnknownNameError
 from tinker_core.gymnasium_envs import build_env, plugin_discovery, register_specs
+
+if TYPE_CHECKING:
+    from tinker_core.contracts import AdvantageEstimator, Loss, OptimizerFactory
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_.-]*$")
 LOCAL_DIST = "<local>"
@@ -131,21 +134,21 @@ class PluginSystem:
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
-        self._extra: list[tuple[Any, str]] = []
+        self._extra: list[tuple[object, str]] = []
         self._lock = threading.RLock()
         self._loaded = False
         self._dists: dict[int, tuple[str, str | None]] = {}
         self.plugins: list[PluginInfo] = []
         self.envs: Registry[Callable[..., Any]] = Registry("envs", "env")
-        self.advantage_estimators: Registry[Callable[..., Any]] = Registry(
+        self.advantage_estimators: Registry[AdvantageEstimator] = Registry(
             "advantage_estimators", "advantage estimator"
         )
-        self.losses: Registry[Callable[..., Any]] = Registry("losses", "loss")
-        self.optimizers: Registry[Callable[..., Any]] = Registry("optimizers", "optimizer")
+        self.losses: Registry[Loss] = Registry("losses", "loss")
+        self.optimizers: Registry[OptimizerFactory] = Registry("optimizers", "optimizer")
         self._debug = _truthy(os.environ.get("OPENTINKER_DEBUG_PLUGINS"))
 
     # ---- loading -------------------------------------------------------------------------
-    def register_plugin(self, plugin: Any, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
+    def register_plugin(self, plugin: object, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
         """Add an in-process plugin (a module or object with hookimpls), e.g. in tests."""
         with self._lock:
             self._extra.append((plugin, distribution))
@@ -174,7 +177,7 @@ class PluginSystem:
         register_specs((entry.options["spec"], entry.obj) for entry in self.envs.entries())
 
     def _load(self) -> None:
-        loaded: list[Any] = []
+        loaded: list[object] = []
         for plugin, dist, version, name in self._entry_point_plugins():
             self._register(plugin, name, dist, version)
             loaded.append(plugin)
@@ -195,7 +198,7 @@ class PluginSystem:
         """The plugins whose entry point failed to import (each with its ``error``)."""
         return [p for p in self.plugins if p.error is not None]
 
-    def _entry_point_plugins(self) -> Iterator[tuple[Any, str, str | None, str]]:
+    def _entry_point_plugins(self) -> Iterator[tuple[object, str, str | None, str]]:
         allow_raw = os.environ.get("OPENTINKER_LOAD_PLUGINS")
         allow = (
             {normalize_dist_name(x) for x in allow_raw.split(",") if x.strip()}
@@ -230,7 +233,7 @@ class PluginSystem:
                     "distribution of that name has an 'opentinker' entry point"
                 )
 
-    def _register(self, plugin: Any, name: str | None, dist: str, version: str | None) -> None:
+    def _register(self, plugin: object, name: str | None, dist: str, version: str | None) -> None:
         if self.pm.is_registered(plugin):
             return
         try:
@@ -240,10 +243,10 @@ class PluginSystem:
         self._dists[id(plugin)] = (dist, version)
         self._info_for(self.pm.get_name(plugin) or "", dist, version)  # listed even if it registers nothing
 
-    def _dist_of(self, plugin: Any) -> tuple[str, str | None]:
+    def _dist_of(self, plugin: object) -> tuple[str, str | None]:
         return self._dists.get(id(plugin), (LOCAL_DIST, None))
 
-    def _collect(self, plugins: list[Any]) -> None:
+    def _collect(self, plugins: list[object]) -> None:
         """Call each plugin's register hooks with a callback that knows the distribution."""
         wanted = {id(p) for p in plugins}
         for hook_name, kind in (
@@ -283,21 +286,21 @@ class PluginSystem:
     def _make_register(self, kind: str, dist: str, version: str | None, info: PluginInfo) -> Callable[..., None]:
         registry: Registry[Any] = getattr(self, kind)
 
-        def add(name: str, obj: Any, description: str | None, options: dict[str, Any]) -> None:
+        def add(name: str, obj: object, description: str | None, options: dict[str, Any]) -> None:
             if description is None:
                 doc = (getattr(obj, "__doc__", None) or "").strip()
                 description = doc.splitlines()[0] if doc else ""
             registry.add(Entry(kind, name, obj, dist, version, options, description))
             info.registers.setdefault(kind, []).append(name)
 
-        def check_name(name: Any) -> None:
+        def check_name(name: object) -> None:
             if not isinstance(name, str) or not NAME_RE.fullmatch(name):
                 raise PluginError(
                     f"distribution {dist!r} registered {registry.label} name {name!r}; names are "
                     "lower-case letters, digits, '_', '-' and '.', starting with a letter"
                 )
 
-        def check_callable(name: str, obj: Any) -> None:
+        def check_callable(name: str, obj: object) -> None:
             if not callable(obj):
                 raise PluginError(
                     f"distribution {dist!r} registered {registry.label} {name!r} with a "
@@ -392,7 +395,7 @@ def get_registry(kind: str) -> Registry[Any]:
     return found
 
 
-def register_plugin(plugin: Any, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
+def register_plugin(plugin: object, name: str | None = None, distribution: str = LOCAL_DIST) -> None:
     """Add an in-process plugin; see :meth:`PluginSystem.register_plugin`."""
     plugin_system().register_plugin(plugin, name=name, distribution=distribution)
 
@@ -415,13 +418,13 @@ def make_env(env_id: str, **kwargs: Any) -> Any:
     return build_env(entry.obj, entry.options["spec"], **kwargs)
 
 
-def get_advantage_estimator(name: str) -> Entry[Any]:
+def get_advantage_estimator(name: str) -> Entry[AdvantageEstimator]:
     return get_registry("advantage_estimators").get(name)
 
 
-def get_loss(name: str) -> Entry[Any]:
+def get_loss(name: str) -> Entry[Loss]:
     return get_registry("losses").get(name)
 
 
-def get_optimizer(name: str) -> Entry[Any]:
+def get_optimizer(name: str) -> Entry[OptimizerFactory]:
     return get_registry("optimizers").get(name)

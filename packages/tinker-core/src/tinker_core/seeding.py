@@ -7,10 +7,9 @@ derives the seed of "step 7, group 3" gets the same number after a restart or on
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 
-def derive_seed(*parts: Any, bits: int = 31) -> int:
+def derive_seed(*parts: object, bits: int = 31) -> int:
     """A ``bits``-bit non-negative seed from ``parts`` (their ``repr``, hashed with SHA-256).
 
     31 bits (the default) fits every RNG's seed argument (numpy, torch, ``random``); pass

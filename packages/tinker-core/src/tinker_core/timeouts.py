@@ -33,7 +33,7 @@ class CallTimeout(TimeoutError):
 
 
 def start_daemon(
-    fn: Callable[[], Any], on_done: Callable[[Any, BaseException | None], None], *, name: str
+    fn: Callable[[], T], on_done: Callable[[T | None, BaseException | None], None], *, name: str
 ) -> None:
     """Run ``fn()`` in a daemon thread named ``name``, then ``on_done(value, None)``, or
     ``on_done(None, error)`` with whatever it raised (``BaseException`` too: nothing is lost)."""
@@ -64,7 +64,7 @@ def call_with_timeout(
     done = threading.Event()
     box: dict[str, Any] = {}
 
-    def on_done(value: Any, error: BaseException | None) -> None:
+    def on_done(value: T | None, error: BaseException | None) -> None:
         box["value"], box["error"] = value, error
         done.set()
 
@@ -84,7 +84,7 @@ Outcome = tuple[Any, BaseException | None]
 class _Job:
     """Calls handed to a worker at once; ``index`` is the one running, ``started`` its start."""
 
-    def __init__(self, fns: Sequence[Callable[[], Any]]) -> None:
+    def __init__(self, fns: Sequence[Callable[[], object]]) -> None:
         self.fns = fns
         self.outcomes: list[Outcome] = []
         self.index = 0
@@ -135,7 +135,7 @@ class CallRunner:
         result: T = value
         return result
 
-    def map(self, fns: Sequence[Callable[[], Any]]) -> list[Outcome]:
+    def map(self, fns: Sequence[Callable[[], object]]) -> list[Outcome]:
         """Run ``fns`` in order; one :data:`Outcome` per call."""
         if self.timeout_s is None:
             return [_run_one(fn) for fn in fns]
@@ -173,7 +173,7 @@ class CallRunner:
             job.done.wait(left)
 
 
-def _run_one(fn: Callable[[], Any]) -> Outcome:
+def _run_one(fn: Callable[[], object]) -> Outcome:
     try:
         return fn(), None
     except BaseException as e:  # noqa: BLE001 - handed back as the call's outcome, never lost

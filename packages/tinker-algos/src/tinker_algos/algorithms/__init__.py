@@ -11,7 +11,10 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tinker_algos.algorithms.base import Algorithm
 
 _MODULES = {
     "sft": "tinker_algos.algorithms.sft:SFT",
@@ -21,7 +24,7 @@ _MODULES = {
 }
 
 
-def get_algorithm(name: str) -> Any:
+def get_algorithm(name: str) -> type[Algorithm]:
     """The :class:`~tinker_algos.algorithms.base.Algorithm` subclass called ``name``."""
     from tinker_core.errors import UnknownNameError
 

@@ -16,12 +16,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tinker_algos.models import PolicyModel
 from tinker_algos.trainer import Trainer
 from tinker_core.config import JobConfig, StageConfig
 from tinker_core.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from tinker_algos.prompts import PromptRenderer
+    from tinker_algos.rollout import RolloutResult
+    from tinker_algos.sampler import SamplingParams
 
 
 @dataclass
@@ -36,7 +41,7 @@ class StageContext:
     env_factory: Callable[[], Any] | None
     eval_env_factory: Callable[[], Any] | None
     log: Callable[[str], None]
-    renderer: Any = None  # a tinker_algos.prompts.PromptRenderer (model.chat_template); None = 'auto'
+    renderer: PromptRenderer | None = None  # a tinker_algos.prompts.PromptRenderer (model.chat_template); None = 'auto'
 
     @property
     def algo(self) -> Any:
@@ -51,10 +56,10 @@ class StageContext:
         """The config path of this stage's algorithm section, for error messages."""
         return "algorithm" if not self.job.stages else f"stages[{self.stage_index}].algorithm"
 
-    def step_seed(self, step: int, *what: Any) -> int:
+    def step_seed(self, step: int, *what: object) -> int:
         return derive_seed(self.job.seed, self.stage_index, step, *what)
 
-    def sampling_params(self, step: int) -> Any:
+    def sampling_params(self, step: int) -> SamplingParams:
         """The rollout section's sampling parameters, seeded for ``step``."""
         from tinker_algos.sampler import SamplingParams
 
@@ -73,7 +78,7 @@ class StageContext:
         ``(seed, stage, step, p)``."""
         return [self.step_seed(step, "task", p) for p in range(self.rollout_cfg.prompts_per_step)]
 
-    def group_rollout(self, step: int, policy: PolicyModel | None = None) -> Any:
+    def group_rollout(self, step: int, policy: PolicyModel | None = None) -> RolloutResult:
         """The step's single-agent episodes: ``rollout.group_size`` per task (see :meth:`task_seeds`),
         returned as one :class:`~tinker_core.TrajectoryGroup` per task (``result.groups``), sampled
         by ``policy`` (default: the stage's; a copy with older weights samples ahead)."""

@@ -20,7 +20,7 @@ import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +34,13 @@ from tinker_core.contracts import AdvantageInputs, Batch, LossInputs, Trajectory
 from tinker_core.errors import ConfigError
 from tinker_core.seeding import derive_seed
 
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from tinker_algos.prompts import PromptRenderer
+    from tinker_core.contracts import AdvantageEstimator
+
 _T = TypeVar("_T")
 
 
@@ -46,7 +53,7 @@ class ReferencePolicy:
 
     def __init__(self, ctx: StageContext) -> None:
         self.ctx = ctx
-        self.module: Any = None
+        self.module: torch.nn.Module | None = None
         if ctx.adapter is None:
             self.module = copy.deepcopy(ctx.policy.module).eval()
             for p in self.module.parameters():
@@ -94,7 +101,7 @@ def sampler_agreement(batch: Batch, logprobs_B_T: np.ndarray, mask_B_T: np.ndarr
     return {"kl/sample_train": float(agree["kl_k3"]), "rollout/logprob_mean_abs_diff": float(agree["mean_abs_diff"])}
 
 
-def resolve_estimator(ctx: StageContext, default: str, *, critic: bool) -> tuple[str, Any]:
+def resolve_estimator(ctx: StageContext, default: str, *, critic: bool) -> tuple[str, AdvantageEstimator]:
     """``(name, function)`` of the stage's advantage estimator; it must use a critic iff ``critic``."""
     name = ctx.algo.estimator or default
     entry = tinker_core.registry.get_advantage_estimator(name)
@@ -107,7 +114,7 @@ def resolve_estimator(ctx: StageContext, default: str, *, critic: bool) -> tuple
     return name, entry.obj
 
 
-def check_estimator_config(ctx: StageContext, estimator: Any, inputs: AdvantageInputs, config: dict[str, Any]) -> None:
+def check_estimator_config(ctx: StageContext, estimator: AdvantageEstimator, inputs: AdvantageInputs, config: dict[str, Any]) -> None:
     """Call ``estimator`` once on ``inputs`` with ``config`` (the stage's
     ``params.estimator_config``): a key it does not take (or a bad value) is a config error
     naming ``estimator_config`` before any work, not after the first rollout."""
@@ -180,7 +187,7 @@ def shuffled_batch(ctx: StageContext, items: Sequence[_T], step: int) -> list[_T
 
 
 def example_trajectory(
-    tokenizer: Any, prompt: str, completion: str, renderer: Any = None, system_prompt: str = ""
+    tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str, renderer: PromptRenderer | None = None, system_prompt: str = ""
 ) -> Trajectory:
     """A trajectory that trains on ``completion`` only, tokenized as the sampler later sees and
     produces it: the prompt through ``renderer`` (a :class:`tinker_algos.prompts.PromptRenderer`:
@@ -200,7 +207,7 @@ def example_trajectory(
     return Trajectory(tokens, [0.0] * len(tokens), mask, [0.0])
 
 
-def stage_system_prompt(ctx: StageContext, env: Any = None) -> str:
+def stage_system_prompt(ctx: StageContext, env: object = None) -> str:
     """The env spec's system prompt for offline examples of the stage: that of ``env`` (an env
     instance) or of the stage's env id; ``""`` without one (the job's ``env.system_prompt``, which
     the stage's renderer carries, overrides it in :meth:`PromptRenderer.start`)."""

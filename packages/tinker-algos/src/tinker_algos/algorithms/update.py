@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from tinker_algos.algorithms.common import (
 )
 from tinker_algos.zero_advantage import policy_update
 from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
+
+if TYPE_CHECKING:
+    import torch
 
 
 class RolledOut(Protocol):
@@ -191,7 +194,7 @@ class PolicyUpdate:
             self.reference.load_state_dict(state)
 
 
-def has_dropout(module: Any) -> bool:
+def has_dropout(module: torch.nn.Module) -> bool:
     """Whether a training-mode forward pass of ``module`` is random (a dropout with ``p > 0``, a
     LoRA adapter's included, or an attention dropout in a model config)."""
     import torch

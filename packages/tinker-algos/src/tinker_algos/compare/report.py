@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_algos.compare.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE
 from tinker_algos.compare.summary import METRICS, variant_numbers
+
+if TYPE_CHECKING:
+    from tinker_algos.compare.runner import Outcome
+    from tinker_algos.compare.spec import CompareSpec
 
 TITLES = {
     "final": "final {key}",
@@ -121,7 +125,7 @@ def write_report(report: dict[str, Any], out: Path) -> dict[str, Path]:
     return written
 
 
-def report_of(spec: Any, outcomes: list[Any]) -> dict[str, Any]:
+def report_of(spec: CompareSpec, outcomes: list[Outcome]) -> dict[str, Any]:
     """The report of a compare (a :class:`~tinker_algos.compare.spec.CompareSpec`) whose jobs all
     completed (:class:`~tinker_algos.compare.runner.Outcome` each)."""
     from tinker_algos.compare.summary import eval_key, job_numbers, last_stage_start

@@ -24,6 +24,8 @@ from tinker_algos.compare.spec import CompareError, JobSpec
 from tinker_algos.metrics import read_metrics
 
 if TYPE_CHECKING:
+    import grpc
+
     from tinker_client.jobs import JobClient
 
 
@@ -51,7 +53,7 @@ def _write_record(d: Path, job: JobSpec, **fields: Any) -> None:
     tmp.replace(d / JOB_RECORD)
 
 
-def _rpc_error(e: Any, address: str) -> SchedulerError:
+def _rpc_error(e: grpc.RpcError, address: str) -> SchedulerError:
     import grpc
 
     code = e.code()

@@ -107,7 +107,7 @@ def _read_mapping(path: Path) -> dict[str, Any]:
     return data
 
 
-def _base(path: Path, value: Any) -> tuple[dict[str, Any], str]:
+def _base(path: Path, value: object) -> tuple[dict[str, Any], str]:
     if value is None:
         raise _fail(path, "no 'base': give the base job inline (a mapping) or the path of a job YAML")
     if isinstance(value, dict):
@@ -124,7 +124,7 @@ def _base(path: Path, value: Any) -> tuple[dict[str, Any], str]:
     return data, str(file)
 
 
-def _seeds(path: Path, value: Any) -> tuple[int, ...]:
+def _seeds(path: Path, value: object) -> tuple[int, ...]:
     if value is None:
         raise _fail(path, "no 'seeds': give a count N (seeds 0..N-1) or a list of seeds")
     if isinstance(value, int) and not isinstance(value, bool):
@@ -144,7 +144,7 @@ def _seeds(path: Path, value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _yaml_text(value: Any) -> str:
+def _yaml_text(value: object) -> str:
     """``value`` as an override's text that parses back to it: a plain string as it is, anything
     else (and a string YAML would read as something else) as JSON, which YAML reads too."""
     import json
@@ -156,7 +156,7 @@ def _yaml_text(value: Any) -> str:
     return json.dumps(value)
 
 
-def _overrides_of(path: Path, name: str, value: Any) -> tuple[Override, ...]:
+def _overrides_of(path: Path, name: str, value: object) -> tuple[Override, ...]:
     """A variant's ``set``: a mapping ``{dotted.path: value}`` or a list of ``key=value`` strings."""
     try:
         if value is None or value == {} or value == []:
@@ -172,7 +172,7 @@ def _overrides_of(path: Path, name: str, value: Any) -> tuple[Override, ...]:
     raise _fail(path, f"variant {name!r}: set: expected a mapping {{dotted.path: value}} or a list of 'key.path=value' strings")
 
 
-def _variants(path: Path, value: Any) -> tuple[Variant, ...]:
+def _variants(path: Path, value: object) -> tuple[Variant, ...]:
     if not isinstance(value, list) or not value:
         raise _fail(path, "variants: expected a list of {name: ..., set: {dotted.path: value}}, at least one")
     out: list[Variant] = []

@@ -18,7 +18,6 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from tinker_core.errors import OpenTinkerError
 
@@ -35,7 +34,7 @@ def cache_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "opentinker"
 
 
-def atomic_dir(final: Path, write: Callable[[Path], Any], *, overwrite: bool) -> Path:
+def atomic_dir(final: Path, write: Callable[[Path], object], *, overwrite: bool) -> Path:
     """Run ``write(tmp_dir)`` then rename the temp dir (same parent) to ``final``.
 
     When ``write`` fails, the temp dir is removed and ``final`` is left as it was.

@@ -27,9 +27,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinker_algos.hub.cache import ModelLoadError, atomic_dir
+
+if TYPE_CHECKING:
+    from transformers import (
+        GenerationConfig,
+        PretrainedConfig,
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+    )
 
 GGUF_MAGIC = b"GGUF"
 IMPORT_FORMAT_VERSION = 1
@@ -227,9 +235,9 @@ def _one_reader_per_file() -> Iterator[None]:
     import gguf
 
     original = gguf.GGUFReader
-    readers: dict[tuple[str, str], Any] = {}
+    readers: dict[tuple[str, str], gguf.GGUFReader] = {}
 
-    def shared(path: Any, mode: str = "r") -> Any:
+    def shared(path: str | os.PathLike[str], mode: str = "r") -> gguf.GGUFReader:
         key = (os.path.realpath(path), mode)
         if key not in readers:
             readers[key] = original(path, mode)
@@ -272,7 +280,7 @@ def _quiet_transformers(report: Progress) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def end_of_turn_ids(tokenizer: Any) -> list[int]:
+def end_of_turn_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """The ids generation should stop on: the tokenizer's eos and the chat template's end-of-turn
     token(s), in that order, without repeats."""
     ids: list[int] = []
@@ -355,7 +363,7 @@ def _import(gguf_file: str | Path, output: Path, report: Progress, *, overwrite:
     return output
 
 
-def _unquantized_copy(loaded: Any) -> Any:
+def _unquantized_copy(loaded: PreTrainedModel) -> PreTrainedModel:
     """A model built from ``loaded``'s config without ``quantization_config``, with its weights."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -369,7 +377,7 @@ def _unquantized_copy(loaded: Any) -> Any:
     return model
 
 
-def _generation_config(config: Any, tokenizer: Any, eos_ids: list[int]) -> Any:
+def _generation_config(config: PretrainedConfig, tokenizer: PreTrainedTokenizerBase, eos_ids: list[int]) -> GenerationConfig:
     """The model's generation config, stopping on every id of ``eos_ids``."""
     from transformers import GenerationConfig
 

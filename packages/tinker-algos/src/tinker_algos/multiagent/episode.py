@@ -20,7 +20,7 @@ from tinker_algos.multiagent.guarded_env import EpisodeError
 from tinker_algos.multiagent.roles import Agent, Learner, Scripted
 from tinker_algos.prompts import PromptRenderer
 from tinker_algos.rollout import PolicyTurns
-from tinker_core.contracts import Trajectory
+from tinker_core.contracts import Observation, Trajectory
 from tinker_core.coordinator import EpisodeResult, call_agent_async
 from tinker_core.seeding import derive_seed
 
@@ -33,7 +33,7 @@ class AsyncAgent:
     def __init__(self, fn: Callable[[str, Any], Any]) -> None:
         self.fn = fn
 
-    async def __call__(self, role: str, observation: Any) -> Any:
+    async def __call__(self, role: str, observation: Observation) -> str:
         return await self.fn(role, observation)
 
 
@@ -69,7 +69,7 @@ class EpisodeAgents:
         self.new_tokens = 0
         self.overflow: str | None = None
 
-    async def learner(self, role: str, observation: Any) -> str:
+    async def learner(self, role: str, observation: Observation) -> str:
         """The policy's move for ``role``: sample, record in the role's FSM, answer the text (an
         :class:`~tinker_core.env.Action` carrying how the turn ended).
 
@@ -94,12 +94,12 @@ class EpisodeAgents:
         """The scripted agent of ``role``, each call limited to ``turn_timeout_s``."""
         agent = self.scripted[role]
 
-        async def call(r: str, observation: Any) -> Any:
+        async def call(r: str, observation: Observation) -> Any:
             return await call_agent_async(agent, r, observation, self.turn_timeout_s)
 
         return call
 
-    def for_coordinator(self, self_play: bool) -> Any:
+    def for_coordinator(self, self_play: bool) -> AsyncAgent | dict[str, AsyncAgent]:
         """The ``agents`` argument of the coordinator: one agent (self-play) or one per role."""
         if self_play:
             return AsyncAgent(self.learner)

@@ -10,7 +10,7 @@ See ``docs/algorithms/rollouts.md``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,13 +23,14 @@ from tinker_algos.sampler import SamplingParams
 from tinker_core.registry import env_spec
 
 if TYPE_CHECKING:
+    from tinker_algos.algorithms.base import StageContext
     from tinker_algos.prompts import PromptRenderer
-    from tinker_core.env import EnvSpec
+    from tinker_core.env import EnvSpec, MultiAgentTextEnv
 
 __all__ = ["collect_for_grpo", "env_spec_of", "evaluate_multi_agent", "stage_env_spec"]
 
 
-def env_spec_of(env_factory: Callable[[], Any]) -> EnvSpec | None:
+def env_spec_of(env_factory: Callable[[], MultiAgentTextEnv]) -> EnvSpec | None:
     """The spec of the env ``env_factory`` builds (one env is built and closed)."""
     env = env_factory()
     try:
@@ -40,7 +41,7 @@ def env_spec_of(env_factory: Callable[[], Any]) -> EnvSpec | None:
             close()
 
 
-def stage_env_spec(ctx: Any) -> EnvSpec | None:
+def stage_env_spec(ctx: StageContext) -> EnvSpec | None:
     """The spec of a stage's env, building an env only when the registry says it has roles.
 
     A stage whose env is served from an ``address`` is single-agent here (the training loop
@@ -56,7 +57,7 @@ def stage_env_spec(ctx: Any) -> EnvSpec | None:
     return env_spec_of(ctx.require_env())  # the instance's spec (kwargs may change max_turns)
 
 
-def collect_for_grpo(ctx: Any, step: int, settings: MultiAgentParams, spec: EnvSpec) -> MultiAgentRolloutResult:
+def collect_for_grpo(ctx: StageContext, step: int, settings: MultiAgentParams, spec: EnvSpec) -> MultiAgentRolloutResult:
     """GRPO's collect for a multi-agent env: ``prompts_per_step`` tasks x ``group_size`` episodes.
 
     Groups are (task, role): the episodes of one task share a reset seed, and each role's
@@ -79,7 +80,7 @@ def collect_for_grpo(ctx: Any, step: int, settings: MultiAgentParams, spec: EnvS
 
 def evaluate_multi_agent(
     policy: PolicyModel,
-    env_factory: Callable[[], Any],
+    env_factory: Callable[[], MultiAgentTextEnv],
     num_episodes: int,
     *,
     seed: int,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tinker_core.coordinator import Agent
 from tinker_core.opponents import scripted_opponents
@@ -53,7 +52,7 @@ class Opponent:
 
     name: str
 
-    def resolve(self, env: Any) -> Scripted:
+    def resolve(self, env: object) -> Scripted:
         """The opponent as :class:`Scripted` for ``env`` (an env, env class or env id); a fresh,
         seeded agent per episode. Raises ValueError naming what the env offers."""
         offered = scripted_opponents(env)
@@ -84,7 +83,7 @@ def resolve_agents(
     agents: Learner | str | Mapping[str, RoleSpec] | None,
     adapter: str | None,
     roles: Sequence[str],
-    env: Any,
+    env: object,
 ) -> tuple[bool, dict[str, Learner | Scripted]]:
     """``(self_play, {role: Learner | Scripted})`` for the ``roles`` of ``env`` (named opponents
     are looked up on it)."""

@@ -74,7 +74,7 @@ from tinker_algos.sampler import SamplingParams
 from tinker_core.coordinator import DEFAULT_MAX_STEPS, play_episode_async
 
 if TYPE_CHECKING:
-    from tinker_core.env import EnvSpec
+    from tinker_core.env import EnvSpec, MultiAgentTextEnv
 
 __all__ = ["multi_agent_rollout", "run_coroutine"]
 
@@ -91,7 +91,7 @@ def run_coroutine(make: Callable[[], Any]) -> Any:
 
 def multi_agent_rollout(
     policy: PolicyModel,
-    env_factory: Callable[[], Any],
+    env_factory: Callable[[], MultiAgentTextEnv],
     seeds: Sequence[int],
     params: SamplingParams,
     *,
@@ -164,7 +164,7 @@ class _MultiAgentRollout:
         self.seats: list[EpisodeAgents | None] = []
         self.roles: tuple[str, ...] = ()
 
-    def make_envs(self, env_factory: Callable[[], Any], seeds: list[int], group_size: int) -> None:
+    def make_envs(self, env_factory: Callable[[], MultiAgentTextEnv], seeds: list[int], group_size: int) -> None:
         """One env per episode; an env that cannot be built fails its episode (``env_error``)."""
         n = len(seeds)
         self.seeds, self.group_size = seeds, group_size

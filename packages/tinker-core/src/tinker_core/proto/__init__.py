@@ -16,7 +16,10 @@ Importing this package imports nothing else: the ``*_pb2`` modules need protobuf
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 PACKAGE = "opentinker.v1"
 """The protobuf package every OpenTinker service lives in."""
@@ -37,7 +40,7 @@ def message_size_options(max_message_bytes: int = MAX_MESSAGE_BYTES) -> list[tup
     ]
 
 
-def request_key(method: str, request: Any) -> str:
+def request_key(method: str, request: Message) -> str:
     """What identifies a call for a retry cache: a SHA-256 of the RPC ``method`` and every field
     of the protobuf ``request`` except ``request_id`` (serialized deterministically, so map fields
     hash the same in any order). A request id reused with another key names another call."""

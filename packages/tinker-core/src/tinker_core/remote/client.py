@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import grpc
 
@@ -21,6 +21,9 @@ from tinker_core.proto import env_pb2 as pb
 from tinker_core.proto import env_pb2_grpc as pb_grpc
 from tinker_core.proto import message_size_options
 from tinker_core.remote.codec import info_from_json, observation_from_proto, optional_json
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +125,7 @@ class SessionClient:
                 )
             raise TypeError(f"{env_id!r} is a single-agent env; use RemoteEnv for it")
 
-    def call(self, rpc: str, request: Any, timeout_s: float | None = None) -> Any:
+    def call(self, rpc: str, request: Message, timeout_s: float | None = None) -> Any:
         if self._closed:
             raise RemoteEnvError(
                 f"remote env {self.env_id!r} ({self.address}): {rpc} after close(); create a new env",
@@ -174,7 +177,7 @@ class _RemoteSession:
     def address(self) -> str:
         return self._client.address
 
-    def _call(self, rpc: str, request: Any) -> Any:
+    def _call(self, rpc: str, request: Message) -> Any:
         return self._client.call(rpc, request, self.call_timeout_s)
 
     def _reset(self, seed: int | None, options: dict[str, Any] | None) -> Any:

@@ -18,7 +18,7 @@ MAX_JSON_DEPTH = 64
 _TOO_DEEP = object()
 
 
-def _deeper_than(value: Any, depth: int) -> bool:
+def _deeper_than(value: object, depth: int) -> bool:
     """Whether ``value`` nests lists and dicts more than ``depth`` levels (checked level by level)."""
     level = [value]
     for _ in range(depth):
@@ -28,7 +28,7 @@ def _deeper_than(value: Any, depth: int) -> bool:
     return any(isinstance(x, dict | list) for x in level)
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     """Make numpy values (and sets) JSON-serialisable; anything else is an error."""
     if hasattr(value, "tolist") and hasattr(value, "dtype"):  # numpy scalar or array
         return value.tolist()
@@ -37,12 +37,12 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
 
 
-def to_json(value: Any) -> str:
+def to_json(value: object) -> str:
     """``value`` as JSON text; numpy values and sets are converted, anything else raises TypeError."""
     return json.dumps(value, default=_json_default)
 
 
-def optional_json(value: Any) -> str:
+def optional_json(value: object) -> str:
     """A ``*_json`` field for an optional value: ``""`` for None, else :func:`to_json`."""
     return "" if value is None else to_json(value)
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import grpc
 
@@ -99,7 +99,7 @@ class EnvCall(Generic[T]):
         self._on_late = on_late
         start_daemon(fn, self._finish, name=name)
 
-    def _finish(self, value: Any, error: BaseException | None) -> None:
+    def _finish(self, value: T | None, error: BaseException | None) -> None:
         with self._lock:
             self._finished = True
             self._value, self._error = value, error
@@ -132,7 +132,7 @@ class EnvCall(Generic[T]):
 
 
 def wait_for(
-    call: EnvCall[Any],
+    call: EnvCall[T],
     *,
     timeout_s: float | None,
     context: grpc.ServicerContext,

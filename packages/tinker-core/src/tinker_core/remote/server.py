@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -23,6 +23,9 @@ from tinker_core.proto import ENV_SERVICE, MAX_MESSAGE_BYTES
 from tinker_core.proto import env_pb2 as pb
 from tinker_core.remote.guard import ServerLimits
 from tinker_core.remote.servicer import EnvServicer
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +263,10 @@ def _decoding_handlers(servicer: EnvServicer) -> grpc.GenericRpcHandler:
 
     service = pb.DESCRIPTOR.services_by_name["EnvService"]
 
-    def decoding(method: Any, request_type: Any) -> Any:
-        def handler(raw: bytes, context: grpc.ServicerContext) -> Any:
+    def decoding(
+        method: Callable[[Message, grpc.ServicerContext], Message], request_type: type[Message]
+    ) -> Callable[[bytes, grpc.ServicerContext], Message]:
+        def handler(raw: bytes, context: grpc.ServicerContext) -> Message:
             try:
                 request = request_type.FromString(raw)
             except DecodeError as e:

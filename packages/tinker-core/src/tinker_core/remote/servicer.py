@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from tinker_core.contracts import TURN_ENDS, Action
+from tinker_core.contracts import TURN_ENDS, Action, Observation
 from tinker_core.env import EnvSpec, MultiAgentTextEnv
 from tinker_core.errors import UnknownNameError, did_you_mean
 from tinker_core.proto import env_pb2 as pb
@@ -44,7 +44,7 @@ def _rpc(method: Callable[..., _Message]) -> Callable[..., _Message]:
     response over ``max_observation_bytes`` with ``RESOURCE_EXHAUSTED``."""
 
     @functools.wraps(method)
-    def handler(self: EnvServicer, request: Any, context: grpc.ServicerContext) -> _Message:
+    def handler(self: EnvServicer, request: Message, context: grpc.ServicerContext) -> _Message:
         try:
             response = method(self, request, context)
             size, limit = response.ByteSize(), self.limits.max_observation_bytes
@@ -125,7 +125,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
         env_id: str,
         fn: Callable[[], _Response],
         context: grpc.ServicerContext,
-        on_late: Callable[[Any], None],
+        on_late: Callable[[_Response | None], None],
         on_abandon: Callable[[str], str],
     ) -> _Response:
         """``fn()`` (env code) in an abandonable daemon thread (:mod:`~tinker_core.remote.guard`);
@@ -160,7 +160,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             raise RpcAbort(code, f"env {session.env_id!r} {what} raised {type(e).__name__}: {e}") from e
 
     @staticmethod
-    def _info_json(session: Session, info: Any, what: str) -> str:
+    def _info_json(session: Session, info: object, what: str) -> str:
         try:
             return to_json(info if info is not None else {})
         except (TypeError, ValueError) as e:
@@ -171,7 +171,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
             ) from e
 
     @staticmethod
-    def _observation(session: Session, observation: Any) -> pb.Observation:
+    def _observation(session: Session, observation: Observation) -> pb.Observation:
         try:
             return observation_to_proto(observation)
         except TypeError as e:
@@ -212,7 +212,7 @@ class EnvServicer(pb_grpc.EnvServiceServicer):
     def _once(
         self,
         rpc: str,
-        request: Any,
+        request: Message,
         context: grpc.ServicerContext,
         call: Callable[[Session], _Response],
     ) -> _Response:

@@ -102,31 +102,31 @@ class Reporter:
             self.fail(check, f"{doing} raised {type(e).__name__}: {e}", fix, cause=e)
 
 
-def short(value: Any, limit: int = 80) -> str:
+def short(value: object, limit: int = 80) -> str:
     """A repr of ``value`` cut to ``limit`` characters, for messages."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def callable_name(obj: Any) -> str:
+def callable_name(obj: object) -> str:
     """``module.qualname`` of a function or class, else its type's."""
     target = obj if hasattr(obj, "__qualname__") else type(obj)
     module = getattr(target, "__module__", None) or "?"
     return f"{module}.{getattr(target, '__qualname__', repr(target))}"
 
 
-def is_real_number(value: Any) -> bool:
+def is_real_number(value: object) -> bool:
     """An int/float or numpy scalar, not a bool and not an array or tensor."""
     if isinstance(value, bool | np.bool_):
         return False
     return isinstance(value, numbers.Real | np.integer | np.floating)
 
 
-def is_bool(value: Any) -> bool:
+def is_bool(value: object) -> bool:
     return isinstance(value, bool | np.bool_)
 
 
-def check_metrics(rep: Reporter, metrics: Any, case: str, convert: str) -> None:
+def check_metrics(rep: Reporter, metrics: object, case: str, convert: str) -> None:
     """``output``: the metrics a plugin returned are a dict of str -> finite float; ``convert``
     says how to make one (``"float(x)"``)."""
     if not isinstance(metrics, dict):
@@ -138,7 +138,7 @@ def check_metrics(rep: Reporter, metrics: Any, case: str, convert: str) -> None:
                      f"metrics are str -> finite float: use {convert}")
 
 
-def json_problem(value: Any, where: str) -> str | None:
+def json_problem(value: object, where: str) -> str | None:
     """None when ``value`` is standard JSON (no NaN/inf); else which part is not and why."""
     try:
         json.dumps(value, allow_nan=False)
@@ -148,7 +148,7 @@ def json_problem(value: Any, where: str) -> str | None:
         return detail or f"{where} is not JSON-serialisable: {e}"
 
 
-def _find_non_json(value: Any, where: str) -> str | None:
+def _find_non_json(value: object, where: str) -> str | None:
     if value is None or isinstance(value, bool | str | int):
         return None
     if isinstance(value, float):
@@ -174,7 +174,7 @@ def _find_non_json(value: Any, where: str) -> str | None:
 _LABELS = {"advantage_estimators": "advantage estimator", "losses": "loss", "optimizers": "optimizer"}
 
 
-def resolve_callable(target: Any, kind: str) -> tuple[Callable[..., Any], str, dict[str, Any]]:
+def resolve_callable(target: object, kind: str) -> tuple[Callable[..., Any], str, dict[str, Any]]:
     """A name in the ``kind`` registry (``advantage_estimators``, ``losses``, ``optimizers``) or a
     callable -> (callable, plugin label, registry options)."""
     label = _LABELS[kind]

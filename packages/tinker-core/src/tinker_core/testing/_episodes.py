@@ -120,7 +120,7 @@ class Target:
     expected_id: str | None
 
 
-def _resolve(env: Any, *, what: str) -> Target:
+def _resolve(env: object, *, what: str) -> Target:
     """An id, a factory or an instance -> the env to check plus a way to build a fresh one."""
     if isinstance(env, str):
         from tinker_core.registry import env_spec, make_env
@@ -156,7 +156,7 @@ def _resolve(env: Any, *, what: str) -> Target:
     return Target(rep, first, factory, None)
 
 
-def _label(env: Any, what: str) -> str:
+def _label(env: object, what: str) -> str:
     spec = getattr(env, "env_spec", None)
     if isinstance(spec, EnvSpec):
         return f"{what} {spec.id!r} ({type(env).__qualname__})"
@@ -212,7 +212,7 @@ def _check_reset_signature(t: Target) -> None:
                         "define reset(self, *, seed=None, options=None) and call super().reset(seed=seed)")
 
 
-def observation_problem(obs: Any, spec: EnvSpec, where: str) -> str | None:
+def observation_problem(obs: object, spec: EnvSpec, where: str) -> str | None:
     if spec.observation_type == "text":
         if isinstance(obs, str):
             return None
@@ -246,7 +246,7 @@ def check_reward(rep: Reporter, reward: Any, spec: EnvSpec, where: str) -> float
     return value
 
 
-def check_info(rep: Reporter, info: Any, where: str, check: str) -> None:
+def check_info(rep: Reporter, info: object, where: str, check: str) -> None:
     if not isinstance(info, dict):
         rep.fail(check, f"{where}: info is {type(info).__name__}, not a dict",
                  "return a dict (may be empty) as info")
@@ -328,7 +328,7 @@ class CheckPlan:
         return self.target.reporter
 
 
-def prepare(env: Any, *, multi_agent: bool, seeds: Sequence[int], max_steps: int, actions: ActionsArg) -> CheckPlan:
+def prepare(env: object, *, multi_agent: bool, seeds: Sequence[int], max_steps: int, actions: ActionsArg) -> CheckPlan:
     """Check the arguments, resolve ``env`` and run the ``type``, ``env_spec`` and ``reset``
     signature checks."""
     checked_seeds = _check_args(seeds, max_steps)

@@ -85,7 +85,7 @@ def _step(rep: Reporter, env: TextEnv, spec: EnvSpec, action: str, where: str, c
     return _check_step_result(rep, spec, result, where)
 
 
-def _check_step_result(rep: Reporter, spec: EnvSpec, result: Any, where: str) -> tuple[Any, ...]:
+def _check_step_result(rep: Reporter, spec: EnvSpec, result: object, where: str) -> tuple[Any, ...]:
     if not isinstance(result, tuple) or len(result) != 5:
         rep.fail("step", f"{where}: step() returned {short(result)}, not a 5-tuple "
                  "(observation, reward, terminated, truncated, info)",

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from tinker_core.contracts import AdvantageInputs, AdvantageOutputs
+from tinker_core.contracts import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
 from tinker_core.testing._common import (
     Reporter,
     check_metrics,
@@ -77,7 +77,7 @@ def _inputs(needs_critic: bool, *, rewards_B: np.ndarray | None = None, groups_B
     )
 
 
-def _call(rep: Reporter, fn: Callable[..., Any], inputs: AdvantageInputs, config: Mapping[str, Any],
+def _call(rep: Reporter, fn: AdvantageEstimator, inputs: AdvantageInputs, config: Mapping[str, Any],
           case: str) -> AdvantageOutputs:
     with rep.guard("call", f"on {case}", "accept AdvantageInputs and **config; see tinker_core.contracts"):
         out: AdvantageOutputs = fn(inputs, **config)
@@ -85,7 +85,7 @@ def _call(rep: Reporter, fn: Callable[..., Any], inputs: AdvantageInputs, config
     return out
 
 
-def _validate(rep: Reporter, out: Any, inputs: AdvantageInputs, case: str) -> None:
+def _validate(rep: Reporter, out: object, inputs: AdvantageInputs, case: str) -> None:
     if not isinstance(out, AdvantageOutputs):
         rep.fail("output", f"on {case}: returned {type(out).__name__}, not AdvantageOutputs",
                  "return tinker_core.contracts.AdvantageOutputs(advantages_B_T=..., returns_B_T=...)")
@@ -132,7 +132,7 @@ def _snapshot(inputs: AdvantageInputs) -> dict[str, Any]:
     return {k: copy.deepcopy(v) for k, v in vars(inputs).items()}
 
 
-def _check_layouts(rep: Reporter, fn: Callable[..., Any], base: AdvantageInputs, out: AdvantageOutputs,
+def _check_layouts(rep: Reporter, fn: AdvantageEstimator, base: AdvantageInputs, out: AdvantageOutputs,
                    needs_critic: bool, config: Mapping[str, Any]) -> None:
     """The checks that lay the same batch out differently: ``padding``, ``group-ids``,
     ``permutation`` and ``group-sizes``."""

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
-from tinker_core.contracts import LOSS_KINDS, LossInputs, LossOutputs
+from tinker_core.contracts import LOSS_KINDS, Loss, LossInputs, LossOutputs
 from tinker_core.testing._common import (
     Reporter,
     TorchNotInstalledError,
@@ -81,7 +82,7 @@ _MASK_PAIRED = [  # chosen and rejected of equal length: swapping them keeps the
 # fmt: on
 
 
-def import_torch(plugin: str) -> Any:
+def import_torch(plugin: str) -> ModuleType:
     """Import torch, or raise :class:`TorchNotInstalledError` saying how to get it."""
     try:
         import torch
@@ -97,7 +98,7 @@ def _trained_field(kind: str) -> str:
     return "values_B_T" if kind == "value" else "logprobs_B_T"
 
 
-def _make_inputs(torch: Any, kind: str, *, paired: bool = False, preferred: bool = True) -> LossInputs:
+def _make_inputs(torch: ModuleType, kind: str, *, paired: bool = False, preferred: bool = True) -> LossInputs:
     """Fresh inputs for ``kind``; the trained tensor is a leaf that requires grad."""
     g = torch.Generator().manual_seed(1234)
     rows = _MASK_PAIRED if paired else _MASK_PREFERENCE if kind == "preference" else _MASK
@@ -139,7 +140,7 @@ def _tensors(inputs: LossInputs) -> dict[str, Any]:
     return {f: getattr(inputs, f) for f in _FIELDS if getattr(inputs, f) is not None}
 
 
-def _call(rep: Reporter, torch: Any, fn: Callable[..., Any], inputs: LossInputs,
+def _call(rep: Reporter, torch: ModuleType, fn: Loss, inputs: LossInputs,
           config: Mapping[str, Any], case: str) -> Any:
     with rep.guard("call", f"on {case}", "accept LossInputs and **config; see tinker_core.contracts"):
         out = fn(inputs, **config)
@@ -212,7 +213,7 @@ def check_loss(
         _check_preference_order(rep, torch, fn, config)
 
 
-def _check_gradient(rep: Reporter, torch: Any, inputs: Any, out: Any, trained: str) -> None:
+def _check_gradient(rep: Reporter, torch: ModuleType, inputs: LossInputs, out: LossOutputs, trained: str) -> None:
     """The gradient w.r.t. the trained tensor, through the trainer's masked aggregation: it exists,
     is finite, is zero off the mask and not zero on it."""
     mask = inputs.mask_B_T
@@ -241,7 +242,7 @@ def _check_gradient(rep: Reporter, torch: Any, inputs: Any, out: Any, trained: s
                  f"the loss must depend on inputs.{trained} where mask_B_T is 1")
 
 
-def _check_determinism(rep: Reporter, torch: Any, fn: Callable[..., Any], kind: str, config: dict[str, Any], out: Any) -> None:
+def _check_determinism(rep: Reporter, torch: ModuleType, fn: Loss, kind: str, config: dict[str, Any], out: Any) -> None:
     """Two calls on equal inputs give the same loss."""
     out_again = _call(rep, torch, fn, _make_inputs(torch, kind), config, f"the same {kind} inputs again")
     if not torch.equal(out.loss_B_T.detach(), out_again.loss_B_T.detach()):
@@ -249,7 +250,7 @@ def _check_determinism(rep: Reporter, torch: Any, fn: Callable[..., Any], kind: 
                  "do not use unseeded randomness or state kept between calls")
 
 
-def _check_off_mask(rep: Reporter, torch: Any, fn: Callable[..., Any], kind: str, config: dict[str, Any], mask: Any, out: Any) -> None:
+def _check_off_mask(rep: Reporter, torch: ModuleType, fn: Loss, kind: str, config: dict[str, Any], mask: Any, out: Any) -> None:
     """Inputs changed where the mask is 0 leave the loss on the mask unchanged."""
     moved = _make_inputs(torch, kind)
     for key, value in _tensors(moved).items():
@@ -267,7 +268,7 @@ def _check_off_mask(rep: Reporter, torch: Any, fn: Callable[..., Any], kind: str
                  "mask every input before reducing over tokens")
 
 
-def _check_preference_order(rep: Reporter, torch: Any, fn: Callable[..., Any], config: dict[str, Any]) -> None:
+def _check_preference_order(rep: Reporter, torch: ModuleType, fn: Loss, config: dict[str, Any]) -> None:
     """A policy preferring every chosen row gets a lower loss than with the pairs swapped."""
     totals = []
     for preferred in (True, False):
@@ -283,6 +284,6 @@ def _check_preference_order(rep: Reporter, torch: Any, fn: Callable[..., Any], c
                  "seq_B[0::2] and seq_B[1::2], not the first and second half of the batch")
 
 
-def _argmax2(torch: Any, x: Any) -> tuple[int, int]:
+def _argmax2(torch: ModuleType, x: Any) -> tuple[int, int]:
     flat = int(torch.argmax(x))
     return flat // x.shape[1], flat % x.shape[1]

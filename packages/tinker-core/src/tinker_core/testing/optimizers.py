@@ -25,8 +25,10 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
+from tinker_core.contracts import OptimizerFactory
 from tinker_core.testing._common import Reporter, resolve_callable, short
 from tinker_core.testing.losses import import_torch
 
@@ -40,7 +42,7 @@ _LR_PROBE = 0.0123
 class _Quadratic:
     """f(w, b) = 0.5 * sum(a_w (w - c_w)^2) + 0.5 * sum(a_b (b - c_b)^2), minimum at c."""
 
-    def __init__(self, torch: Any) -> None:
+    def __init__(self, torch: ModuleType) -> None:
         g = torch.Generator().manual_seed(7)
         self.torch = torch
         self.shapes = [(3, 4), (5,)]
@@ -55,7 +57,7 @@ class _Quadratic:
         return sum(0.5 * (a * (p - c) ** 2).sum() for a, c, p in zip(self.a, self.c, params, strict=True))
 
 
-def _build(rep: Reporter, torch: Any, factory: Callable[..., Any], params: Any, config: Mapping[str, Any],
+def _build(rep: Reporter, torch: ModuleType, factory: OptimizerFactory, params: Any, config: Mapping[str, Any],
            what: str) -> Any:
     with rep.guard("call", f"factory({what}, **{dict(config)})",
                    "accept factory(params, **config): params is an iterable of tensors or "
@@ -113,7 +115,7 @@ def check_optimizer(
     _check_state_dict(rep, torch, fn, q, base)
 
 
-def _check_lr(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+def _check_lr(rep: Reporter, torch: ModuleType, fn: OptimizerFactory, q: _Quadratic, base: dict[str, Any]) -> None:
     """The config's lr reaches param_groups; params may be a generator."""
     params = q.params()
     opt = _build(rep, torch, fn, (p for p in params), {**base, "lr": _LR_PROBE}, "a generator of tensors")
@@ -127,7 +129,7 @@ def _check_lr(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, 
                  "iterate params only once (it may be a generator): params = list(params)")
 
 
-def _check_param_groups(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+def _check_param_groups(rep: Reporter, torch: ModuleType, fn: OptimizerFactory, q: _Quadratic, base: dict[str, Any]) -> None:
     """Parameter groups keep their own lr; the others take the config's."""
     params = q.params()
     opt = _build(rep, torch, fn, [{"params": [params[0]], "lr": 0.01}, {"params": [params[1]]}], base,
@@ -139,7 +141,7 @@ def _check_param_groups(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Q
                  "pass params straight to torch.optim.Optimizer.__init__ with the config as defaults")
 
 
-def _check_descent(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+def _check_descent(rep: Reporter, torch: ModuleType, fn: OptimizerFactory, q: _Quadratic, base: dict[str, Any]) -> None:
     """Steps on a convex quadratic lower the loss."""
     params = q.params()
     opt = _build(rep, torch, fn, (p for p in params), base, "a generator of tensors")
@@ -151,7 +153,7 @@ def _check_descent(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadra
                  "optimizer works)")
 
 
-def _check_zero_grad(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+def _check_zero_grad(rep: Reporter, torch: ModuleType, fn: OptimizerFactory, q: _Quadratic, base: dict[str, Any]) -> None:
     """Zero (and missing) gradients change nothing from a fresh state."""
     zero_cfg = {**base, "weight_decay": 0.0}
     params = q.params()
@@ -174,7 +176,7 @@ def _check_zero_grad(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quad
                  "skip parameters whose .grad is None (frozen or unused ones)")
 
 
-def _check_state_dict(rep: Reporter, torch: Any, fn: Callable[..., Any], q: _Quadratic, base: dict[str, Any]) -> None:
+def _check_state_dict(rep: Reporter, torch: ModuleType, fn: OptimizerFactory, q: _Quadratic, base: dict[str, Any]) -> None:
     """A state_dict round trip continues exactly as never stopping."""
     half = _STEPS // 2
     straight = q.params()
