@@ -163,10 +163,7 @@ def _check_layouts(rep: Reporter, fn: AdvantageEstimator, base: AdvantageInputs,
 
     # permutation equivariance
     perm = np.array([3, 6, 0, 5, 2, 1, 4])
-    shuffled = AdvantageInputs(
-        rewards_B=base.rewards_B[perm], mask_B_T=base.mask_B_T[perm], group_ids_B=base.group_ids_B[perm],
-        values_B_T=None if base.values_B_T is None else base.values_B_T[perm],
-    )
+    shuffled = _rows(base, perm, group_ids_B=base.group_ids_B[perm])
     out_perm = _call(rep, fn, shuffled, config, "the batch with rows permuted")
     diff = _same(AdvantageOutputs(out.advantages_B_T[perm], out.returns_B_T[perm]), out_perm, exact=False)
     if diff:
@@ -175,17 +172,20 @@ def _check_layouts(rep: Reporter, fn: AdvantageEstimator, base: AdvantageInputs,
 
     # groups given as sizes (rows group after group, as a rollout's TrajectoryGroups make them)
     order = np.argsort(base.group_ids_B, kind="stable")
-    ids_sorted = base.group_ids_B[order]
-    grouped = AdvantageInputs(
-        rewards_B=base.rewards_B[order], mask_B_T=base.mask_B_T[order],
-        group_sizes_G=np.unique(ids_sorted, return_counts=True)[1],
-        values_B_T=None if base.values_B_T is None else base.values_B_T[order],
-    )
+    grouped = _rows(base, order, group_sizes_G=np.unique(base.group_ids_B[order], return_counts=True)[1])
     out_sizes = _call(rep, fn, grouped, config, "the batch with groups given as group_sizes_G")
     diff = _same(AdvantageOutputs(out.advantages_B_T[order], out.returns_B_T[order]), out_sizes, exact=False)
     if diff:
         rep.fail("group-sizes", f"the same groups given as group_sizes_G changed the result: {diff}",
                  "read the groups with inputs.group_index() (it handles group_ids_B and group_sizes_G)")
+
+
+def _rows(base: AdvantageInputs, rows: np.ndarray, **groups: np.ndarray) -> AdvantageInputs:
+    """``base``'s rows in the order ``rows``, its groups given by ``groups`` (ids or sizes)."""
+    return AdvantageInputs(
+        rewards_B=base.rewards_B[rows], mask_B_T=base.mask_B_T[rows],
+        values_B_T=None if base.values_B_T is None else base.values_B_T[rows], **groups,
+    )
 
 
 def check_advantage_estimator(
