@@ -55,6 +55,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
     Trainer.forward = timed("forward", Trainer.forward, "trainer")
     Trainer.forward_backward = timed("update", Trainer.forward_backward, "trainer")
     Trainer.optim_step = timed("update", Trainer.optim_step, "trainer")
+    if spec.get("path") == "rescore":
+        _rescore_before_update()
 
     cfg = yaml.safe_load((BENCH_DIR.parent / "examples" / "smollm2-arithmetic.yaml").read_text())
     cfg["stages"][0]["algorithm"].update(steps=STEPS, eval_every=0, eval_size=1)
@@ -87,12 +89,28 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
     return {"threads": torch.get_num_threads(), "steps": steps[1:-1]}
 
 
+def _rescore_before_update() -> None:
+    """The path before the loss's pass scored at the sampling temperature: a no-grad ``forward``
+    at that temperature re-scores the batch before every update (``--path rescore``)."""
+    from tinker_algos.algorithms import update
+
+    real = update.PolicyUpdate.behaviour
+
+    def behaviour(self: Any, batch: Any, metrics: dict[str, float]) -> Any:
+        out = real(self, batch, metrics)
+        if out.logprobs_B_T is None:
+            out.logprobs_B_T = self.ctx.trainer.forward(out.batch, temperature=self.ctx.rollout_cfg.temperature)
+        return out
+
+    update.PolicyUpdate.behaviour = behaviour  # type: ignore[method-assign]
+
+
 def _busy() -> None:  # pragma: no cover - a child process
     while True:
         pass
 
 
-def run_case(threads: int, policy: str | None, busy: int) -> dict[str, Any]:
+def run_case(threads: int, policy: str | None, busy: int, path: str = "reuse") -> dict[str, Any]:
     env = dict(os.environ)
     # empty: libgomp's own default (spin a while, then sleep); importing tinker_algos would set PASSIVE
     env["OMP_WAIT_POLICY"] = policy or ""
@@ -102,7 +120,7 @@ def run_case(threads: int, policy: str | None, busy: int) -> dict[str, Any]:
     before = load_snapshot()
     try:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps({"threads": threads})],
+            [sys.executable, __file__, "--child", json.dumps({"threads": threads, "path": path})],
             env=env, capture_output=True, text=True, check=True,
         )
     finally:
@@ -112,7 +130,7 @@ def run_case(threads: int, policy: str | None, busy: int) -> dict[str, Any]:
     data = json.loads(out.stdout.strip().splitlines()[-1])
     steps = data["steps"]
     mean = {k: sum(s[k] for s in steps) / len(steps) for k in ("wall_s", "tokens", *PHASES)}
-    return {"threads": threads, "omp_wait_policy": policy or "default", "busy_processes": busy,
+    return {"threads": threads, "omp_wait_policy": policy or "default", "busy_processes": busy, "path": path,
             "steps": steps, "mean": mean, "load_before": before, "load_after": load_snapshot()}
 
 

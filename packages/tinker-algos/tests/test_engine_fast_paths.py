@@ -129,8 +129,12 @@ def grpo_job(temperature: float) -> dict[str, Any]:
 
 
 @pytest.mark.usefixtures("algos_and_echo_plugins")
-@pytest.mark.parametrize(("temperature", "extra_forwards"), [(1.0, 0), (0.7, 2)])
-def test_grpo_takes_pre_update_logprobs_from_forward_backward(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, temperature: float, extra_forwards: int) -> None:
+@pytest.mark.parametrize(("temperature", "dropout", "extra_forwards"), [(1.0, 0.0, 0), (0.7, 0.0, 0), (0.7, 0.1, 2)])
+def test_grpo_takes_pre_update_logprobs_from_forward_backward(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, temperature: float, dropout: float, extra_forwards: int
+) -> None:
+    """The loss's pass scores at the sampling temperature, so no second forward runs (but with
+    dropout, whose training pass is random) and sampler and trainer agree at any temperature."""
     calls: list[float] = []
     real = Trainer.forward
 
@@ -139,12 +143,36 @@ def test_grpo_takes_pre_update_logprobs_from_forward_backward(tmp_path: Any, mon
         return real(self, batch, **kw)
 
     monkeypatch.setattr(Trainer, "forward", counting)
-    train(grpo_job(temperature), run_dir=tmp_path)
-    assert len(calls) == extra_forwards  # at temperature 1 the loss's own pass gives them
+    job = grpo_job(temperature)
+    if dropout:
+        job["lora"] = {"rank": 4, "alpha": 8, "dropout": dropout}
+    train(job, run_dir=tmp_path)
+    assert calls == [temperature] * extra_forwards  # the loss's own pass gives them
     rows = read_metrics(tmp_path / "metrics.jsonl")
     for r in rows:
         assert 0 <= r["kl/sample_train"] < 1e-4 and r["rollout/logprob_mean_abs_diff"] < 1e-4
         assert 0 < r["time/rollout_s"] < r["time/step_s"]
+
+
+@pytest.mark.usefixtures("algos_and_echo_plugins")
+def test_a_sampler_trainer_mismatch_is_warned_once(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A trainer whose logprobs are 0.5 nats off the sampler's (as with a sampler that ignores the
+    adapter) is reported every step and warned about once."""
+    real = Trainer.forward_backward
+
+    def shifted(self: Trainer, batch: Any, *args: Any, **kw: Any) -> Any:
+        out = real(self, batch, *args, **kw)
+        return (out[0], out[1] - 0.5) if kw.get("return_logprobs") else out
+
+    monkeypatch.setattr(Trainer, "forward_backward", shifted)
+    job = grpo_job(1.0)
+    job["algorithm"]["steps"] = 3
+    with caplog.at_level("WARNING", logger="tinker_algos.algorithms.update"):
+        train(job, run_dir=tmp_path)
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [round(r["rollout/logprob_mean_abs_diff"], 3) for r in rows] == [0.5] * 3
+    warnings = [r.getMessage() for r in caplog.records if "logprob_mean_abs_diff" in r.getMessage()]
+    assert len(warnings) == 1 and "0.5 nats" in warnings[0]
 
 
 @pytest.mark.usefixtures("algos_and_echo_plugins", "threads_env")

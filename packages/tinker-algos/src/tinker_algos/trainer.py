@@ -187,6 +187,7 @@ class Trainer:
         old_values_B_T: ArrayLike | None = None,
         returns_B_T: ArrayLike | None = None,
         return_logprobs: bool = False,
+        temperature: float = 1.0,
         **loss_config: Any,
     ) -> dict[str, float] | tuple[dict[str, float], np.ndarray]:
         """Add the gradient of ``loss_scale * aggregate(loss(batch))`` to the parameters.
@@ -204,6 +205,8 @@ class Trainer:
                 the loss as :class:`tinker_core.contracts.LossInputs` fields.
             return_logprobs: also hand back the logprobs of the forward pass this call runs
                 anyway (what a caller would otherwise get from a second ``forward(batch)``).
+            temperature: divides the logits before the log-softmax (the policy the loss sees is
+                the one the sampler drew from at that temperature; GRPO passes the rollout's).
             **loss_config: the loss's own keys (``eps_low``, ``beta`` ...).
 
         Returns:
@@ -236,7 +239,7 @@ class Trainer:
         mb = self._micro_batch_size(B, loss, pairs_rows=entry.options.get("kind") == "preference")
         gradient_pass = _GradientPass(
             loss=loss, loss_fn=entry.obj, loss_config=loss_config, agg=agg, loss_scale=loss_scale,
-            tokens=tokens, attn=attn, mask=mask, consts=consts, spec=self.policy.spec,
+            tokens=tokens, attn=attn, mask=mask, consts=consts, spec=self.policy.spec, temperature=temperature,
             total_tokens=_trained_tokens(mask), total_rows=float((mask.sum(-1) > 0).sum()),
             logprobs_B_T=np.zeros((B, T), dtype=np.float32) if return_logprobs else None,
         )
@@ -412,6 +415,7 @@ class _GradientPass:
     mask: torch.Tensor
     consts: dict[str, torch.Tensor | None]
     spec: DeviceSpec
+    temperature: float
     total_tokens: float
     total_rows: float
     logprobs_B_T: np.ndarray | None
@@ -434,7 +438,7 @@ class _GradientPass:
         """The rows' logprobs under ``no_grad`` (when the caller asked for logprobs)."""
         if self.logprobs_B_T is not None:
             with torch.no_grad():
-                lp_nograd = sequence_logprobs(module, self.tokens[sl], self.attn[sl], spec=self.spec)
+                lp_nograd = sequence_logprobs(module, self.tokens[sl], self.attn[sl], temperature=self.temperature, spec=self.spec)
             self.logprobs_B_T[sl] = lp_nograd.float().cpu().numpy()
 
     def _backward(self, module: torch.nn.Module, sl: slice) -> None:
@@ -442,7 +446,7 @@ class _GradientPass:
         from tinker_core.contracts import LossInputs
 
         m_mb = self.mask[sl]
-        lp = sequence_logprobs(module, self.tokens[sl], self.attn[sl], spec=self.spec)
+        lp = sequence_logprobs(module, self.tokens[sl], self.attn[sl], temperature=self.temperature, spec=self.spec)
         if self.logprobs_B_T is not None:
             self.logprobs_B_T[sl] = lp.detach().float().cpu().numpy()
         inputs = LossInputs(

@@ -52,19 +52,22 @@ def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray, trim: bool
 
 def policy_update(
     trainer: Trainer, batch: Batch, loss: str, agg: str, advantages_B_T: np.ndarray, loss_config: dict[str, Any], *, skip: bool,
-    forward_skipped: bool = True,
+    forward_skipped: bool = True, temperature: float = 1.0,
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """``trainer.forward_backward(batch, loss, ..., return_logprobs=True)``, skipping the gradient
     pass of zero-advantage rows when ``skip`` and the loss and aggregation allow it (see the module
     docstring). Returns the metrics, the pre-update logprobs and ``scored_B``: the rows those
-    logprobs (and the loss's metrics) cover, every row unless a skipped row was not forwarded."""
+    logprobs (and the loss's metrics) cover, every row unless a skipped row was not forwarded.
+    ``temperature`` divides the logits of every pass (the policy at the sampling temperature)."""
     trained_B_T = batch.loss_mask_B_T * batch.attention_mask_B_T
     on_B = trained_B_T.sum(1) > 0
     live_B = (np.abs(advantages_B_T) * trained_B_T).sum(1) > 0
     rest = np.flatnonzero(on_B & ~live_B)
     every_row = np.ones(len(on_B), dtype=bool)
     if not (skip and agg in MEAN_AGGREGATIONS and live_B.any() and len(rest) and vanishes_at_zero_advantage(loss)):
-        fb, logprobs = trainer.forward_backward(batch, loss, agg=agg, advantages_B_T=advantages_B_T, return_logprobs=True, **loss_config)
+        fb, logprobs = trainer.forward_backward(
+            batch, loss, agg=agg, advantages_B_T=advantages_B_T, return_logprobs=True, temperature=temperature, **loss_config
+        )
         return fb, logprobs, every_row
     live, idle = np.flatnonzero(live_B), np.flatnonzero(~live_B)
     tokens_all, tokens_live = float(trained_B_T.sum()), float(trained_B_T[live].sum())
@@ -72,7 +75,7 @@ def policy_update(
     live_batch, (adv_live,) = take_rows(batch, live, advantages_B_T)
     fb, lp_live = trainer.forward_backward(
         live_batch, loss, agg=agg, advantages_B_T=adv_live,
-        loss_scale=scale, return_logprobs=True, **loss_config,
+        loss_scale=scale, return_logprobs=True, temperature=temperature, **loss_config,
     )
     logprobs_B_T = np.zeros(batch.tokens_B_T.shape, dtype=np.float32)
     logprobs_B_T[live] = lp_live
@@ -82,7 +85,7 @@ def policy_update(
     if not forward_skipped:
         return metrics, logprobs_B_T, live_B
     idle_batch, _ = take_rows(batch, idle)
-    lp_idle = trainer.forward(idle_batch)
+    lp_idle = trainer.forward(idle_batch, temperature=temperature)
     logprobs_B_T[idle] = lp_idle
     # the whole batch's metrics: the skipped rows add 0 to the loss and their share to the loss's metrics
     mask_idle = torch.as_tensor(trained_B_T[idle], dtype=torch.float32)

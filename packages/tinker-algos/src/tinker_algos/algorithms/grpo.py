@@ -17,8 +17,10 @@ Implementation details:
 4. ``kl/sample_train`` is the k3 estimate of KL(sampler || trainer) on the sampled tokens, from
    the trainer's recomputed logprobs before the update (0 up to float noise on CPU). They are
    the logprobs of the loss's own forward pass (``forward_backward(return_logprobs=True)``), so
-   no extra pass runs, except when they are needed before it (``kl.mode: reward``), the rollout
-   temperature is not 1, or dropout is on (then a separate no-grad ``forward`` gives them).
+   no extra pass runs, except when they are needed before it (``kl.mode: reward``) or dropout is
+   on (then a separate no-grad ``forward`` gives them). That pass divides the logits by the
+   rollout temperature, so the ratio compares the sampler's and the trainer's policy at the
+   temperature the sampler drew with.
    ``time/rollout_s`` is the part of the step spent collecting episodes.
 5. A KL penalty to the reference policy (``algorithm.kl``; the base model with adapters off for
    LoRA, a frozen copy of the stage's starting weights otherwise) is either subtracted from the

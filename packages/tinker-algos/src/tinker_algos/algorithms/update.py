@@ -7,10 +7,15 @@
 2. **The empty-batch guard** (:meth:`PolicyUpdate.batch`): a step whose episodes generated no
    token logs ``rollout/empty_batch: 1`` and trains nothing.
 3. **The behaviour policy** (:meth:`PolicyUpdate.behaviour`), the logprobs the loss's ratio is
-   taken against. ``"sampler"`` (GRPO): the sampler's own logprobs; the trainer's logprobs
-   before the update, for ``kl/sample_train``, come from the loss's own forward pass unless they
-   are needed before it (``kl.mode: reward``), the rollout temperature is not 1, or dropout makes
-   the training pass random. ``"trainer"`` (PPO): ``pi_old``, recomputed by the trainer at
+   taken against. ``"sampler"`` (GRPO): the sampler's own logprobs at the sampling temperature;
+   the loss's forward pass divides the logits by the same temperature (so the ratio compares one
+   policy at one temperature), and its logprobs before the update give ``kl/sample_train`` and
+   ``rollout/logprob_mean_abs_diff`` without another pass, unless they are needed before it
+   (``kl.mode: reward``) or dropout makes the training pass random (then a no-grad ``forward``
+   at the sampling temperature gives them). When the mean absolute difference exceeds
+   :data:`SAMPLER_MISMATCH_WARNING` the stage warns once: sampler and trainer disagree about
+   the policy (an adapter the sampler does not apply, another dtype or kernel, stale weights).
+   ``"trainer"`` (PPO): ``pi_old``, recomputed by the trainer at
    temperature 1 before the first update, replaces the sampler's logprobs.
 4. **KL to the reference policy** (``algorithm.kl``, when ``coef > 0``): subtracted from the token
    rewards before the advantages (``mode: reward``) or added as a second loss term
@@ -29,6 +34,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -47,6 +53,8 @@ from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 if TYPE_CHECKING:
     import torch
 
+logger = logging.getLogger(__name__)
+
 
 class RolledOut(Protocol):
     """What the update needs of a rollout's result (single- or multi-agent)."""
@@ -59,6 +67,11 @@ class RolledOut(Protocol):
 
     def batch(self, pad_token_id: int = 0) -> Batch: ...
 
+
+SAMPLER_MISMATCH_WARNING = 0.1
+"""``rollout/logprob_mean_abs_diff`` (nats per sampled token) above which the stage logs one warning:
+on CPU in float32 the sampler and the trainer agree to about 1e-6; bfloat16 kernels on a GPU to a
+few hundredths; a sampler that ignores the adapter or runs old weights differs by far more."""
 
 RESERVED_LOSS_KEYS = frozenset({"policy", "kl", "total", "value", "value_clipfrac"})
 """``losses/<name>`` keys the update itself writes; a loss metric with one of these names is logged
@@ -93,6 +106,7 @@ class PolicyUpdate:
         self.behaviour_policy = behaviour
         self.deterministic_pass = not has_dropout(ctx.policy.module)
         self.reference: ReferencePolicy | None = None
+        self.warned_mismatch = False
 
     def start(self) -> None:
         """Copy the reference policy (with a KL penalty): the stage's current weights."""
@@ -125,7 +139,7 @@ class PolicyUpdate:
             metrics.update(sampler_agreement(batch, at_temp, mask))
             batch = dataclasses.replace(batch, sampler_logprobs_B_T=logprobs * mask)
         else:
-            reuse = self.deterministic_pass and temperature == 1.0 and not (self.reference is not None and self.kl.mode == "reward")
+            reuse = self.deterministic_pass and not (self.reference is not None and self.kl.mode == "reward")
             logprobs = None if reuse else trainer.forward(batch, temperature=temperature)
         ref = token_rewards = None
         if self.reference is not None:
@@ -155,6 +169,7 @@ class PolicyUpdate:
             fb, logprobs, scored_B = policy_update(
                 trainer, batch, self.loss, algo.aggregation, advantages_B_T, dict(algo.loss_config),
                 skip=self.deterministic_pass, forward_skipped=ref_logprobs_B_T is not None,
+                temperature=self.ctx.rollout_cfg.temperature,
             )
             passed: tuple[np.ndarray, np.ndarray] | None = (logprobs, scored_B)
         else:
@@ -184,6 +199,16 @@ class PolicyUpdate:
                 metrics["kl/policy_ref"], _ = kl_to_reference(logprobs, before.ref_logprobs_B_T, before.batch, mask, self.kl)
             mask = mask * scored_B[:, None]
         metrics.update(sampler_agreement(before.batch, logprobs, mask))
+        diff = metrics["rollout/logprob_mean_abs_diff"]
+        if diff > SAMPLER_MISMATCH_WARNING and not self.warned_mismatch:
+            self.warned_mismatch = True
+            logger.warning(
+                "%s: the sampler's and the trainer's logprobs of the sampled tokens differ by %.3g nats on "
+                "average (rollout/logprob_mean_abs_diff > %g): they disagree about the policy -- an adapter "
+                "the sampler does not apply, another dtype or kernel, or stale sampler weights; the "
+                "importance ratio then corrects for a policy that was not sampled",
+                self.ctx.where, diff, SAMPLER_MISMATCH_WARNING,
+            )
 
     # ---- checkpoint state ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
