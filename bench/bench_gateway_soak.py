@@ -69,11 +69,16 @@ class Recorder:
         self.lock = threading.Lock()
         self.times: dict[str, list[float]] = collections.defaultdict(list)
         self.outcomes: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        #: (seconds since the recorder was made, key, outcome) of each outcome that is not a 200 or "ok"
+        self.failures: list[tuple[float, str, str]] = []
+        self.t0 = time.monotonic()
 
     def add(self, key: str, seconds: float, outcome: str) -> None:
         with self.lock:
             self.times[key].append(seconds)
             self.outcomes[key][outcome] += 1
+            if outcome not in ("200", "ok"):
+                self.failures.append((round(time.monotonic() - self.t0, 3), key, outcome))
 
     def summary(self) -> dict[str, Any]:
         with self.lock:
@@ -342,6 +347,11 @@ def main() -> None:
         rss_after = gateway.rss()
         loadavg_end = os.getloadavg()
         expired = gateway.log_lines(r"expired|Traceback")
+        # what the server answered while it ran: taken before the clients close and it stops, so
+        # requests that die with the server (a heartbeat in flight) are not counted as its errors
+        http_summary, call_summary = http.summary(), calls.summary()
+        failures = {"http": list(http.failures), "sdk": list(calls.failures),
+                    "soak_end_s": round(stop_at - http.t0, 3), "summary_at_s": round(time.monotonic() - http.t0, 3)}
         for c in threads:
             with contextlib.suppress(Exception):
                 c.service.close()
@@ -350,8 +360,8 @@ def main() -> None:
         gateway.stop()
         raise
     gateway.stop()
+    failures["after_summary"] = [f for f in http.failures if f[0] > failures["summary_at_s"]]
 
-    http_summary, call_summary = http.summary(), calls.summary()
     statuses: collections.Counter[str] = collections.Counter()
     for v in http_summary.values():
         statuses.update(v["outcomes"])
@@ -365,7 +375,7 @@ def main() -> None:
         "rss_before": rss_before, "rss_warm": rss_warm, "rss_peak": peak, "rss_after": rss_after,
         "http_routes": http_summary, "http_statuses": dict(statuses),
         "server_errors_5xx": sum(v for k, v in statuses.items() if k.startswith("5")),
-        "sdk_calls": call_summary,
+        "sdk_calls": call_summary, "failures": failures,
         "client_errors": {c.name: dict(c.errors) for c in threads if c.errors},
         "client_error_samples": {c.name: c.error_samples for c in threads if c.error_samples},
         "steps": {c.name: c.steps for c in threads},
