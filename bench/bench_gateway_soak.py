@@ -21,7 +21,9 @@ the clients saw; sessions lost (a client whose model cannot be used after the so
 404 for its own model during it: must be 0); the server's RSS (the scheduler process and all its
 descendants, Ray's model hosts included) idle before the clients start, once every client's model
 is loaded and has stepped ("warm"), its peak (sampled every 5 s) and at the end; and
-``os.getloadavg()`` at start and end.
+``os.getloadavg()`` at start and end. Each failed request's time is kept too (``failures``), and
+the figures are taken before the clients close, so a request cut off by the shutdown is apart
+(``failures.after_summary``). ``nox -s bench`` without ``--quick`` runs the full 10 minutes.
 
     uv run --no-sync python bench/bench_gateway_soak.py [--minutes 10] [--clients 20] [--tenants 4]
     uv run --no-sync python bench/bench_gateway_soak.py --quick   # 1 minute, 4 clients; .quick.json
