@@ -16,8 +16,18 @@ import torch
 import typer
 from typer.testing import CliRunner
 
+import tinker_core
 from tinker_algos import plugin, train
-from tinker_algos.evaluation import EvalError, Source, find_source, pass_at_k, pass_ks
+from tinker_algos.evaluation import (
+    EvalError,
+    Source,
+    check_env,
+    eval_settings,
+    find_source,
+    pass_at_k,
+    pass_ks,
+    split_size,
+)
 from tinker_algos.export import ExportError, is_portable, portable_base_name
 from tinker_algos.models import LoraSpec, PolicyModel
 
@@ -222,15 +232,33 @@ def test_eval_bad_input_is_one_error_line_and_exit_2(lora_run, tmp_path):
     (tmp_path / "bad.yaml").write_text("algorithm: {name: grpo, steps: -1}\n")
     assert "steps" in refused("eval", tmp_path / "bad.yaml")
     assert "did you mean 'echo/echo-v0'" in refused("eval", lora_run, "--env", "echo/ecko-v0")
-    assert "--n must be in 1..100000" in refused("eval", lora_run, "--n", "0")
-    assert "--samples must be in 1..1024" in refused("eval", lora_run, "--samples", "0")
-    assert "--n must be in 1..100000" in refused("eval", lora_run, "--n", "1000000000")  # the probe: ran on
-    assert "--samples must be in 1..1024" in refused("eval", lora_run, "--samples", "1000000")
+    assert "--n must be at least 1" in refused("eval", lora_run, "--n", "0")
+    assert "--samples must be at least 1" in refused("eval", lora_run, "--samples", "0")
+    assert "--n 1000000000 is over the limit of 100000 problems an evaluation plays; pass --n 100000 or fewer" in refused("eval", lora_run, "--n", "1000000000")  # the probe: ran on
+    assert "--samples 1000000 is over the limit of 1024 samples a problem; pass --samples 1024 or fewer" in refused("eval", lora_run, "--samples", "1000000")  # the probe: ran on
     assert "split" in refused("eval", lora_run, "--split", "test")  # echo takes no 'split'
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "checkpoints").mkdir()
     assert "has no checkpoint yet" in refused("eval", tmp_path / "run")
 
+
+
+def test_eval_n_is_capped_by_the_envs_split(lora_run, monkeypatch):
+    from tinker_core import registry
+
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo,tinker-env-math")
+    registry.reset_plugins()
+    try:
+        # math/dataset-v0's bundled split has 50 problems: one more is one line, before the model loads
+        assert "--n 51 is over the 50 problems of env 'math/dataset-v0' with arguments {}; pass --n 50 or fewer" in refused(
+            "eval", lora_run, "--env", "math/dataset-v0", "--n", "51")
+        check_env(eval_settings(None, env_id="math/dataset-v0", n=50))
+        check_env(eval_settings(None, env_id="math/dataset-v0"))  # the default n plays as training's eval does
+        assert split_size(tinker_core.make_env("math/arithmetic-v0")) is None  # draws without end
+        check_env(eval_settings(None, env_id="math/arithmetic-v0", n=100_000))  # only the documented maximum
+    finally:
+        monkeypatch.undo()
+        registry.reset_plugins()
 
 
 def test_eval_overrides_apply_to_a_job_config_source_only(tmp_path):

@@ -225,6 +225,9 @@ class EvalSettings:
     seed: int = 0
     #: the run's ``model.chat_template`` (how observations become prompts); None: the rollout's default
     chat_template: str | None = None
+    #: True when ``n`` was asked for (``--n``): then :func:`check_env` refuses more problems than the
+    #: env's split holds, when the env can say (a default ``n`` plays as training's evaluation does)
+    n_asked: bool = False
 
     @property
     def eval_kwargs(self) -> dict[str, Any]:
@@ -240,9 +243,31 @@ def _stage_for(job: JobConfig, env_id: str | None) -> StageConfig | None:
     return None
 
 
-#: The most problems (``--n``) and samples a problem (``--samples``) one evaluation plays.
+#: The most problems (``--n``) and samples a problem (``--samples``) one evaluation plays: an
+#: env with a finite split is capped by its size too (:func:`split_size`).
 MAX_EVAL_PROBLEMS = 100_000
 MAX_EVAL_SAMPLES = 1024
+
+
+def check_counts(n: int | None, samples: int) -> None:
+    """Refuse ``--n`` and ``--samples`` outside ``1..MAX_EVAL_PROBLEMS`` and ``1..MAX_EVAL_SAMPLES``:
+    an :class:`EvalError` naming the option, the limit and the fix."""
+    for option, value, most, what in (("--n", n, MAX_EVAL_PROBLEMS, "problems an evaluation plays"),
+                                      ("--samples", samples, MAX_EVAL_SAMPLES, "samples a problem")):
+        if value is not None and value < 1:
+            raise EvalError(f"{option} must be at least 1 ({what}), got {value}")
+        if value is not None and value > most:
+            raise EvalError(f"{option} {value} is over the limit of {most} {what}; pass {option} {most} or fewer")
+
+
+def split_size(env: object) -> int | None:
+    """How many problems ``env``'s split holds, when it can say: ``len(env)`` of an env that defines
+    ``__len__`` (``math/dataset-v0``: its records); None for an env that draws without end or is served elsewhere."""
+    try:
+        size = len(env) if hasattr(type(env), "__len__") else 0  # type: ignore[arg-type]
+    except Exception:  # an env whose __len__ is not a size
+        return None
+    return size if isinstance(size, int) and size > 0 else None
 
 
 def eval_settings(
@@ -260,10 +285,7 @@ def eval_settings(
     ``env_id``: another env than the run's (or the env of a run without one); the run's own env
     section is used when a stage trained on it. ``split``: sets the env's ``split`` argument.
     """
-    if n is not None and not 1 <= n <= MAX_EVAL_PROBLEMS:
-        raise EvalError(f"--n must be in 1..{MAX_EVAL_PROBLEMS} (problems to play), got {n}")
-    if not 1 <= samples <= MAX_EVAL_SAMPLES:
-        raise EvalError(f"--samples must be in 1..{MAX_EVAL_SAMPLES} (samples a problem), got {samples}")
+    check_counts(n, samples)
     if max_new_tokens is not None and max_new_tokens < 1:
         raise EvalError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
     stage = _stage_for(job, env_id) if job is not None else None
@@ -289,11 +311,13 @@ def eval_settings(
         top_k=rollout.top_k,
         seed=seed if seed is not None else derive_seed(job.seed if job is not None else 0, "eval"),
         chat_template=job.model.chat_template if job is not None else None,
+        n_asked=n is not None,
     )
 
 
 def check_env(settings: EvalSettings) -> None:
-    """Build (and close) one env of ``settings``: an unknown id or bad argument is an :class:`EvalError`."""
+    """Build (and close) one env of ``settings``: an unknown id or bad argument is an :class:`EvalError`,
+    and so is an asked-for ``n`` over the problems of the env's split (:func:`split_size`)."""
     from tinker_algos.run import make_env
 
     env = settings.env
@@ -308,9 +332,15 @@ def check_env(settings: EvalSettings) -> None:
         raise
     except Exception as e:  # an unknown id, an argument the env does not take, a server not there
         raise EvalError(f"env {env.id!r} with arguments {settings.eval_kwargs}: {e}") from None
-    close = getattr(built, "close", None)
-    if close is not None:
-        close()
+    try:
+        size = split_size(built) if settings.n_asked else None
+    finally:
+        close = getattr(built, "close", None)
+        if close is not None:
+            close()
+    if size is not None and settings.n > size:
+        raise EvalError(f"--n {settings.n} is over the {size} problems of env {env.id!r} with arguments "
+                        f"{settings.eval_kwargs}; pass --n {size} or fewer")
 
 
 # ---- pass@k -------------------------------------------------------------------------------------
@@ -455,6 +485,7 @@ __all__: Sequence[str] = (
     "EvalReport",
     "EvalSettings",
     "Source",
+    "check_counts",
     "check_env",
     "default_output",
     "eval_settings",
@@ -464,4 +495,5 @@ __all__: Sequence[str] = (
     "pass_at_k",
     "pass_ks",
     "run_eval",
+    "split_size",
 )
