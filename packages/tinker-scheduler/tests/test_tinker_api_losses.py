@@ -56,10 +56,13 @@ def rl_datum(seq: types.SampledSequence, client_logprobs: list[float] | None = N
                         types.SampledProvenanceSpan(sequence_id=sid, length=len(sampled))])
 
 
-def test_stable_reinforce_trains_on_recorded_samples_and_gspo_on_its_ratio_mask(gateway) -> None:
+def test_stable_reinforce_trains_on_recorded_samples_and_gspo_on_its_ratio_mask(gateway, monkeypatch) -> None:
     gw, keys = gateway
     service = tinker.ServiceClient(base_url=gw.url, api_key=keys["alice"])
     training = service.create_lora_training_client(base_model="tiny", rank=4).result()
+    # get_info's tokenizer_id is a directory the SDK's AutoTokenizer loads offline
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert training.get_tokenizer().decode(PROMPT[1:]) == "./0"  # the tiny preset's characters 20-22
     sampler = training.save_weights_and_get_sampling_client(record_stability_info=True).result()
     params = types.SamplingParams(max_tokens=4, temperature=1.0)
     seqs = sampler.sample(types.ModelInput.from_ints(PROMPT), num_samples=2, sampling_params=params).result().sequences

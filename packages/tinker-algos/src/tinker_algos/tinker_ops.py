@@ -234,6 +234,19 @@ def sequence_logprobs(logprobs_B_T: np.ndarray, sequences: Sequence[Sequence[int
     return [logprobs_B_T[b, 1 : len(s)].astype(np.float32).tolist() for b, s in enumerate(sequences)]
 
 
+def tokenizer_id(name_or_path: str) -> str:
+    """What a Tinker client's ``AutoTokenizer.from_pretrained`` loads for a model loaded from
+    ``name_or_path`` (``get_info``'s ``tokenizer_id``): the absolute directory the tokenizer was
+    read from for ``tiny``, a registry preset or a local directory (loadable offline on the same
+    machine; elsewhere ``opentinker model export-tokenizer`` writes a copy), the hub id for a hub
+    model."""
+    from tinker_algos.model_files import resolve_model
+
+    resolved = resolve_model(name_or_path)
+    path = Path(resolved).expanduser()
+    return str(path.resolve()) if path.is_dir() else resolved
+
+
 def loss_config(loss_fn: str, config: Mapping[str, float]) -> dict[str, Any]:
     """Tinker's ``loss_fn_config`` -> keyword arguments of the registered loss ``loss_fn``.
 
