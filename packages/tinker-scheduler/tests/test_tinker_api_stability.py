@@ -61,10 +61,19 @@ def test_records_expire_a_day_after_their_last_use_and_are_bounded():
     clock.now = 23 * 3600.0
     records.get("alice", "req-1-0", "x")  # a use restarts the day
     clock.now = 46 * 3600.0
-    assert records.get("alice", "req-1-0", "x").tokens == (7, 8, 2)
+    assert records.get("alice", "req-1-0", "x").tokens.tolist() == [7, 8, 2]
     with pytest.raises(StatusError, match="not recorded"):
         records.get("alice", "req-1-1", "x")  # unused since 0 h: expired
     for i in range(3):
         records.record("alice", f"req-{i + 2}", [1], SAMPLES[:1])
     with pytest.raises(StatusError, match="not recorded"):  # the least recently used went first
+        records.get("alice", "req-1-0", "x")
+
+
+def test_records_are_bounded_by_the_values_they_hold():
+    records = StabilityRecords(max_values=12)  # one sample of SAMPLES holds 1 + 3 + 3 = 7 values
+    records.record("alice", "req-1", [1], SAMPLES[:1])
+    records.record("alice", "req-2", [1], SAMPLES[:1])  # 14 > 12: req-1-0 goes
+    assert records.get("alice", "req-2-0", "x").logprobs.tolist() == [-0.5, -1.5, -0.25]
+    with pytest.raises(StatusError, match="not recorded"):
         records.get("alice", "req-1-0", "x")

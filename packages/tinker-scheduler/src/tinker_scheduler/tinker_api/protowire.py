@@ -202,7 +202,8 @@ def _span(buf: Any, where: str, budget: _Budget) -> dict[str, Any]:
 
 def read_forward_backward(buf: bytes, limits: RequestLimits | None = None) -> dict[str, Any]:
     """A ``ForwardBackwardRequest``: model_id, seq_id, data (tokens, loss_fn_inputs arrays and the
-    provenance runs ``model_input_spans`` / ``loss_fn_input_spans`` per datum), loss_fn, loss_fn_config (numbers) and forward_only.
+    provenance runs ``model_input_spans`` / ``loss_fn_input_spans`` per datum), loss_fn,
+    loss_fn_config (numbers) and forward_only.
 
     With ``limits`` the body is refused (:class:`ValueError`) as soon as it holds more data, tokens
     or fields than they allow, before the rest is decoded."""

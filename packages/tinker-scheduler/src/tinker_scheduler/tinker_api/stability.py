@@ -11,7 +11,9 @@ covers were not sampled: they carry no loss (weight 0).
 
 Records belong to the tenant that sampled them (another tenant's id is "not recorded"), live for
 :data:`TTL_S` after sampling, and each training request that uses one restarts that time (as
-Tinker documents); at most :data:`MAX_RECORDS` are kept, the least recently used dropped first.
+Tinker documents); at most :data:`MAX_RECORDS` sequences and :data:`MAX_VALUES` stored values
+(prompt tokens, sampled tokens and logprobs, 4 bytes each; the samples of one request share their
+prompt) are kept, the least recently used dropped first.
 """
 
 from __future__ import annotations
@@ -31,41 +33,55 @@ from tinker_scheduler.errors import StatusError
 TTL_S = 24 * 3600.0
 #: The most sequences one gateway keeps recorded.
 MAX_RECORDS = 200_000
+#: The most values (tokens and logprobs) the records hold together: 256 MiB of int32/float32.
+MAX_VALUES = 64 * 1024 * 1024
 
 #: Tags of a decoded provenance run (:func:`tinker_scheduler.tinker_api.protowire.read_forward_backward`).
 PROMPT, SAMPLED = "prompt", "sampled"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Recorded:
-    """One sampled sequence as the sampler produced it."""
+    """One sampled sequence as the sampler produced it (int32 tokens, float32 logprobs)."""
 
-    prompt: tuple[int, ...]
-    tokens: tuple[int, ...]
-    logprobs: tuple[float, ...]
+    prompt: np.ndarray
+    tokens: np.ndarray
+    logprobs: np.ndarray
+
+    @property
+    def size(self) -> int:
+        """The values it holds (its prompt counted in full, though shared)."""
+        return len(self.prompt) + len(self.tokens) + len(self.logprobs)
 
 
 class StabilityRecords:
     """The recorded sequences of one gateway, per tenant."""
 
-    def __init__(self, *, ttl_s: float = TTL_S, max_records: int = MAX_RECORDS,
+    def __init__(self, *, ttl_s: float = TTL_S, max_records: int = MAX_RECORDS, max_values: int = MAX_VALUES,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl_s, self.max_records, self.clock = ttl_s, max_records, clock
+        self.ttl_s, self.max_records, self.max_values, self.clock = ttl_s, max_records, max_values, clock
         self._records: OrderedDict[tuple[str, str], tuple[Recorded, float]] = OrderedDict()
+        self._values = 0
         self._lock = threading.Lock()
 
     def record(self, tenant: str, request_id: str, prompt: Sequence[int], samples: Sequence[Mapping[str, Any]]) -> None:
         """Record the ``samples`` of one ``asample`` (``tokens``, ``logprobs`` each) under
         ``<request_id>-<i>``."""
         now = self.clock()
+        shared = np.asarray(prompt, dtype=np.int32)
         with self._lock:
             for i, s in enumerate(samples):
-                rec = Recorded(tuple(int(t) for t in prompt), tuple(int(t) for t in s["tokens"]),
-                               tuple(float(x) for x in s["logprobs"]))
+                rec = Recorded(shared, np.asarray(s["tokens"], dtype=np.int32), np.asarray(s["logprobs"], dtype=np.float32))
+                self._drop((tenant, f"{request_id}-{i}"))
                 self._records[(tenant, f"{request_id}-{i}")] = (rec, now)
-                self._records.move_to_end((tenant, f"{request_id}-{i}"))
-            while len(self._records) > self.max_records:
-                self._records.popitem(last=False)
+                self._values += rec.size
+            while self._records and (len(self._records) > self.max_records or self._values > self.max_values):
+                self._drop(next(iter(self._records)))
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        entry = self._records.pop(key, None)
+        if entry is not None:
+            self._values -= entry[0].size
 
     def get(self, tenant: str, sequence_id: str, where: str) -> Recorded:
         """The tenant's record ``sequence_id`` (its time restarted); INVALID_ARGUMENT naming
@@ -74,7 +90,7 @@ class StabilityRecords:
         with self._lock:
             entry = self._records.get((tenant, sequence_id))
             if entry is None or now - entry[1] > self.ttl_s:
-                self._records.pop((tenant, sequence_id), None)
+                self._drop((tenant, sequence_id))
                 raise StatusError("INVALID_ARGUMENT", f"{where}: sequence {sequence_id!r} is not recorded (or expired); "
                                                       "sample it with record_stability_info=True in this session and "
                                                       "train on it within a day")
@@ -103,7 +119,7 @@ class StabilityRecords:
             n, off = int(span["length"]), int(span["offset"])
             rec = self.get(tenant, str(span["sequence_id"]), f"{where}[{j}]")
             source = rec.tokens if span["kind"] == SAMPLED else rec.prompt
-            if off + n > len(source) or list(source[off:off + n]) != targets[pos:pos + n]:
+            if off + n > len(source) or source[off:off + n].tolist() != targets[pos:pos + n]:
                 what = "sampled tokens" if span["kind"] == SAMPLED else "prompt"
                 raise StatusError("INVALID_ARGUMENT", f"{where}[{j}]: target_tokens[{pos}:{pos + n}] are not "
                                                       f"{what}[{off}:{off + n}] of sequence {span['sequence_id']!r}")
