@@ -112,9 +112,11 @@ class ModelHost:
         self.tokenizer_id = base_model
         try:
             self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
-            self.tokenizer_id = tinker_ops.tokenizer_id(tokenizer or base_model)
         except (DeviceError, ModelLoadError) as e:
             self.load_error = e
+        if self.policy is not None:
+            with contextlib.suppress(ModelLoadError):  # e.g. a hub id cached at another revision: keep the name
+                self.tokenizer_id = tinker_ops.tokenizer_id(tokenizer or base_model)
         #: The longest sequence the model takes (None: its config does not say).
         self.context_length = tinker_ops.context_length(self.policy.base_model.config) if self.policy is not None else None
         self.executor = TurnExecutor()
