@@ -119,7 +119,7 @@ def test_cookbook_math_rl_arithmetic_runs_its_steps(sdk_python, gateway, tmp_pat
     log_path = tmp_path / "math_rl"
     r = run_sdk(sdk_python, gateway, "-m", "tinker_cookbook.recipes.math_rl.train", f"model_name={gateway['model']}",
                 "renderer_name=role_colon", "env=arithmetic", "group_size=2", "groups_per_batch=2", "max_tokens=4",
-                "lora_rank=4", "learning_rate=1e-3", "max_steps=2", "loss_fn=importance_sampling",
+                "lora_rank=4", "learning_rate=1e-3", "max_steps=2",  # the default loss_fn: stable_reinforce
                 f"log_path={log_path}", "behavior_if_log_dir_exists=delete", "eval_every=0", "save_every=0",
                 cwd=tmp_path)
     assert "Training completed successfully" in r.stdout + r.stderr

@@ -45,7 +45,9 @@ def scheduler():
 def test_a_lora_training_client_trains_samples_and_saves(scheduler):
     with ServiceClient(scheduler.address) as service:
         trainer = service.create_lora_training_client("tiny", rank=4, seed=0)
-        assert trainer.info.lora_rank == 4 and trainer.info.tokenizer_id == "tiny" and trainer.info.context_length == 1024
+        assert trainer.info.lora_rank == 4 and trainer.info.context_length == 1024
+        # tokenizer_id: the tiny preset's directory (what AutoTokenizer.from_pretrained loads)
+        assert Path(trainer.info.tokenizer_id).name.startswith("tiny-") and Path(trainer.info.tokenizer_id).is_dir()
         tok = trainer.get_tokenizer()
         prompt = tok.encode("12+35=")
         assert tok.decode(prompt) == "12+35=" and prompt[0] == tok.bos_token_id

@@ -26,6 +26,8 @@ LOSS_NAMES = [
     "ppo",
     "cispo",
     "dro",
+    "gspo",
+    "stable_reinforce",
     "dpo",
     "cdpo",
     "ipo",
@@ -431,12 +433,65 @@ def test_the_losses_declared_to_vanish_at_zero_advantage_do_and_the_others_do_no
     g = torch.Generator().manual_seed(0)
     entries = [e for e in tinker_core.registry.get_registry("losses").entries() if e.options["kind"] == "policy"]
     declared = {e.name for e in entries if e.options["vanishes_at_zero_advantage"]}
-    assert declared == {"importance_sampling", "ppo", "cispo"}
+    assert declared == {"importance_sampling", "ppo", "cispo", "gspo"}
+    # stable_reinforce vanishes only with kl_coeff = 0 (its default): its KL term does not
+    configs = {"stable_reinforce": {"kl_coeff": 0.1}}
     for entry in entries:
         lp = (-torch.rand(3, 5, generator=g, dtype=torch.float64) * 3).requires_grad_(True)
         old = -torch.rand(3, 5, generator=g, dtype=torch.float64) * 3
         mask = torch.ones(3, 5, dtype=torch.float64)
-        out = run_loss(entry.name, LossInputs(lp, mask, sampling_logprobs_B_T=old, advantages_B_T=torch.zeros_like(mask)))
+        out = run_loss(entry.name, LossInputs(lp, mask, sampling_logprobs_B_T=old, advantages_B_T=torch.zeros_like(mask)),
+                       **configs.get(entry.name, {}))
         out.loss_B_T.sum().backward()
         vanishes = bool(torch.all(out.loss_B_T == 0)) and bool(torch.all(lp.grad == 0))
         assert vanishes == (entry.name in declared), entry.name
+
+
+# ---- GSPO and StableReinforce --------------------------------------------------------------
+
+
+def test_gspo_oracle_sequence_ratio_is_the_geometric_mean_and_clips_whole_rows():
+    # token log-ratios [0.2, -0.1, 0.5] -> sequence log-ratio 0.2, s = e^0.2 = 1.221403 on every token
+    lp = t([[-1.0, -0.5, -2.0], [-1.0, -0.5, -2.0], [-1.0, -2.0, -3.0]]).requires_grad_()
+    old = t([[-1.2, -0.4, -2.5], [-1.2, -0.4, -2.5], [-6.0, -2.1, -2.9]])
+    adv = t([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0], [2.0, 2.0, 2.0]])
+    ratio_mask = t([[1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0]])  # row 3: mean(0.1, -0.1) = 0 -> s = 1
+    inputs = LossInputs(logprobs_B_T=lp, mask_B_T=torch.ones_like(lp), sampling_logprobs_B_T=old,
+                        advantages_B_T=adv, weights_B_T=ratio_mask)
+    out = run_loss("gspo", inputs, eps_low=0.2)
+    s = math.exp(0.2)
+    # A = 1: max(-s, -1.2) = -1.2 (clipped, no gradient); A = -1: max(s, 1.2) = s (gradient -A * s)
+    torch.testing.assert_close(out.loss_B_T, t([[-1.2] * 3, [s] * 3, [-2.0] * 3]))
+    out.loss_B_T.sum().backward()
+    torch.testing.assert_close(lp.grad, t([[0.0] * 3, [s] * 3, [-2.0] * 3]))
+    assert out.metrics["clipfrac"] == pytest.approx(3 / 9)
+    assert out.metrics["seq_ratio_mean"] == pytest.approx((2 * s + 1) / 3)
+
+
+def test_gspo_ratio_defaults_to_the_mask_and_padding_is_out():
+    lp = t([[-1.0, -0.5, 0.0]]).requires_grad_()
+    old = t([[-1.1, -0.4, 7.0]])  # log-ratios [0.1, -0.1] on the mask; the padded 7.0 never counts
+    inputs = LossInputs(logprobs_B_T=lp, mask_B_T=t([[1.0, 1.0, 0.0]]), sampling_logprobs_B_T=old,
+                        advantages_B_T=t([[1.0, 1.0, 0.0]]))
+    out = run_loss("gspo", inputs)
+    torch.testing.assert_close(out.loss_B_T, t([[-1.0, -1.0, 0.0]]))
+
+
+def test_stable_reinforce_oracle_masks_tokens_outside_the_ratio_band():
+    inputs = policy_inputs([1.0, 1.0, -1.0], [1.5, 3.0, 0.4], logp=[-0.5, -1.0, -2.0])
+    out = run_loss("stable_reinforce", inputs)  # band [0.5, 2]: only the first token is kept
+    torch.testing.assert_close(out.loss_B_T[:, 0], t([0.75, 0.0, 0.0]))  # -1.5 * 1 * -0.5
+    out.loss_B_T.sum().backward()
+    torch.testing.assert_close(inputs.logprobs_B_T.grad[:, 0], t([-1.5, 0.0, 0.0]))
+    assert out.metrics["maskfrac"] == pytest.approx(2 / 3)
+
+
+def test_stable_reinforce_kl_coeff_adds_the_k3_penalty():
+    inputs = policy_inputs([1.0, 1.0, -1.0], [1.5, 3.0, 0.4], logp=[-0.5, -1.0, -2.0])
+    out = run_loss("stable_reinforce", inputs, kl_coeff=0.1)
+    k3 = t([0.5 - math.log(1.5), 2.0 - math.log(3.0), -0.6 - math.log(0.4)])
+    torch.testing.assert_close(out.loss_B_T[:, 0], t([0.75, 0.0, 0.0]) + 0.1 * k3)
+    out.loss_B_T.sum().backward()  # d k3 / d lp = rho - 1
+    torch.testing.assert_close(inputs.logprobs_B_T.grad[:, 0], t([-1.5 + 0.05, 0.2, -0.06]))
+    with pytest.raises(ValueError, match="ratio_low"):
+        run_loss("stable_reinforce", inputs, ratio_low=1.5)

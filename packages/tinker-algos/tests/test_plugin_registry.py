@@ -29,6 +29,8 @@ LOSSES = {
     "ppo": "policy",
     "cispo": "policy",
     "dro": "policy",
+    "gspo": "policy",
+    "stable_reinforce": "policy",
     "dpo": "preference",
     "cdpo": "preference",
     "ipo": "preference",

@@ -303,3 +303,24 @@ def test_score_tokens_gives_each_tokens_logprob_and_the_topk_of_the_models_distr
     adapted = tinker_ops.score_tokens(policy, seqs[:1], adapter="scored")[0]["logprobs"]
     assert np.allclose(plain[1:], scored[0]["logprobs"][1:], atol=1e-5)
     assert not np.allclose(adapted[1:], plain[1:], atol=1e-3)
+
+
+# ---- gspo and stable_reinforce: Tinker's config keys and the sequence ratio mask -------------
+
+
+def test_gspo_takes_tinker_thresholds_and_stable_reinforce_its_own_keys():
+    assert tinker_ops.loss_config("gspo", {}) == {"eps_low": pytest.approx(0.2), "eps_high": pytest.approx(0.2)}
+    assert tinker_ops.loss_config("gspo", {"clip_low_threshold": 0.9, "clip_high_threshold": 1.5}) == {
+        "eps_low": pytest.approx(0.1), "eps_high": pytest.approx(0.5)}
+    with pytest.raises(ValueError, match="clip_high_threshold"):
+        tinker_ops.loss_config("gspo", {"clip_high_threshold": 0.5})
+    assert tinker_ops.loss_config("stable_reinforce", {"kl_coeff": 0.1}) == {"kl_coeff": 0.1}
+
+
+def test_gspo_datum_batch_aligns_sequence_ratio_mask_within_the_trained_tokens():
+    data = [{"tokens": [1, 5, 6, 7], "target_tokens": [5, 6, 7, 2], "loss_weights": [0, 1, 1, 1],
+             "sequence_ratio_mask": [1, 0, 1, 1]},  # position 0 is not trained: out of the ratio too
+            {"tokens": [1, 5], "target_tokens": [5, 6]}]  # no mask: every trained token
+    batch, extra = tinker_ops.datum_batch(data, "gspo", pad_token_id=0)
+    np.testing.assert_array_equal(extra["weights_B_T"], [[0, 0, 0, 1, 1], [0, 1, 1, 0, 0]])
+    assert "weights_B_T" not in tinker_ops.datum_batch(data, "importance_sampling", pad_token_id=0)[1]

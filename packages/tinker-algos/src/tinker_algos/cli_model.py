@@ -4,6 +4,9 @@
   directory (:func:`tinker_algos.hub.import_gguf`).
 * ``opentinker model fetch NAME``: a registry preset (``smollm2-135m-instruct``) is downloaded
   and imported into the cache once (:func:`tinker_algos.hub.fetch_preset`); prints its path.
+* ``opentinker model export-tokenizer MODEL DIR``: MODEL's tokenizer (``tiny``, a preset, a
+  directory or a hub id) written to DIR, which ``AutoTokenizer.from_pretrained`` loads offline
+  (what a remote Tinker client needs); prints DIR.
 
 Added to the ``opentinker`` CLI by :mod:`tinker_algos.plugin`. Importing this module is cheap:
 torch and transformers load only when a command runs. Exit codes: 0 success, 2 bad input (one
@@ -124,6 +127,29 @@ def fetch_command(
     except ModelLoadError as e:
         _fail(str(e))
     typer.echo(str(path))
+
+
+@app.command("export-tokenizer")
+def export_tokenizer_command(
+    model: Annotated[str, typer.Argument(help="tiny, a registry preset, a model directory or a hub id.", show_default=False)],
+    output: Annotated[Path, typer.Argument(help="The directory to write the tokenizer to.", show_default=False)],
+    force: Annotated[bool, typer.Option("--force", help="Write into OUTPUT even if it holds files.")] = False,
+) -> None:
+    """Write MODEL's tokenizer (and chat template) to OUTPUT, a directory that
+    ``AutoTokenizer.from_pretrained`` loads offline: what a Tinker client on another machine needs
+    for ``get_tokenizer`` or a cookbook recipe's ``model_name``."""
+    from tinker_algos.hub import ModelLoadError
+    from tinker_algos.tokenizer import load_tokenizer
+
+    if output.exists() and (not output.is_dir() or (any(output.iterdir()) and not force)):
+        _fail(f"{output} exists and is not an empty directory; choose another or pass --force")
+    try:
+        tok = load_tokenizer(model)
+    except (ModelLoadError, OSError, ValueError) as e:
+        _fail(f"MODEL {model!r}: {e}")
+    output.mkdir(parents=True, exist_ok=True)
+    tok.save_pretrained(output)
+    typer.echo(str(output.resolve()))
 
 
 @app.command("list")

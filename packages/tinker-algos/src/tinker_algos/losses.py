@@ -25,6 +25,19 @@ Policy losses (kind ``"policy"``):
   ``approx_kl``.
 * ``dro`` (Tinker's name): ``l = -(lp * A - beta / 2 * (lp - lp_old)^2)``, ``beta = 0.05`` by
   default. Metric: ``sq_log_ratio`` (mean ``(lp - lp_old)^2``).
+* ``gspo`` (GSPO-token, Zheng et al. 2025, as Tinker defines it): the sequence log-ratio
+  ``r_b = mean_{t in M_b} (sg(lp) - lp_old)`` over the ratio tokens ``M_b`` of row ``b``
+  (``weights_B_T != 0`` within the mask; the whole mask when ``weights_B_T`` is None); every
+  token's ratio ``s_t = exp(r_b + lp - sg(lp))`` carries the sequence ratio's value and its own
+  log-probability's gradient; ``l = max(-A * s_t, -A * clip(s_t, 1 - eps_low, 1 + eps_high))``.
+  Metrics: ``clipfrac``, ``seq_ratio_mean`` (mean ``exp(r_b)`` over rows with ratio tokens).
+* ``stable_reinforce`` (OpenTinker's definition; Tinker has not published its objective):
+  REINFORCE weighted by the stop-gradient importance ratio against the sampler's logprobs, with
+  tokens whose ratio leaves ``[ratio_low, ratio_high]`` dropped (masked importance sampling), plus
+  an optional k3 penalty on KL(sampler || policy): ``w = sg(rho) * [ratio_low <= rho <= ratio_high]``,
+  ``l = -w * A * lp + kl_coeff * (rho - 1 - log rho)``; defaults ``ratio_low = 0.5``,
+  ``ratio_high = 2``, ``kl_coeff = 0``. Inside the band its gradient is that of
+  ``importance_sampling``. Metrics: ``maskfrac`` (share of tokens dropped), ``approx_kl``.
 
 Supervised (kind ``"supervised"``): ``cross_entropy``: ``l = -w * lp`` with ``w =
 weights_B_T`` (default ``m``). Metric: ``nll``.
@@ -407,3 +420,61 @@ LOSSES: dict[str, tuple[Callable[..., LossOutputs], str]] = {
     "k3": (k3, "kl"),
 }
 """Name -> (loss, kind): what :mod:`tinker_algos.plugin` registers."""
+
+
+# ---- GSPO and StableReinforce (Tinker's names; appended) ------------------------------------
+
+
+@strict_config("loss")
+def gspo(inputs: LossInputs, *, eps_low: float = 0.2, eps_high: float | None = None) -> LossOutputs:
+    """GSPO-token: PPO's clip on the sequence-level ratio (geometric mean of the token ratios over
+    the ratio tokens, ``weights_B_T != 0``; default the whole mask), each token with its own gradient."""
+    eps_high = eps_low if eps_high is None else eps_high
+    _check_eps("gspo", eps_low, eps_high)
+    lp, on = _mask(inputs, "gspo")
+    old = _field(inputs, "sampling_logprobs_B_T", "gspo", on, lp, "the sampler's logprobs")
+    adv = _field(inputs, "advantages_B_T", "gspo", on, lp, "from an advantage estimator")
+    if inputs.weights_B_T is None:
+        in_ratio = on
+    else:
+        in_ratio = _field(inputs, "weights_B_T", "gspo", on, lp, "the sequence ratio mask") != 0
+    n_B = in_ratio.sum(-1)
+    token_log_ratio = torch.where(in_ratio, lp.detach() - old, torch.zeros((), dtype=lp.dtype, device=lp.device))
+    seq_log_ratio_B = torch.clamp(token_log_ratio.sum(-1) / n_B.clamp(min=1), -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(seq_log_ratio_B[:, None] + lp - lp.detach())
+    unclipped = -adv * ratio
+    clipped = -adv * torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
+    loss = _select(on, torch.maximum(unclipped, clipped))
+    rows = n_B > 0
+    seq_ratio_mean = float(torch.exp(seq_log_ratio_B[rows].detach()).double().mean()) if bool(rows.any()) else 0.0
+    metrics = {"clipfrac": _masked_mean((clipped > unclipped).to(lp.dtype), on), "seq_ratio_mean": seq_ratio_mean}
+    return LossOutputs(loss, metrics)
+
+
+@strict_config("loss")
+def stable_reinforce(
+    inputs: LossInputs, *, ratio_low: float = 0.5, ratio_high: float = 2.0, kl_coeff: float = 0.0
+) -> LossOutputs:
+    """REINFORCE with masked importance sampling against the sampler's logprobs and an optional
+    k3 KL(sampler || policy) penalty: ``l = -sg(rho) [low <= rho <= high] A lp + kl_coeff k3``."""
+    if not 0.0 <= ratio_low <= 1.0 <= ratio_high:
+        raise ValueError(
+            f"loss 'stable_reinforce': need 0 <= ratio_low <= 1 <= ratio_high, got {ratio_low}, {ratio_high}"
+        )
+    if kl_coeff < 0:
+        raise ValueError(f"loss 'stable_reinforce': kl_coeff must be >= 0, got {kl_coeff}")
+    lp, on = _mask(inputs, "stable_reinforce")
+    old = _field(inputs, "sampling_logprobs_B_T", "stable_reinforce", on, lp, "the sampler's logprobs")
+    adv = _field(inputs, "advantages_B_T", "stable_reinforce", on, lp, "from an advantage estimator")
+    log_ratio = torch.clamp(lp - old, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    rho = torch.exp(log_ratio)
+    kept = (rho.detach() >= ratio_low) & (rho.detach() <= ratio_high)
+    weight = torch.where(kept, rho.detach(), torch.zeros((), dtype=lp.dtype, device=lp.device))
+    k3 = torch.expm1(log_ratio) - log_ratio
+    loss = _select(on, -weight * adv * lp + kl_coeff * k3)
+    metrics = {"maskfrac": _masked_mean((~kept).to(lp.dtype), on), "approx_kl": _masked_mean(k3, on)}
+    return LossOutputs(loss, metrics)
+
+
+LOSSES["gspo"] = (gspo, "policy")
+LOSSES["stable_reinforce"] = (stable_reinforce, "policy")

@@ -12,8 +12,8 @@ Registered names:
 
 * advantage estimators: ``gae`` (needs a critic), ``grpo``, ``dr_grpo``, ``rloo``,
   ``reinforce_pp``, ``reinforce_pp_baseline`` (:mod:`tinker_algos.estimators`);
-* losses: ``cross_entropy`` (supervised), ``importance_sampling``, ``ppo``, ``cispo`` (policy),
-  ``dpo``, ``cdpo``, ``ipo`` (preference), ``value`` (value), ``k1``, ``k2``, ``k3`` (kl)
+* losses: ``cross_entropy`` (supervised), ``importance_sampling``, ``ppo``, ``cispo``, ``dro``,
+  ``gspo``, ``stable_reinforce`` (policy), ``dpo``, ``cdpo``, ``ipo`` (preference), ``value`` (value), ``k1``, ``k2``, ``k3`` (kl)
   (:mod:`tinker_algos.losses`);
 * optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.optimizers`);
 * the ``opentinker train`` command (:mod:`tinker_algos.cli`), ``eval`` and ``export``
@@ -79,6 +79,8 @@ LOSS_TABLE: dict[str, tuple[str, str]] = {
     "ppo": ("policy", "PPO clipped surrogate, asymmetric clip, dual clip c=3"),
     "cispo": ("policy", "CISPO: -sg(clip(rho)) * A * logp"),
     "dro": ("policy", "Tinker's DRO: -(logp * A - beta/2 * (logp - logp_old)^2)"),
+    "gspo": ("policy", "GSPO-token: PPO clip on the sequence ratio (geometric mean of token ratios)"),
+    "stable_reinforce": ("policy", "REINFORCE, masked importance sampling vs the sampler, optional k3 KL"),
     "dpo": ("preference", "DPO: -log sigmoid(beta * Delta) per chosen/rejected pair"),
     "cdpo": ("preference", "conservative DPO with label smoothing (default 0.1)"),
     "ipo": ("preference", "IPO: (Delta - 1/(2 beta))^2 per chosen/rejected pair"),
@@ -89,7 +91,7 @@ LOSS_TABLE: dict[str, tuple[str, str]] = {
 }
 """Name -> (kind, description) of every built-in loss."""
 
-VANISHING_AT_ZERO_ADVANTAGE = frozenset({"importance_sampling", "ppo", "cispo"})
+VANISHING_AT_ZERO_ADVANTAGE = frozenset({"importance_sampling", "ppo", "cispo", "gspo"})
 """The built-in policy losses whose value and gradient are exactly 0 on a token whose advantage is
 0 (each term is a multiple of ``A``); they register with ``vanishes_at_zero_advantage=True``, as a
 plugin's loss does (``dro``'s ``beta / 2 * (lp - lp_old)^2`` term does not vanish)."""

@@ -40,8 +40,10 @@ if TYPE_CHECKING:
 #: Tinker's default PPO clip thresholds on the ratio (``eps_low = 1 - low``, ``eps_high = high - 1``).
 TINKER_CLIP_LOW = 0.8
 TINKER_CLIP_HIGH = 1.2
-#: Tinker's default ``(clip_low_threshold, clip_high_threshold)`` per loss: CISPO clips one side.
-TINKER_CLIPS = {"ppo": (TINKER_CLIP_LOW, TINKER_CLIP_HIGH), "cispo": (0.0, 4.0)}
+#: Tinker's default ``(clip_low_threshold, clip_high_threshold)`` per loss: CISPO clips one side;
+#: GSPO takes PPO's thresholds on its sequence ratio.
+TINKER_CLIPS = {"ppo": (TINKER_CLIP_LOW, TINKER_CLIP_HIGH), "cispo": (0.0, 4.0),
+                "gspo": (TINKER_CLIP_LOW, TINKER_CLIP_HIGH)}
 #: Tinker's ``AdamParams`` defaults, used where a field is 0 (unset on the wire).
 ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.95, "eps": 1e-12}
 #: :class:`tinker_algos.sampler.Sample` stop reasons -> Tinker's (``length``, ``stop_token``, ``stop_string``).
@@ -151,7 +153,9 @@ def datum_batch(
     """Tinker-aligned data -> a right-padded :class:`Batch` over ``tokens + [last target]``.
 
     Returns the batch and the extra loss inputs (``weights_B_T`` for ``cross_entropy``, whose
-    loss is ``-w * logprob`` summed with the weights as the mask: weights of 1 avoid ``w**2``).
+    loss is ``-w * logprob`` summed with the weights as the mask: weights of 1 avoid ``w**2``; for
+    ``gspo``, ``weights_B_T`` is Tinker's ``sequence_ratio_mask``, the tokens of the sequence
+    ratio, defaulting to the trained tokens).
     """
     if not data:
         raise ValueError("data: is empty; send at least one Datum")
@@ -181,6 +185,7 @@ def datum_batch(
     mask_B_L = np.zeros((B, L), dtype=np.float32)
     adv_B_L = np.zeros((B, L), dtype=np.float32)
     slp_B_L = np.zeros((B, L), dtype=np.float32)
+    ratio_B_L = np.zeros((B, L), dtype=np.float32)
     for b, (full, w, a, s) in enumerate(rows):
         n = len(full)
         tokens_B_L[b, :n] = full
@@ -188,6 +193,8 @@ def datum_batch(
         mask_B_L[b, 1:n] = w  # position t of the datum predicts full[t + 1]
         adv_B_L[b, 1:n] = a
         slp_B_L[b, 1:n] = s
+        if loss_fn == "gspo":
+            ratio_B_L[b, 1:n] = per_position(data[b], b, n - 1, "sequence_ratio_mask", 1.0) * (w != 0)
     batch = Batch(
         tokens_B_T=tokens_B_L, attention_mask_B_T=attn_B_L, loss_mask_B_T=mask_B_L,
         sampler_logprobs_B_T=slp_B_L, rewards_B=np.zeros(B, np.float32), group_ids_B=np.arange(B),
@@ -196,6 +203,8 @@ def datum_batch(
     extra: dict[str, np.ndarray] = {}
     if loss_fn == "cross_entropy":
         extra["weights_B_T"] = (mask_B_L != 0).astype(np.float32)
+    elif loss_fn == "gspo":
+        extra["weights_B_T"] = ratio_B_L
     return batch, extra
 
 
@@ -225,14 +234,29 @@ def sequence_logprobs(logprobs_B_T: np.ndarray, sequences: Sequence[Sequence[int
     return [logprobs_B_T[b, 1 : len(s)].astype(np.float32).tolist() for b, s in enumerate(sequences)]
 
 
+def tokenizer_id(name_or_path: str) -> str:
+    """What a Tinker client's ``AutoTokenizer.from_pretrained`` loads for a model loaded from
+    ``name_or_path`` (``get_info``'s ``tokenizer_id``): the absolute directory the tokenizer was
+    read from for ``tiny``, a registry preset or a local directory (loadable offline on the same
+    machine; elsewhere ``opentinker model export-tokenizer`` writes a copy), the hub id for a hub
+    model."""
+    from tinker_algos.model_files import resolve_model
+
+    resolved = resolve_model(name_or_path)
+    path = Path(resolved).expanduser()
+    return str(path.resolve()) if path.is_dir() else resolved
+
+
 def loss_config(loss_fn: str, config: Mapping[str, float]) -> dict[str, Any]:
     """Tinker's ``loss_fn_config`` -> keyword arguments of the registered loss ``loss_fn``.
 
     ``ppo`` and ``cispo`` take Tinker's ratio thresholds ``clip_low_threshold`` and
     ``clip_high_threshold`` (``eps_low = 1 - low``, ``eps_high = high - 1``); a threshold left
     out gets Tinker's default (:data:`TINKER_CLIPS`) and ``ppo`` gets no dual clip, as in
-    Tinker. A config in our own keys (``eps_low``, ``eps_high``, ``dual_clip``) passes through,
-    with ``dual_clip = 0`` meaning none. ``dro`` takes ``beta``. Other keys pass through as
+    Tinker. ``gspo`` takes the same thresholds on its sequence ratio (PPO's defaults). A config
+    in our own keys (``eps_low``, ``eps_high``, ``dual_clip``) passes through, with ``dual_clip =
+    0`` meaning none. ``dro`` takes ``beta``; ``stable_reinforce`` takes ``kl_coeff``,
+    ``ratio_low`` and ``ratio_high``. Other keys pass through as
     floats (the loss refuses unknown ones).
     """
     import tinker_core.registry

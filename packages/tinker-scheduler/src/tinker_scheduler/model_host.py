@@ -108,10 +108,15 @@ class ModelHost:
         self.full = full
         self.load_error: DeviceError | ModelLoadError | None = None  # told each session and job
         self.policy: PolicyModel | None = None  # None: it did not load (load_error says why)
+        #: What a client's ``AutoTokenizer.from_pretrained`` loads (``get_info``'s ``tokenizer_id``).
+        self.tokenizer_id = base_model
         try:
             self.policy = PolicyModel.load(base_model, device=device, precision=precision, revision=revision, tokenizer=tokenizer)
         except (DeviceError, ModelLoadError) as e:
             self.load_error = e
+        if self.policy is not None:
+            with contextlib.suppress(ModelLoadError):  # e.g. a hub id cached at another revision: keep the name
+                self.tokenizer_id = tinker_ops.tokenizer_id(tokenizer or base_model)
         #: The longest sequence the model takes (None: its config does not say).
         self.context_length = tinker_ops.context_length(self.policy.base_model.config) if self.policy is not None else None
         self.executor = TurnExecutor()
@@ -316,7 +321,7 @@ class ModelHost:
             base_model=self.base_model,
             lora_rank=spec.lora_rank,
             lora_alpha=float(lora.alpha) if lora is not None else 0.0,
-            tokenizer_id=self.base_model,
+            tokenizer_id=self.tokenizer_id,
             vocab_size=int(base.get_input_embeddings().weight.shape[0]),
             step=int(slot.trainer.step),
             model_type=str(getattr(base.config, "model_type", "")),

@@ -161,6 +161,7 @@ def _map_entry(buf: Any, where: str, budget: _Budget) -> tuple[str, Any]:
 def _datum(buf: Any, i: int, budget: _Budget) -> dict[str, Any]:
     tokens: list[int] = []
     inputs: dict[str, np.ndarray] = {}
+    spans: dict[str, list[dict[str, Any]]] = {"model_input_spans": [], "loss_fn_input_spans": []}
     where = f"data[{i}]"
     for number, value in fields(_bytes(buf, where), budget):
         if number == 1:  # Chunk
@@ -176,12 +177,33 @@ def _datum(buf: Any, i: int, budget: _Budget) -> dict[str, Any]:
         elif number == 2:
             name, tensor = _map_entry(value, f"{where}.loss_fn_inputs", budget)
             inputs[name] = _tensor(_bytes(tensor or b"", f"{where}.loss_fn_inputs.{name}"), name, budget)
-    return {"tokens": tokens, "loss_fn_inputs": inputs}
+        elif number in (3, 4):  # model_input_spans, loss_fn_input_spans
+            field_name = "model_input_spans" if number == 3 else "loss_fn_input_spans"
+            spans[field_name].append(_span(value, f"{where}.{field_name}[{len(spans[field_name])}]", budget))
+    return {"tokens": tokens, "loss_fn_inputs": inputs, **spans}
+
+
+def _span(buf: Any, where: str, budget: _Budget) -> dict[str, Any]:
+    """A ``ProvenanceSpan``: ``kind`` (``prompt`` or ``sampled``), ``sequence_id``, ``offset``, ``length``."""
+    out: dict[str, Any] = {"kind": "", "sequence_id": "", "offset": 0, "length": 0}
+    for arm, body in fields(_bytes(buf, where), budget):
+        if arm not in (1, 2):
+            continue
+        out["kind"] = "prompt" if arm == 1 else "sampled"
+        for n, v in fields(_bytes(body, where), budget):
+            if n == 1:
+                out["sequence_id"] = _text(v, f"{where}.sequence_id")
+            elif n in (2, 3) and isinstance(v, int):
+                out["offset" if n == 2 else "length"] = v
+    if not out["kind"] or not out["sequence_id"]:
+        raise ValueError(f"{where}: a provenance run needs prompt_tokens or sampled_tokens with a sequence_id")
+    return out
 
 
 def read_forward_backward(buf: bytes, limits: RequestLimits | None = None) -> dict[str, Any]:
-    """A ``ForwardBackwardRequest``: model_id, seq_id, data (tokens and loss_fn_inputs arrays per
-    datum), loss_fn, loss_fn_config (numbers) and forward_only.
+    """A ``ForwardBackwardRequest``: model_id, seq_id, data (tokens, loss_fn_inputs arrays and the
+    provenance runs ``model_input_spans`` / ``loss_fn_input_spans`` per datum), loss_fn,
+    loss_fn_config (numbers) and forward_only.
 
     With ``limits`` the body is refused (:class:`ValueError`) as soon as it holds more data, tokens
     or fields than they allow, before the rest is decoded."""

@@ -32,12 +32,13 @@ from tinker_scheduler.policy import Resources
 from tinker_scheduler.sessions import SessionManager, SessionRequest, TrainingSession
 from tinker_scheduler.tinker_api import fields, sampling
 from tinker_scheduler.tinker_api.records import ModelRecord, Records
+from tinker_scheduler.tinker_api.stability import StabilityRecords
 from tinker_scheduler.training_service import NAME_RE
 from tinker_scheduler.training_wire import MAX_LORA_RANK
 
 #: Tinker ``loss_fn_inputs`` names -> the datum fields of :func:`tinker_algos.tinker_ops.datum_batch`.
 LOSS_INPUTS = {"target_tokens": "target_tokens", "weights": "loss_weights", "advantages": "advantages",
-               "logprobs": "sampling_logprobs"}
+               "logprobs": "sampling_logprobs", "sequence_ratio_mask": "sequence_ratio_mask"}
 #: Checkpoint kinds in ``tinker://`` paths -> the session subdirectory holding them.
 PATH_KINDS = {"weights": "states", "sampler_weights": "sampler"}
 #: Why a model recorded in the store has no live session, by its state.
@@ -69,6 +70,7 @@ class Models:
         self.records = records
         self.free = free
         self.limits = limits or tinker_ops.RequestLimits()
+        self.stability = StabilityRecords()
         self._sampling: dict[str, SamplingSession] = {}
         self._ids: dict[str, str] = {}  # Tinker model id -> session id
         self._lock = threading.Lock()
@@ -159,6 +161,9 @@ class Models:
         session = self.session(tenant, request["model_id"])
         data = [_datum(d, i) for i, d in enumerate(request["data"])]
         loss_fn = request["loss_fn"]
+        if loss_fn == "stable_reinforce":  # train against the sampler's recorded logprobs
+            for i, (d, raw) in enumerate(zip(data, request["data"], strict=True)):
+                self.stability.resolve(tenant, i, d, raw.get("loss_fn_input_spans", []))
         if not request["forward_only"] and not loss_fn:
             raise StatusError("INVALID_ARGUMENT", "loss_fn: is empty; name a loss such as 'cross_entropy'")
         try:
@@ -296,9 +301,12 @@ class Models:
             raise StatusError("NOT_FOUND", f"sampling_session_id: no sampling session {sid!r}")
         return s
 
-    def sample(self, tenant: str, body: Mapping[str, Any], target: SamplingSession) -> dict[str, Any]:
+    def sample(self, tenant: str, body: Mapping[str, Any], target: SamplingSession,
+               request_id: Callable[[], str] | None = None) -> dict[str, Any]:
         """A ``SampleRequest``: the samples, then (when asked) one ``score`` call for prompt logprobs
-        and top-k logprobs; the answer :func:`.protowire.sample_response` writes."""
+        and top-k logprobs; the answer :func:`.protowire.sample_response` writes. With
+        ``record_stability_info`` the samples are recorded (:mod:`.stability`) under the ids of
+        ``request_id()``'s request."""
         session = self._sampling_session(tenant, target)
         prompt, params, n = sampling.sample_args(body)
         wants = sampling.LogprobRequest.of(body, len(prompt))
@@ -313,6 +321,8 @@ class Models:
         base = bool(target.base_model)
         sample = ops.Sample([prompt], params, n, sampler_path=target.sampler_path, base=base)
         samples = list(self.sessions.run(session, "", lambda call: call(sample))[0])
+        if body.get("record_stability_info") and request_id is not None:
+            self.stability.record(tenant, request_id(), prompt, samples)
         scores: list[dict[str, np.ndarray]] = []
         if wants.wanted:
             score = ops.Score(wants.sequences(prompt, samples), max(wants.topk_prompt, wants.topk_sample),

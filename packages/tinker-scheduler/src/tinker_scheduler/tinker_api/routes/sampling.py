@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
@@ -29,11 +31,20 @@ async def asample(request: Request) -> Body:
     n = sampling.num_samples(body, ctx.models.limits)  # before any work: the answer lists n ids
     target = await run_in_threadpool(ctx.models.sampling_model, tenant, body)
 
+    submitted: list[str] = []
+    known = threading.Event()
+
+    def own_id() -> str:  # the request's id, once submit has answered it (stability records use it)
+        known.wait()
+        return submitted[0]
+
     def run() -> Answer:
-        return Answer(protowire.sample_response(ctx.models.sample(tenant, body, target)), PROTOBUF)
+        return Answer(protowire.sample_response(ctx.models.sample(tenant, body, target, own_id)), PROTOBUF)
 
     # in the turn of the model that saved the weights, or of the tenant's own base sampler
     request_id = ctx.futures.submit(tenant, target.model_id or target.session_id, run)
+    submitted.append(request_id)
+    known.set()
     return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}-{i}" for i in range(n)]}
 
 
