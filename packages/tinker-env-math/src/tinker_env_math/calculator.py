@@ -289,7 +289,7 @@ class CalculatorEnv(TextEnv):
         elif parse_answer(action, fallback_last_number=False) is not None:
             return self._final(action)
         else:
-            how = "a calculator tool call" if self.native else "<calc>expression</calc> call"
+            how = "calculator tool call" if self.native else "<calc>expression</calc> call"
             text = f"<error>no {how} or <answer>number</answer> found</error>\n"
             obs, event = ([{"role": "user", "content": text}] if self.native else text), "error"
         truncated = self.turn >= self.max_turns
