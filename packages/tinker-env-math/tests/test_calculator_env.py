@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tinker_core import Action, EnvSpec, ToolCall
-from tinker_core.tools import format_tool_call
-from tinker_env_math.calculator import CALCULATOR_SPEC, CALCULATOR_TOOL, CalculatorEnv, calculator_problems
+from tinker_core import Action, EnvSpec, ToolCall, format_tool_call
+from tinker_env_math.calculator import (
+    CALCULATOR_SPEC,
+    CALCULATOR_TOOL,
+    CalculatorEnv,
+    calculator_problems,
+)
 
 
 def test_seeded_problems() -> None:
