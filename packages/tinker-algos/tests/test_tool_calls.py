@@ -213,7 +213,7 @@ def test_a_template_with_tool_support_gets_the_tools_and_renders_tool_results(to
     check_tokens_in_equal_tokens_out(ep, script)
 
 
-def test_a_template_without_a_tool_role_gets_tool_results_as_a_user_turn(tok, tmp_path) -> None:
+def test_a_template_without_a_tool_role_gets_tool_results_as_a_user_turn(tok, monkeypatch, tmp_path) -> None:
     path = tmp_path / "no-tool-role.jinja"
     path.write_text(NO_TOOL_ROLE_TEMPLATE)
     renderer = PromptRenderer.from_config(tok, str(path))
@@ -224,3 +224,12 @@ def test_a_template_without_a_tool_role_gets_tool_results_as_a_user_turn(tok, tm
     delta = renderer.next(conv, sampled, tok.decode(sampled), reply)
     assert tok.decode(delta) == (f"{IM_END}\n{IM_START}user\n<tool_response>\n5\n</tool_response>\n"
                                  f"<tool_response>\nerror: x\n</tool_response>{IM_END}\n{IM_START}assistant\n")
+    # a whole episode through the rollout: the transcript renders the replies the same way
+    _, info = CalculatorEnv(tool_format="native", num_terms=2, digits=2).reset(seed=7)
+    eot = tok.convert_tokens_to_ids(IM_END)
+    call, final = format_tool_call("calculator", {"expression": info["expression"]}), f"<answer>{info['answer']}</answer>"
+    turns = [(tok.encode(t, add_special_tokens=False) + [eot], "eos", t) for t in (call, final)]
+    ep, script, _ = run_episode(tok, monkeypatch, renderer, turns)
+    assert ep.error is None and ep.reward == 1.0
+    assert ep.transcript[1][0] == f"{IM_START}user\n<tool_response>\n{info['answer']}\n</tool_response>{IM_END}\n{IM_START}assistant\n"
+    check_tokens_in_equal_tokens_out(ep, script)

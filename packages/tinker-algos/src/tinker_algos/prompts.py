@@ -250,10 +250,11 @@ class PromptRenderer:
         self.closing, self.end_of_turn_id, self._eot_text = "", None, ""
         self.native_tools = False  # the template renders a ``tools`` list itself
         self.tool_role = True  # the template renders ``tool`` messages
+        if template is not None:
+            self.native_tools, self.tool_role = _probe(tokenizer, template)
         if self.chat:
             assert template is not None
             self.closing, self.end_of_turn_id, self._eot_text = _closing(tokenizer, template)
-            self.native_tools, self.tool_role = _probe(tokenizer, template)
 
     @classmethod
     def from_config(cls, tokenizer: PreTrainedTokenizerBase, chat_template: str = "auto", *, field: str = FIELD) -> PromptRenderer:
@@ -312,7 +313,7 @@ class PromptRenderer:
         """A readable text of an observation (for transcripts): text as is, messages rendered."""
         if isinstance(observation, str):
             return observation
-        return render_messages(self.tokenizer, self.template, as_messages(observation), True)
+        return render_messages(self.tokenizer, self.template, self._messages(as_messages(observation)), True)
 
     def _messages(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
         return messages if self.tool_role else tool_responses_as_user(messages)
