@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from tinker_env_math.calculator import CALCULATOR_SPEC, CalculatorEnv, calculator_problems
+from tinker_core import Action, EnvSpec, ToolCall, format_tool_call
+from tinker_env_math.calculator import (
+    CALCULATOR_SPEC,
+    CALCULATOR_TOOL,
+    CalculatorEnv,
+    calculator_problems,
+)
 
 
 def test_seeded_problems() -> None:
@@ -112,3 +118,84 @@ def test_magnitude_limit_kwarg() -> None:
 def test_bad_kwargs(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CalculatorEnv(**kwargs)
+
+
+# ---- native tool calls (tool_format="native") ------------------------------------------------------
+def native_call(expression: object) -> str:
+    return format_tool_call("calculator", {"expression": expression})
+
+
+def test_native_tools_are_declared_in_the_spec_and_observations_are_chat() -> None:
+    env = CalculatorEnv(tool_format="native")
+    assert env.env_spec.tools == (CALCULATOR_TOOL,) and env.env_spec.observation_type == "chat"
+    assert EnvSpec.from_json(env.env_spec.to_json()) == env.env_spec
+    assert CALCULATOR_SPEC.tools == () and CalculatorEnv().env_spec is CALCULATOR_SPEC  # the tag path is unchanged
+    obs, info = env.reset(seed=0, options={"expression": "347*29+118"})
+    assert obs == [{"role": "user", "content": "What is 347*29+118?\nUse the calculator tool to calculate. "
+                    "Reply <answer>number</answer> to finish.\n"}]
+    assert info["answer"] == "10181"
+
+
+def test_native_tool_then_answer() -> None:
+    env = CalculatorEnv(tool_format="native")
+    env.reset(seed=0, options={"expression": "347*29+118"})
+    obs, reward, term, trunc, info = env.step("Let me compute.\n" + native_call("347*29"))
+    assert obs == [{"role": "tool", "content": "10063", "name": "calculator", "tool_call_id": "call_0"}]
+    assert (reward, term, trunc, info["event"], info["tool_calls"]) == (0.0, False, False, "calc", 1)
+    obs, *_ = env.step(native_call("10063+118"))
+    assert obs[0]["content"] == "10181"
+    obs, reward, term, trunc, info = env.step("<answer>10181</answer>")
+    assert (obs, reward, term, trunc, info["correct"]) == ([], 1.0, True, False, True)
+
+
+def test_native_calls_parsed_by_the_rollout_are_used_as_given() -> None:
+    env = CalculatorEnv(tool_format="native")
+    env.reset(options={"expression": "2*3"})
+    # the rollout parsed this action: its tool_calls are what the env answers, not its text
+    action = Action("anything", "end_of_turn", (ToolCall("calculator", {"expression": "40+2"}, "call_0"),), ())
+    obs, *_ = env.step(action)
+    assert obs == [{"role": "tool", "content": "42", "name": "calculator", "tool_call_id": "call_0"}]
+
+
+def test_several_native_calls_are_each_answered_in_order() -> None:
+    env = CalculatorEnv(tool_format="native")
+    env.reset(options={"expression": "2*3"})
+    obs, _, _, _, info = env.step(native_call("1+1") + native_call("2**99999") + native_call("6*7"))
+    assert [(m["tool_call_id"], m["content"]) for m in obs] == [
+        ("call_0", "2"), ("call_1", obs[1]["content"]), ("call_2", "42")]
+    assert obs[1]["content"].startswith("error: ")
+    assert info["tool_calls"] == 3 and info["event"] == "calc"
+
+
+@pytest.mark.parametrize(
+    ("action", "error"),
+    [
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}</tool_call>', "not valid JSON"),
+        ('<tool_call>{"name": "search", "arguments": {}}</tool_call>', "unknown tool 'search'"),
+        ('<tool_call>{"name": "calculator", "arguments": {}}</tool_call>', "missing required argument(s) 'expression'"),
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "1+1"}}', "unclosed <tool_call>"),
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": ["1"]}}</tool_call>', "'expression' must be a string"),
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "import os"}}</tool_call>', "error: "),
+    ],
+)
+def test_a_malformed_native_call_is_answered_with_an_error_tool_message(action: str, error: str) -> None:
+    env = CalculatorEnv(tool_format="native")
+    env.reset(options={"expression": "2*3"})
+    obs, reward, term, trunc, info = env.step(action)
+    assert (reward, term, trunc, info["event"]) == (0.0, False, False, "error")
+    assert len(obs) == 1 and obs[0]["role"] == "tool" and obs[0]["content"].startswith("error: ")
+    assert error in obs[0]["content"]
+
+
+def test_native_mode_without_a_call_or_answer_says_what_is_expected() -> None:
+    env = CalculatorEnv(tool_format="native", max_turns=2)
+    env.reset(options={"expression": "2*3"})
+    obs, _, _, trunc, _ = env.step("<calc>2*3</calc>")  # a tag is not a tool call in native mode
+    assert obs == [{"role": "user", "content": "<error>no calculator tool call or <answer>number</answer> found</error>\n"}]
+    assert not trunc
+    assert env.step("6")[1:3] == (1.0, True)  # a bare number is still a final answer
+
+
+def test_tool_format_is_checked() -> None:
+    with pytest.raises(ValueError, match="tool_format must be 'tags' or 'native'"):
+        CalculatorEnv(tool_format="json")

@@ -36,8 +36,9 @@ def test_registered_env_conforms(math_plugin_only: None, env_id: str) -> None:
             tinker_core.make_env, "math/arithmetic-v0", split="test", allow_negative=True
         ),
         functools.partial(tinker_core.make_env, "math/calculator-v0", max_turns=2, num_terms=5),
+        functools.partial(tinker_core.make_env, "math/calculator-v0", tool_format="native"),
     ],
-    ids=["arithmetic-hard", "arithmetic-test-split", "calculator-short"],
+    ids=["arithmetic-hard", "arithmetic-test-split", "calculator-short", "calculator-native-tools"],
 )
 def test_configured_envs_conform(math_plugin_only: None, factory: functools.partial) -> None:
     testing.check_env(factory, seeds=(0, 1))
@@ -51,3 +52,16 @@ def test_calculator_conforms_with_tool_calls(math_plugin_only: None) -> None:
         "<answer>408</answer>",
     ]
     testing.check_env("math/calculator-v0", seeds=(0, 1), actions=actions)
+
+
+def test_calculator_conforms_with_native_tool_calls(math_plugin_only: None) -> None:
+    call = '<tool_call>{{"name": "calculator", "arguments": {{"expression": "{}"}}}}</tool_call>'
+    actions = [
+        call.format("12*34"),
+        call.format("2**99999"),
+        call.format("1+1") + call.format("2*3"),
+        '<tool_call>{"name": "calculator", "arguments": "12*34"}</tool_call>',
+        "<answer>408</answer>",
+    ]
+    env = functools.partial(tinker_core.make_env, "math/calculator-v0", tool_format="native")
+    testing.check_env(env, seeds=(0, 1), actions=actions)

@@ -28,6 +28,16 @@ Chat rendering (a chat template in use), turn by turn:
    ``<|im_end|>``), then the new message and the generation prompt. A template that renders
    earlier turns differently once a message is added (not append-only) raises TemplateError.
 
+Tools (an env whose ``EnvSpec.tools`` is not empty; :mod:`tinker_core.tools`): a template that
+renders a ``tools`` list (probed once: :attr:`PromptRenderer.native_tools`) gets them through
+``apply_chat_template(..., tools=...)`` on every render of the episode; any other chat template
+gets the default format's instructions (:func:`tinker_core.tools.tools_system_prompt`) appended to
+the system prompt (which they become when there is none). Tool results are ``tool`` messages; a
+template that cannot render the ``tool`` role (it raises, or drops the content; probed once:
+:attr:`PromptRenderer.tool_role`) gets them as one user message of
+``<tool_response>...</tool_response>`` blocks instead. Plain rendering writes the instructions
+before the first observation.
+
 Plain rendering: the first observation is encoded with the tokenizer's special tokens (e.g.
 ``<bos>``), later ones without; chat messages are rendered first (the tokenizer's template for
 ``auto``, ``role: content`` lines for ``none``).
@@ -44,10 +54,11 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tinker_algos.model_files import CHAR_CHAT_TEMPLATE
 from tinker_core.errors import ConfigError, OpenTinkerError
+from tinker_core.tools import tools_system_prompt
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -76,9 +87,11 @@ class TemplateError(OpenTinkerError, ValueError):
 
 @dataclass
 class Conversation:
-    """One episode's chat so far (chat rendering only): the messages its tokens render."""
+    """One episode's chat so far (chat rendering only): the messages its tokens render, and the
+    tools the template is given (native tool rendering only)."""
 
     messages: list[dict[str, str]] = field(default_factory=list)
+    tools: tuple[dict[str, Any], ...] = ()
 
 
 def as_messages(observation: object, role: str = "user") -> list[dict[str, str]]:
@@ -110,16 +123,62 @@ def _special_ids(tokenizer: PreTrainedTokenizerBase) -> set[int]:
     return ids
 
 
-def render_messages(tokenizer: PreTrainedTokenizerBase, template: str | None, messages: list[dict[str, str]], generation_prompt: bool) -> str:
-    """Chat messages as text: through ``template`` (a Jinja chat template), or, when it is None,
-    as plain ``role: content`` lines followed by ``assistant: `` for the generation prompt."""
+def render_messages(
+    tokenizer: PreTrainedTokenizerBase,
+    template: str | None,
+    messages: list[dict[str, str]],
+    generation_prompt: bool,
+    tools: Sequence[dict[str, Any]] = (),
+) -> str:
+    """Chat messages as text: through ``template`` (a Jinja chat template, given ``tools`` when
+    there are any), or, when it is None, as plain ``role: content`` lines followed by
+    ``assistant: `` for the generation prompt."""
     if template is None:
         lines = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
         return lines + ("assistant: " if generation_prompt else "")
+    extra = {"tools": [dict(t) for t in tools]} if tools else {}
     text = tokenizer.apply_chat_template(
-        messages, chat_template=template, tokenize=False, add_generation_prompt=generation_prompt
+        messages, chat_template=template, tokenize=False, add_generation_prompt=generation_prompt, **extra
     )
     return str(text)
+
+
+_PROBE_NAME = "opentinker_probe_tool_7f3a"
+_PROBE_TOOL = {"type": "function", "function": {"name": _PROBE_NAME, "description": "", "parameters": {"type": "object", "properties": {}}}}
+
+
+def _probe(tokenizer: PreTrainedTokenizerBase, template: str) -> tuple[bool, bool]:
+    """``(native_tools, tool_role)``: whether ``template`` renders a ``tools`` list, and ``tool`` messages."""
+    user = {"role": "user", "content": "x"}
+    try:
+        native = _PROBE_NAME in render_messages(tokenizer, template, [user], True, [_PROBE_TOOL])
+    except Exception:  # a template that fails on tools has no tool support
+        native = False
+    try:
+        msgs = [user, {"role": "assistant", "content": "y"}, {"role": "tool", "content": _SENTINEL}]
+        role = _SENTINEL in render_messages(tokenizer, template, msgs, True)
+    except Exception:  # e.g. a template that raises on roles other than user/assistant/system
+        role = False
+    return native, role
+
+
+def tool_responses_as_user(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """``messages`` with each run of ``tool`` messages merged into one user message of
+    ``<tool_response>\ncontent\n</tool_response>`` blocks (for templates without a tool role)."""
+    out: list[dict[str, str]] = []
+    in_run = False
+    for m in messages:
+        if m["role"] != "tool":
+            out.append(m)
+            in_run = False
+            continue
+        block = f"<tool_response>\n{m['content']}\n</tool_response>"
+        if in_run:
+            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + block}
+        else:
+            out.append({"role": "user", "content": block})
+        in_run = True
+    return out
 
 
 def _closing(tokenizer: PreTrainedTokenizerBase, template: str) -> tuple[str, int | None, str]:
@@ -189,6 +248,10 @@ class PromptRenderer:
         self.system_prompt = system_prompt
         self.chat = bool(chat and template is not None)
         self.closing, self.end_of_turn_id, self._eot_text = "", None, ""
+        self.native_tools = False  # the template renders a ``tools`` list itself
+        self.tool_role = True  # the template renders ``tool`` messages
+        if template is not None:
+            self.native_tools, self.tool_role = _probe(tokenizer, template)
         if self.chat:
             assert template is not None
             self.closing, self.end_of_turn_id, self._eot_text = _closing(tokenizer, template)
@@ -250,20 +313,34 @@ class PromptRenderer:
         """A readable text of an observation (for transcripts): text as is, messages rendered."""
         if isinstance(observation, str):
             return observation
-        return render_messages(self.tokenizer, self.template, as_messages(observation), True)
+        return render_messages(self.tokenizer, self.template, self._messages(as_messages(observation)), True)
 
-    def start(self, observation: Observation, system_prompt: str = "") -> tuple[list[int], Conversation]:
-        """Token ids of an episode's first prompt, and the conversation to continue it with."""
+    def _messages(self, messages: list[dict[str, str]]) -> list[dict[str, str]]:
+        return messages if self.tool_role else tool_responses_as_user(messages)
+
+    def start(self, observation: Observation, system_prompt: str = "", tools: Sequence[dict[str, Any]] = ()) -> tuple[list[int], Conversation]:
+        """Token ids of an episode's first prompt, and the conversation to continue it with;
+        ``tools``: the env's (``EnvSpec.tools``), rendered as the module docstring says."""
         tok = self.tokenizer
         if not self.chat:
-            return list(tok.encode(self.text_of(observation), add_special_tokens=True)), Conversation()
-        messages = as_messages(observation)
+            text = self.text_of(observation)
+            if tools:
+                text = f"{tools_system_prompt(tools)}\n\n{text}"
+            return list(tok.encode(text, add_special_tokens=True)), Conversation()
+        messages = self._messages(as_messages(observation))
         if self.system_prompt is not None:
             system_prompt = self.system_prompt
         if system_prompt and not (messages and messages[0]["role"] == "system"):
             messages = [{"role": "system", "content": system_prompt}, *messages]
-        text = render_messages(tok, self.template, messages, True)
-        return list(tok.encode(text, add_special_tokens=False)), Conversation(messages)
+        native = tuple(tools) if self.native_tools else ()
+        if tools and not native:
+            block = tools_system_prompt(tools)
+            if messages and messages[0]["role"] == "system":
+                messages = [{**messages[0], "content": f"{messages[0]['content']}\n\n{block}"}, *messages[1:]]
+            else:
+                messages = [{"role": "system", "content": block}, *messages]
+        text = render_messages(tok, self.template, messages, True, native)
+        return list(tok.encode(text, add_special_tokens=False)), Conversation(messages, native)
 
     def next(
         self, conversation: Conversation, action_tokens: Sequence[int], action_text: str, observation: Observation
@@ -274,9 +351,9 @@ class PromptRenderer:
         if not self.chat:
             return list(tok.encode(self.text_of(observation), add_special_tokens=False))
         before = [*conversation.messages, {"role": "assistant", "content": str(action_text)}]
-        after = [*before, *as_messages(observation)]
-        a = render_messages(tok, self.template, before, False)
-        u = render_messages(tok, self.template, after, True)
+        after = self._messages([*before, *as_messages(observation)])
+        a = render_messages(tok, self.template, before, False, conversation.tools)
+        u = render_messages(tok, self.template, after, True, conversation.tools)
         if not u.startswith(a) or not a.endswith(self.closing):
             raise TemplateError(
                 "the chat template renders earlier turns differently once a message is added, so a "
@@ -300,4 +377,5 @@ __all__ = [
     "eos_token_ids",
     "render_messages",
     "template_end_of_turn_id",
+    "tool_responses_as_user",
 ]

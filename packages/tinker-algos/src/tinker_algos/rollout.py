@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import dataclasses
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -44,6 +45,7 @@ from tinker_core.contracts import (
 from tinker_core.errors import OpenTinkerError
 from tinker_core.fsm import TurnFSM, TurnState
 from tinker_core.timeouts import CallRunner
+from tinker_core.tools import parse_tool_calls
 
 if TYPE_CHECKING:
     from tinker_core.env import TextEnv
@@ -116,14 +118,16 @@ class RolloutResult:
         return out
 
 
-FirstPrompts = dict[tuple[str, str], tuple[list[int], list[dict[str, str]]]]
-"""``(observation, system prompt) -> (ids, messages)``: a task's first prompt, encoded once per rollout."""
+FirstPrompts = dict[tuple[str, str, str], tuple[list[int], Conversation]]
+"""``(observation, system prompt, tools as JSON) -> (ids, conversation)``: a task's first prompt, encoded once per rollout."""
 
 
 class PolicyTurns:
     """One policy's side of one episode (a single-agent episode, or one learner role of a
     multi-agent one): its turn FSM (tokens, loss mask, sampler logprobs), its chat so far, its
-    last sample and its transcript of ``(observation, action)`` texts.
+    last sample and its transcript of ``(observation, action)`` texts. ``tools`` are the env's
+    (``EnvSpec.tools``): the renderer shows them to the policy and :meth:`act` parses each sample's
+    tool calls into its :class:`Action`.
 
     Per turn: :meth:`render` the observation, :meth:`observe` its ids (masked), :meth:`act` on
     the sample (trained), :meth:`rewarded` when the env scores the turn; :meth:`finish` at the end.
@@ -138,6 +142,7 @@ class PolicyTurns:
         self.last: SampledSequence | None = None
         self.observation_text = ""
         self.transcript: list[tuple[str, str]] = []
+        self.tools: tuple[dict[str, Any], ...] = ()
 
     def render(self, observation: Observation, first_prompts: FirstPrompts | None = None) -> list[int]:
         """The ids of ``observation``: the first one as the prompt (with the system prompt; text
@@ -147,14 +152,13 @@ class PolicyTurns:
         if self.last is not None:
             return self.renderer.next(self.conv, self.last.tokens, self.last.text, observation)
         if first_prompts is None or not isinstance(observation, str):
-            ids, self.conv = self.renderer.start(observation, self.system_prompt)
+            ids, self.conv = self.renderer.start(observation, self.system_prompt, self.tools)
             return ids
-        key = (observation, self.system_prompt)
+        key = (observation, self.system_prompt, json.dumps(self.tools, sort_keys=True) if self.tools else "")
         if key not in first_prompts:
-            ids, conv = self.renderer.start(observation, self.system_prompt)
-            first_prompts[key] = (ids, list(conv.messages))
-        ids, messages = first_prompts[key]
-        self.conv = Conversation(list(messages))
+            first_prompts[key] = self.renderer.start(observation, self.system_prompt, self.tools)
+        ids, conv = first_prompts[key]
+        self.conv = Conversation(list(conv.messages), conv.tools)
         return ids
 
     def observe(self, ids: Sequence[int]) -> None:
@@ -167,7 +171,10 @@ class PolicyTurns:
         self.fsm.append(seq.tokens, logprobs=seq.logprobs)
         self.fsm.transition(TurnState.INTERACTING)
         self.last = seq
-        return Action(seq.text, TURN_END_OF[seq.stop_reason])
+        if not self.tools:
+            return Action(seq.text, TURN_END_OF[seq.stop_reason])
+        calls, errors = parse_tool_calls(seq.text, self.tools)
+        return Action(seq.text, TURN_END_OF[seq.stop_reason], calls, errors)
 
     def rewarded(self, reward: float) -> None:
         """The env's reward for the last action; the turn goes into the transcript."""
@@ -242,7 +249,9 @@ class _Rollout:
                 continue
             try:
                 obs, _info = value
-                ep.turns.system_prompt = getattr(getattr(ep.env, "env_spec", None), "system_prompt", "") or ""
+                spec = getattr(ep.env, "env_spec", None)
+                ep.turns.system_prompt = getattr(spec, "system_prompt", "") or ""
+                ep.turns.tools = tuple(getattr(spec, "tools", ()) or ())
                 ep.turns.observe(ep.turns.render(obs, self.first_prompts))
             except Exception:
                 self.fail(ep, "env_error")

@@ -7,6 +7,9 @@ them from here only (``from tinker_core import TextEnv``), never from a submodul
   trajectories and their groups, batches, the advantage estimator / loss / optimizer contracts;
 * the env contracts (:class:`TextEnv`, :class:`MultiAgentTextEnv`, :class:`EnvSpec`) and the
   multi-agent coordinator and scripted opponents;
+* tool calls (:mod:`tinker_core.tools`): the parsed :class:`ToolCall` / :class:`ToolCallError`,
+  :func:`tool_calls_of` (what an env reads from an action), :func:`tool_message` (its answer),
+  :func:`format_tool_call` (a call in the default format, e.g. for warm-start data);
 * the hook marker, the ``register`` callback types, the registry look-ups, :func:`make_env`;
 * the conformance kit's checks and the errors.
 
@@ -85,5 +88,11 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.testing import check_loss as check_loss
     from tinker_core.testing import check_multi_agent_env as check_multi_agent_env
     from tinker_core.testing import check_optimizer as check_optimizer
+    from tinker_core.tools import ToolCall as ToolCall
+    from tinker_core.tools import ToolCallError as ToolCallError
+    from tinker_core.tools import format_tool_call as format_tool_call
+    from tinker_core.tools import parse_tool_calls as parse_tool_calls
+    from tinker_core.tools import tool_calls_of as tool_calls_of
+    from tinker_core.tools import tool_message as tool_message
 
 __getattr__, __dir__, __all__ = lazy_package(__name__, "__version__")

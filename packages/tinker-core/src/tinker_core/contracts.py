@@ -25,11 +25,15 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeAlias, TypedDict
 
 import numpy as np
 
+from tinker_core.tools import ToolCall, ToolCallError
+
 # ---- env exchange ---------------------------------------------------------------------------
 
 
 class Message(TypedDict):
-    """A chat message, as in the OpenAI / Hugging Face chat-template convention."""
+    """A chat message, as in the OpenAI / Hugging Face chat-template convention. A ``tool``
+    message (a tool's result, :func:`~tinker_core.tools.tool_message`) may also carry ``name``
+    and ``tool_call_id`` (extra string keys reach the chat template as they are)."""
 
     role: str
     content: str
@@ -46,25 +50,41 @@ TURN_ENDS: tuple[str, ...] = ("end_of_turn", "stop_string", "length")
 
 
 class Action(str):
-    """The text of a policy's action, carrying how its turn ended (``stop_reason``).
+    """The text of a policy's action, carrying how its turn ended (``stop_reason``) and, for an
+    env that declares tools (``EnvSpec.tools``), the tool calls parsed from it.
 
     The rollouts pass ``step()`` an ``Action``; it is a ``str``, so envs that only read the text
     need no change. An env that must know whether an answer was finished reads
     :func:`turn_end_of` (``None`` when the caller gave a plain string, e.g. a test or an older
-    rollout). It survives the remote :class:`~tinker_core.remote.RemoteEnv` (``StepRequest.stop_reason``).
+    rollout). ``tool_calls`` (:class:`~tinker_core.tools.ToolCall` s) and ``tool_call_errors``
+    (:class:`~tinker_core.tools.ToolCallError` s: blocks that are not valid calls) are what
+    :func:`~tinker_core.tools.parse_tool_calls` found; ``tool_calls`` is None when nothing was
+    parsed (read them with :func:`~tinker_core.tools.tool_calls_of`, which parses a plain string
+    itself). The stop reason survives the remote :class:`~tinker_core.remote.RemoteEnv`
+    (``StepRequest.stop_reason``); the tool calls are parsed again on the env's side.
     """
 
     stop_reason: TurnEnd | None
+    tool_calls: tuple[ToolCall, ...] | None
+    tool_call_errors: tuple[ToolCallError, ...]
 
-    def __new__(cls, text: str, stop_reason: TurnEnd | None = None) -> Action:
+    def __new__(
+        cls,
+        text: str,
+        stop_reason: TurnEnd | None = None,
+        tool_calls: Sequence[ToolCall] | None = None,
+        tool_call_errors: Sequence[ToolCallError] = (),
+    ) -> Action:
         if stop_reason is not None and stop_reason not in TURN_ENDS:
             raise ValueError(f"Action.stop_reason must be one of {', '.join(TURN_ENDS)} or None, got {stop_reason!r}")
         obj = super().__new__(cls, text)
         obj.stop_reason = stop_reason
+        obj.tool_calls = None if tool_calls is None else tuple(tool_calls)
+        obj.tool_call_errors = tuple(tool_call_errors)
         return obj
 
-    def __reduce__(self) -> tuple[type[Action], tuple[str, TurnEnd | None]]:  # pickles (Ray, process pools) keep the reason
-        return (Action, (str(self), self.stop_reason))
+    def __reduce__(self) -> tuple[type[Action], tuple[Any, ...]]:  # pickles (Ray, process pools) keep what it carries
+        return (Action, (str(self), self.stop_reason, self.tool_calls, self.tool_call_errors))
 
 
 def turn_end_of(action: str) -> TurnEnd | None:

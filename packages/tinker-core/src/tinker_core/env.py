@@ -28,6 +28,7 @@ from tinker_core.contracts import (  # noqa: F401 - re-exported: the env exchang
     TurnEnd,
     turn_end_of,
 )
+from tinker_core.tools import check_tools
 
 ActionFormat = Literal["text", "chat"]
 
@@ -61,6 +62,12 @@ class EnvSpec:
             the policy's prompts go through a chat template (``model.chat_template``); ignored
             for plain-text prompts and when the observation already starts with a system
             message. Omitted from :meth:`to_dict` when empty, so older readers accept the JSON.
+        tools: the tools the policy may call, in the OpenAI function format
+            (``{"type": "function", "function": {"name", "description", "parameters"}}``,
+            checked by :func:`tinker_core.tools.check_tools`). The renderer gives them to the chat
+            template (or writes them into the system prompt in the default format), and the
+            rollout parses the calls of each action into ``Action.tool_calls``. Omitted from
+            :meth:`to_dict` when empty.
         metadata: anything else JSON-serialisable (tags, citation, default kwargs...).
     """
 
@@ -73,6 +80,7 @@ class EnvSpec:
     roles: tuple[str, ...] = ()
     metadata: dict[str, Any] = field(default_factory=dict)
     system_prompt: str = ""
+    tools: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         parse_env_id(self.id)
@@ -91,6 +99,10 @@ class EnvSpec:
         # normalise sequences so a JSON round trip gives an equal object
         object.__setattr__(self, "reward_range", (float(lo), float(hi)))
         object.__setattr__(self, "roles", tuple(self.roles))
+        if self.tools:
+            object.__setattr__(self, "tools", check_tools(self.tools, f"EnvSpec {self.id!r}: tools"))
+        else:
+            object.__setattr__(self, "tools", ())
         json.dumps(self.metadata)  # raises TypeError early when not JSON-serialisable
 
     @property
@@ -107,6 +119,10 @@ class EnvSpec:
         d["roles"] = list(self.roles)
         if not self.system_prompt:
             del d["system_prompt"]
+        if self.tools:
+            d["tools"] = [dict(t) for t in self.tools]
+        else:
+            del d["tools"]
         return d
 
     def to_json(self) -> str:
@@ -122,6 +138,8 @@ class EnvSpec:
             data["reward_range"] = tuple(data["reward_range"])
         if "roles" in data:
             data["roles"] = tuple(data["roles"])
+        if "tools" in data:
+            data["tools"] = tuple(data["tools"])
         return cls(**data)
 
     @classmethod

@@ -73,6 +73,10 @@ def info_from_json(text: str) -> dict[str, Any]:
     return info
 
 
+_OPTIONAL_MESSAGE_KEYS = ("name", "tool_call_id")
+"""Chat-message keys besides role and content that travel (a tool message's, when they are str)."""
+
+
 def observation_to_proto(observation: Observation) -> pb.Observation:
     """Encode a text or chat observation; TypeError for anything else."""
     if isinstance(observation, str):
@@ -81,7 +85,10 @@ def observation_to_proto(observation: Observation) -> pb.Observation:
         isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
         for m in observation
     ):
-        messages = [pb.ChatMessage(role=m["role"], content=m["content"]) for m in observation]
+        messages = [
+            pb.ChatMessage(role=m["role"], content=m["content"], **{k: m[k] for k in _OPTIONAL_MESSAGE_KEYS if isinstance(m.get(k), str)})
+            for m in observation
+        ]
         return pb.Observation(chat=pb.ChatMessages(messages=messages))
     raise TypeError(
         f"an observation is a str or a list of {{'role': str, 'content': str}} messages, "
@@ -90,7 +97,11 @@ def observation_to_proto(observation: Observation) -> pb.Observation:
 
 
 def observation_from_proto(message: pb.Observation) -> Observation:
-    """Decode an ``Observation`` message: a str, or a list of ``{"role", "content"}`` dicts."""
+    """Decode an ``Observation`` message: a str, or a list of ``{"role", "content"}`` dicts (with
+    ``name`` and ``tool_call_id`` when set)."""
     if message.WhichOneof("value") == "chat":
-        return [{"role": m.role, "content": m.content} for m in message.chat.messages]
+        return [
+            {"role": m.role, "content": m.content, **{k: getattr(m, k) for k in _OPTIONAL_MESSAGE_KEYS if getattr(m, k)}}
+            for m in message.chat.messages
+        ]
     return message.text

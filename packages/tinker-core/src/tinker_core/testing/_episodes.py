@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from tinker_core.contracts import Action
 from tinker_core.env import EnvSpec, MultiAgentTextEnv, TextEnv
 from tinker_core.testing._common import (
     Reporter,
@@ -27,6 +28,7 @@ from tinker_core.testing._common import (
     json_problem,
     short,
 )
+from tinker_core.tools import format_tool_call, parse_tool_calls
 
 DEFAULT_ACTIONS: tuple[str, ...] = (
     "",
@@ -100,6 +102,24 @@ def episode_scripts(actions: ActionsArg) -> list[Script]:
             f"policy(observation, info) -> str; got {short(actions)}"
         )
     return [_cycle(actions), _random_strings()]
+
+
+def tool_actions(spec: EnvSpec) -> list[str]:
+    """For an env that declares tools, the extra fixed actions: a valid call of each tool (its
+    required arguments set to ``"1"``), a malformed call and an unknown tool's call."""
+    out = []
+    for tool in spec.tools:
+        fn = tool["function"]
+        out.append(format_tool_call(fn["name"], dict.fromkeys(fn.get("parameters", {}).get("required", []), "1")))
+    return [*out, "<tool_call>{\"name\": </tool_call>", format_tool_call("no_such_tool", {})]
+
+
+def as_action(action: str, spec: EnvSpec) -> str:
+    """What a rollout passes ``step()``: for an env with tools, an :class:`Action` carrying the parsed calls."""
+    if not spec.tools or not isinstance(action, str):
+        return action
+    parsed = parse_tool_calls(action, spec.tools)
+    return Action(action, None, parsed.calls, parsed.errors)
 
 
 def _check_args(seeds: Sequence[int], max_steps: int) -> list[int]:
@@ -341,6 +361,8 @@ def prepare(env: object, *, multi_agent: bool, seeds: Sequence[int], max_steps: 
         _check_type(t, TextEnv, MultiAgentTextEnv, "check_multi_agent_env")
     spec = _check_spec(t, multi_agent=multi_agent)
     _check_reset_signature(t)
+    if actions is None and spec.tools:
+        scripts[-1:-1] = [_constant(a) for a in tool_actions(spec)]
     return CheckPlan(t, spec, checked_seeds, scripts, min(spec.max_turns, max_steps))
 
 

@@ -31,7 +31,11 @@ Different seeds may give the same episode; that is not required to differ.
 How episodes are driven
     With ``actions=None`` every seed plays one episode per fixed action (the same string every
     turn: ``""``, ``"0"``, ``"hello"``, markup and whitespace, non-ASCII text) plus one episode
-    of random strings from an RNG seeded by the episode seed. ``actions`` may instead be a
+    of random strings from an RNG seeded by the episode seed. An env that declares tools
+    (``env_spec.tools``) is also driven with a valid call of each tool (required arguments
+    ``"1"``), a malformed call and a call of an unknown tool, and every action reaches it as a
+    rollout passes it: an :class:`~tinker_core.contracts.Action` whose ``tool_calls`` and
+    ``tool_call_errors`` were parsed against the declared tools. ``actions`` may instead be a
     sequence of strings (played in order, cycling) or a deterministic policy
     ``actions(observation, info) -> str`` (for a multi-agent env: the acting role's observation
     and info); the random-string episode is always played too. Each episode is driven for at
@@ -51,6 +55,7 @@ from tinker_core.testing._episodes import (
     ActionsArg,
     Episode,
     Script,
+    as_action,
     check_info,
     check_reward,
     check_step_after_end,
@@ -81,7 +86,7 @@ def _step(rep: Reporter, env: TextEnv, spec: EnvSpec, action: str, where: str, c
     with rep.guard(check, f"{where}: step({short(action, 50)})",
                    "treat any text as a valid action: garbage in gives a (low) reward and/or ends "
                    "the episode, never an exception"):
-        result = env.step(action)
+        result = env.step(as_action(action, spec))
     return _check_step_result(rep, spec, result, where)
 
 
