@@ -97,7 +97,8 @@ class GymTextEnv(TextEnv):
 
     Args:
         gym_id: the gymnasium id (``FrozenLake-v1``).
-        spec: the registered :class:`EnvSpec` of ``gym/<gym_id>``.
+        spec: the registered :class:`EnvSpec` of ``gym/<gym_id>``; None builds it from
+            gymnasium's registry entry.
         max_turns: steps before truncation (default: the spec's).
         reward_range: the smallest and largest step reward, when gymnasium's env does not say.
         invalid_action_reward: the reward of an action that does not parse (must lie in range).
@@ -107,7 +108,7 @@ class GymTextEnv(TextEnv):
     def __init__(
         self,
         gym_id: str,
-        spec: EnvSpec,
+        spec: EnvSpec | None = None,
         *,
         max_turns: int | None = None,
         reward_range: tuple[float, float] | None = None,
@@ -117,6 +118,12 @@ class GymTextEnv(TextEnv):
         import gymnasium
         from gymnasium import spaces
 
+        if spec is None:
+            entry = gymnasium.spec(gym_id)
+            ot_id = _opentinker_id(gym_id, entry.namespace, entry.name, entry.version)
+            if ot_id is None:
+                raise AdapterError(f"gymnasium id {gym_id!r} has no version; an OpenTinker id needs '-vN'")
+            spec = gymnasium_spec(ot_id, gym_id, entry.max_episode_steps)
         env = gymnasium.make(gym_id, **make_kwargs)
         if "ansi" in (env.metadata.get("render_modes") or []) and "render_mode" not in make_kwargs:
             env.close()
