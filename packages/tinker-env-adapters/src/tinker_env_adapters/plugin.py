@@ -2,8 +2,8 @@
 
 Each ecosystem's envs are registered only when its package is installed (found without
 importing it, so discovery stays cheap): ``reasoning_gym/<task>-v0`` with reasoning-gym,
-``textarena/<game>-v0`` with TextArena, ``gym/<id>`` for gymnasium's registry (gymnasium is
-always there: tinker-core needs it).
+``textarena/<game>-v0`` with TextArena, ``skyrl/<name>-v0`` with SkyRL-gym, and ``gym/<id>``
+for gymnasium's registry (gymnasium is always there: tinker-core needs it).
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ def opentinker_register_envs(register: EnvRegister) -> None:
 
         for game in TEXTARENA_GAMES:
             register(textarena_spec(game), TextArenaGame(game))
+    if installed("skyrl_gym"):
+        from tinker_env_adapters.skyrl_env import SKYRL_ENVS, SkyRLGymEnv, skyrl_spec
+
+        for name in SKYRL_ENVS:
+            register(skyrl_spec(name), partial(SkyRLGymEnv, name))
     from tinker_env_adapters.gymnasium_env import GymTextEnv, gymnasium_envs, gymnasium_spec
 
     for ot_id, gym_id, max_steps in gymnasium_envs():
