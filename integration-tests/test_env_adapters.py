@@ -56,7 +56,7 @@ def test_plugins_lists_every_ecosystem_s_envs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     mine = [p for p in json.loads(result.stdout) if p["distribution"] == "tinker-env-adapters"]
     envs = mine[0]["registers"]["envs"]
-    for env_id in ("reasoning_gym/basic_arithmetic-v0", "textarena/TicTacToe-v0", "gym/FrozenLake-v1"):
+    for env_id in ("reasoning_gym/basic_arithmetic-v0", "textarena/TicTacToe-v0", "gym/FrozenLake-v1", "skyrl/gsm8k-v0"):
         assert env_id in envs
 
 
