@@ -1,6 +1,7 @@
 """tinker-env-adapters as a user meets it: ``opentinker plugins`` lists the ecosystems' envs, and
-``opentinker train`` runs a few GRPO steps of the tiny model on a reasoning-gym task and on a
-TextArena game in self-play (the workspace installs the adapters with every extra)."""
+``opentinker train`` runs a few GRPO steps of the tiny model on an env of each ecosystem: a
+reasoning-gym task, a SkyRL-gym env over chat messages, a gymnasium env, and a TextArena game in
+self-play (the workspace installs the adapters with every extra)."""
 
 from __future__ import annotations
 
@@ -16,18 +17,30 @@ import pytest
 pytest.importorskip("reasoning_gym", reason="needs tinker-env-adapters[reasoning-gym]")
 pytest.importorskip("textarena", reason="needs tinker-env-adapters[textarena]")
 
-REASONING_GYM_JOB = """
-name: rg-basic-arithmetic
+SINGLE_AGENT_JOB = """
+name: {name}
 seed: 0
-model: {name: tiny}
-env:
+model: {{name: tiny}}
+env: {env}
+algorithm: {{name: grpo, steps: 2, eval_size: 4}}
+rollout: {{prompts_per_step: 2, group_size: 4, max_new_tokens: 4, stop: ["\\n"]}}
+logging: {{tensorboard: false, plot: false}}
+"""
+
+SINGLE_AGENT_ENVS = {
+    "reasoning-gym": """
   id: reasoning_gym/basic_arithmetic-v0
   kwargs: {size: 200, config: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}
-  eval_kwargs: {size: 50, split: test, config: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}
-algorithm: {name: grpo, steps: 2, eval_size: 4}
-rollout: {prompts_per_step: 2, group_size: 4, max_new_tokens: 4, stop: ["\\n"]}
-logging: {tensorboard: false, plot: false}
-"""
+  eval_kwargs: {size: 50, split: test, config: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}""",
+    "skyrl-gym": "{id: skyrl/gsm8k_multi_turn-v0, kwargs: {data_path: rows.jsonl, max_turns: 2}}",
+    "gymnasium": "{id: gym/FrozenLake-v1, kwargs: {is_slippery: false, max_turns: 6}}",
+}
+
+SKYRL_ROWS = [
+    {"prompt": [{"role": "user", "content": f"{a}+{b}=? Reply #### n"}],
+     "reward_spec": {"ground_truth": str(a + b)}, "extra_info": {"max_turns": 2}}
+    for a in range(5) for b in range(5)
+]
 
 TEXTARENA_JOB = """
 name: ta-tictactoe
@@ -60,12 +73,14 @@ def test_plugins_lists_every_ecosystem_s_envs(tmp_path: Path) -> None:
         assert env_id in envs
 
 
-def test_train_grpo_on_a_reasoning_gym_task(tmp_path: Path) -> None:
-    (tmp_path / "job.yaml").write_text(REASONING_GYM_JOB)
+@pytest.mark.parametrize("ecosystem", list(SINGLE_AGENT_ENVS))
+def test_train_grpo_on_a_single_agent_env(tmp_path: Path, ecosystem: str) -> None:
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(row) for row in SKYRL_ROWS))
+    (tmp_path / "job.yaml").write_text(SINGLE_AGENT_JOB.format(name=ecosystem, env=SINGLE_AGENT_ENVS[ecosystem]))
     result = opentinker("train", "job.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "completed: 2 steps; run dir: runs/rg-basic-arithmetic" in result.stdout
-    rows = metrics(tmp_path / "runs" / "rg-basic-arithmetic")
+    assert f"completed: 2 steps; run dir: runs/{ecosystem}" in result.stdout
+    rows = metrics(tmp_path / "runs" / ecosystem)
     assert [r["step"] for r in rows] == [1, 2]
     assert all(math.isfinite(r["losses/policy"]) and 0.0 <= r["env/reward_mean"] <= 1.0 for r in rows)
     assert "eval/accuracy" in rows[-1]
