@@ -184,7 +184,7 @@ class GymTextEnv(TextEnv):
         if isinstance(space, spaces.Text):
             return action if space.contains(action) else None
         match = _INT_RE.search(action)
-        if match is None:
+        if match is None or not isinstance(space, spaces.Discrete):
             return None
         value = int(match.group())
         return value if space.start <= value < space.start + space.n else None

@@ -30,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tinker_core import EnvSpec, TextEnv
+from tinker_core import EnvSpec, Message, Observation, TextEnv
 from tinker_env_adapters._common import AdapterError, require
 
 __all__ = ["DEFAULT_MAX_TURNS", "SKYRL_ENVS", "SkyRLGymEnv", "skyrl_spec"]
@@ -93,7 +93,7 @@ def _load_rows(env_id: str, rows: list[dict[str, Any]] | None, data_path: str | 
     return [dict(row) for row in rows]
 
 
-def _messages(prompt: Any) -> list[dict[str, str]]:
+def _messages(prompt: Any) -> list[Message]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
@@ -143,11 +143,12 @@ class SkyRLGymEnv(TextEnv):
         self._make = skyrl_gym.make
         self.name, self.env_config = name, dict(env_config or {})
         if max_turns != DEFAULT_MAX_TURNS or tuple(reward_range) != (0.0, 1.0):
-            self.env_spec = replace(self.env_spec, max_turns=max_turns, reward_range=tuple(reward_range))
+            low, high = reward_range
+            self.env_spec = replace(self.env_spec, max_turns=max_turns, reward_range=(float(low), float(high)))
         self._env: Any = None
         self._turns = 0
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
         index = (options or {}).get("index")
         if index is None:
@@ -168,7 +169,7 @@ class SkyRLGymEnv(TextEnv):
         self._turns = 0
         return _messages(messages), {"index": index, **_json_dict(metadata)}
 
-    def step(self, action: str) -> tuple[list[dict[str, str]], float, bool, bool, dict[str, Any]]:
+    def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._env is None:
             return [], 0.0, True, False, {"error": "the episode is over; call reset()"}
         self._turns += 1
