@@ -39,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-ENVS = ("tinker_env_echo", "tinker_env_math", "tinker_env_games")
+ENVS = ("tinker_env_echo", "tinker_env_math", "tinker_env_games", "tinker_env_adapters")
 
 ALLOWED: dict[str, set[str]] = {
     "tinker_core": set(),
@@ -91,6 +91,12 @@ SUBMODULE_IMPORTS: dict[str, str] = {
     "tinker-env-math/tests/conftest.py::tinker_core.registry": _TESTS,
     "tinker-env-math/tests/test_arithmetic.py::tinker_core.registry": _TESTS,
     "tinker-env-math/tests/test_conformance.py::tinker_core.registry": _TESTS,
+    "tinker-env-adapters/tests/conftest.py::tinker_core.registry": _TESTS,
+    "tinker-env-adapters/tests/test_gymnasium.py::tinker_core.registry": _TESTS,
+    "tinker-env-adapters/src/tinker_env_adapters/gymnasium_env.py::tinker_core.gymnasium_envs": (
+        "tells OpenTinker's own envs in gymnasium's registry (tinker-core's build_env put them "
+        "there) from gymnasium's, so gym/<id> never wraps an OpenTinker env"
+    ),
 }
 """Imports of a tinker-core submodule allowed in :data:`TOP_LEVEL_ONLY` code
 (``path relative to packages/::module``), with the reason."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from tinker_core.config import render_reference
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE_ORDER = ("tinker-core", "tinker-client", "tinker-env-echo", "tinker-env-math", "tinker-env-games",
+PACKAGE_ORDER = ("tinker-core", "tinker-client", "tinker-env-echo", "tinker-env-math", "tinker-env-games", "tinker-env-adapters",
                  "tinker-algos", "tinker-scheduler")
 
 

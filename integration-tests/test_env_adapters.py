@@ -1,0 +1,101 @@
+"""tinker-env-adapters as a user meets it: ``opentinker plugins`` lists the ecosystems' envs, and
+``opentinker train`` runs a few GRPO steps of the tiny model on an env of each ecosystem: a
+reasoning-gym task, a SkyRL-gym env over chat messages, a gymnasium env, and a TextArena game in
+self-play (the workspace installs the adapters with every extra)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("reasoning_gym", reason="needs tinker-env-adapters[reasoning-gym]")
+pytest.importorskip("textarena", reason="needs tinker-env-adapters[textarena]")
+
+SINGLE_AGENT_JOB = """
+name: {name}
+seed: 0
+model: {{name: tiny}}
+env: {env}
+algorithm: {{name: grpo, steps: 2, eval_size: 4}}
+rollout: {{prompts_per_step: 2, group_size: 4, max_new_tokens: 4, stop: ["\\n"]}}
+logging: {{tensorboard: false, plot: false}}
+"""
+
+SINGLE_AGENT_ENVS = {
+    "reasoning-gym": """
+  id: reasoning_gym/basic_arithmetic-v0
+  kwargs: {size: 200, config: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}
+  eval_kwargs: {size: 50, split: test, config: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}""",
+    "skyrl-gym": "{id: skyrl/gsm8k_multi_turn-v0, kwargs: {data_path: rows.jsonl, max_turns: 2}}",
+    "gymnasium": "{id: gym/FrozenLake-v1, kwargs: {is_slippery: false, max_turns: 6}}",
+}
+
+SKYRL_ROWS = [
+    {"prompt": [{"role": "user", "content": f"{a}+{b}=? Reply #### n"}],
+     "reward_spec": {"ground_truth": str(a + b)}, "extra_info": {"max_turns": 2}}
+    for a in range(5) for b in range(5)
+]
+
+TEXTARENA_JOB = """
+name: ta-tictactoe
+seed: 0
+model: {name: tiny}
+env:
+  id: textarena/TicTacToe-v0
+  kwargs: {observation: recent, max_turns: 12}
+algorithm: {name: grpo, steps: 2, eval_size: 2, params: {multi_agent: {mode: self_play}}}
+rollout: {prompts_per_step: 1, group_size: 4, max_new_tokens: 4, stop: ["\\n"], max_error_rate: 0.5}
+logging: {tensorboard: false, plot: false}
+"""
+
+
+def opentinker(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPENTINKER_CACHE": str(cwd / "cache")}
+    return subprocess.run([sys.executable, "-m", "tinker_client.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_plugins_lists_every_ecosystem_s_envs(tmp_path: Path) -> None:
+    result = opentinker("plugins", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    mine = [p for p in json.loads(result.stdout) if p["distribution"] == "tinker-env-adapters"]
+    envs = mine[0]["registers"]["envs"]
+    for env_id in ("reasoning_gym/basic_arithmetic-v0", "textarena/TicTacToe-v0", "gym/FrozenLake-v1", "skyrl/gsm8k-v0"):
+        assert env_id in envs
+
+
+@pytest.mark.parametrize("ecosystem", list(SINGLE_AGENT_ENVS))
+def test_train_grpo_on_a_single_agent_env(tmp_path: Path, ecosystem: str) -> None:
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(row) for row in SKYRL_ROWS))
+    (tmp_path / "job.yaml").write_text(SINGLE_AGENT_JOB.format(name=ecosystem, env=SINGLE_AGENT_ENVS[ecosystem]))
+    result = opentinker("train", "job.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"completed: 2 steps; run dir: runs/{ecosystem}" in result.stdout
+    rows = metrics(tmp_path / "runs" / ecosystem)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(math.isfinite(r["losses/policy"]) and 0.0 <= r["env/reward_mean"] <= 1.0 for r in rows)
+    assert "eval/accuracy" in rows[-1]
+
+
+def test_train_grpo_self_play_on_a_textarena_game(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(TEXTARENA_JOB)
+    result = opentinker("train", "job.yaml", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "completed: 2 steps; run dir: runs/ta-tictactoe" in result.stdout
+    rows = metrics(tmp_path / "runs" / "ta-tictactoe")
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        for key in ("env/player_0/reward_mean", "env/player_1/reward_mean", "losses/policy"):
+            assert math.isfinite(r[key]), key
+        assert r["rollout/episodes"] == 4.0
+    last = rows[-1]
+    assert last["eval/win_rate"] + last["eval/draw_rate"] + last["eval/loss_rate"] == pytest.approx(1.0)

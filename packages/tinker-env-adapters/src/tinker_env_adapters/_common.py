@@ -1,0 +1,39 @@
+"""What every adapter shares: finding an ecosystem package, and the error when one is missing."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from types import ModuleType
+
+from tinker_core import OpenTinkerError
+
+
+class AdapterError(OpenTinkerError, ValueError):
+    """An env of another ecosystem cannot be built or mapped: the message names the env id,
+    the piece that is missing or does not map, and what to do."""
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it (plugin discovery stays cheap)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require(module: str, env_id: str, extra: str) -> ModuleType:
+    """Import ``module`` for ``env_id``, or raise :class:`AdapterError` with the install line."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise AdapterError(
+            f"env {env_id!r} needs the Python package {module!r}, which cannot be imported ({e}); "
+            f"install it with: pip install 'tinker-env-adapters[{extra}]'"
+        ) from e
+
+
+def ecosystem_name(name: str) -> str:
+    """An ecosystem's env name as an OpenTinker id part: ``Othello-v0-small`` -> ``Othello-small``."""
+    base, sep, variant = name.partition("-v0")
+    return base + variant if sep else name
