@@ -87,6 +87,7 @@ def create_app(runs: list[RunDir]) -> FastAPI:
     """The viewer app serving ``runs`` (see the module docstring)."""
     app = FastAPI(title="OpenTinker run viewer", docs_url=None, redoc_url=None, openapi_url=None)
     static = files("tinker_client.viewer") / "static"
+    app.state.runs = runs
 
     def run(rid: int) -> RunDir:
         if not 0 <= rid < len(runs):

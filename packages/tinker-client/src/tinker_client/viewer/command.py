@@ -2,34 +2,62 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import webbrowser
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from tinker_client.console import fail
 
-__all__ = ["register", "serve"]
+__all__ = ["build_server", "register", "running", "serve"]
 
 INSTALL = "pip install 'tinker-client[view]'"
+
+
+def build_server(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8765, *,
+                 header_timeout_s: float | None = None) -> Any:
+    """A ``uvicorn.Server`` of the viewer app over ``run_dirs``, with the header deadline and
+    body limits of every OpenTinker server. :class:`ValueError` names a path that is not a run dir."""
+    import uvicorn
+
+    from tinker_client.viewer.app import create_app, guarded, load_runs
+    from tinker_core.http_limits import HEADER_TIMEOUT_S, HttpLimits, uvicorn_config
+
+    limits = HttpLimits(1, header_timeout_s=header_timeout_s or HEADER_TIMEOUT_S)
+    return uvicorn.Server(uvicorn_config(guarded(create_app(load_runs(run_dirs))), limits, host=host, port=port,
+                                         log_level="warning", access_log=False))
+
+
+@contextlib.contextmanager
+def running(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 0, **options: Any) -> Iterator[str]:
+    """Serve ``run_dirs`` in a daemon thread (``port`` 0: a free one); yields the page's URL and
+    stops the server on exit. For tests, benchmarks and scripts."""
+    server = build_server(run_dirs, host, port, **options)
+    thread = threading.Thread(target=server.run, name="opentinker-view", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the viewer did not start on {host}:{port}")
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}/"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
 
 
 def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8765, *, open_browser: bool = True,
           header_timeout_s: float | None = None) -> None:
     """Serve ``run_dirs`` at ``http://host:port/`` until interrupted; open a browser tab on it
     unless ``open_browser`` is False. :class:`ValueError` names a path that is not a run dir."""
-    import uvicorn
-
-    from tinker_client.viewer.app import create_app, guarded, load_runs
-    from tinker_core.http_limits import HEADER_TIMEOUT_S, HttpLimits, uvicorn_config
-
-    runs = load_runs(run_dirs)
-    limits = HttpLimits(1, header_timeout_s=header_timeout_s or HEADER_TIMEOUT_S)
-    server = uvicorn.Server(uvicorn_config(guarded(create_app(runs)), limits, host=host, port=port,
-                                           log_level="warning", access_log=False))
+    server = build_server(run_dirs, host, port, header_timeout_s=header_timeout_s)
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}/"  # noqa: S104 (a bind-all address is shown as localhost)
     if open_browser:
         def _open() -> None:
@@ -39,7 +67,7 @@ def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8765, *, op
                 webbrowser.open(url)
 
         threading.Thread(target=_open, daemon=True).start()
-    typer.echo(f"viewing {len(runs)} run(s) at {url} (Ctrl-C to stop)")
+    typer.echo(f"viewing {len(server.config.app.app.state.runs)} run(s) at {url} (Ctrl-C to stop)")
     server.run()
 
 
