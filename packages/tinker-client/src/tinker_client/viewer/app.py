@@ -132,7 +132,7 @@ def create_app(runs: list[RunDir]) -> FastAPI:
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     ) -> dict[str, Any]:
         r = run(rid)
-        chosen = r.select(_keep(kind, step, group, min_reward, max_reward, stop_reason, min_tokens, max_tokens))
+        chosen = r.select(_keep(kind, step, group, min_reward, max_reward, stop_reason, min_tokens, max_tokens), step)
         complete = True
         if q:
             needle, found = q.lower(), []

@@ -213,6 +213,18 @@ class RunDir:
         self.metrics = JsonLines(path / "metrics.jsonl", lambda obj, _o, _l: {k: _finite(v) for k, v in obj.items()})
         self.rollouts = JsonLines(path / "rollouts.jsonl", self._index_rollout)
         self.trace = TraceEvents(path / "trace.json")
+        self._cache: dict[str, tuple[Any, Any]] = {}
+
+    def _cached(self, name: str, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, again only when ``key`` (what the value depends on) changed: the page
+        polls, and a 10,000-step run's episodes are not walked on every poll."""
+        hit = self._cache.get(name)
+        if hit is None or hit[0] != key:
+            hit = self._cache[name] = (key, compute())
+        return hit[1]
+
+    def _rollouts_key(self) -> tuple[int, int]:
+        return self.rollouts.generation, len(self.rollouts.items)
 
     def _index_rollout(self, obj: dict[str, Any], offset: int, length: int) -> Rollout:
         return Rollout(
@@ -242,12 +254,14 @@ class RunDir:
         result = self.read_json("result.json")
         rows = self.metrics.items
         items: list[Rollout] = self.rollouts.items
+        stages = self._cached("stages", (self.metrics.generation, len(rows)),
+                              lambda: list(dict.fromkeys(str(r.get("stage", "")) for r in rows)))
+        evals = self._cached("evals", self._rollouts_key(), lambda: sum(1 for r in items if r.kind == "eval"))
         return {
             "name": self.name, "path": str(self.path), "report": (self.path / "report.json").is_file(),
             "status": (result or {}).get("status", "running" if rows else "empty"),
             "metrics_rows": len(rows), "last_step": rows[-1].get("step") if rows else None,
-            "stages": list(dict.fromkeys(str(r.get("stage", "")) for r in rows)),
-            "rollouts": len(items), "eval_rollouts": sum(1 for r in items if r.kind == "eval"),
+            "stages": stages, "rollouts": len(items), "eval_rollouts": evals,
             "trace_events": len(self.trace.events), "generation": self.metrics.generation + self.rollouts.generation,
         }
 
@@ -266,6 +280,9 @@ class RunDir:
     def rollout_index(self) -> dict[str, Any]:
         """The steps that have episodes (per kind), the stop reasons seen and the longest episode."""
         self.refresh()
+        return self._cached("index", self._rollouts_key(), self._rollout_index)
+
+    def _rollout_index(self) -> dict[str, Any]:
         items: list[Rollout] = self.rollouts.items
         steps: dict[str, set[int]] = {}
         for r in items:
@@ -274,10 +291,20 @@ class RunDir:
                 "stop_reasons": sorted({r.stop_reason for r in items}),
                 "max_new_tokens": max((r.new_tokens for r in items), default=0)}
 
-    def select(self, keep: Callable[[Rollout], bool]) -> list[Rollout]:
-        """The indexed episodes ``keep`` accepts, in file order."""
+    def select(self, keep: Callable[[Rollout], bool], step: int | None = None) -> list[Rollout]:
+        """The indexed episodes ``keep`` accepts, in file order; with ``step``, only that step's
+        are looked at (through a by-step index, so a step's page does not walk the whole run)."""
         self.refresh()
-        return [r for r in self.rollouts.items if keep(r)]
+        if step is None:
+            return [r for r in self.rollouts.items if keep(r)]
+        by_step = self._cached("by_step", self._rollouts_key(), self._by_step)
+        return [r for r in by_step.get(step, ()) if keep(r)]
+
+    def _by_step(self) -> dict[int, list[Rollout]]:
+        out: dict[int, list[Rollout]] = {}
+        for r in self.rollouts.items:
+            out.setdefault(r.step, []).append(r)
+        return out
 
     def records(self, rollouts: list[Rollout]) -> Iterator[tuple[Rollout, dict[str, Any]]]:
         """Each of ``rollouts`` with its full record read back from ``rollouts.jsonl``."""
@@ -310,4 +337,5 @@ class RunDir:
     def trace_summary(self) -> dict[str, Any]:
         """:func:`phase_summary` of the trace's events (an empty table when there is no trace)."""
         self.refresh()
-        return {"present": self.trace.path.is_file(), **phase_summary(self.trace.events)}
+        table = self._cached("trace", (self.trace.offset, len(self.trace.events)), lambda: phase_summary(self.trace.events))
+        return {"present": self.trace.path.is_file(), **table}
