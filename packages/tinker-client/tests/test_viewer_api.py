@@ -12,10 +12,10 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
+from viewer_runs import GROUP_SIZE, GROUPS, append_step, write_run
 
 from tinker_client.viewer.app import MAX_PAGE, create_app, load_runs
 from tinker_client.viewer.command import running
-from viewer_runs import GROUP_SIZE, GROUPS, append_step, write_run
 
 
 @pytest.fixture
@@ -37,8 +37,10 @@ def rollouts(client, **query):
 def test_runs_metrics_config_checkpoints_and_trace(client, run_dir):
     [run] = client.get("/api/runs").json()
     assert run["name"] == "arith" and run["metrics_rows"] == 5 and run["last_step"] == 5
+    assert run["rollouts_bytes"] == (run_dir / "rollouts.jsonl").stat().st_size and run["status"] == "running"
+    assert client.get("/api/runs/0/rollouts/index").json()["count"] == 5 * GROUPS * GROUP_SIZE + 2 * GROUPS
+    [run] = client.get("/api/runs").json()  # the counts of what is indexed
     assert run["rollouts"] == 5 * GROUPS * GROUP_SIZE + 2 * GROUPS and run["eval_rollouts"] == 2 * GROUPS
-    assert run["status"] == "running"
     metrics = client.get("/api/runs/0/metrics").json()
     assert metrics["steps"] == [1, 2, 3, 4, 5] and metrics["next"] == 5
     assert metrics["series"]["eval/accuracy"] == [None, 0.02, None, 0.04, None]
@@ -113,16 +115,19 @@ def test_a_run_that_keeps_writing_is_followed(client, run_dir):
 
 
 def test_a_compare_report_dir_brings_its_jobs_run_dirs(tmp_path):
-    a, b = write_run(tmp_path / "jobs" / "a-s0", steps=2), write_run(tmp_path / "jobs" / "b-s0", steps=3)
+    a, b = write_run(tmp_path / "elsewhere" / "a-s0", steps=2), write_run(tmp_path / "elsewhere" / "b-s0", steps=3)
     report = tmp_path / "compare-x"
-    report.mkdir()
+    moved = write_run(report / "jobs" / "d" / "seed-1", steps=1)  # compare's layout, its run_dir not found as written
     jobs = [{"variant": "a", "seed": 0, "run_dir": str(a)}, {"variant": "b", "seed": 0, "run_dir": str(b)},
-            {"variant": "c", "seed": 0, "run_dir": str(tmp_path / "gone")}]
+            {"variant": "c", "seed": 0, "run_dir": str(tmp_path / "gone")},
+            {"variant": "d", "seed": 1, "run_dir": "old/place/jobs/d/seed-1"}]
     (report / "report.json").write_text(json.dumps({"variants": {}, "jobs": jobs}))
     (report / "report.md").write_text("# Compare x\n")
     client = TestClient(create_app(load_runs([report])))
     runs = client.get("/api/runs").json()
-    assert [(r["name"], r["report"]) for r in runs] == [("compare-x", True), ("a-s0", False), ("b-s0", False)]
+    assert [(r["name"], r["report"]) for r in runs] == [
+        ("compare-x", True), ("a/seed-0", False), ("b/seed-0", False), ("d/seed-1", False)]
+    assert runs[3]["path"] == str(moved.resolve())
     assert client.get("/api/runs/0/report").json()["markdown"] == "# Compare x\n"
     assert client.get("/api/runs/2/metrics").json()["steps"] == [1, 2, 3]
 

@@ -7,9 +7,9 @@ import json
 import os
 
 import pytest
+from viewer_runs import append_step, write_run
 
 from tinker_client.viewer.data import JsonLines, RunDir, TraceEvents, is_run_dir, phase_summary
-from viewer_runs import append_step, write_run
 
 
 def test_a_partial_last_line_waits_for_its_newline(tmp_path):

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from viewer_runs import GROUP_SIZE, GROUPS, append_step, write_run
 
 from tinker_client.viewer.command import running
-from viewer_runs import GROUP_SIZE, GROUPS, append_step, write_run
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

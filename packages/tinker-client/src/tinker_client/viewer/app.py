@@ -14,6 +14,7 @@ Routes (all GET): ``/api/runs``; per run ``/metrics?since=N``, ``/rollouts/index
 
 from __future__ import annotations
 
+import threading
 from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Any
@@ -39,12 +40,12 @@ def load_runs(paths: list[Path]) -> list[RunDir]:
     runs: list[RunDir] = []
     seen: set[Path] = set()
 
-    def add(path: Path) -> None:
+    def add(path: Path, name: str | None = None) -> None:
         path = path.resolve()
         if path in seen:
             return
         seen.add(path)
-        name = path.name
+        name = name or path.name
         if any(r.name == name for r in runs):
             name = f"{path.parent.name}/{path.name}"
         runs.append(RunDir(path, name))
@@ -57,10 +58,15 @@ def load_runs(paths: list[Path]) -> list[RunDir]:
         report = RunDir(given.resolve(), "").read_json("report.json")
         for job in (report or {}).get("jobs", []) if isinstance(report, dict) else []:
             where = Path(str(job.get("run_dir") or ""))
+            name = f"{job.get('variant')}/seed-{job.get('seed')}"
             for candidate in (where, given / where, given.parent / where):
                 if str(where) and is_run_dir(candidate):
-                    add(candidate)
+                    add(candidate, name)
                     break
+        if report is not None:  # compare's own layout, wherever the report was moved: jobs/<variant>/seed-<k>
+            for job_dir in sorted(given.glob("jobs/*/seed-*")):
+                if is_run_dir(job_dir):
+                    add(job_dir, f"{job_dir.parent.name}/{job_dir.name}")
     return runs
 
 
@@ -83,16 +89,21 @@ def _matches(record: dict[str, Any], needle: str) -> bool:
     return any(needle in t.lower() for t in texts)
 
 
-def create_app(runs: list[RunDir]) -> FastAPI:
-    """The viewer app serving ``runs`` (see the module docstring)."""
+def create_app(runs: list[RunDir], *, index_at_start: bool = True) -> FastAPI:
+    """The viewer app serving ``runs`` (see the module docstring). With ``index_at_start`` a
+    background thread reads every run's files at once, so the rollout browser opens without
+    waiting while the page already shows the curves."""
     app = FastAPI(title="OpenTinker run viewer", docs_url=None, redoc_url=None, openapi_url=None)
-    static = files("tinker_client.viewer") / "static"
     app.state.runs = runs
+    if index_at_start:  # the episodes and trace of a long run take seconds: index them before they are asked for
+        threading.Thread(target=lambda: [r.refresh() for r in runs], name="opentinker-view-index", daemon=True).start()
+    _page_routes(app)
+    _api_routes(app, runs)
+    return app
 
-    def run(rid: int) -> RunDir:
-        if not 0 <= rid < len(runs):
-            raise HTTPException(404, f"no run {rid}: this viewer serves runs 0 to {len(runs) - 1}")
-        return runs[rid]
+
+def _page_routes(app: FastAPI) -> None:
+    static = files("tinker_client.viewer") / "static"
 
     @app.get("/", include_in_schema=False)
     def index() -> Response:
@@ -103,6 +114,13 @@ def create_app(runs: list[RunDir]) -> FastAPI:
         if name not in STATIC:  # a fixed set of names: no path reaches anything else
             raise HTTPException(404, f"no static file {name!r}")
         return Response((static / name).read_bytes(), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+
+def _api_routes(app: FastAPI, runs: list[RunDir]) -> None:
+    def run(rid: int) -> RunDir:
+        if not 0 <= rid < len(runs):
+            raise HTTPException(404, f"no run {rid}: this viewer serves runs 0 to {len(runs) - 1}")
+        return runs[rid]
 
     @app.get("/api/runs")
     def list_runs() -> list[dict[str, Any]]:
@@ -166,8 +184,6 @@ def create_app(runs: list[RunDir]) -> FastAPI:
         except OSError:
             markdown = None
         return {"report": r.read_json("report.json"), "markdown": markdown}
-
-    return app
 
 
 def guarded(app: FastAPI) -> Any:

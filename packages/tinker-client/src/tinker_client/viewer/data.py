@@ -20,6 +20,7 @@ import codecs
 import json
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,6 +46,13 @@ def _finite(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 class JsonLines:
     """The parsed lines of an append-only JSON-lines file, read incrementally (module docstring).
 
@@ -55,9 +63,15 @@ class JsonLines:
         self.path, self.parse = path, parse or (lambda obj, _offset, _length: obj)
         self.items: list[Any] = []
         self.offset, self.generation, self._inode = 0, 0, None
+        self._lock = threading.Lock()
 
     def refresh(self) -> bool:
-        """Parse what was appended since the last call; True when anything changed."""
+        """Parse what was appended since the last call; True when anything changed. Thread-safe:
+        a second caller waits for the first one's parse."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> bool:
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -130,6 +144,7 @@ class TraceEvents:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.events: list[tuple[str, float, Any, Any]] = []  # (name, dur_us, stage, step)
+        self._lock = threading.Lock()
         self._reset()
 
     def _reset(self) -> None:
@@ -137,7 +152,11 @@ class TraceEvents:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def refresh(self) -> bool:
-        """Parse what was appended since the last call; True when anything changed."""
+        """Parse what was appended since the last call; True when anything changed (thread-safe)."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> bool:
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -209,7 +228,6 @@ class RunDir:
 
     def __init__(self, path: Path, name: str) -> None:
         self.path, self.name = path, name
-        self._lock = threading.Lock()
         self.metrics = JsonLines(path / "metrics.jsonl", lambda obj, _o, _l: {k: _finite(v) for k, v in obj.items()})
         self.rollouts = JsonLines(path / "rollouts.jsonl", self._index_rollout)
         self.trace = TraceEvents(path / "trace.json")
@@ -228,18 +246,17 @@ class RunDir:
 
     def _index_rollout(self, obj: dict[str, Any], offset: int, length: int) -> Rollout:
         return Rollout(
-            index=len(self.rollouts.items), offset=offset, length=length, kind=str(obj.get("kind", "train")),
-            stage=str(obj.get("stage", "")), step=_num(obj, "step", int, 0), group=_num(obj, "group", int, 0),
+            index=len(self.rollouts.items), offset=offset, length=length, kind=sys.intern(str(obj.get("kind", "train"))),
+            stage=sys.intern(str(obj.get("stage", ""))), step=_num(obj, "step", int, 0), group=_num(obj, "group", int, 0),
             episode=_num(obj, "episode", int, 0), reward=_finite(_num(obj, "reward", float, None)),
-            advantage=_finite(_num(obj, "advantage", float, None)), stop_reason=str(obj.get("stop_reason", "")),
+            advantage=_finite(_num(obj, "advantage", float, None)), stop_reason=sys.intern(str(obj.get("stop_reason", ""))),
             new_tokens=_num(obj, "new_tokens", int, 0))
 
     def refresh(self) -> None:
         """Read what every file gained since the last call."""
-        with self._lock:
-            self.metrics.refresh()
-            self.rollouts.refresh()
-            self.trace.refresh()
+        self.metrics.refresh()
+        self.rollouts.refresh()
+        self.trace.refresh()
 
     def read_json(self, name: str) -> Any:
         """The JSON document ``name`` of the run dir, or None when it is missing or not (yet) JSON."""
@@ -249,8 +266,12 @@ class RunDir:
             return None
 
     def summary(self) -> dict[str, Any]:
-        """What the run list shows: counts that change while the run writes (the page polls them)."""
-        self.refresh()
+        """What the run list shows, and what tells the polling page that something changed. Only
+        ``metrics.jsonl`` is read here (it is small); the episodes and the trace are indexed by
+        the requests that need them (and once at start-up, in the background), so the counts of
+        ``rollouts`` and ``trace_events`` are those indexed so far, and the sizes of their files
+        (``rollouts_bytes``, ``trace_bytes``) say when there is more."""
+        self.metrics.refresh()
         result = self.read_json("result.json")
         rows = self.metrics.items
         items: list[Rollout] = self.rollouts.items
@@ -263,12 +284,13 @@ class RunDir:
             "metrics_rows": len(rows), "last_step": rows[-1].get("step") if rows else None,
             "stages": stages, "rollouts": len(items), "eval_rollouts": evals,
             "trace_events": len(self.trace.events), "generation": self.metrics.generation + self.rollouts.generation,
+            "rollouts_bytes": _size(self.rollouts.path), "trace_bytes": _size(self.trace.path),
         }
 
     def metric_columns(self, since: int = 0) -> dict[str, Any]:
         """The metrics rows from ``since`` on, by column: ``steps``, ``stages`` and ``series`` (key ->
         values, None where a row lacks the key); ``next`` is the ``since`` of the next call."""
-        self.refresh()
+        self.metrics.refresh()
         rows = self.metrics.items[since:]
         keys = sorted({k for r in rows for k in r if k not in ("stage", "step")})
         return {

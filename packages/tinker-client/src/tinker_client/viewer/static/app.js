@@ -32,7 +32,7 @@ async function api(path) {
 // ---- runs and live polling -----------------------------------------------------------------
 
 function signature(run) {
-  return [run.generation, run.metrics_rows, run.rollouts, run.trace_events, run.status].join("/");
+  return [run.generation, run.metrics_rows, run.rollouts_bytes, run.trace_bytes, run.status].join("/");
 }
 
 async function poll() {
