@@ -24,6 +24,19 @@ def test_a_partial_last_line_waits_for_its_newline(tmp_path):
     assert lines.items == [{"step": 1}, {"step": 2, "x": 1}, {"step": 3}]  # bad and non-object lines skipped
 
 
+def test_a_large_file_is_read_in_chunks_even_a_line_longer_than_one(tmp_path, monkeypatch):
+    monkeypatch.setattr("tinker_client.viewer.data.CHUNK_BYTES", 64)
+    rows = [{"step": i, "text": "x" * (300 if i == 3 else 5)} for i in range(20)]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 20')
+    lines = JsonLines(path, lambda obj, offset, length: (obj, offset, length))
+    lines.refresh()
+    assert [item[0] for item in lines.items] == rows
+    raw = path.read_bytes()
+    assert all(json.loads(raw[o:o + n]) == obj for obj, o, n in lines.items)  # where each line is
+    assert lines.offset == raw.rindex(b"\n") + 1
+
+
 def test_a_replaced_or_truncated_file_is_read_again(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n')

@@ -32,6 +32,8 @@ __all__ = ["JsonLines", "Rollout", "RunDir", "TraceEvents", "is_run_dir", "phase
 #: Files any of which makes a directory a run dir (or a compare report dir).
 RUN_FILES = ("metrics.jsonl", "rollouts.jsonl", "config.json", "result.json", "trace.json", ".opentinker-run",
              "report.json")
+#: How much of a file is read (and held) at once while parsing it.
+CHUNK_BYTES = 8 * 1024 * 1024
 #: The most episodes a text search decodes for one request (beyond it the answer says so).
 MAX_SCAN = 20_000
 
@@ -88,9 +90,22 @@ class JsonLines:
             return changed
         with self.path.open("rb") as f:
             f.seek(self.offset)
-            chunk = f.read(st.st_size - self.offset)
-        end = chunk.rfind(b"\n") + 1  # a last line without its newline is still being written
-        start = 0
+            left = st.st_size - self.offset
+            while left > 0:  # in chunks, so a large file is never in memory at once
+                chunk = f.read(min(CHUNK_BYTES, left))
+                while b"\n" not in chunk and len(chunk) < left:  # one line longer than a chunk
+                    chunk += f.read(min(CHUNK_BYTES, left - len(chunk)))
+                end = chunk.rfind(b"\n") + 1  # a last line without its newline is still being written
+                if end == 0:
+                    break
+                changed = self._parse_lines(chunk, end) or changed
+                self.offset += end
+                f.seek(self.offset)
+                left = st.st_size - self.offset
+        return changed
+
+    def _parse_lines(self, chunk: bytes, end: int) -> bool:
+        changed, start = False, 0
         while start < end:
             stop = chunk.index(b"\n", start) + 1
             line = chunk[start:stop]
@@ -103,7 +118,6 @@ class JsonLines:
                     self.items.append(self.parse(obj, self.offset + start, stop - start))
                     changed = True
             start = stop
-        self.offset += end
         return changed
 
     def _reset(self) -> None:
