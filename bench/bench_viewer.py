@@ -8,7 +8,8 @@ a step; ``--quick``: 1,000 steps) is written to a temporary directory, then meas
   background thread), the requests the page makes on load, each over HTTP to the real uvicorn
   server: ``/api/runs`` and ``/metrics`` (they read ``metrics.jsonl`` only), ``/rollouts/index``
   (it waits for the index), a page of the last step's rollouts; the seconds from start to every
-  file indexed and the resident memory the index costs;
+  file indexed and the resident memory the index costs; the index built alone in one thread
+  (wall and CPU seconds: on a shared machine the CPU seconds are what it costs);
 * **API, warm**: the poll the page repeats (``/api/runs``, nothing changed), a step's rollouts,
   reward 0 over all steps, a text search over every episode (capped at the scan limit), the
   phase table (median of repeats);
@@ -30,6 +31,7 @@ import httpx
 from _common import parse_args, print_table, time_calls, write_results
 
 from tinker_client.viewer.command import running
+from tinker_client.viewer.data import RunDir
 from tinker_client.viewer.sample import SampleRun
 
 CHROMIUM = "/usr/bin/chromium"
@@ -102,18 +104,22 @@ def main() -> None:
             page_warm = page_load(url)
         with running([run]) as url:  # a fresh server: the page's load includes the indexing
             page_cold = page_load(url)
+        c0, t0 = time.process_time(), time.perf_counter()
+        RunDir(run, "alone").refresh()  # the index alone, in this thread: its CPU cost
+        index_alone = {"wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
 
     rows = [[f"cold {k}", v[0], v[1] / 1e3] for k, v in cold.items()]
     rows += [[k, v["median_s"], float("nan")] for k, v in warm.items()]
     print_table(f"Viewer API, {steps:,} steps ({sum(sizes.values()) / 1e6:.0f} MB of run files)", ["request", "seconds", "kB"], rows)
-    print(f"server start to every file indexed: {indexed_s:.2f} s; the index holds {rss_index:.0f} MB", flush=True)
+    print(f"server start to every file indexed: {indexed_s:.2f} s; the index holds {rss_index:.0f} MB; "
+          f"indexing alone: {index_alone['wall_s']:.2f} s wall, {index_alone['cpu_s']:.2f} s CPU", flush=True)
     print_table("Viewer page (headless Chromium)", ["case", "to curves (s)", "rollouts tab (s)"],
                 [["cold server", page_cold["to_curves_s"], page_cold["rollouts_tab_s"]],
                  ["warm server", page_warm["to_curves_s"], page_warm["rollouts_tab_s"]]])
     write_results(args, "viewer", {
         "steps": steps, "episodes_per_step": 16, "file_bytes": sizes, "write_s": written_s,
         "api_cold": {k: {"seconds": v[0], "bytes": v[1]} for k, v in cold.items()},
-        "indexed_s": indexed_s, "index_rss_mb": rss_index, "api_warm": warm, "page_cold": page_cold, "page_warm": page_warm,
+        "indexed_s": indexed_s, "index_alone": index_alone, "index_rss_mb": rss_index, "api_warm": warm, "page_cold": page_cold, "page_warm": page_warm,
         "cpus": os.cpu_count(),
     }, with_torch=False)
 
