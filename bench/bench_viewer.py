@@ -55,7 +55,11 @@ def get(url: str, **params: Any) -> tuple[float, int]:
 
 
 def page_load(url: str) -> dict[str, float]:
-    """Seconds from navigation to the first curve drawn, then to the rollout tab's episodes."""
+    """Seconds from navigation to the first curve drawn, then to the rollout tab's episodes
+    (NaN, with a note, where there is no Chromium to drive)."""
+    if not Path(CHROMIUM).is_file():
+        print(f"no {CHROMIUM} (apt-get install chromium): the page load is not measured", flush=True)
+        return {"to_curves_s": float("nan"), "rollouts_tab_s": float("nan")}
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
