@@ -146,3 +146,22 @@ def test_the_page_follows_a_run_that_is_still_writing(tmp_path, browser_page):
         assert step_label(page, "rollouts") == "1"
         (run / "result.json").write_text('{"status": "completed", "step": 6}')
         page.wait_for_function("document.querySelector('#runs').innerText.includes('completed, step 6')")
+
+
+def test_a_compare_report_opens_with_its_jobs(tmp_path, browser_page):
+    page = browser_page
+    report = tmp_path / "compare-estimators"
+    write_run(report / "jobs" / "grpo" / "seed-0", steps=3)
+    write_run(report / "jobs" / "rloo" / "seed-0", steps=4)
+    (report / "report.json").write_text('{"variants": {}, "jobs": []}')
+    (report / "report.md").write_text("# Compare estimators\n\n| variant | final eval/accuracy |\n")
+    with running([report]) as url:
+        page.goto(url)
+        page.wait_for_selector("body[data-ready='1']")
+        assert [n.strip() for n in page.eval_on_selector_all("#runs .run b", "bs => bs.map(b => b.textContent)")] == [
+            "compare-estimators", "grpo/seed-0", "rloo/seed-0"]
+        page.select_option("#metric", "losses/total")
+        assert page.locator("#chart path.series").count() == 2  # the jobs' curves overlaid
+        page.click("#tabs [data-tab=report]")
+        page.wait_for_selector("#report-body pre")
+        assert "| variant | final eval/accuracy |" in page.inner_text("#report-body pre")
