@@ -43,6 +43,7 @@ TEST_ENV = {
 # README's test command passes on a fresh machine; CI does nothing more than run that command.
 DEBIAN_PACKAGES = {
     "tinker-serve": ["chromium"],  # the tests session of this package
+    "tinker-client": ["chromium"],  # the viewer's browser tests (opentinker view)
     "integration": ["tmux"],
 }
 

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
 from tinker_client.new import register as register_new_command
+from tinker_client.viewer.command import register as register_view_command
 from tinker_core.errors import ConfigError, OpenTinkerError
 
 app = typer.Typer(
@@ -376,6 +377,7 @@ _job_command(
 
 
 register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
+register_view_command(app)  # `opentinker view`, defined in tinker_client/viewer/command.py
 
 
 # ---- plugin commands and entry --------------------------------------------------------------

@@ -1,0 +1,196 @@
+"""The viewer's FastAPI app: the page (``/``, ``/static/...``) and a JSON API under ``/api``.
+
+Only the run dirs given to :func:`create_app` are served, each by its number in that list
+(``/api/runs/0/...``): no route takes a path, so nothing outside them can be reached. Every
+list is paged with a bounded ``limit``; a text search decodes at most
+:data:`~tinker_client.viewer.data.MAX_SCAN` episodes per request. The routes only read, and
+bodies are refused past :data:`MAX_REQUEST_BYTES` (the server's header/body deadlines are those
+of :mod:`tinker_core.http_limits`).
+
+Routes (all GET): ``/api/runs``; per run ``/metrics?since=N``, ``/rollouts/index``,
+``/rollouts?kind&step&group&min_reward&max_reward&stop_reason&min_tokens&max_tokens&q&offset&limit``,
+``/config``, ``/checkpoints``, ``/trace``, ``/report``.
+"""
+
+from __future__ import annotations
+
+import threading
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, HTTPException, Query
+from fastapi.responses import JSONResponse, Response
+
+from tinker_client.viewer.data import MAX_SCAN, Rollout, RunDir, is_run_dir
+
+__all__ = ["MAX_PAGE", "MAX_REQUEST_BYTES", "create_app", "load_runs"]
+
+#: The most episodes one ``/rollouts`` page holds.
+MAX_PAGE = 200
+#: The largest request body accepted (the API only reads; this bounds what a client can send).
+MAX_REQUEST_BYTES = 16 * 1024
+#: The page's files, served from the package (no CDN, no build step).
+STATIC = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+
+
+def load_runs(paths: list[Path]) -> list[RunDir]:
+    """The run dirs to serve: each of ``paths``, and for a compare report dir (``report.json``)
+    also each job's run dir that exists. :class:`ValueError` names a path that is not a run dir."""
+    runs: list[RunDir] = []
+    seen: set[Path] = set()
+
+    def add(path: Path, name: str | None = None) -> None:
+        path = path.resolve()
+        if path in seen:
+            return
+        seen.add(path)
+        name = name or path.name
+        if any(r.name == name for r in runs):
+            name = f"{path.parent.name}/{path.name}"
+        runs.append(RunDir(path, name))
+
+    for given in paths:
+        if not is_run_dir(given):
+            why = "does not exist" if not given.exists() else "holds no metrics.jsonl, config.json, result.json or report.json"
+            raise ValueError(f"{given} is not a run dir: it {why}")
+        add(given)
+        report = RunDir(given.resolve(), "").read_json("report.json")
+        for job in (report or {}).get("jobs", []) if isinstance(report, dict) else []:
+            where = Path(str(job.get("run_dir") or ""))
+            name = f"{job.get('variant')}/seed-{job.get('seed')}"
+            for candidate in (where, given / where, given.parent / where):
+                if str(where) and is_run_dir(candidate):
+                    add(candidate, name)
+                    break
+        if report is not None:  # compare's own layout, wherever the report was moved: jobs/<variant>/seed-<k>
+            for job_dir in sorted(given.glob("jobs/*/seed-*")):
+                if is_run_dir(job_dir):
+                    add(job_dir, f"{job_dir.parent.name}/{job_dir.name}")
+    return runs
+
+
+def _keep(kind: str, step: int | None, group: int | None, min_reward: float | None, max_reward: float | None,
+          stop_reason: str | None, min_tokens: int | None, max_tokens: int | None):
+    def keep(r: Rollout) -> bool:
+        return (r.kind == kind and (step is None or r.step == step) and (group is None or r.group == group)
+                and (min_reward is None or (r.reward is not None and r.reward >= min_reward))
+                and (max_reward is None or (r.reward is not None and r.reward <= max_reward))
+                and (not stop_reason or r.stop_reason == stop_reason)
+                and (min_tokens is None or r.new_tokens >= min_tokens)
+                and (max_tokens is None or r.new_tokens <= max_tokens))
+    return keep
+
+
+def _matches(record: dict[str, Any], needle: str) -> bool:
+    texts = [str(record.get("prompt") or "")]
+    texts += [str(t.get("text") or "") for t in record.get("turns") or [] if isinstance(t, dict)]
+    texts += [str(m.get("content") or "") for m in record.get("messages") or [] if isinstance(m, dict)]
+    return any(needle in t.lower() for t in texts)
+
+
+def create_app(runs: list[RunDir], *, index_at_start: bool = True) -> FastAPI:
+    """The viewer app serving ``runs`` (see the module docstring). With ``index_at_start`` a
+    background thread reads every run's files at once, so the rollout browser opens without
+    waiting while the page already shows the curves."""
+    app = FastAPI(title="OpenTinker run viewer", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.runs = runs
+    if index_at_start:  # the episodes and trace of a long run take seconds: index them before they are asked for
+        threading.Thread(target=lambda: [r.refresh() for r in runs], name="opentinker-view-index", daemon=True).start()
+    _page_routes(app)
+    _api_routes(app, runs)
+    return app
+
+
+def _page_routes(app: FastAPI) -> None:
+    static = files("tinker_client.viewer") / "static"
+
+    @app.get("/", include_in_schema=False)
+    def index() -> Response:
+        return Response((static / "index.html").read_bytes(), media_type="text/html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def asset(name: str) -> Response:
+        if name not in STATIC:  # a fixed set of names: no path reaches anything else
+            raise HTTPException(404, f"no static file {name!r}")
+        return Response((static / name).read_bytes(), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+
+
+def _api_routes(app: FastAPI, runs: list[RunDir]) -> None:
+    def run(rid: int) -> RunDir:
+        if not 0 <= rid < len(runs):
+            raise HTTPException(404, f"no run {rid}: this viewer serves runs 0 to {len(runs) - 1}")
+        return runs[rid]
+
+    @app.get("/api/runs")
+    def list_runs() -> list[dict[str, Any]]:
+        return [{"id": i, **r.summary()} for i, r in enumerate(runs)]
+
+    @app.get("/api/runs/{rid}/metrics")
+    def metrics(rid: int, since: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:
+        return run(rid).metric_columns(since)
+
+    @app.get("/api/runs/{rid}/rollouts/index")
+    def rollout_index(rid: int) -> dict[str, Any]:
+        return run(rid).rollout_index()
+
+    @app.get("/api/runs/{rid}/rollouts")
+    def rollouts(
+        rid: int,
+        kind: Annotated[str, Query(max_length=16)] = "train",
+        step: int | None = None,
+        group: int | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        stop_reason: Annotated[str | None, Query(max_length=64)] = None,
+        min_tokens: int | None = None,
+        max_tokens: int | None = None,
+        q: Annotated[str | None, Query(max_length=200)] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+    ) -> dict[str, Any]:
+        r = run(rid)
+        chosen = r.select(_keep(kind, step, group, min_reward, max_reward, stop_reason, min_tokens, max_tokens), step)
+        complete = True
+        if q:
+            needle, found = q.lower(), []
+            complete = len(chosen) <= MAX_SCAN
+            for rollout, record in r.records(chosen[:MAX_SCAN]):
+                if _matches(record, needle):
+                    found.append(rollout)
+            chosen = found
+        page = [{"index": ro.index, **record} for ro, record in r.records(chosen[offset:offset + limit])]
+        return {"total": len(chosen), "offset": offset, "limit": limit, "search_complete": complete, "items": page}
+
+    @app.get("/api/runs/{rid}/config")
+    def config(rid: int) -> dict[str, Any]:
+        r = run(rid)
+        return {"config": r.read_json("config.json"), "result": r.read_json("result.json"),
+                "overrides": r.read_json("overrides.json")}
+
+    @app.get("/api/runs/{rid}/checkpoints")
+    def checkpoints(rid: int) -> list[dict[str, Any]]:
+        return run(rid).checkpoints()
+
+    @app.get("/api/runs/{rid}/trace")
+    def trace(rid: int) -> dict[str, Any]:
+        return run(rid).trace_summary()
+
+    @app.get("/api/runs/{rid}/report")
+    def report(rid: int) -> dict[str, Any]:
+        r = run(rid)
+        try:
+            markdown = (r.path / "report.md").read_text(encoding="utf-8")
+        except OSError:
+            markdown = None
+        return {"report": r.read_json("report.json"), "markdown": markdown}
+
+
+def guarded(app: FastAPI) -> Any:
+    """``app`` behind the body guard every OpenTinker server runs with (size and time limits)."""
+    from tinker_core.http_limits import BodyGuard, HttpLimits
+
+    def respond(status: int, message: str) -> Any:
+        return JSONResponse({"detail": message}, status_code=status)
+
+    return BodyGuard(app, HttpLimits(MAX_REQUEST_BYTES), respond, what="the viewer's request limit")

@@ -1,0 +1,377 @@
+"""Reading run dirs for the viewer, while a run may still be writing them.
+
+Every file is read incrementally: :class:`JsonLines` keeps the byte offset it has parsed up to and
+on each :meth:`~JsonLines.refresh` parses only what was appended, leaving a partial last line
+(one still being written) for the next call; a file that shrank or was replaced (``--fresh``) is
+read again from the start. ``rollouts.jsonl`` is indexed, not held: each episode's summary
+(step, group, reward, stop reason, length) and its byte range, the record read back on demand,
+so a 10,000-step run costs megabytes, not its whole transcript. ``trace.json`` (Chrome trace-event
+JSON Array Format) is parsed event by event, so a trace without its closing ``]`` or with a
+half-written last event reads fine.
+
+The files (see docs/guides/viewer.md): ``metrics.jsonl``, ``rollouts.jsonl``, ``trace.json``,
+``config.json``, ``result.json``, ``checkpoints/step-NNNNNN/`` and, for an ``opentinker compare``
+report dir, ``report.json`` and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import math
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JsonLines", "Rollout", "RunDir", "TraceEvents", "is_run_dir", "phase_summary"]
+
+#: Files any of which makes a directory a run dir (or a compare report dir).
+RUN_FILES = ("metrics.jsonl", "rollouts.jsonl", "config.json", "result.json", "trace.json", ".opentinker-run",
+             "report.json")
+#: How much of a file is read (and held) at once while parsing it.
+CHUNK_BYTES = 8 * 1024 * 1024
+#: The most episodes a text search decodes for one request (beyond it the answer says so).
+MAX_SCAN = 20_000
+
+
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory that holds a run's files (or a compare report)."""
+    return path.is_dir() and any((path / name).exists() for name in RUN_FILES)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (JSON has neither)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+class JsonLines:
+    """The parsed lines of an append-only JSON-lines file, read incrementally (module docstring).
+
+    ``parse(obj, offset, length)`` turns each JSON object into what is kept (default: the object);
+    a line that is not a JSON object is skipped. :attr:`items` holds the kept values in order."""
+
+    def __init__(self, path: Path, parse: Callable[[dict[str, Any], int, int], Any] | None = None) -> None:
+        self.path, self.parse = path, parse or (lambda obj, _offset, _length: obj)
+        self.items: list[Any] = []
+        self.offset, self.generation, self._inode = 0, 0, None
+        self._lock = threading.Lock()
+
+    def refresh(self) -> bool:
+        """Parse what was appended since the last call; True when anything changed. Thread-safe:
+        a second caller waits for the first one's parse."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> bool:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            if self.offset or self.items:
+                self._reset()
+                return True
+            return False
+        changed = False
+        if st.st_ino != self._inode or st.st_size < self.offset:  # replaced or truncated: start over
+            changed = bool(self.items)
+            self._reset()
+            self._inode = st.st_ino
+        if st.st_size == self.offset:
+            return changed
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            left = st.st_size - self.offset
+            while left > 0:  # in chunks, so a large file is never in memory at once
+                chunk = f.read(min(CHUNK_BYTES, left))
+                while b"\n" not in chunk and len(chunk) < left:  # one line longer than a chunk
+                    chunk += f.read(min(CHUNK_BYTES, left - len(chunk)))
+                end = chunk.rfind(b"\n") + 1  # a last line without its newline is still being written
+                if end == 0:
+                    break
+                changed = self._parse_lines(chunk, end) or changed
+                self.offset += end
+                f.seek(self.offset)
+                left = st.st_size - self.offset
+        return changed
+
+    def _parse_lines(self, chunk: bytes, end: int) -> bool:
+        changed, start = False, 0
+        while start < end:
+            stop = chunk.index(b"\n", start) + 1
+            line = chunk[start:stop]
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    obj = None
+                if isinstance(obj, dict):
+                    self.items.append(self.parse(obj, self.offset + start, stop - start))
+                    changed = True
+            start = stop
+        return changed
+
+    def _reset(self) -> None:
+        self.items, self.offset, self._inode = [], 0, None
+        self.generation += 1
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """One indexed episode of ``rollouts.jsonl``: what filters need, and where its record is."""
+
+    index: int
+    offset: int
+    length: int
+    kind: str
+    stage: str
+    step: int
+    group: int
+    episode: int
+    reward: float | None
+    advantage: float | None
+    stop_reason: str
+    new_tokens: int
+
+
+def _num(obj: dict[str, Any], key: str, kind: type, default: Any) -> Any:
+    value = obj.get(key)
+    try:
+        return kind(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
+
+
+class TraceEvents:
+    """The complete events (``"ph": "X"``) of a Chrome trace-event JSON array, read incrementally;
+    a missing closing ``]`` or a half-written last event is waited for, not an error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.events: list[tuple[str, float, Any, Any]] = []  # (name, dur_us, stage, step)
+        self._lock = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.events, self.offset, self._buffer, self._inode, self._started = [], 0, "", None, False
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def refresh(self) -> bool:
+        """Parse what was appended since the last call; True when anything changed (thread-safe)."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> bool:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return False
+        if st.st_ino != self._inode or st.st_size < self.offset:
+            self._reset()
+            self._inode = st.st_ino
+        if st.st_size == self.offset:
+            return False
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read(st.st_size - self.offset)
+        self.offset += len(data)
+        self._buffer += self._decoder.decode(data)
+        before = len(self.events)
+        self._parse()
+        return len(self.events) != before
+
+    def _parse(self) -> None:
+        decoder, text, pos = json.JSONDecoder(), self._buffer, 0
+        while True:
+            while pos < len(text) and (text[pos].isspace() or text[pos] == ","):
+                pos += 1
+            if not self._started:
+                if pos < len(text) and text[pos] == "[":
+                    self._started, pos = True, pos + 1
+                    continue
+                break
+            if pos >= len(text) or text[pos] == "]":
+                break
+            try:
+                event, end = decoder.raw_decode(text, pos)
+            except ValueError:
+                break  # the rest is still being written
+            pos = end
+            if isinstance(event, dict) and event.get("ph") == "X" and isinstance(event.get("dur"), int | float):
+                args = event.get("args") if isinstance(event.get("args"), dict) else {}
+                self.events.append((str(event.get("name", "?")), float(event["dur"]), args.get("stage"), args.get("step")))
+        self._buffer = text[pos:]
+
+
+def phase_summary(events: list[tuple[str, float, Any, Any]]) -> dict[str, Any]:
+    """Per phase name: count, mean/p50/p95/total milliseconds and its share of the step time.
+
+    The step time is the total of the events named ``step`` when there are any (one per step,
+    the whole step), else the total of all events; ``step`` itself is not a row."""
+    by_name: dict[str, list[float]] = {}
+    for name, dur, _stage, _step in events:
+        by_name.setdefault(name, []).append(dur / 1000.0)
+    step_total = sum(by_name.get("step", []))
+    rows = []
+    total = step_total or sum(sum(v) for v in by_name.values())
+    for name, durs in by_name.items():
+        if name == "step" and step_total:
+            continue
+        durs.sort()
+        rows.append({
+            "name": name, "count": len(durs), "mean_ms": sum(durs) / len(durs),
+            "p50_ms": durs[len(durs) // 2], "p95_ms": durs[min(len(durs) - 1, math.ceil(0.95 * len(durs)) - 1)],
+            "total_ms": sum(durs), "share": sum(durs) / total if total else 0.0,
+        })
+    rows.sort(key=lambda r: -r["total_ms"])
+    steps = {(stage, step) for _n, _d, stage, step in events if step is not None}
+    return {"phases": rows, "events": len(events), "steps": len(steps), "step_total_ms": step_total or total}
+
+
+class RunDir:
+    """One run dir (or compare report dir) the viewer serves; thread-safe."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        self.path, self.name = path, name
+        self.metrics = JsonLines(path / "metrics.jsonl", lambda obj, _o, _l: {k: _finite(v) for k, v in obj.items()})
+        self.rollouts = JsonLines(path / "rollouts.jsonl", self._index_rollout)
+        self.trace = TraceEvents(path / "trace.json")
+        self._cache: dict[str, tuple[Any, Any]] = {}
+
+    def _cached(self, name: str, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, again only when ``key`` (what the value depends on) changed: the page
+        polls, and a 10,000-step run's episodes are not walked on every poll."""
+        hit = self._cache.get(name)
+        if hit is None or hit[0] != key:
+            hit = self._cache[name] = (key, compute())
+        return hit[1]
+
+    def _rollouts_key(self) -> tuple[int, int]:
+        return self.rollouts.generation, len(self.rollouts.items)
+
+    def _index_rollout(self, obj: dict[str, Any], offset: int, length: int) -> Rollout:
+        return Rollout(
+            index=len(self.rollouts.items), offset=offset, length=length, kind=sys.intern(str(obj.get("kind", "train"))),
+            stage=sys.intern(str(obj.get("stage", ""))), step=_num(obj, "step", int, 0), group=_num(obj, "group", int, 0),
+            episode=_num(obj, "episode", int, 0), reward=_finite(_num(obj, "reward", float, None)),
+            advantage=_finite(_num(obj, "advantage", float, None)), stop_reason=sys.intern(str(obj.get("stop_reason", ""))),
+            new_tokens=_num(obj, "new_tokens", int, 0))
+
+    def refresh(self) -> None:
+        """Read what every file gained since the last call."""
+        self.metrics.refresh()
+        self.rollouts.refresh()
+        self.trace.refresh()
+
+    def read_json(self, name: str) -> Any:
+        """The JSON document ``name`` of the run dir, or None when it is missing or not (yet) JSON."""
+        try:
+            return json.loads((self.path / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def summary(self) -> dict[str, Any]:
+        """What the run list shows, and what tells the polling page that something changed. Only
+        ``metrics.jsonl`` is read here (it is small); the episodes and the trace are indexed by
+        the requests that need them (and once at start-up, in the background), so the counts of
+        ``rollouts`` and ``trace_events`` are those indexed so far, and the sizes of their files
+        (``rollouts_bytes``, ``trace_bytes``) say when there is more."""
+        self.metrics.refresh()
+        result = self.read_json("result.json")
+        rows = self.metrics.items
+        items: list[Rollout] = self.rollouts.items
+        stages = self._cached("stages", (self.metrics.generation, len(rows)),
+                              lambda: list(dict.fromkeys(str(r.get("stage", "")) for r in rows)))
+        evals = self._cached("evals", self._rollouts_key(), lambda: sum(1 for r in items if r.kind == "eval"))
+        return {
+            "name": self.name, "path": str(self.path), "report": (self.path / "report.json").is_file(),
+            "status": (result or {}).get("status", "running" if rows else "empty"),
+            "metrics_rows": len(rows), "last_step": rows[-1].get("step") if rows else None,
+            "stages": stages, "rollouts": len(items), "eval_rollouts": evals,
+            "trace_events": len(self.trace.events), "generation": self.metrics.generation + self.rollouts.generation,
+            "rollouts_bytes": _size(self.rollouts.path), "trace_bytes": _size(self.trace.path),
+        }
+
+    def metric_columns(self, since: int = 0) -> dict[str, Any]:
+        """The metrics rows from ``since`` on, by column: ``steps``, ``stages`` and ``series`` (key ->
+        values, None where a row lacks the key); ``next`` is the ``since`` of the next call."""
+        self.metrics.refresh()
+        rows = self.metrics.items[since:]
+        keys = sorted({k for r in rows for k in r if k not in ("stage", "step")})
+        return {
+            "start": since, "next": since + len(rows), "generation": self.metrics.generation,
+            "steps": [r.get("step") for r in rows], "stages": [r.get("stage") for r in rows],
+            "series": {k: [r.get(k) for r in rows] for k in keys},
+        }
+
+    def rollout_index(self) -> dict[str, Any]:
+        """The steps that have episodes (per kind), the stop reasons seen and the longest episode."""
+        self.refresh()
+        return self._cached("index", self._rollouts_key(), self._rollout_index)
+
+    def _rollout_index(self) -> dict[str, Any]:
+        items: list[Rollout] = self.rollouts.items
+        steps: dict[str, set[int]] = {}
+        for r in items:
+            steps.setdefault(r.kind, set()).add(r.step)
+        return {"count": len(items), "steps": {k: sorted(v) for k, v in steps.items()},
+                "stop_reasons": sorted({r.stop_reason for r in items}),
+                "max_new_tokens": max((r.new_tokens for r in items), default=0)}
+
+    def select(self, keep: Callable[[Rollout], bool], step: int | None = None) -> list[Rollout]:
+        """The indexed episodes ``keep`` accepts, in file order; with ``step``, only that step's
+        are looked at (through a by-step index, so a step's page does not walk the whole run)."""
+        self.refresh()
+        if step is None:
+            return [r for r in self.rollouts.items if keep(r)]
+        by_step = self._cached("by_step", self._rollouts_key(), self._by_step)
+        return [r for r in by_step.get(step, ()) if keep(r)]
+
+    def _by_step(self) -> dict[int, list[Rollout]]:
+        out: dict[int, list[Rollout]] = {}
+        for r in self.rollouts.items:
+            out.setdefault(r.step, []).append(r)
+        return out
+
+    def records(self, rollouts: list[Rollout]) -> Iterator[tuple[Rollout, dict[str, Any]]]:
+        """Each of ``rollouts`` with its full record read back from ``rollouts.jsonl``."""
+        if not rollouts:
+            return
+        with (self.path / "rollouts.jsonl").open("rb") as f:
+            for r in rollouts:
+                f.seek(r.offset)
+                try:
+                    yield r, json.loads(f.read(r.length))
+                except ValueError:
+                    continue
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The ``checkpoints/step-NNNNNN`` dirs: name, step, files, bytes, modification time."""
+        out = []
+        root = self.path / "checkpoints"
+        for d in sorted(root.glob("step-*")) if root.is_dir() else []:
+            if not d.is_dir():
+                continue
+            files = [p for p in d.rglob("*") if p.is_file()]
+            try:
+                step = int(d.name.removeprefix("step-"))
+            except ValueError:
+                step = None
+            out.append({"name": d.name, "step": step, "files": len(files),
+                        "bytes": sum(p.stat().st_size for p in files), "mtime": os.path.getmtime(d)})
+        return out
+
+    def trace_summary(self) -> dict[str, Any]:
+        """:func:`phase_summary` of the trace's events (an empty table when there is no trace)."""
+        self.refresh()
+        table = self._cached("trace", (self.trace.offset, len(self.trace.events)), lambda: phase_summary(self.trace.events))
+        return {"present": self.trace.path.is_file(), **table}

@@ -1,0 +1,8 @@
+"""Fixtures of tinker-client's tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # the tests' helper modules (viewer_runs)
