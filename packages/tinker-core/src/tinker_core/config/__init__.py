@@ -63,6 +63,7 @@ from tinker_core.config.models import (
     json_schema,
     models_in,
 )
+from tinker_core.config.recording import RolloutsLogConfig
 from tinker_core.config.overrides import (
     Override,
     OverrideError,
@@ -95,6 +96,7 @@ __all__ = [
     "JobConfig",
     "KLConfig",
     "LoggingConfig",
+    "RolloutsLogConfig",
     "LoraConfig",
     "ModelConfig",
     "MultiAgentConfig",
