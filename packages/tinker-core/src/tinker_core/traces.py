@@ -96,15 +96,16 @@ def read_trace(path: str | Path) -> list[dict[str, Any]]:
     except json.JSONDecodeError:
         pass
     events = []  # a last line cut short while the run writes it: keep the lines that parse
-    for n, line in enumerate(body.splitlines(), 1):
+    lines = body.splitlines()  # body line n is line n of the file (the first holds the '[')
+    for n, line in enumerate(lines, 1):
         line = line.strip().rstrip(",")
         if not line:
             continue
         try:
             events.append(json.loads(line))
         except json.JSONDecodeError as e:
-            if n < len(body.splitlines()):
-                raise ValueError(f"{p}:{n + 1} is not a trace event: {e}") from None
+            if n < len(lines):
+                raise ValueError(f"{p}:{n} is not a trace event: {e}") from None
     return events
 
 
