@@ -28,16 +28,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from tinker_core.config import LoggingConfig, RolloutsLogConfig
 from tinker_core.rollout_records import ROLLOUTS_FILE, RolloutRecord, RolloutTurn, keep_until
 from tinker_core.traces import STEP, TRACE_FILE, TraceWriter
-
-if TYPE_CHECKING:
-    from tinker_algos.rollout import Episode, RolloutResult
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _ACTIVE: ContextVar[Recorder | None] = ContextVar("opentinker_recorder", default=None)
@@ -178,12 +175,15 @@ def transcripts(path: Path, *, stage: str, step: int, limit: int = 10**9) -> Ite
 
 
 def _single_agent(result: Any) -> bool:
-    from tinker_algos.rollout import RolloutResult
+    """A single-agent rollout's result (a :class:`tinker_algos.rollout.RolloutResult`: episodes
+    with a trajectory and a transcript, no roles). Duck-typed: the rollout imports this module."""
+    episodes = getattr(result, "episodes", None)
+    if episodes is None or hasattr(result, "roles"):
+        return False
+    return all(hasattr(e, "trajectory") and hasattr(e, "transcript") for e in episodes)
 
-    return isinstance(result, RolloutResult)
 
-
-def select(episodes: Sequence[Episode], n: int, keep: str) -> list[int]:
+def select(episodes: Sequence[Any], n: int, keep: str) -> list[int]:
     """The indices of the ``n`` episodes to record, in episode order: the first ``n`` (``all``), or
     the ``n - n // 2`` highest and the ``n // 2`` lowest rewards (``best-and-worst``; ties keep
     episode order)."""
@@ -209,8 +209,9 @@ def _runs(mask_T: np.ndarray) -> list[tuple[bool, int, int]]:
     return out
 
 
-def episode_record(e: Episode, tokenizer: Any, *, kind: str, stage: str, step: int, episode: int, advantage: float | None = None) -> RolloutRecord:
-    """The :class:`~tinker_core.rollout_records.RolloutRecord` of one episode.
+def episode_record(e: Any, tokenizer: Any, *, kind: str, stage: str, step: int, episode: int, advantage: float | None = None) -> RolloutRecord:
+    """The :class:`~tinker_core.rollout_records.RolloutRecord` of one episode (a
+    :class:`tinker_algos.rollout.Episode`).
 
     Turns come from the episode's transcript (the texts) and its trajectory's loss mask (the
     tokens: the first masked run is the prompt, then policy and env runs alternate); a failed

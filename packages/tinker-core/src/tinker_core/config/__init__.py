@@ -63,7 +63,6 @@ from tinker_core.config.models import (
     json_schema,
     models_in,
 )
-from tinker_core.config.recording import RolloutsLogConfig
 from tinker_core.config.overrides import (
     Override,
     OverrideError,
@@ -72,6 +71,7 @@ from tinker_core.config.overrides import (
     parse_override,
     parse_overrides,
 )
+from tinker_core.config.recording import RolloutsLogConfig
 from tinker_core.config.reference import (
     EXAMPLE,
     SECTIONS,

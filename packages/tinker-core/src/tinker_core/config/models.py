@@ -388,7 +388,7 @@ class LoggingConfig(_Model):
     )
     plot: bool = Field(True, description="Write a learning-curve PNG at the end (skipped with one warning without matplotlib).")
     every: int = Field(1, ge=1, le=MAX_STEPS, description="Log metrics every N steps.")
-    rollouts: RolloutsLogConfig = Field(default_factory=RolloutsLogConfig, description="Sampled episodes recorded in rollouts.jsonl (see logging.rollouts).")
+    rollouts: RolloutsLogConfig = Field(default_factory=RolloutsLogConfig, description="Which sampled episodes go to rollouts.jsonl in the run directory (the logging.rollouts section below).")
     trace: bool = Field(True, description="Write trace.json: each step's phases as Chrome/Perfetto trace events (opentinker trace RUN_DIR sums them up).")
 
     @model_validator(mode="after")

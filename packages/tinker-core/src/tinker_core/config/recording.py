@@ -14,8 +14,11 @@ MAX_PER_STEP = 4096
 
 
 class RolloutsLogConfig(BaseModel):
-    """Which episodes go to ``rollouts.jsonl``: ``per_step`` of every ``every``-th step's episodes
-    (training), and at most ``per_step`` of each held-out evaluation's; ``per_step: 0`` records none."""
+    """Which sampled episodes a run records in `rollouts.jsonl` (see the guide *Rollouts and traces*).
+
+    ``per_step`` of every ``every``-th step's episodes (training), and at most ``per_step`` of each
+    held-out evaluation's; ``per_step: 0`` records none.
+    """
 
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
@@ -27,5 +30,5 @@ class RolloutsLogConfig(BaseModel):
     keep: Literal["all", "best-and-worst"] = Field(
         "all",
         description="Which episodes when a step has more than per_step: 'all' takes them in group order "
-        "(whole groups first); 'best-and-worst' the per_step/2 highest and the rest lowest rewards.",
+        "(whole groups first); 'best-and-worst' the highest rewards (per_step - per_step // 2 of them) and the lowest (per_step // 2).",
     )

@@ -17,7 +17,6 @@ from tinker_core.config.models import (
     JobConfig,
     KLConfig,
     LoggingConfig,
-    RolloutsLogConfig,
     LoraConfig,
     ModelConfig,
     MultiAgentConfig,
@@ -25,6 +24,7 @@ from tinker_core.config.models import (
     PPOParams,
     ResourcesConfig,
     RolloutConfig,
+    RolloutsLogConfig,
     StageConfig,
     models_in,
 )
