@@ -169,7 +169,8 @@ def transcripts(path: Path, *, stage: str, step: int, limit: int = 10**9) -> Ite
     """Record every evaluation in the block (up to ``limit`` episodes each) into ``path``, started
     over: the transcripts of ``opentinker eval``."""
     path.unlink(missing_ok=True)
-    rec = Recorder(path, RolloutsLogConfig(per_step=min(limit, 4096)), None)
+    # model_construct: an evaluation may play more episodes than a run's per_step allows
+    rec = Recorder(path, RolloutsLogConfig.model_construct(every=1, per_step=limit, keep="all"), None)
     with rec.active(stage, step):
         yield rec
 
