@@ -31,6 +31,9 @@ def test_train_runs_embedded_into_runs_name_and_resumes_from_its_checkpoint(tmp_
     assert first.returncode == 0, first.stderr
     assert "completed: 2 steps; run dir: runs/cli-train" in first.stdout
     assert (tmp_path / "runs" / "cli-train" / "curve.png").is_file()
+    trace = opentinker("trace", "runs/cli-train", cwd=tmp_path)  # the run's phases, from its trace.json
+    assert trace.returncode == 0, trace.stderr
+    assert "(2 steps)" in trace.stdout and "forward_backward" in trace.stdout and "100.0%" in trace.stdout
     again = opentinker("train", "job.yaml", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "resuming from" in again.stderr and "completed: 2 steps" in again.stdout

@@ -166,6 +166,16 @@ def test_eval_of_a_run_reproduces_its_training_held_out_metrics(lora_run, tmp_pa
     # without --output the JSON goes into the run directory
     assert invoke("eval", lora_run, "--n", "2").exit_code == 0
     assert json.loads((lora_run / "eval" / "step-000003-echo_echo-v0.json").read_text())["n"] == 2
+    # the transcripts: one rollout record per episode, beside the JSON (or at --transcripts)
+    from tinker_core.rollout_records import read_rollouts
+
+    records = read_rollouts(tmp_path / "eval.rollouts.jsonl")
+    assert [(r.kind, r.stage, r.step, r.episode) for r in records] == [("eval", "echo/echo-v0", 3, i) for i in range(3)]
+    assert [r.reward for r in records] == [e["reward"] for e in report["episodes"]]
+    assert [r.turns[0].text for r in records] == [e["transcript"][0][1] for e in report["episodes"]]
+    assert len(read_rollouts(lora_run / "eval" / "step-000003-echo_echo-v0.rollouts.jsonl")) == 2
+    assert invoke("eval", lora_run, "--n", "1", "--transcripts", tmp_path / "t.jsonl").exit_code == 0
+    assert len(read_rollouts(tmp_path / "t.jsonl")) == 1
 
 
 def test_eval_with_samples_reports_pass_at_k_from_the_episodes(lora_run, tmp_path):

@@ -146,10 +146,29 @@ def test_the_curve_is_a_png_and_without_matplotlib_it_is_skipped_with_a_warning(
 # ---- offline modes of the real libraries (where installed) -----------------------------------
 
 
-def log_three_steps(run_dir: Path, **logging_) -> None:
+def rollout_record(episode: int):
+    from tinker_core.rollout_records import RolloutRecord
+
+    return RolloutRecord(
+        kind="train", stage="rl", step=2, group=0, episode=episode, prompt="Say: ab\n",
+        turns=[{"role": "policy", "text": "ab", "tokens": 2}], reward=float(episode), advantage=0.5, stop_reason="stop_string", new_tokens=2,
+    )
+
+
+ROLLOUT_ROW = {
+    "kind": "train", "stage": "rl", "step": 2, "group": 0, "episode": 1, "reward": 1.0, "advantage": 0.5,
+    "stop_reason": "stop_string", "new_tokens": 2, "prompt": "Say: ab\n", "completion": "ab",
+}
+"""The tracker table row of ``rollout_record(1)``."""
+
+
+def log_three_steps(run_dir: Path, rollouts: bool = False, **logging_) -> None:
+    """Three logged steps; with ``rollouts``, step 2 also records two episodes (a rollouts table)."""
     run_dir.mkdir(exist_ok=True)
     log = MetricsLog.for_job(run_dir, job(**logging_))
     for step in (1, 2, 3):
+        if rollouts and step == 2:
+            log.log_rollouts(step, [rollout_record(0), rollout_record(1)])
         log.log(step, "sft", {"losses/total": 1.0 / step, "env/reward_mean": step / 4})
     log.close()
 
@@ -158,9 +177,12 @@ def test_wandb_offline_writes_a_run_that_a_resume_continues(tmp_path, monkeypatc
     pytest.importorskip("wandb", reason="wandb is not installed (pip install 'tinker-algos[wandb]')")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    log_three_steps(tmp_path, report_to=["wandb"])
+    log_three_steps(tmp_path, rollouts=True, report_to=["wandb"])
     run_id = json.loads((tmp_path / "trackers.json").read_text())["wandb"]
     assert list((tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
+    (table,) = (tmp_path / "wandb").glob(f"offline-run-*-{run_id}/files/media/table/rollouts_*.table.json")
+    logged = json.loads(table.read_text())
+    assert logged["columns"] == list(ROLLOUT_ROW) and logged["data"][1] == list(ROLLOUT_ROW.values())
     log_three_steps(tmp_path, report_to=["wandb"])  # a resumed job: the same W&B run id
     assert json.loads((tmp_path / "trackers.json").read_text())["wandb"] == run_id
 
@@ -173,9 +195,11 @@ def test_mlflow_logs_metrics_and_the_config_to_a_file_store(tmp_path, monkeypatc
     uri = (tmp_path / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 keeps the file store behind a switch
-    log_three_steps(tmp_path / "run", report_to=["mlflow"], project="opentinker-test")
+    log_three_steps(tmp_path / "run", rollouts=True, report_to=["mlflow"], project="opentinker-test")
     run_id = json.loads((tmp_path / "run" / "trackers.json").read_text())["mlflow"]
     client = MlflowClient(tracking_uri=uri)
+    table = json.loads(Path(client.download_artifacts(run_id, "rollouts/step-000002.json", str(tmp_path))).read_text())
+    assert table["columns"] == list(ROLLOUT_ROW) and table["data"][1] == list(ROLLOUT_ROW.values())
     history = client.get_metric_history(run_id, "losses/total")
     assert [(m.step, m.value) for m in history] == [(1, 1.0), (2, 0.5), (3, 1 / 3)]
     run = client.get_run(run_id)
@@ -188,9 +212,51 @@ def test_trackio_logs_locally(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
     if "trackio" in sys.modules:
         pytest.skip("trackio was imported before TRACKIO_DIR could be set")
-    log_three_steps(tmp_path / "run", report_to=["trackio"], project="opentinker-test")
+    log_three_steps(tmp_path / "run", rollouts=True, report_to=["trackio"], project="opentinker-test")
     from trackio.sqlite_storage import SQLiteStorage
 
     assert SQLiteStorage.get_runs("opentinker-test") == ["tracked"]
     logs = SQLiteStorage.get_logs("opentinker-test", "tracked")
-    assert [(row["step"], row["losses/total"]) for row in logs] == [(1, 1.0), (2, 0.5), (3, 1 / 3)]
+    assert [(row["step"], row["losses/total"]) for row in logs if "rollouts" not in row] == [(1, 1.0), (2, 0.5), (3, 1 / 3)]
+    (tables,) = [row for row in logs if "rollouts" in row]
+    assert tables["step"] == 2 and tables["rollouts"]["_type"] == "trackio.table"
+    assert tables["rollouts"]["_value"][1] == ROLLOUT_ROW
+
+
+class _Plain:
+    """A tracker without tables (TensorBoard's kind)."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.steps.append(step)
+
+    def close(self) -> None:
+        pass
+
+
+class _Tables(_Plain):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+        self.tables: list[tuple[int, str, list[str], list[list]]] = []
+
+    def log_table(self, step: int, key: str, columns: list[str], rows: list[list]) -> None:
+        if self.fail:
+            raise RuntimeError("table store is down")
+        self.tables.append((step, key, columns, rows))
+
+
+def test_rollout_tables_go_to_the_trackers_that_take_tables_and_a_failing_one_is_dropped(tmp_path, caplog):
+    plain, tables, failing = _Plain(), _Tables(), _Tables(fail=True)
+    log = MetricsLog(tmp_path, trackers={"tensorboard": plain, "wandb": tables, "mlflow": failing})
+    with caplog.at_level(logging.WARNING, logger="tinker_algos.trackers"):
+        log.log_rollouts(2, [rollout_record(0), rollout_record(1)])
+        log.log_rollouts(3, [rollout_record(1)])
+    assert [(s, k, c) for s, k, c, _ in tables.tables] == [(2, "rollouts", list(ROLLOUT_ROW)), (3, "rollouts", list(ROLLOUT_ROW))]
+    assert tables.tables[0][3][1] == list(ROLLOUT_ROW.values()) and len(tables.tables[0][3]) == 2
+    assert set(log.trackers) == {"tensorboard", "wandb"} and plain.steps == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "mlflow failed at step 2 (RuntimeError: table store is down); no more mlflow output for this run"
+    ]

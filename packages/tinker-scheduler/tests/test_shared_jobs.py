@@ -18,6 +18,8 @@ import tinker_core
 import tinker_core.registry
 from tinker_algos import train
 from tinker_algos.metrics import is_timing
+from tinker_core.rollout_records import read_rollouts
+from tinker_core.traces import read_trace
 from tinker_scheduler.model_host import ModelHost, job_adapter_name
 
 pytestmark = pytest.mark.slow
@@ -127,6 +129,10 @@ def test_jobs_sharing_a_host_get_exactly_their_solo_metrics(tmp_path):
         assert {jid: r["status"] for jid, r in results.items()} == dict.fromkeys(configs, "completed")
         for jid in configs:
             assert metrics_of(tmp_path / "shared" / jid) == solo[jid], jid
+            # each job records its own episodes and phases into its own run dir, as alone
+            assert read_rollouts(tmp_path / "shared" / jid) == read_rollouts(tmp_path / "solo" / jid), jid
+            steps = [e["args"]["step"] for e in read_trace(tmp_path / "shared" / jid) if e["name"] == "step"]
+            assert steps == [row["step"] for row in solo[jid]], jid
         # they really were interleaved: turns of different jobs alternate while all run
         turns = [sid for sid in host.served if sid.startswith("job:")]
         switches = sum(1 for x, y in zip(turns, turns[1:], strict=False) if x != y)

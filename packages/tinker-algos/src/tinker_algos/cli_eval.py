@@ -32,6 +32,7 @@ def eval_command(
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Tokens a turn (default: the run's rollout.max_new_tokens).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="First env seed (default: the one training's evaluation uses).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="JSON file to write (default: <run>/eval/step-N-<env>.json, else ./eval-<env>.json).")] = None,
+    transcripts: Annotated[Path | None, typer.Option("--transcripts", help="Rollout records of every episode (default: the JSON file's name with .rollouts.jsonl; the format of a run's rollouts.jsonl).")] = None,
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model of an adapter saved outside a run.")] = None,
     device: Annotated[str | None, typer.Option("--device", help="cpu, cuda, cuda:N (default: the run's model.device).")] = None,
 ) -> None:
@@ -39,6 +40,7 @@ def eval_command(
 
     KEY.PATH=VALUE arguments override the settings of a job config SOURCE (e.g. env.eval_kwargs.digits=3).
     """
+    from tinker_algos import recording
     from tinker_algos.device import DeviceError
     from tinker_algos.evaluation import (
         EvalError,
@@ -56,16 +58,19 @@ def eval_command(
     try:
         src = find_source(source, overrides=overrides or ())
         settings = eval_settings(src.job, env_id=env, split=split, n=n, samples=samples, max_new_tokens=max_new_tokens, seed=seed)
-        report = evaluate_source(src, settings, base_model=base_model, device=device)
+        target = output or default_output(src, settings.env.id)
+        records = transcripts or target.with_name(target.name.removesuffix(".json") + ".rollouts.jsonl")
+        records.parent.mkdir(parents=True, exist_ok=True)
+        with recording.transcripts(records, stage=settings.env.id, step=src.step or 0):
+            report = evaluate_source(src, settings, base_model=base_model, device=device)
     except (EvalError, ModelLoadError, DeviceError, ConfigError, OverrideError) as e:
         _fail(str(e))
     for line in src.skipped:
         err_console.print(f"skipped damaged checkpoint {line}", markup=False, highlight=False)
-    target = output or default_output(src, settings.env.id)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(report.to_dict(), indent=1) + "\n", encoding="utf-8")
     Console(highlight=False).print(eval_table(report.to_dict()))
-    typer.echo(f"wrote {target}")
+    typer.echo(f"wrote {target} and the transcripts {records}")
 
 
 def eval_table(report: dict) -> Table:

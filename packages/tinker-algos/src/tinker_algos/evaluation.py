@@ -395,6 +395,7 @@ def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None
     without an error); ``eval/errors`` (episodes an env error ended), ``eval/n``; with samples,
     ``eval/pass@k`` per problem (an episode with an error counts as wrong).
     """
+    from tinker_algos.recording import record_eval
     from tinker_algos.rollout import rollout
     from tinker_algos.sampler import SamplingParams
 
@@ -420,6 +421,7 @@ def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None
     result = rollout(
         policy, factory, seeds, params, group_size=k, max_turns=settings.max_turns, adapter=adapter, **extra
     )
+    record_eval(result, policy.tokenizer)  # the transcripts, inside tinker_algos.recording.transcripts(...)
     m = result.metrics(prefix="eval")
     ok = [e.success and e.error is None for e in result.episodes]
     metrics = {

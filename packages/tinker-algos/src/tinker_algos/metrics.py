@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tinker_algos.trackers import Tracker, close_all, log_to, open_trackers, warn_once
+from tinker_algos.trackers import Tracker, close_all, log_table_to, log_to, open_trackers, warn_once
 from tinker_core.config import JobConfig, LoggingConfig
 
 CURVES = (
@@ -67,6 +67,13 @@ class MetricsLog:
             with self.path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(row, sort_keys=True) + "\n")
         log_to(self.trackers, step, metrics)
+
+    def log_rollouts(self, step: int, records: list[Any]) -> None:
+        """Recorded episodes (:class:`tinker_core.rollout_records.RolloutRecord`) as a ``rollouts``
+        table, to the trackers that take tables (wandb, mlflow, trackio)."""
+        from tinker_algos.recording import TABLE_COLUMNS, table_rows
+
+        log_table_to(self.trackers, step, "rollouts", list(TABLE_COLUMNS), table_rows(records))
 
     def close(self) -> None:
         close_all(self.trackers)

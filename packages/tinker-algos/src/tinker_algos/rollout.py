@@ -33,6 +33,7 @@ import numpy as np
 
 from tinker_algos.models import PolicyModel
 from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
+from tinker_algos.recording import phase, record_eval
 from tinker_algos.sampler import TURN_END_OF, SampledSequence, SamplingParams, sample
 from tinker_core.contracts import (
     Action,
@@ -182,8 +183,11 @@ class PolicyTurns:
         self.transcript.append((self.observation_text, self.last.text if self.last is not None else ""))
 
     def finish(self, group_id: int, **info: object) -> Trajectory:
-        """End the episode; its trajectory (turns without a reward get 0)."""
+        """End the episode; its trajectory (turns without a reward get 0; ``info["stop_reason"]``:
+        how the last sample ended)."""
         self.fsm.transition(TurnState.TERMINATED)
+        if self.last is not None:
+            info.setdefault("stop_reason", self.last.stop_reason)
         return self.fsm.to_trajectory(group_id=group_id, **info)
 
 
@@ -242,7 +246,8 @@ class _Rollout:
                 except Exception:
                     self.fail(ep, "env_error")
         made = self.active()
-        resets = self.runner.map([partial(ep.env.reset, seed=ep.seed) for ep in made])
+        with phase("env"):
+            resets = self.runner.map([partial(ep.env.reset, seed=ep.seed) for ep in made])
         for ep, (value, error) in zip(made, resets, strict=True):
             if error is not None:
                 self.fail(ep, _env_error(error))
@@ -266,12 +271,14 @@ class _Rollout:
             return False
         params = self.params
         turn_params = dataclasses.replace(params, seed=None if params.seed is None else params.seed + turn)
-        samples = sample(self.policy, [ep.turns.fsm.tokens for ep in active], turn_params, adapter=self.adapter)
+        with phase("sample"):
+            samples = sample(self.policy, [ep.turns.fsm.tokens for ep in active], turn_params, adapter=self.adapter)
         actions = []
         for ep, outs in zip(active, samples, strict=True):
             actions.append(ep.turns.act(outs[0]))
             self.new_tokens += len(outs[0].tokens)
-        steps = self.runner.map([partial(ep.env.step, action) for ep, action in zip(active, actions, strict=True)])
+        with phase("env"):
+            steps = self.runner.map([partial(ep.env.step, action) for ep, action in zip(active, actions, strict=True)])
         for ep, (value, error) in zip(active, steps, strict=True):
             if error is not None:
                 self.fail(ep, _env_error(error))
@@ -381,6 +388,7 @@ def evaluate(
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=tuple(stop), seed=seed)
     seeds = [seed + i for i in range(num_episodes)]
     result = rollout(policy, env_factory, seeds, params, max_turns=max_turns, adapter=adapter, renderer=renderer)
+    record_eval(result, policy.tokenizer)  # the transcripts, when a run records them (tinker_algos.recording)
     m = result.metrics(prefix="eval")
     return {
         "eval/accuracy": m["eval/success_rate"],

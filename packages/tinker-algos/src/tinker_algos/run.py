@@ -9,6 +9,10 @@ This is the library mode the scheduler's workers and ``opentinker train`` call. 
     checkpoints/step-N/    trainer state (weights or adapter, optimizer, RNG), algorithm state,
                            progress.json, and manifest.json (size and SHA-256 of every file,
                            written last); written atomically, the newest `checkpoint.keep` kept
+    rollouts.jsonl         a sample of each step's episodes and of each evaluation's (logging.rollouts;
+                           tinker_core.rollout_records)
+    trace.json             each step's phases as Chrome/Perfetto trace events (logging.trace;
+                           tinker_core.traces; ``opentinker trace RUN_DIR`` sums them up)
     curve.png              the learning curve, written at the end
     result.json            the final status, step and held-out metrics
 
@@ -68,6 +72,7 @@ from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
 from tinker_algos.progress import describe_model, quiet_third_party_progress
 from tinker_algos.prompts import PromptRenderer
+from tinker_algos.recording import Recorder, phase
 from tinker_algos.run_dir import make_run_dir
 from tinker_algos.run_plan import Progress, StepPlan
 from tinker_algos.trainer import Trainer, TrainerConfig
@@ -196,6 +201,9 @@ class Run:
         )
         self.adapter = (self.shared.adapter if self.shared is not None else ADAPTER) if self.lora else None
         self.log = MetricsLog.for_job(self.dir, job, resume_step=self.global_step)
+        resumed = self.global_step if self.resume_from is not None else None
+        self.recorder = Recorder.for_run(self.dir, job.logging, job_name=job.name, resume_step=resumed)
+        self.recorder.on_records = self.log.log_rollouts if self.log.trackers else None
         last = self.log.rows[-1] if self.resume_from is not None and self.log.rows else None
         if last is not None and last["step"] == self.global_step:
             # the checkpoint's step once more: a caller killed before it kept that step's report
@@ -303,21 +311,27 @@ class Run:
         self, stage: StageConfig, trainer: Trainer, algo: Algorithm, plan: StepPlan
     ) -> tuple[StepPlan, dict[str, float], dict[str, float], Path | None]:
         """One optimizer step (sample, score, learn), then its evaluation, log line and checkpoint;
-        the plan comes back updated by the evaluation (a reached ``stop_at`` ends the stage)."""
-        t0 = time.perf_counter()
-        metrics = algo.step(plan.stage_step)
-        metrics["time/step_s"] = time.perf_counter() - t0
-        ev: dict[str, float] = {}
-        if plan.evaluate:
-            t1 = time.perf_counter()
-            ev = algo.evaluate()
-            metrics.update(ev)
-            metrics["time/eval_s"] = time.perf_counter() - t1
-            plan = plan.after_evaluation(ev)
-        if plan.report:
-            self.log.log(plan.global_step, stage.name or stage.algorithm.name, metrics)
-        saved = self.save(plan.save_as, trainer, algo) if plan.save_as is not None else None
-        return plan, metrics, ev, saved
+        the plan comes back updated by the evaluation (a reached ``stop_at`` ends the stage).
+        The recorder is active meanwhile: the step's phases and episodes are recorded."""
+        with self.recorder.active(stage.name or stage.algorithm.name, plan.global_step):
+            t0 = time.perf_counter()
+            metrics = algo.step(plan.stage_step)
+            metrics["time/step_s"] = time.perf_counter() - t0
+            ev: dict[str, float] = {}
+            if plan.evaluate:
+                t1 = time.perf_counter()
+                with phase("evaluate"):
+                    ev = algo.evaluate()
+                metrics.update(ev)
+                metrics["time/eval_s"] = time.perf_counter() - t1
+                plan = plan.after_evaluation(ev)
+            if plan.report:
+                self.log.log(plan.global_step, stage.name or stage.algorithm.name, metrics)
+            saved = None
+            if plan.save_as is not None:
+                with phase("checkpoint"):
+                    saved = self.save(plan.save_as, trainer, algo)
+            return plan, metrics, ev, saved
 
     def report(self, plan: StepPlan, metrics: dict[str, float], ev: dict[str, float], saved: Path | None) -> None:
         """Callbacks after a step, between turns (``on_checkpoint`` may wait for the scheduler)."""

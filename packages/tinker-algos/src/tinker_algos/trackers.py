@@ -8,6 +8,11 @@ tensorboard is not installed, is skipped with one warning. A tracker that raises
 dropped with one warning: a dashboard never stops a training run. Non-finite values stay in
 ``metrics.jsonl`` and are not sent to trackers.
 
+The episodes a run records (``logging.rollouts``, :mod:`tinker_algos.recording`) go to the trackers
+that take tables (:class:`TableTracker`: wandb, mlflow, trackio) as a table ``rollouts`` each time
+they are written (:func:`log_table_to`), with the columns of
+:data:`tinker_algos.recording.TABLE_COLUMNS`.
+
 Where each writes (a resumed run continues the same tracker run; the ids live in
 ``trackers.json`` in the run directory):
 
@@ -69,6 +74,12 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
+class TableTracker(Tracker, Protocol):
+    """A tracker that also takes tables: ``log_table(step, key, columns, rows)``."""
+
+    def log_table(self, step: int, key: str, columns: list[str], rows: list[list[Any]]) -> None: ...
+
+
 class TensorBoardTracker:
     def __init__(self, run_dir: Path, resume_step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter  # ImportError without tensorboard
@@ -97,6 +108,11 @@ class WandbTracker:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
+
+    def log_table(self, step: int, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+        import wandb
+
+        self.run.log({key: wandb.Table(columns=columns, data=rows)}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -129,6 +145,11 @@ class MlflowTracker:
         now = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
 
+    def log_table(self, step: int, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+        """One JSON table artifact per step: ``<key>/step-N.json`` (MLflow's ``log_table``)."""
+        data = {c: [row[i] for row in rows] for i, c in enumerate(columns)}
+        self.client.log_table(self.run_id, data=data, artifact_file=f"{key}/step-{step:06d}.json")
+
     def close(self) -> None:
         self.client.set_terminated(self.run_id)
 
@@ -144,6 +165,11 @@ class TrackioTracker:
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
+
+    def log_table(self, step: int, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+        import trackio
+
+        self.run.log({key: trackio.Table(columns=columns, data=rows)}, step=step)
 
     def close(self) -> None:
         self.run.finish()
@@ -203,6 +229,19 @@ def log_to(trackers: dict[str, Tracker], step: int, metrics: dict[str, float]) -
     for name, tracker in list(trackers.items()):
         try:
             tracker.log(step, finite)
+        except Exception as e:
+            del trackers[name]
+            warn_once(f"failed:{name}", f"{name} failed at step {step} ({type(e).__name__}: {e}); no more {name} output for this run")
+
+
+def log_table_to(trackers: dict[str, Tracker], step: int, key: str, columns: list[str], rows: list[list[Any]]) -> None:
+    """Send a table to every tracker that takes tables; one that raises is dropped with a warning."""
+    for name, tracker in list(trackers.items()):
+        log_table = getattr(tracker, "log_table", None)
+        if log_table is None:
+            continue
+        try:
+            log_table(step, key, columns, rows)
         except Exception as e:
             del trackers[name]
             warn_once(f"failed:{name}", f"{name} failed at step {step} ({type(e).__name__}: {e}); no more {name} output for this run")

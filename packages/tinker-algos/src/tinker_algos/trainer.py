@@ -45,6 +45,7 @@ from tinker_algos import checkpoint
 from tinker_algos.device import DeviceSpec
 from tinker_algos.models import LoraSpec, PolicyModel, sequence_logprobs, to_tensor
 from tinker_algos.optimizers import build_optimizer
+from tinker_algos.recording import traced
 from tinker_algos.trainer_config import (  # re-exported: their home was this module
     SCHEDULES,
     TrainerConfig,
@@ -79,15 +80,8 @@ class Trainer:
             ``lora`` (default :class:`LoraSpec`) and ``adapter_seed``.
     """
 
-    def __init__(
-        self,
-        policy: PolicyModel,
-        config: TrainerConfig | None = None,
-        *,
-        adapter: str | None = None,
-        lora: LoraSpec | None = None,
-        adapter_seed: int | None = None,
-    ) -> None:
+    def __init__(self, policy: PolicyModel, config: TrainerConfig | None = None, *, adapter: str | None = None,
+                 lora: LoraSpec | None = None, adapter_seed: int | None = None) -> None:
         self.policy = policy
         self.config = config or TrainerConfig()
         self.config.validate()
@@ -142,6 +136,7 @@ class Trainer:
 
     # ---- primitives -------------------------------------------------------------------------
     @torch.no_grad()
+    @traced("logprobs")
     def forward(self, batch: Batch, *, temperature: float = 1.0, reference: bool = False) -> np.ndarray:
         """Logprobs ``[B, T]`` (float32 numpy) of the batch's tokens under the current policy.
 
@@ -173,6 +168,7 @@ class Trainer:
         self, batch: Batch, loss: str = ..., *, return_logprobs: Literal[True], **kwargs: Any
     ) -> tuple[dict[str, float], np.ndarray]: ...
 
+    @traced("forward_backward")
     def forward_backward(
         self,
         batch: Batch,
@@ -310,6 +306,7 @@ class Trainer:
         """``forward_backward`` calls whose gradients wait for the next ``optim_step``."""
         return self._pending_calls
 
+    @traced("optim_step")
     def optim_step(self, lr: float | None = None, **param_overrides: Any) -> dict[str, float]:
         """Apply the accumulated gradients (see module docstring); clears them either way.
 

@@ -22,6 +22,7 @@ from rich.text import Text
 from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
 from tinker_client.new import register as register_new_command
 from tinker_client.viewer.command import register as register_view_command
+from tinker_client.trace import register as register_trace_command
 from tinker_core.errors import ConfigError, OpenTinkerError
 
 app = typer.Typer(
@@ -378,6 +379,7 @@ _job_command(
 
 register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
 register_view_command(app)  # `opentinker view`, defined in tinker_client/viewer/command.py
+register_trace_command(app)  # `opentinker trace`, defined in tinker_client/trace.py
 
 
 # ---- plugin commands and entry --------------------------------------------------------------

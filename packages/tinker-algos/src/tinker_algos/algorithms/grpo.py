@@ -74,6 +74,7 @@ from tinker_algos.multiagent import (
     evaluate_multi_agent,
     stage_env_spec,
 )
+from tinker_algos.recording import phase, record_train
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.rollout_ahead import RolloutsAhead
 from tinker_core.config import GRPOParams
@@ -148,7 +149,8 @@ class GRPO(Algorithm):
 
     def step(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        result = self.collect(step)
+        with phase("rollout"):
+            result = self.collect(step)
         metrics = result.metrics()
         metrics["time/rollout_s"] = time.perf_counter() - t0
         batch = self.update.batch(result, metrics)  # None: no token generated
@@ -159,6 +161,7 @@ class GRPO(Algorithm):
         before = self.update.behaviour(batch, metrics)
         adv, est_metrics = self.advantages(batch, before.token_rewards_B_T)
         metrics.update(self.update.advantage_metrics(adv, est_metrics, before.mask_B_T))
+        record_train(result, self.ctx.policy.tokenizer, adv, before.mask_B_T)  # logging.rollouts (nothing when off)
         # the policy loss (default importance_sampling: -rho * A per token) and the KL term (kl.mode: loss);
         # zero-advantage rows (tied groups) skip the gradient pass
         terms, passed = self.update.loss_terms(batch, adv, before.ref_logprobs_B_T)

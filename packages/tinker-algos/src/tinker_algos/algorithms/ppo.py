@@ -62,6 +62,7 @@ from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import check_estimator_config, resolve_estimator
 from tinker_algos.algorithms.critic import Critic, explained_variance
 from tinker_algos.algorithms.update import PolicyUpdate
+from tinker_algos.recording import phase, record_train
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.trainer_config import lr_multiplier
 from tinker_algos.zero_advantage import take_rows
@@ -115,7 +116,8 @@ class PPO(Algorithm):
         self._setup()
         assert self.critic is not None
         trainer, algo, vf_coef = self.ctx.trainer, self.ctx.algo, float(self.params.vf_coef)
-        result = self.collect(step)
+        with phase("rollout"):
+            result = self.collect(step)
         metrics = result.metrics()
         batch = self.update.batch(result, metrics, generated_only=True)
         if batch is None:  # no token generated
@@ -133,6 +135,7 @@ class PPO(Algorithm):
         adv = np.asarray(out.advantages_B_T, dtype=np.float32)
         returns = np.asarray(out.returns_B_T, dtype=np.float32)
         metrics.update(self.update.advantage_metrics(adv, out.metrics, mask))
+        record_train(result, self.ctx.policy.tokenizer, adv, mask, generated_only=True)  # logging.rollouts
         n_tokens = max(float(mask.sum()), 1.0)
         metrics["values/mean"] = float(old_values.sum() / n_tokens)
         metrics["values/returns_mean"] = float(returns.sum() / n_tokens)

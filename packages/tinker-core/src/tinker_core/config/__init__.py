@@ -71,6 +71,7 @@ from tinker_core.config.overrides import (
     parse_override,
     parse_overrides,
 )
+from tinker_core.config.recording import RolloutsLogConfig
 from tinker_core.config.reference import (
     EXAMPLE,
     SECTIONS,
@@ -95,6 +96,7 @@ __all__ = [
     "JobConfig",
     "KLConfig",
     "LoggingConfig",
+    "RolloutsLogConfig",
     "LoraConfig",
     "ModelConfig",
     "MultiAgentConfig",

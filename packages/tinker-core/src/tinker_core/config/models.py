@@ -12,14 +12,9 @@ import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from tinker_core.config.recording import RolloutsLogConfig
 
 ALGORITHMS = ("sft", "grpo", "ppo", "dpo")
 PRECISION_OF_DTYPE = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
@@ -393,6 +388,8 @@ class LoggingConfig(_Model):
     )
     plot: bool = Field(True, description="Write a learning-curve PNG at the end (skipped with one warning without matplotlib).")
     every: int = Field(1, ge=1, le=MAX_STEPS, description="Log metrics every N steps.")
+    rollouts: RolloutsLogConfig = Field(default_factory=RolloutsLogConfig, description="Which sampled episodes go to rollouts.jsonl in the run directory (the logging.rollouts section below).")
+    trace: bool = Field(True, description="Write trace.json: each step's phases as Chrome/Perfetto trace events (opentinker trace RUN_DIR sums them up).")
 
     @model_validator(mode="after")
     def _one_tensorboard_switch(self) -> LoggingConfig:

@@ -24,6 +24,7 @@ from tinker_core.config.models import (
     PPOParams,
     ResourcesConfig,
     RolloutConfig,
+    RolloutsLogConfig,
     StageConfig,
     models_in,
 )
@@ -56,6 +57,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("resources", ResourcesConfig),
     ("checkpoint", CheckpointConfig),
     ("logging", LoggingConfig),
+    ("logging.rollouts", RolloutsLogConfig),
 ]
 _PARAMS_ROW = (
     "| `params` | mapping | `{}` | The algorithm's own options: the `algorithm.params` sections below; sft takes none. |"

@@ -1,0 +1,262 @@
+"""What a run records besides its metrics: sampled episodes (``rollouts.jsonl``) and the time of
+each phase of each step (``trace.json``).
+
+The formats and their readers are torch-free, in tinker-core: :mod:`tinker_core.rollout_records`
+and :mod:`tinker_core.traces`. This module writes them, and is kept apart from the logic it
+observes: the run makes a :class:`Recorder` *active* for the duration of each step
+(:meth:`Recorder.active`, a context variable, so jobs sharing a model host each record into their
+own run directory), and the code being observed calls three module functions that do nothing when
+no recorder is active:
+
+* :func:`phase` (and the decorator :func:`traced`) -- ``with phase("sample"): ...`` times a phase as a trace event (the rollout's
+  ``sample`` and ``env`` calls, the trainer's ``logprobs``, ``forward_backward`` and
+  ``optim_step``; the run's ``rollout``, ``evaluate``, ``checkpoint``; ``record`` is this module's
+  own time);
+* :func:`record_train` -- a step's episodes with their advantages (GRPO, PPO);
+* :func:`record_eval` -- a held-out evaluation's episodes.
+
+Recording reads what the rollout produced and never draws a random number, so a run's metrics are
+the same with it on or off (tested), and a resumed run drops the records after its checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from tinker_core.config import LoggingConfig, RolloutsLogConfig
+from tinker_core.rollout_records import ROLLOUTS_FILE, RolloutRecord, RolloutTurn, keep_until
+from tinker_core.traces import STEP, TRACE_FILE, TraceWriter
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_ACTIVE: ContextVar[Recorder | None] = ContextVar("opentinker_recorder", default=None)
+
+TABLE_COLUMNS = ("kind", "stage", "step", "group", "episode", "reward", "advantage", "stop_reason", "new_tokens", "prompt", "completion")
+"""The columns of the rollout tables sent to experiment trackers (:meth:`Recorder.on_records`)."""
+
+
+class Recorder:
+    """Writes one run's records: episodes to ``rollouts_path`` (None: none) chosen by ``rollouts``,
+    phases to ``trace`` (None: none). ``on_records(step, records)`` gets each batch written (the
+    experiment trackers' rollout tables)."""
+
+    def __init__(
+        self, rollouts_path: Path | None, rollouts: RolloutsLogConfig, trace: TraceWriter | None,
+        on_records: Callable[[int, list[RolloutRecord]], None] | None = None,
+    ) -> None:
+        self.rollouts_path = rollouts_path if rollouts.per_step > 0 else None
+        self.rollouts = rollouts
+        self.trace = trace
+        self.on_records = on_records
+        self.stage = ""
+        self.step = 0
+        self.args: dict[str, Any] = {}
+
+    @classmethod
+    def for_run(cls, run_dir: Path, logging: LoggingConfig, *, job_name: str, resume_step: int | None) -> Recorder:
+        """The recorder ``logging`` asks for in ``run_dir``: a fresh run (``resume_step=None``) starts
+        both files over; a resumed one keeps the records up to ``resume_step`` and appends."""
+        path = run_dir / ROLLOUTS_FILE
+        if resume_step is None:
+            path.unlink(missing_ok=True)
+        else:
+            keep_until(path, resume_step)
+        trace = None
+        if logging.trace:
+            trace = TraceWriter(run_dir / TRACE_FILE, process_name=f"{job_name} on {socket.gethostname()}", fresh=resume_step is None)
+        return cls(path, logging.rollouts, trace)
+
+    @contextlib.contextmanager
+    def active(self, stage: str, step: int) -> Iterator[Recorder]:
+        """Record into this run while the block runs: step ``step`` of stage ``stage`` (a ``step`` trace event)."""
+        self.stage, self.step, self.args = stage, step, {"stage": stage, "step": step}
+        token = _ACTIVE.set(self)
+        ts, t0 = time.time(), time.perf_counter()
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+            if self.trace is not None:
+                self.trace.complete(STEP, ts * 1e6, (time.perf_counter() - t0) * 1e6, self.args)
+                self.trace.flush()
+
+    def write(self, records: list[RolloutRecord]) -> None:
+        if self.rollouts_path is None or not records:
+            return
+        with self.rollouts_path.open("a", encoding="utf-8") as f:
+            f.write("".join(r.to_json_line() for r in records))
+        if self.on_records is not None:
+            self.on_records(self.step, records)
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Time the block as phase ``name`` of the active recorder's step (nothing without one)."""
+    rec = _ACTIVE.get()
+    if rec is None or rec.trace is None:
+        yield
+        return
+    ts, t0 = time.time(), time.perf_counter()
+    try:
+        yield
+    finally:
+        rec.trace.complete(name, ts * 1e6, (time.perf_counter() - t0) * 1e6, rec.args)
+
+
+def traced(name: str) -> Callable[[_F], _F]:
+    """A decorator: each call of the function is phase ``name`` (see :func:`phase`)."""
+
+    def wrap(fn: _F) -> _F:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if _ACTIVE.get() is None:
+                return fn(*args, **kwargs)
+            with phase(name):
+                return fn(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
+
+
+def record_train(result: Any, tokenizer: Any, advantages_B_T: np.ndarray | None, mask_B_T: np.ndarray | None, *, generated_only: bool = False) -> None:
+    """Record a sample of a training step's episodes (every ``logging.rollouts.every``-th step).
+
+    ``result``: the step's :class:`~tinker_algos.rollout.RolloutResult` (other results, multi-agent
+    ones, are not recorded); ``advantages_B_T`` and ``mask_B_T``: the batch's, whose rows are the
+    result's trajectories in order (``generated_only``: those that generated a token).
+    """
+    rec = _ACTIVE.get()
+    if rec is None or rec.rollouts_path is None or rec.step % rec.rollouts.every or not _single_agent(result):
+        return
+    with phase("record"):
+        advantage: dict[int, float] = {}
+        if advantages_B_T is not None and mask_B_T is not None:
+            trajs = [t for t in result.trajectories if not generated_only or t.num_generated > 0]
+            if len(trajs) == len(advantages_B_T):
+                rows = (advantages_B_T * mask_B_T).sum(axis=1) / np.maximum(mask_B_T.sum(axis=1), 1.0)
+                advantage = {id(t): float(a) for t, a in zip(trajs, rows, strict=True)}
+        eps = result.episodes
+        chosen = select(eps, rec.rollouts.per_step, rec.rollouts.keep)
+        rec.write([
+            episode_record(eps[i], tokenizer, kind="train", stage=rec.stage, step=rec.step, episode=i,
+                           advantage=advantage.get(id(eps[i].trajectory)))
+            for i in chosen
+        ])
+
+
+def record_eval(result: Any, tokenizer: Any) -> None:
+    """Record a held-out evaluation's episodes (at most ``logging.rollouts.per_step``)."""
+    rec = _ACTIVE.get()
+    if rec is None or rec.rollouts_path is None or not _single_agent(result):
+        return
+    with phase("record"):
+        eps = result.episodes
+        chosen = select(eps, rec.rollouts.per_step, rec.rollouts.keep)
+        rec.write([episode_record(eps[i], tokenizer, kind="eval", stage=rec.stage, step=rec.step, episode=i) for i in chosen])
+
+
+@contextlib.contextmanager
+def transcripts(path: Path, *, stage: str, step: int, limit: int = 10**9) -> Iterator[Recorder]:
+    """Record every evaluation in the block (up to ``limit`` episodes each) into ``path``, started
+    over: the transcripts of ``opentinker eval``."""
+    path.unlink(missing_ok=True)
+    # model_construct: an evaluation may play more episodes than a run's per_step allows
+    rec = Recorder(path, RolloutsLogConfig.model_construct(every=1, per_step=limit, keep="all"), None)
+    with rec.active(stage, step):
+        yield rec
+
+
+def _single_agent(result: Any) -> bool:
+    """A single-agent rollout's result (a :class:`tinker_algos.rollout.RolloutResult`: episodes
+    with a trajectory and a transcript, no roles). Duck-typed: the rollout imports this module."""
+    episodes = getattr(result, "episodes", None)
+    if episodes is None or hasattr(result, "roles"):
+        return False
+    return all(hasattr(e, "trajectory") and hasattr(e, "transcript") for e in episodes)
+
+
+def select(episodes: Sequence[Any], n: int, keep: str) -> list[int]:
+    """The indices of the ``n`` episodes to record, in episode order: the first ``n`` (``all``), or
+    the ``n - n // 2`` highest and the ``n // 2`` lowest rewards (``best-and-worst``; ties keep
+    episode order)."""
+    if len(episodes) <= n:
+        return list(range(len(episodes)))
+    if keep != "best-and-worst":
+        return list(range(n))
+    order = sorted(range(len(episodes)), key=lambda i: (-episodes[i].reward, i))
+    best = order[: n - n // 2]
+    worst = order[len(order) - n // 2:] if n // 2 else []
+    return sorted(set(best) | set(worst))
+
+
+def _runs(mask_T: np.ndarray) -> list[tuple[bool, int, int]]:
+    """``(trained, start, end)`` of each run of equal loss-mask values."""
+    out: list[tuple[bool, int, int]] = []
+    trained = mask_T > 0
+    start = 0
+    for i in range(1, len(trained) + 1):
+        if i == len(trained) or trained[i] != trained[start]:
+            out.append((bool(trained[start]), start, i))
+            start = i
+    return out
+
+
+def episode_record(e: Any, tokenizer: Any, *, kind: str, stage: str, step: int, episode: int, advantage: float | None = None) -> RolloutRecord:
+    """The :class:`~tinker_core.rollout_records.RolloutRecord` of one episode (a
+    :class:`tinker_algos.rollout.Episode`).
+
+    Turns come from the episode's transcript (the texts) and its trajectory's loss mask (the
+    tokens: the first masked run is the prompt, then policy and env runs alternate); a failed
+    episode has no trajectory, so its turns carry the texts only.
+    """
+    traj = e.trajectory
+    policy_runs: list[tuple[int, int]] = []
+    env_runs: list[tuple[int, int]] = []
+    prompt = e.transcript[0][0] if e.transcript else ""
+    if traj is not None:
+        runs = _runs(traj.loss_mask_T)
+        if runs and not runs[0][0]:
+            prompt = tokenizer.decode([int(t) for t in traj.tokens_T[runs[0][1]:runs[0][2]]])
+            runs = runs[1:]
+        policy_runs = [(s, t) for trained, s, t in runs if trained]
+        env_runs = [(s, t) for trained, s, t in runs if not trained]
+    turns: list[RolloutTurn] = []
+    messages: list[dict[str, Any]] = []
+    for k, (observation, action) in enumerate(e.transcript):
+        messages += [{"role": "user", "content": observation}, {"role": "assistant", "content": action}]
+        if k > 0:
+            s, t = env_runs[k - 1] if k - 1 < len(env_runs) else (0, 0)
+            turns.append(RolloutTurn(role="env", text=observation, tokens=t - s))
+        if k < len(policy_runs) and traj is not None:
+            s, t = policy_runs[k]
+            ids = [int(x) for x in traj.tokens_T[s:t]]
+            turns.append(RolloutTurn(
+                role="policy", text=action, tokens=t - s, token_texts=tokenizer.batch_decode([[x] for x in ids]),
+                logprobs=[round(float(x), 5) for x in traj.sampler_logprobs_T[s:t]],
+            ))
+        else:
+            turns.append(RolloutTurn(role="policy", text=action, tokens=0))
+    stop = e.error or (traj.info.get("stop_reason") if traj is not None else None) or "unknown"
+    return RolloutRecord(
+        kind=kind, stage=stage, step=step, group=e.group, episode=episode, prompt=prompt, messages=messages or None,
+        turns=turns, reward=float(e.reward), advantage=advantage, stop_reason=str(stop),
+        new_tokens=traj.num_generated if traj is not None else 0, success=bool(e.success), truncated=bool(e.truncated), error=e.error,
+    )
+
+
+def table_rows(records: Sequence[RolloutRecord]) -> list[list[Any]]:
+    """The rows of a tracker table (:data:`TABLE_COLUMNS`): the policy's turns joined as the completion."""
+    rows = []
+    for r in records:
+        completion = "\n".join(t.text for t in r.turns if t.role == "policy")
+        rows.append([r.kind, r.stage, r.step, r.group, r.episode, r.reward, r.advantage, r.stop_reason, r.new_tokens, r.prompt, completion])
+    return rows

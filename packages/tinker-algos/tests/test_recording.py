@@ -1,0 +1,158 @@
+"""Rollout records (``rollouts.jsonl``) and per-phase traces (``trace.json``) of a real short run.
+
+The formats are checked as a reader sees them: every record has the documented keys and types,
+and the trace parses against the Chrome trace-event format (the JSON Array Format, left open so it
+can grow). Recording never changes what a seed fixes, and a resumed run records exactly what an
+uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from tinker_algos import train
+from tinker_algos.recording import select
+from tinker_core.rollout_records import read_rollouts
+from tinker_core.traces import read_trace, summarise
+
+pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")
+
+PHASES = {"step", "rollout", "sample", "env", "forward_backward", "optim_step", "evaluate", "checkpoint", "record"}
+RECORD_KEYS = {
+    "v": int, "kind": str, "stage": str, "step": int, "group": int, "episode": int, "prompt": str,
+    "messages": (list, type(None)), "turns": list, "reward": float, "advantage": (float, type(None)),
+    "stop_reason": str, "new_tokens": int,
+}
+TURN_KEYS = {"role": str, "text": str, "tokens": int, "token_texts": (list, type(None)), "logprobs": (list, type(None)), "tool_calls": (list, type(None))}
+
+
+def job(rollouts=None, trace=True, **over):
+    """Two SFT steps, then three GRPO steps of 3 tasks x 4 episodes, evaluating every 2 (echo env)."""
+    logging = {"tensorboard": False, "plot": False, "trace": trace}
+    if rollouts is not None:
+        logging["rollouts"] = rollouts
+    cfg = {
+        "name": "recorded", "seed": 7, "model": {"name": "tiny"},
+        "env": {"id": "echo/echo-v0", "kwargs": {"words": ["ab", "cd", "ef"]}},
+        "stages": [
+            {"name": "warm", "algorithm": {"name": "sft", "steps": 2, "batch_size": 8, "eval_size": 4}},
+            {"name": "rl", "algorithm": {"name": "grpo", "steps": 3, "eval_size": 6, "eval_every": 2}},
+        ],
+        "rollout": {"prompts_per_step": 3, "group_size": 4, "max_new_tokens": 4, "stop": ["\n"]},
+        "optimizer": {"lr": 0.003},
+        "checkpoint": {"every": 2, "keep": 5},
+        "logging": logging,
+    }
+    cfg.update(over)
+    return cfg
+
+
+def check_record(rec: dict) -> None:
+    for key, kind in RECORD_KEYS.items():
+        assert isinstance(rec[key], kind), (key, rec[key])
+    assert rec["v"] == 1 and rec["kind"] in ("train", "eval")
+    roles = [t["role"] for t in rec["turns"]]
+    assert roles and roles[0] == "policy" and set(roles) <= {"policy", "env"}
+    for turn in rec["turns"]:
+        for key, kind in TURN_KEYS.items():
+            assert isinstance(turn[key], kind), (key, turn)
+        if turn["role"] == "policy":
+            assert len(turn["token_texts"]) == len(turn["logprobs"]) == turn["tokens"] > 0
+            assert all(lp <= 0 for lp in turn["logprobs"])
+    assert rec["new_tokens"] == sum(t["tokens"] for t in rec["turns"] if t["role"] == "policy")
+    assert rec["stop_reason"] in ("eos", "stop_id", "stop_string", "length")
+    assert rec["prompt"].startswith("<bos>Say: ") and rec["messages"][0] == {"role": "user", "content": rec["prompt"][5:]}
+
+
+def check_trace_file(path) -> list[dict]:
+    """The trace-event format: a JSON array, one event per line each followed by a comma, the
+    closing bracket left out; complete events with every required key and dur >= 0."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "[" and all(line.endswith(",") for line in lines[1:]) and "]" not in lines[-1][-1:]
+    events = json.loads("[" + "".join(lines[1:]).rstrip(",") + "]")
+    assert events == read_trace(path)
+    for ev in events:
+        assert ev["ph"] in ("X", "M") and isinstance(ev["pid"], int) and isinstance(ev["tid"], int) and isinstance(ev["name"], str)
+        if ev["ph"] == "X":
+            assert ev["cat"] == "step" and isinstance(ev["ts"], (int, float)) and isinstance(ev["dur"], (int, float)) and ev["dur"] >= 0
+            assert set(ev["args"]) == {"stage", "step"}
+        else:
+            assert ev["name"] in ("process_name", "thread_name") and isinstance(ev["args"]["name"], str)
+    return events
+
+
+def test_a_run_records_its_episodes_and_the_phases_of_every_step(tmp_path):
+    result = train(job(rollouts={"per_step": 5, "keep": "best-and-worst"}), run_dir=tmp_path)
+    assert result.status == "completed"
+
+    lines = (tmp_path / "rollouts.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    for rec in records:
+        check_record(rec)
+    train_recs = [r for r in records if r["kind"] == "train"]
+    assert sorted({r["step"] for r in train_recs}) == [3, 4, 5] and {r["stage"] for r in train_recs} == {"rl"}
+    for step in (3, 4, 5):
+        these = [r for r in train_recs if r["step"] == step]
+        assert len(these) == 5 and len({r["episode"] for r in these}) == 5  # 5 of the step's 12 episodes
+        assert all(0 <= r["group"] < 3 and 0 <= r["episode"] < 12 and r["advantage"] is not None for r in these)
+    # held-out evaluations: at each evaluation (steps 2, 4, 5), at most per_step episodes, no advantage
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert sorted({r["step"] for r in evals}) == [2, 4, 5] and all(r["advantage"] is None for r in evals)
+    assert all(len([r for r in evals if r["step"] == s]) == {2: 4, 4: 5, 5: 5}[s] for s in (2, 4, 5))
+    assert [r.model_dump(mode="json") for r in read_rollouts(tmp_path)] == records
+
+    events = check_trace_file(tmp_path / "trace.json")
+    complete = [e for e in events if e["ph"] == "X"]
+    assert {e["name"] for e in complete} == PHASES
+    steps = {e["args"]["step"]: e for e in complete if e["name"] == "step"}
+    assert sorted(steps) == [1, 2, 3, 4, 5]
+    for e in complete:  # every phase lies inside its step
+        s = steps[e["args"]["step"]]
+        assert s["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1
+        assert e["args"]["stage"] == ("warm" if e["args"]["step"] <= 2 else "rl")
+    stats = {s.name: s for s in summarise(events)}
+    assert stats["step"].count == 5 and stats["step"].share == 1.0
+    assert stats["rollout"].count == 3 and 0 < stats["rollout"].share < 1
+    assert stats["optim_step"].count == 5 and stats["checkpoint"].count == 3  # steps 2, 4, 5
+
+
+def test_recording_changes_no_metric_and_per_step_0_records_nothing(tmp_path, deterministic_metrics):
+    train(job(), run_dir=tmp_path / "on")
+    train(job(rollouts={"per_step": 0}, trace=False), run_dir=tmp_path / "off")
+    assert deterministic_metrics(tmp_path / "on") == deterministic_metrics(tmp_path / "off")
+    assert (tmp_path / "on" / "rollouts.jsonl").is_file() and (tmp_path / "on" / "trace.json").is_file()
+    assert not (tmp_path / "off" / "rollouts.jsonl").exists() and not (tmp_path / "off" / "trace.json").exists()
+
+
+def _comparable(records):
+    """What a seed fixes of the records (all of it here: texts, tokens, logprobs, rewards)."""
+    return [r.model_dump(mode="json") for r in records]
+
+
+@pytest.mark.parametrize("stop_at", [2, 4])
+def test_a_resumed_run_records_exactly_what_an_uninterrupted_one_does(tmp_path, stop_at, stop_after, deterministic_metrics):
+    rollouts = {"every": 2, "per_step": 6}
+    train(job(rollouts=rollouts), run_dir=tmp_path / "full")
+    part = train(job(rollouts=rollouts), run_dir=tmp_path / "part", callbacks=stop_after(stop_at))
+    assert part.status == "interrupted"
+    rest = train(job(rollouts=rollouts), run_dir=tmp_path / "part", callbacks=stop_after(10**9))
+    assert rest.status == "completed"
+    assert deterministic_metrics(tmp_path / "part") == deterministic_metrics(tmp_path / "full")
+    full = read_rollouts(tmp_path / "full")
+    assert {r.step for r in full if r.kind == "train"} == {4}  # every: 2 (global steps 3..5 train)
+    assert _comparable(read_rollouts(tmp_path / "part")) == _comparable(full)
+    events = read_trace(tmp_path / "part")  # the resumed run appended to the trace
+    assert sum(e["name"] == "process_name" for e in events) == 2
+    assert {e["args"]["step"] for e in events if e["name"] == "step"} == {1, 2, 3, 4, 5}
+
+
+def test_select_keeps_the_first_or_the_best_and_the_worst():
+    eps = [SimpleNamespace(reward=r) for r in (0.5, 1.0, 0.0, 1.0, 0.2, 0.0)]
+    assert select(eps, 10, "all") == [0, 1, 2, 3, 4, 5]
+    assert select(eps, 3, "all") == [0, 1, 2]
+    assert select(eps, 4, "best-and-worst") == [1, 2, 3, 5]  # best two (1.0, 1.0), worst two (0.0, 0.0)
+    assert select(eps, 3, "best-and-worst") == [1, 3, 5]  # two best, the last of the worst
+    assert select(eps, 1, "best-and-worst") == [1]

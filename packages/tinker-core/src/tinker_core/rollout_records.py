@@ -1,0 +1,127 @@
+"""Rollout records: the sampled episodes a run keeps, one JSON object per line of ``rollouts.jsonl``.
+
+Written by ``tinker_algos.recording`` during training (``kind: "train"``, a sample of each step's
+episodes, and ``kind: "eval"``, the held-out evaluation's transcripts) and by ``opentinker eval``;
+read by the run viewer and anything else with :func:`read_rollouts`. No torch here.
+
+One record (format version :data:`VERSION`)::
+
+    {"v": 1, "kind": "train" | "eval", "stage": str, "step": int, "group": int, "episode": int,
+     "prompt": str, "messages": [{"role": str, "content": str}, ...] | null,
+     "turns": [{"role": "policy" | "env", "text": str, "tokens": int,
+                "token_texts": [str, ...] | null, "logprobs": [float, ...] | null,
+                "tool_calls": [...] | null}, ...],
+     "reward": float, "advantage": float | null, "stop_reason": str, "new_tokens": int,
+     "success": bool | null, "truncated": bool | null, "error": str | null}
+
+``prompt`` is the rendered first prompt (chat template included), ``messages`` the episode as chat
+messages (the observations as ``user``, the policy's replies as ``assistant``; a system prompt
+first). ``turns`` alternate policy and env: a policy turn's ``token_texts`` are its sampled tokens
+each decoded alone and ``logprobs`` the sampler's; an env turn is the environment's reply and the
+tokens it took in the context. ``stop_reason`` is how the last policy turn ended (``eos``,
+``stop_id``, ``stop_string``, ``length``) or, for a failed episode, the error (``env_error``,
+``env_timeout``, ``context_overflow``). ``advantage`` is the mean advantage over the episode's
+trained tokens (null for evaluation and for episodes left out of training). ``episode`` counts the
+episodes of one step (or evaluation) from 0, ``group`` is its task's index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+VERSION = 1
+ROLLOUTS_FILE = "rollouts.jsonl"
+"""The file name in a run directory."""
+
+
+class RolloutTurn(BaseModel):
+    """One turn of a recorded episode: the policy's reply or the environment's."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["policy", "env"]
+    text: str
+    tokens: int = Field(ge=0, description="Tokens of this turn in the episode's context.")
+    token_texts: list[str] | None = None
+    logprobs: list[float] | None = None
+    tool_calls: list[Any] | None = None
+
+
+class RolloutRecord(BaseModel):
+    """One recorded episode (see the module docstring for every field); unknown fields are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    v: int = VERSION
+    kind: Literal["train", "eval"]
+    stage: str
+    step: int
+    group: int
+    episode: int
+    prompt: str
+    messages: list[dict[str, Any]] | None = None
+    turns: list[RolloutTurn]
+    reward: float
+    advantage: float | None = None
+    stop_reason: str
+    new_tokens: int
+    success: bool | None = None
+    truncated: bool | None = None
+    error: str | None = None
+
+    def to_json_line(self) -> str:
+        """The record as one line of ``rollouts.jsonl`` (with its newline)."""
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False) + "\n"
+
+
+def iter_rollouts(path: str | Path) -> Iterator[RolloutRecord]:
+    """The records of a ``rollouts.jsonl`` file, in order. A last line cut short (the run is
+    writing it) is skipped; a blank line is skipped; a line that is not a record raises
+    ``ValueError`` naming the file and the line."""
+    p = Path(path)
+    with p.open(encoding="utf-8") as f:
+        lines = f.readlines()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if n == len(lines) and not line.endswith("\n"):
+            return  # being written
+        try:
+            yield RolloutRecord.model_validate_json(line)
+        except ValueError as e:
+            raise ValueError(f"{p}:{n} is not a rollout record: {e}") from None
+
+
+def read_rollouts(path: str | Path) -> list[RolloutRecord]:
+    """Every record of a ``rollouts.jsonl`` file (or of ``RUN_DIR/rollouts.jsonl`` for a directory);
+    an empty list when there is none."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / ROLLOUTS_FILE
+    if not p.is_file():
+        return []
+    return list(iter_rollouts(p))
+
+
+def keep_until(path: str | Path, step: int) -> None:
+    """Drop the records after ``step`` (a run resuming from the checkpoint of ``step`` writes them
+    again); lines that do not parse are dropped too."""
+    p = Path(path)
+    if not p.is_file():
+        return
+    kept = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            if int(json.loads(line)["step"]) <= step:
+                kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+            continue
+    p.write_text("".join(kept), encoding="utf-8")
+
+
+__all__ = ["ROLLOUTS_FILE", "VERSION", "RolloutRecord", "RolloutTurn", "iter_rollouts", "keep_until", "read_rollouts"]

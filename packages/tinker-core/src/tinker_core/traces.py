@@ -1,0 +1,156 @@
+"""Per-phase traces of a run's steps: ``trace.json`` in the Chrome trace-event format.
+
+A run writes its phases (``rollout``, ``sample``, ``env``, ``logprobs``, ``forward_backward``,
+``optim_step``, ``evaluate``, ``checkpoint``, ``record``, each inside its ``step``) as complete
+events (``"ph": "X"``, ``ts`` and ``dur`` in microseconds, ``args: {"stage", "step"}``) in the
+"JSON Array Format": the file starts with ``[`` and holds one event per line, each followed by a
+comma; the closing ``]`` is left out so the file can grow while the run trains (the format allows
+it, and ui.perfetto.dev and chrome://tracing load it). ``"ph": "M"`` metadata events name the
+process (the job, the host) and the thread.
+
+:class:`TraceWriter` writes one; :func:`read_trace` reads one (a missing ``]``, a trailing comma,
+a last line cut short, or the "JSON Object Format" ``{"traceEvents": [...]}``); :func:`summarise`
+gives each phase's count, mean, p50, p95 and share of the step time, which ``opentinker trace
+RUN_DIR`` prints. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+TRACE_FILE = "trace.json"
+"""The file name in a run directory."""
+STEP = "step"
+"""The phase every other phase of a step lies inside; shares are of its total time."""
+
+
+class TraceWriter:
+    """Appends trace events to ``path``: ``fresh`` starts the file over, else events are added
+    after those already there (a resumed run). :meth:`complete` buffers an event; :meth:`flush`
+    writes the buffer (one write per step keeps the cost low). Thread-safe."""
+
+    def __init__(self, path: str | Path, *, process_name: str, fresh: bool = True, pid: int | None = None) -> None:
+        self.path = Path(path)
+        self.pid = os.getpid() if pid is None else pid
+        self.lock = threading.Lock()
+        self.buffer: list[str] = []
+        self.threads: dict[int, str] = {}
+        if fresh or not self.path.is_file() or self.path.stat().st_size == 0:
+            self.path.write_text("[\n", encoding="utf-8")
+        self.metadata("process_name", {"name": process_name})
+
+    def metadata(self, name: str, args: dict[str, Any], tid: int = 0) -> None:
+        """A ``"ph": "M"`` event (``process_name``, ``thread_name``, ...)."""
+        self._add({"name": name, "ph": "M", "pid": self.pid, "tid": tid, "args": args})
+
+    def complete(self, name: str, ts_us: float, dur_us: float, args: dict[str, Any], *, cat: str = STEP) -> None:
+        """A ``"ph": "X"`` event of this thread: ``name`` from ``ts_us`` for ``dur_us`` microseconds."""
+        tid = threading.get_native_id()
+        if tid not in self.threads:
+            self.threads[tid] = threading.current_thread().name
+            self.metadata("thread_name", {"name": self.threads[tid]}, tid=tid)
+        self._add({
+            "name": name, "cat": cat, "ph": "X", "ts": round(ts_us, 1), "dur": round(max(dur_us, 0.0), 1),
+            "pid": self.pid, "tid": tid, "args": args,
+        })
+
+    def _add(self, event: dict[str, Any]) -> None:
+        line = json.dumps(event, separators=(",", ":")) + ",\n"
+        with self.lock:
+            self.buffer.append(line)
+
+    def flush(self) -> None:
+        with self.lock:
+            text, self.buffer = "".join(self.buffer), []
+        if text:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(text)
+
+
+def read_trace(path: str | Path) -> list[dict[str, Any]]:
+    """The events of a trace file (``RUN_DIR/trace.json`` for a directory); see the module
+    docstring for what it tolerates. Raises ``ValueError`` naming the file when it is no trace."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / TRACE_FILE
+    text = p.read_text(encoding="utf-8").strip()
+    if text.startswith("{"):
+        try:
+            events = json.loads(text).get("traceEvents")
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p} is not a trace: {e}") from None
+        if not isinstance(events, list):
+            raise ValueError(f"{p} is not a trace: the object has no 'traceEvents' list")
+        return events
+    if not text.startswith("["):
+        raise ValueError(f"{p} is not a trace: a trace-event file starts with '[' or '{{'")
+    body = text[1:].rstrip().removesuffix("]").rstrip().rstrip(",")
+    try:
+        return json.loads("[" + body + "]")
+    except json.JSONDecodeError:
+        pass
+    events = []  # a last line cut short while the run writes it: keep the lines that parse
+    lines = body.splitlines()  # body line n is line n of the file (the first holds the '[')
+    for n, line in enumerate(lines, 1):
+        line = line.strip().rstrip(",")
+        if not line:
+            continue
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if n < len(lines):
+                raise ValueError(f"{p}:{n} is not a trace event: {e}") from None
+    return events
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """One phase of :func:`summarise`: durations in milliseconds; ``share`` of the total step time."""
+
+    name: str
+    count: int
+    total_ms: float
+    mean_ms: float
+    p50_ms: float
+    p95_ms: float
+    share: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of ``values``, linearly interpolated (NaN for none)."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    pos = (len(s) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarise(events: list[dict[str, Any]], *, stage: str | None = None) -> list[PhaseStats]:
+    """Per phase (the names of the complete events; ``stage``: only that stage's): count, total,
+    mean, p50, p95 and share of the summed ``step`` time; ``step`` first, then the largest share."""
+    durations: dict[str, list[float]] = {}
+    for ev in events:
+        if ev.get("ph") != "X" or "dur" not in ev:
+            continue
+        if stage is not None and (ev.get("args") or {}).get("stage") != stage:
+            continue
+        durations.setdefault(str(ev.get("name")), []).append(float(ev["dur"]) / 1000.0)
+    step_total = sum(durations.get(STEP, [])) or math.nan
+    out = [
+        PhaseStats(name, len(d), sum(d), sum(d) / len(d), percentile(d, 50), percentile(d, 95), sum(d) / step_total)
+        for name, d in durations.items()
+    ]
+    return sorted(out, key=lambda s: (s.name != STEP, -s.total_ms))
+
+
+__all__ = ["STEP", "TRACE_FILE", "PhaseStats", "TraceWriter", "percentile", "read_trace", "summarise"]
