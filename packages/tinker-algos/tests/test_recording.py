@@ -156,3 +156,20 @@ def test_select_keeps_the_first_or_the_best_and_the_worst():
     assert select(eps, 4, "best-and-worst") == [1, 2, 3, 5]  # best two (1.0, 1.0), worst two (0.0, 0.0)
     assert select(eps, 3, "best-and-worst") == [1, 3, 5]  # two best, the last of the worst
     assert select(eps, 1, "best-and-worst") == [1]
+
+
+def test_a_policy_turns_tool_calls_are_recorded_in_the_openai_format():
+    """A failed episode (no trajectory) still records its turns' tool calls: a valid call in the
+    OpenAI format, a malformed block as its error, a turn without calls as null."""
+    from tinker_algos.recording import episode_record
+
+    good = '<tool_call>{"name": "calculator", "arguments": {"expression": "12+30"}}</tool_call>'
+    episode = SimpleNamespace(
+        trajectory=None, group=0, reward=0.0, success=False, truncated=False, error="timeout",
+        transcript=[("What is 12+30?", good), ("<tool_response>42</tool_response>", "<tool_call>{oops</tool_call>"), ("x", "42")],
+    )
+    record = episode_record(episode, None, kind="train", stage="grpo", step=1, episode=0)
+    policy = [t for t in record.turns if t.role == "policy"]
+    assert policy[0].tool_calls == [{"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "12+30"}'}}]
+    assert len(policy[1].tool_calls) == 1 and "error" in policy[1].tool_calls[0]
+    assert policy[2].tool_calls is None

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from math import prod
 from pathlib import Path
 from typing import Any, Literal
 
 from tinker_algos.checkpoint import KIND as TRAINER_CHECKPOINT_KIND
 from tinker_algos.checkpoint import MANIFEST, CheckpointError, read_json_object, verify
 from tinker_algos.models import PolicyModel
+from tinker_algos.pass_at_k import pass_at_k, pass_ks  # noqa: F401  (re-exported: tinker_algos.evaluation.pass_at_k)
 from tinker_algos.run import (
     ADAPTER,
     RUN_CHECKPOINT_KIND,
@@ -341,30 +341,6 @@ def check_env(settings: EvalSettings) -> None:
     if size is not None and settings.n > size:
         raise EvalError(f"--n {settings.n} is over the {size} problems of env {env.id!r} with arguments "
                         f"{settings.eval_kwargs}; pass --n {size} or fewer")
-
-
-# ---- pass@k -------------------------------------------------------------------------------------
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from ``n`` samples of which ``c`` are correct: ``1 - C(n-c, k) / C(n, k)``.
-
-    (Chen et al. 2021, "Evaluating Large Language Models Trained on Code", computed as a product
-    so large ``n`` cannot overflow.)
-    """
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - prod(1.0 - k / i for i in range(n - c + 1, n + 1))
-
-
-def pass_ks(samples: int) -> list[int]:
-    """The ``k`` of the pass@k reported for ``samples`` samples a problem: 1, powers of 2, and ``samples``."""
-    ks = {1, samples}
-    j = 2
-    while j < samples:
-        ks.add(j)
-        j *= 2
-    return sorted(ks)
 
 
 # ---- the evaluation -----------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import numpy as np
 
 from tinker_core.config import LoggingConfig, RolloutsLogConfig
 from tinker_core.rollout_records import ROLLOUTS_FILE, RolloutRecord, RolloutTurn, keep_until
+from tinker_core.tools import parse_tool_calls
 from tinker_core.traces import STEP, TRACE_FILE, TraceWriter
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -241,16 +242,25 @@ def episode_record(e: Any, tokenizer: Any, *, kind: str, stage: str, step: int, 
             ids = [int(x) for x in traj.tokens_T[s:t]]
             turns.append(RolloutTurn(
                 role="policy", text=action, tokens=t - s, token_texts=tokenizer.batch_decode([[x] for x in ids]),
-                logprobs=[round(float(x), 5) for x in traj.sampler_logprobs_T[s:t]],
+                logprobs=[round(float(x), 5) for x in traj.sampler_logprobs_T[s:t]], tool_calls=_tool_calls(action),
             ))
         else:
-            turns.append(RolloutTurn(role="policy", text=action, tokens=0))
+            turns.append(RolloutTurn(role="policy", text=action, tokens=0, tool_calls=_tool_calls(action)))
     stop = e.error or (traj.info.get("stop_reason") if traj is not None else None) or "unknown"
     return RolloutRecord(
         kind=kind, stage=stage, step=step, group=e.group, episode=episode, prompt=prompt, messages=messages or None,
         turns=turns, reward=float(e.reward), advantage=advantage, stop_reason=str(stop),
         new_tokens=traj.num_generated if traj is not None else 0, success=bool(e.success), truncated=bool(e.truncated), error=e.error,
     )
+
+
+def _tool_calls(action: str) -> list[dict[str, Any]] | None:
+    """The turn's ``<tool_call>`` blocks in the OpenAI format (a malformed one as
+    ``{"error": message, "text": block}``), or None when it has none."""
+    parsed = parse_tool_calls(action)
+    if not parsed:
+        return None
+    return [c.to_openai() for c in parsed.calls] + [{"error": e.message, "text": e.text} for e in parsed.errors]
 
 
 def table_rows(records: Sequence[RolloutRecord]) -> list[list[Any]]:

@@ -21,8 +21,8 @@ from rich.text import Text
 
 from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
 from tinker_client.new import register as register_new_command
-from tinker_client.viewer.command import register as register_view_command
 from tinker_client.trace import register as register_trace_command
+from tinker_client.viewer.command import register as register_view_command
 from tinker_core.errors import ConfigError, OpenTinkerError
 
 app = typer.Typer(

@@ -138,8 +138,9 @@ class Models:
         return record
 
     def info(self, tenant: str, model_id: str) -> dict[str, Any]:
-        session = self.session(tenant, model_id)
-        info = self.sessions.run(session, "", lambda call: call(ops.Info()))
+        """``get_info``: from what the session's host said when the session joined it (the fields
+        Tinker reports never change), so it never waits behind the host's queue of training calls."""
+        info = self.session(tenant, model_id).info
         return {
             "type": "get_info", "model_id": model_id,
             "model_data": {"arch": info.model_type, "model_name": info.base_model, "tokenizer_id": info.tokenizer_id},
