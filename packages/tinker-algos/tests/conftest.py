@@ -177,3 +177,10 @@ def stop_after() -> type[StopAfter]:
 def deterministic_metrics():
     """``deterministic_metrics(run_dir)``: what a seed fixes of a run's metrics (see :func:`run_metrics`)."""
     return run_metrics
+
+
+# hypothesis: no time limit per example (speed is measured by bench/, never asserted in a test)
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("no-deadline", deadline=None)
+_hypothesis_settings.load_profile("no-deadline")

@@ -16,3 +16,10 @@ def math_plugin_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     reset_plugins()
     yield
     reset_plugins()
+
+
+# hypothesis: no time limit per example (speed is measured by bench/, never asserted in a test)
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("no-deadline", deadline=None)
+_hypothesis_settings.load_profile("no-deadline")

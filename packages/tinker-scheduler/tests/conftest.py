@@ -21,8 +21,8 @@ Path(os.environ["RAY_TMPDIR"]).mkdir(parents=True, exist_ok=True)
 
 # The fuzzers run a fixed sequence of examples by default, so a run (CI's too) does not depend on
 # luck; HYPOTHESIS_PROFILE=explore draws new examples each run to look for new failures.
-settings.register_profile("fixed", derandomize=True)
-settings.register_profile("explore", derandomize=False)
+settings.register_profile("fixed", derandomize=True, deadline=None)  # no time limit: speed is measured by bench/, not asserted
+settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fixed"))
 
 
