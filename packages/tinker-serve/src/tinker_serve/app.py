@@ -37,6 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from tinker_algos.sampler import SamplingParams
 from tinker_serve import scoring
 from tinker_serve.backend import Backend, LocalBackend
+from tinker_serve.chat_tools import request_messages, tool_message_fields
 from tinker_serve.engine import Event, TokenInfo
 from tinker_serve.engine import Request as EngineRequest
 from tinker_serve.harness_routes import harness_routers
@@ -155,10 +156,10 @@ def _v1_router(backend: Backend, authorize: Callable[[Request], Awaitable[None]]
     async def chat_completions(body: ChatRequest, http: Request) -> Any:
         served = await lookup(http, body.model)
         model = served.get(body.model)
-        body.refuse_unsupported(("tools", "functions", "response_format", "suffix"))
-        messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages]
-        _check_chars(served, sum(len(m["content"]) for m in messages), "messages")
-        ids, _ = await run_in_threadpool(served.renderer.start, messages)
+        body.refuse_unsupported(("functions", "function_call", "response_format", "suffix"))
+        messages, tools = request_messages(body)  # tools: :mod:`.chat_tools`
+        _check_chars(served, sum(len(m["content"]) for m in messages) + len(json.dumps(tools)), "messages")
+        ids, _ = await run_in_threadpool(served.renderer.start, messages, "", tools)
         if not ids:
             raise bad_request("the messages render to no tokens", "messages")
         asked = body.max_completion_tokens or body.max_tokens
@@ -169,8 +170,8 @@ def _v1_router(backend: Backend, authorize: Callable[[Request], Awaitable[None]]
         if body.top_logprobs and not body.logprobs:
             raise bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         if body.stream:
-            return _sse(_stream_chat(served, model.name, ids, params, body, top))
-        return await _chat(served, model.name, ids, params, body, top, http)
+            return _sse(_stream_chat(served, model.name, ids, params, body, top, tools))
+        return await _chat(served, model.name, ids, params, body, top, http, tools)
 
     if backend.hot_loading:
         @v1.post("/load_lora_adapter")
@@ -416,7 +417,8 @@ async def _stream_completion(
 
 
 async def _chat(
-    served: ServedModels, model: str, ids: list[int], params: SamplingParams, body: ChatRequest, top: int, http: Request
+    served: ServedModels, model: str, ids: list[int], params: SamplingParams, body: ChatRequest, top: int, http: Request,
+    tools: tuple[dict[str, Any], ...] = (),
 ) -> dict[str, Any]:
     adapter = served.get(model).adapter
     texts: dict[int, str] = {}
@@ -431,18 +433,21 @@ async def _chat(
         if ev.finish_reason:
             reasons[ev.sample] = finish_reason(ev.finish_reason)
             used += ev.completion_tokens
-    choices = [
-        {"index": k, "message": {"role": "assistant", "content": texts.get(k, "")}, "finish_reason": reasons.get(k),
-         "logprobs": _chat_logprobs(toks.get(k, [])) if body.logprobs else None}
-        for k in range(params.n)
-    ]
+    choices = []
+    for k in range(params.n):
+        fields, called = tool_message_fields(texts.get(k, ""), tools)
+        choices.append({"index": k, "message": {"role": "assistant", **fields}, "finish_reason": "tool_calls" if called else reasons.get(k),
+                        "logprobs": _chat_logprobs(toks.get(k, [])) if body.logprobs else None})
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": choices, "usage": usage(len(ids), used)}
 
 
 async def _stream_chat(
-    served: ServedModels, model: str, ids: list[int], params: SamplingParams, body: ChatRequest, top: int
+    served: ServedModels, model: str, ids: list[int], params: SamplingParams, body: ChatRequest, top: int,
+    tools: tuple[dict[str, Any], ...] = (),
 ) -> AsyncIterator[dict[str, Any]]:
+    """The chat's chunks: each event's text as it comes, or with ``tools`` each choice whole when
+    it finishes (:mod:`.chat_tools`)."""
     adapter = served.get(model).adapter
     rid, created, used = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), 0
 
@@ -450,10 +455,25 @@ async def _stream_chat(
         return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": choices, **extra}
 
     yield chunk([{"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None} for k in range(params.n)])
+    texts: dict[int, str] = {}
+    toks: dict[int, list[TokenInfo]] = {}
     async for _, ev in _generate(served, [ids], params, adapter, top, body.logprobs):
         if ev.finish_reason == "error":
             raise _failed(ev)
         used += ev.completion_tokens
+        if tools:  # buffered: a <tool_call> block is only known once it closes
+            texts[ev.sample] = texts.get(ev.sample, "") + ev.text
+            toks.setdefault(ev.sample, []).extend(ev.tokens)
+            if not ev.finish_reason:
+                continue
+            fields, called = tool_message_fields(texts.pop(ev.sample), tools)
+            if "tool_calls" in fields:
+                fields["tool_calls"] = [{"index": j, **c} for j, c in enumerate(fields["tool_calls"])]
+            delta = {k: v for k, v in fields.items() if v}
+            lp = _chat_logprobs(toks.pop(ev.sample)) if body.logprobs else None
+            reason = "tool_calls" if called else finish_reason(ev.finish_reason)
+            yield chunk([{"index": ev.sample, "delta": delta, "logprobs": lp, "finish_reason": reason}])
+            continue
         delta = {"content": ev.text} if ev.text or not ev.finish_reason else {}
         lp = _chat_logprobs(ev.tokens) if body.logprobs else None
         yield chunk([{"index": ev.sample, "delta": delta, "logprobs": lp, "finish_reason": finish_reason(ev.finish_reason)}])

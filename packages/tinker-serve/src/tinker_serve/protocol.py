@@ -2,8 +2,8 @@
 
 Requests are pydantic models; fields OpenAI defines that change nothing here (``user``,
 ``presence_penalty: 0``...) are accepted and ignored, fields that would change the answer and
-are not implemented (nonzero penalties, ``logit_bias``, ``tools``, ``suffix``) are refused
-with a 400 naming the field. Every error is ``{"error": {"message", "type", "param", "code"}}``
+are not implemented (nonzero penalties, ``logit_bias``, ``functions``, ``suffix``) are refused
+with a 400 naming the field. Chat ``tools``, ``tool_choice`` and tool messages: :mod:`.chat_tools`. Every error is ``{"error": {"message", "type", "param", "code"}}``
 (:class:`APIError`).
 """
 
@@ -98,6 +98,9 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # an assistant's calls (OpenAI format)
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -113,6 +116,8 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    tools: list[Any] | None = None  # OpenAI function tools, checked in :mod:`.chat_tools`
+    tool_choice: str | dict[str, Any] | None = None
 
 
 class LoadAdapterRequest(BaseModel):
