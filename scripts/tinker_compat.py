@@ -184,9 +184,9 @@ def custom_loss(data: list[Any], logprobs: list[Any]) -> tuple[Any, dict[str, fl
     return loss, {"nll": float(loss.detach())}
 
 
-def per_datum_loss(logprobs: Any, weights: Any) -> Any:
+def per_datum_loss(logprobs: Any, weights: Any) -> tuple[Any, dict[str, float]]:
     """A server-side custom loss as ``create_custom_loss`` takes it: the weighted negative logprob."""
-    return -(logprobs * weights).sum()
+    return -(logprobs * weights).sum(), {}
 
 
 # Each builder returns (the object to call the method on, args, kwargs); setup runs in the builder,
