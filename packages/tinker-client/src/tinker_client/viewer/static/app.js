@@ -23,8 +23,20 @@ const svgEl = (tag, attrs = {}) => {
   return node;
 };
 const fmt = (v) => v === null || v === undefined ? "-" : Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(2) : +v.toFixed(4) + "";
+// A viewer the scheduler serves (/viewer/jobs/<id>/) takes the tenant's API key: asked for once
+// (on the first 401) and kept in this tab's session storage; `opentinker view` needs none.
+const KEY = "opentinker-api-key";
 async function api(path) {
-  const res = await fetch(path);
+  const key = sessionStorage.getItem(KEY);
+  const res = await fetch(path, key ? { headers: { Authorization: `Bearer ${key}` } } : {});
+  if (res.status === 401) {
+    const why = (await res.json().catch(() => ({}))).detail || "an API key is needed";
+    const entered = window.prompt(`${why}\n\nYour API key:`);
+    if (entered && entered.trim()) {
+      sessionStorage.setItem(KEY, entered.trim());
+      return api(path);
+    }
+  }
   if (!res.ok) throw new Error(`${path}: ${res.status}`);
   return res.json();
 }
