@@ -1,12 +1,14 @@
 """The run viewer of each tenant's jobs on the scheduler's serve route (``/viewer/jobs/<id>/``), over
 a real HTTP server and job store: the page, the API with the tenant's key, another tenant's job
-answered as a missing one, and the serve route still answering beside it."""
+answered as a missing one, the serve route still answering beside it, and a real scheduler's
+serve route viewing the run dir of a job it ran."""
 
 from __future__ import annotations
 
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +96,25 @@ def test_the_serve_route_still_answers_beside_the_viewer(world):
     url, keys, _ = world
     status, listed, _ = get(f"{url}/v1/models", keys["alice"])
     assert status == 200 and listed["object"] == "list"
+
+
+def test_a_real_schedulers_serve_route_views_the_job_it_ran(make_scheduler):
+    from tinker_scheduler import serve_route
+    from tinker_scheduler.testing import JobClient, job_config_text
+
+    scheduler = make_scheduler()
+    alice, bob = scheduler.store.add_tenant("alice"), scheduler.store.add_tenant("bob")
+    with JobClient(scheduler.address, api_key=alice) as jobs:
+        job = jobs.submit(job_config_text(steps=3))
+        final = jobs.wait(job.id)
+    rows = [json.loads(line) for line in (Path(final.run_dir) / "metrics.jsonl").read_text().splitlines()]
+    route = serve_route.serve(scheduler)
+    try:
+        base = f"{route.url}{PREFIX}{job.id}/"
+        status, metrics, _ = get(base + "api/runs/0/metrics", alice)
+        assert status == 200 and metrics["steps"] == [r["step"] for r in rows] and metrics["steps"][:3] == [1, 2, 3]
+        assert metrics["series"]["losses/policy"] == [r.get("losses/policy") for r in rows]
+        assert get(base + "api/runs/0/metrics", bob)[0] == 404
+        assert get(base)[0] == 200
+    finally:
+        route.stop()
