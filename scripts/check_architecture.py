@@ -59,6 +59,12 @@ ALLOWED_MODULES: dict[str, tuple[set[str], str]] = {
         "runs only under the opentinker CLI, which tinker-client provides; it reuses the client's "
         "JobService SDK instead of a second copy (imported lazily)",
     ),
+    "tinker_scheduler.viewer_route": (
+        {"tinker_client"},
+        "serves `opentinker view`'s app per job instead of a second copy of the viewer; imported on the "
+        "first viewer request (the scheduler runs under the opentinker CLI, which tinker-client provides), "
+        "501 naming the package when it is missing",
+    ),
 }
 """Module -> (other packages it may import beyond its package's layer, why): narrow exceptions."""
 

@@ -228,7 +228,10 @@ def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0, *, tinker: Any
     models = SchedulerModels(scheduler.store, config.auth, tinker=tinker, device=device)
     limits = HttpLimits(MAX_REQUEST_BYTES, header_timeout_s=config.http_header_timeout_s,
                         body_timeout_s=config.http_body_timeout_s)
-    # lifespan on: the app's lifespan starts and stops the engines
-    return HttpServer(create_app(models, limits=limits), host, port, name="opentinker-serve-route", lifespan="on",
+    from tinker_scheduler.viewer_route import ViewerFront
+
+    # lifespan on: the app's lifespan starts and stops the engines; /viewer/jobs/<id>/: the run viewer
+    app = ViewerFront(scheduler.store, config.auth, fallback=create_app(models, limits=limits))
+    return HttpServer(app, host, port, name="opentinker-serve-route", lifespan="on",
                       join_timeout_s=30.0, header_timeout_s=limits.header_timeout_s)
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tinker_core.traces import STEP, summarise
+
 __all__ = ["JsonLines", "Rollout", "RunDir", "TraceEvents", "is_run_dir", "phase_summary"]
 
 #: Files any of which makes a directory a run dir (or a compare report dir).
@@ -153,7 +155,11 @@ def _num(obj: dict[str, Any], key: str, kind: type, default: Any) -> Any:
 
 class TraceEvents:
     """The complete events (``"ph": "X"``) of a Chrome trace-event JSON array, read incrementally;
-    a missing closing ``]`` or a half-written last event is waited for, not an error."""
+    a missing closing ``]`` or a half-written last event is waited for, not an error.
+
+    :func:`tinker_core.traces.read_trace` reads the same files whole; the viewer polls a trace
+    that grows with every step, so this reader parses only what was appended since its last call
+    and keeps each event as ``(name, dur_us, stage, step)``. The table is :func:`phase_summary`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -213,28 +219,15 @@ class TraceEvents:
 
 
 def phase_summary(events: list[tuple[str, float, Any, Any]]) -> dict[str, Any]:
-    """Per phase name: count, mean/p50/p95/total milliseconds and its share of the step time.
-
-    The step time is the total of the events named ``step`` when there are any (one per step,
-    the whole step), else the total of all events; ``step`` itself is not a row."""
-    by_name: dict[str, list[float]] = {}
-    for name, dur, _stage, _step in events:
-        by_name.setdefault(name, []).append(dur / 1000.0)
-    step_total = sum(by_name.get("step", []))
-    rows = []
-    total = step_total or sum(sum(v) for v in by_name.values())
-    for name, durs in by_name.items():
-        if name == "step" and step_total:
-            continue
-        durs.sort()
-        rows.append({
-            "name": name, "count": len(durs), "mean_ms": sum(durs) / len(durs),
-            "p50_ms": durs[len(durs) // 2], "p95_ms": durs[min(len(durs) - 1, math.ceil(0.95 * len(durs)) - 1)],
-            "total_ms": sum(durs), "share": sum(durs) / total if total else 0.0,
-        })
-    rows.sort(key=lambda r: -r["total_ms"])
+    """The phase table of :func:`tinker_core.traces.summarise` (the one ``opentinker trace``
+    prints): per phase name its count, mean/p50/p95/total milliseconds and share of the summed
+    ``step`` time (None when the trace has no ``step`` events), largest first; ``step`` itself is
+    not a row but gives ``step_total_ms``. ``steps`` counts the (stage, step) pairs seen."""
+    stats = summarise([{"name": name, "ph": "X", "dur": dur, "args": {"stage": stage}} for name, dur, stage, _step in events])
+    rows = [{k: _finite(v) for k, v in s.to_dict().items()} for s in stats if s.name != STEP]
+    step_total = sum(s.total_ms for s in stats if s.name == STEP)
     steps = {(stage, step) for _n, _d, stage, step in events if step is not None}
-    return {"phases": rows, "events": len(events), "steps": len(steps), "step_total_ms": step_total or total}
+    return {"phases": rows, "events": len(events), "steps": len(steps), "step_total_ms": step_total}
 
 
 class RunDir:

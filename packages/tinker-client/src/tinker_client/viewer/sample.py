@@ -60,7 +60,7 @@ class SampleRun:
                           {"role": "env", "text": "correct" if right else f"wrong: {a} + {b} = {a + b}", "tokens": 0,
                            "token_texts": None, "logprobs": None, "tool_calls": None}],
                 "reward": 1.0 if right else 0.0, "advantage": None, "stop_reason": "length" if truncated else "stop",
-                "new_tokens": len(token_texts)}
+                "new_tokens": len(token_texts), "success": right, "truncated": False, "error": None}
 
     def write_step(self, step: int) -> None:
         """Append ``step``'s metrics row, episodes and trace events."""

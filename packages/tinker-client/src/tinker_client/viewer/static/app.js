@@ -23,8 +23,20 @@ const svgEl = (tag, attrs = {}) => {
   return node;
 };
 const fmt = (v) => v === null || v === undefined ? "-" : Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(2) : +v.toFixed(4) + "";
+// A viewer the scheduler serves (/viewer/jobs/<id>/) takes the tenant's API key: asked for once
+// (on the first 401) and kept in this tab's session storage; `opentinker view` needs none.
+const KEY = "opentinker-api-key";
 async function api(path) {
-  const res = await fetch(path);
+  const key = sessionStorage.getItem(KEY);
+  const res = await fetch(path, key ? { headers: { Authorization: `Bearer ${key}` } } : {});
+  if (res.status === 401) {
+    const why = (await res.json().catch(() => ({}))).detail || "an API key is needed";
+    const entered = window.prompt(`${why}\n\nYour API key:`);
+    if (entered && entered.trim()) {
+      sessionStorage.setItem(KEY, entered.trim());
+      return api(path);
+    }
+  }
   if (!res.ok) throw new Error(`${path}: ${res.status}`);
   return res.json();
 }
@@ -38,7 +50,7 @@ function signature(run) {
 async function poll() {
   let runs;
   try {
-    runs = await api("/api/runs");
+    runs = await api("api/runs");
     $("#live").className = "ok";
   } catch (e) {
     $("#live").className = "down";
@@ -77,9 +89,9 @@ function setupRuns() {
 
 async function loadMetrics(id) {
   let have = state.metrics[id];
-  let data = await api(`/api/runs/${id}/metrics?since=${have ? have.next : 0}`);
+  let data = await api(`api/runs/${id}/metrics?since=${have ? have.next : 0}`);
   if (have && data.generation !== have.generation) {  // the run dir was started over: read it again
-    data = await api(`/api/runs/${id}/metrics?since=0`);
+    data = await api(`api/runs/${id}/metrics?since=0`);
     have = null;
   }
   if (!have) state.metrics[id] = { generation: data.generation, next: 0, steps: [], series: {} };
@@ -253,7 +265,7 @@ class Browser {
 
   async refresh(live) {
     const sameRun = this.runId === state.current;
-    const index = await api(`/api/runs/${state.current}/rollouts/index`);
+    const index = await api(`api/runs/${state.current}/rollouts/index`);
     const steps = index.steps[this.kind] || [];
     const atEnd = !sameRun || Number(this.slider.value) >= this.steps.length - 1;
     const current = sameRun ? this.step() : null;
@@ -285,7 +297,7 @@ class Browser {
       $(".episodes", this.root).replaceChildren();
       return;
     }
-    const data = await api(`/api/runs/${state.current}/rollouts?${this.query()}`);
+    const data = await api(`api/runs/${state.current}/rollouts?${this.query()}`);
     const step = $(".all-steps", this.root).checked ? "all steps" : `step ${this.step()}`;
     status.textContent = `${data.total} episode${data.total === 1 ? "" : "s"} at ${step}` + (data.search_complete ? "" : " (search stopped early: narrow the filters)");
     this.root.dataset.total = data.total;
@@ -297,7 +309,7 @@ class Browser {
 
   async openGroup(step, group) {
     const p = new URLSearchParams({ kind: this.kind, step, group, limit: 200 });
-    const data = await api(`/api/runs/${state.current}/rollouts?${p}`);
+    const data = await api(`api/runs/${state.current}/rollouts?${p}`);
     const view = $(".group-view", this.root);
     const close = el("button", { class: "close-group", text: "close group" });
     close.addEventListener("click", () => { view.hidden = true; view.replaceChildren(); });
@@ -316,6 +328,9 @@ class Browser {
     const head = el("div", { class: "card-head" }, reward,
       el("span", { text: `adv ${fmt(r.advantage)}` }), el("span", { class: "stop", text: r.stop_reason }),
       el("span", { text: `${r.new_tokens} tokens` }), el("span", { class: "muted", text: `step ${r.step} · ep ${r.episode}` }));
+    if (r.success === true || r.success === false) head.append(el("span", { class: `outcome ${r.success ? "pos" : "neg"}`, text: r.success ? "success" : "no success" }));
+    if (r.truncated) head.append(el("span", { class: "outcome truncated", text: "truncated" }));
+    if (r.error) head.append(el("span", { class: "outcome error", text: `error: ${r.error}` }));
     if (withGroupLink) {
       const link = el("button", { class: "group-link", text: `group ${r.group}` });
       link.addEventListener("click", () => this.openGroup(r.step, r.group));
@@ -365,14 +380,14 @@ function table(head, rows) {
 }
 
 async function showConfig() {
-  const data = await api(`/api/runs/${state.current}/config`);
+  const data = await api(`api/runs/${state.current}/config`);
   const res = data.result || {};
   $("#result").replaceChildren(el("p", { text: `status: ${res.status ?? "running (no result.json yet)"}` + (res.step ? `, step ${res.step}` : "") }));
   $("#config-json").textContent = data.config ? JSON.stringify(data.config, null, 2) : "no config.json in this run dir";
 }
 
 async function showCheckpoints() {
-  const rows = await api(`/api/runs/${state.current}/checkpoints`);
+  const rows = await api(`api/runs/${state.current}/checkpoints`);
   const mb = (b) => (b / 1e6).toFixed(1) + " MB";
   $("#checkpoint-table").replaceWith(Object.assign(rows.length
     ? table(["checkpoint", "step", "files", "size", "written"], rows.map((c) => [c.name, c.step ?? "-", c.files, mb(c.bytes), new Date(c.mtime * 1000).toLocaleString()]))
@@ -380,22 +395,23 @@ async function showCheckpoints() {
 }
 
 async function showTrace() {
-  const data = await api(`/api/runs/${state.current}/trace`);
+  const data = await api(`api/runs/${state.current}/trace`);
   const body = $("#trace-body");
   if (!data.present || !data.phases.length) {
     body.replaceChildren(el("p", { text: "no trace.json in this run dir yet (written by runs that record their phases)" }));
     return;
   }
-  const bar = (share) => el("span", { class: "bar" }, el("span", { style: `width:${(share * 100).toFixed(1)}%` }));
+  const bar = (share) => el("span", { class: "bar" }, el("span", { style: `width:${((share ?? 0) * 100).toFixed(1)}%` }));
+  const pct = (share) => (share === null || share === undefined ? "-" : `${(100 * share).toFixed(1)}%`);
   body.replaceChildren(el("p", { text: `${data.events} events over ${data.steps} steps; share of the step time (${fmt(data.step_total_ms / Math.max(1, data.steps))} ms per step)` }),
     table(["phase", "count", "mean ms", "p50 ms", "p95 ms", "share", ""], data.phases.map((p) =>
-      [p.name, p.count, fmt(p.mean_ms), fmt(p.p50_ms), fmt(p.p95_ms), `${(100 * p.share).toFixed(1)}%`, bar(p.share)])));
+      [p.name, p.count, fmt(p.mean_ms), fmt(p.p50_ms), fmt(p.p95_ms), pct(p.share), bar(p.share)])));
 }
 
 async function showReport() {
   const run = state.runs.find((r) => r.report);
   if (!run) return;
-  const data = await api(`/api/runs/${run.id}/report`);
+  const data = await api(`api/runs/${run.id}/report`);
   $("#report-body").replaceChildren(el("h2", { text: run.name }), el("pre", { class: "markdown", text: data.markdown ?? JSON.stringify(data.report, null, 1) }));
 }
 
