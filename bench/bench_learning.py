@@ -3,7 +3,7 @@
 Built on ``opentinker compare`` (``tinker_algos.compare``: spec, embedded runner, report); the
 statistics (bootstrap intervals, curve area, steps to a gain) are that module's, not redone here.
 
-1. **Warm start, once**: the ``sft-warmup`` stage of ``examples/arithmetic.yaml`` (seed 0,
+1. **Warm start, once**: the ``sft-mixed`` and ``sft-warmup`` stages of ``examples/arithmetic.yaml`` (seed 0,
    ``model.threads: 1``) into ``OUTPUT/warm-start``; its final checkpoint's model directory
    (``checkpoints/step-N/trainer/model``) is every later job's ``model.name``.
 2. **Estimators**: a compare file whose base is the example's ``grpo`` stage alone (same rollout,
@@ -99,11 +99,12 @@ def common(job: dict[str, Any], ns: argparse.Namespace, model: str) -> dict[str,
 
 
 def warm_start_job(job: dict[str, Any], ns: argparse.Namespace) -> dict[str, Any]:
-    sft = stage_of(job, "sft-warmup")
+    stages = [stage_of(job, "sft-mixed"), stage_of(job, "sft-warmup")]
     if ns.quick:
-        sft["algorithm"].update(steps=20, batch_size=32, eval_size=32)
-        sft["optimizer"]["warmup_steps"] = 5
-    return {**common(job, ns, job["model"]["name"]), "name": "bench-learning-warm-start", "stages": [sft]}
+        for sft in stages:
+            sft["algorithm"].update(steps=10, batch_size=32, eval_size=32)
+            sft["optimizer"]["warmup_steps"] = 5
+    return {**common(job, ns, job["model"]["name"]), "name": "bench-learning-warm-start", "stages": stages}
 
 
 def rl_stage(job: dict[str, Any], ns: argparse.Namespace) -> dict[str, Any]:
@@ -177,7 +178,7 @@ def train_warm_start(job: dict[str, Any], run_dir: Path) -> tuple[Path, dict[str
 
     if not completed_embedded(run_dir):
         t0 = time.perf_counter()
-        print(f"warm start: {job['stages'][0]['algorithm']['steps']} SFT steps into {run_dir}", flush=True)
+        print(f"warm start: {sum(s['algorithm']['steps'] for s in job['stages'])} SFT steps at most into {run_dir}", flush=True)
         result = train(job, run_dir=run_dir)
         if result.status != "completed":
             sys.exit(f"warm start ended {result.status} at step {result.step}")

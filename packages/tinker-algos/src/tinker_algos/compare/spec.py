@@ -6,9 +6,9 @@
     variants:
       - {name: grpo, set: {}}      # the base itself
       - name: dr_grpo
-        set: {stages.1.algorithm.estimator: dr_grpo}
+        set: {stages.2.algorithm.estimator: dr_grpo}
       - name: rloo
-        set: ["stages.1.algorithm.estimator=rloo"]   # the override syntax of `opentinker train`
+        set: ["stages.2.algorithm.estimator=rloo"]   # the override syntax of `opentinker train`
     seeds: 3                       # 0, 1, 2; or a list [0, 7, 11]
     output: runs/compare-estimators   # default: runs/compare-<file stem>
 
