@@ -143,3 +143,26 @@ def test_multi_agent_env_two_env_ids_or_a_bad_protocol_exit_2():
                                 capture_output=True, text=True, timeout=120, env={**os.environ, **PLUGINS})
         assert result.returncode == 2, result.stderr
         assert message in result.stderr
+
+
+def test_an_observation_over_the_limit_is_an_error_naming_the_flag():
+    from tinker_client.openenv_server import running
+
+    with (running("math/arithmetic-v0", max_observation_bytes=8) as url, GenericEnvClient(base_url=url).sync() as env,
+          pytest.raises(Exception, match="--max-observation-bytes 8")):
+        env.reset(seed=0)
+
+
+def test_an_action_over_the_limit_is_refused_and_the_server_keeps_serving():
+    from tinker_client.openenv_server import FRAMING_BYTES, running
+
+    local = tinker_core.make_env("math/arithmetic-v0")
+    _, info = local.reset(seed=2)
+    with running("math/arithmetic-v0", max_action_bytes=1024) as url:
+        with GenericEnvClient(base_url=url).sync() as env:
+            env.reset(seed=2)
+            with pytest.raises(Exception, match="message too big"):  # the server closes the WebSocket with 1009
+                env.step({"text": "1" * (1024 + FRAMING_BYTES + 1)})
+        with GenericEnvClient(base_url=url).sync() as env:  # a new session still works
+            env.reset(seed=2)
+            assert env.step({"text": str(info["answer"])}).reward == 1.0

@@ -26,9 +26,13 @@ actor per session).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import threading
+import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from openenv.core.env_server.http_server import create_fastapi_app
@@ -48,6 +52,7 @@ __all__ = [
     "OpenTinkerState",
     "build_server",
     "create_openenv_app",
+    "running",
 ]
 
 #: Room for the JSON framing around an action, over ``max_action_bytes``.
@@ -156,7 +161,23 @@ def create_openenv_app(env_id: str, *, max_sessions: int = 64, idle_timeout_s: f
     def respond(status: int, message: str) -> Any:
         return JSONResponse({"detail": message}, status_code=status)
 
-    return BodyGuard(app, HttpLimits(max_action_bytes + FRAMING_BYTES), respond, what="--max-action-bytes")
+    return BodyGuard(_quiet_disconnects(app), HttpLimits(max_action_bytes + FRAMING_BYTES), respond, what="--max-action-bytes")
+
+
+def _quiet_disconnects(app: Any) -> Any:
+    """``app`` without the traceback openenv-core 0.3 logs when a client ends its WebSocket
+    session: it closes the socket the client already closed, and starlette raises
+    ``WebSocketDisconnect`` (openenv-core only catches ``RuntimeError`` there)."""
+    from starlette.websockets import WebSocketDisconnect
+
+    async def quiet(scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope["type"] != "websocket":
+                raise
+
+    return quiet
 
 
 def build_server(env_id: str, host: str = "127.0.0.1", port: int = 8000, *, max_action_bytes: int = 64 * 1024,
@@ -172,3 +193,24 @@ def build_server(env_id: str, host: str = "127.0.0.1", port: int = 8000, *, max_
     limits = HttpLimits(max_action_bytes + FRAMING_BYTES, header_timeout_s=header_timeout_s or HEADER_TIMEOUT_S)
     return uvicorn.Server(uvicorn_config(app, limits, host=host, port=port, ws_max_size=max_action_bytes + FRAMING_BYTES,
                                          log_level="warning", access_log=False))
+
+
+@contextlib.contextmanager
+def running(env_id: str, host: str = "127.0.0.1", port: int = 0, **options: Any) -> Iterator[str]:
+    """Serve ``env_id`` in a daemon thread (``port`` 0: a free one); yields the base URL for
+    OpenEnv's clients and stops the server on exit. ``options`` as for :func:`build_server`.
+    For tests, notebooks and scripts."""
+    server = build_server(env_id, host, port, **options)
+    thread = threading.Thread(target=server.run, name="opentinker-openenv", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the OpenEnv server of {env_id} did not start on {host}:{port}")
+        time.sleep(0.02)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
