@@ -166,3 +166,16 @@ def test_an_action_over_the_limit_is_refused_and_the_server_keeps_serving():
         with GenericEnvClient(base_url=url).sync() as env:  # a new session still works
             env.reset(seed=2)
             assert env.step({"text": str(info["answer"])}).reward == 1.0
+
+
+def test_a_taken_port_exits_2_naming_it():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "tinker_client.cli", "env", "serve", "echo/echo-v0", "--protocol", "openenv", "--port", str(port)],
+            capture_output=True, text=True, timeout=120, env={**os.environ, **PLUGINS},
+        )
+    assert result.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "choose another --port" in result.stderr

@@ -102,7 +102,13 @@ def _serve_openenv(env_ids: list[str], host: str, port: int, max_sessions: int, 
                               idle_timeout_s=idle_timeout, max_observation_bytes=max_observation_bytes)
     except OpenTinkerError as e:
         fail(str(e), "'opentinker plugins' lists the registered env ids")
-    typer.echo(f"serving {env_ids[0]} (OpenEnv protocol) on http://{host}:{port} (Ctrl-C stops)", err=True)
-    server.run()
-    if not server.started:  # uvicorn logs why (the port is taken, say) and returns
-        fail(f"cannot listen on {host}:{port}", "choose another --port")
+    import socket
+
+    try:  # bound here, not by uvicorn: a taken port is one line and exit 2, and port 0 shows the port it got
+        sock = socket.socket(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as e:
+        fail(f"cannot listen on {host}:{port}: {e.strerror or e}", "choose another --port")
+    typer.echo(f"serving {env_ids[0]} (OpenEnv protocol) on http://{host}:{sock.getsockname()[1]} (Ctrl-C stops)", err=True)
+    server.run(sockets=[sock])
