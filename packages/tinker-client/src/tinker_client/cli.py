@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
+from tinker_client.env_serve import register as register_env_serve_command
 from tinker_client.new import register as register_new_command
 from tinker_client.trace import register as register_trace_command
 from tinker_client.viewer.command import register as register_view_command
@@ -130,70 +131,6 @@ def config_schema() -> None:
     from tinker_core.config import json_schema
 
     typer.echo(json.dumps(json_schema(), indent=2))
-
-
-# ---- env serve -------------------------------------------------------------------------------
-
-
-@env_app.command("serve")
-def env_serve(
-    env_id: Annotated[list[str], typer.Argument(help="Registered env id(s) to serve.")],
-    host: Annotated[str, typer.Option(help="Interface to listen on (0.0.0.0 for every interface).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = 50052,
-    max_sessions: Annotated[int, typer.Option("--max-sessions", help="Sessions open at once at most.")] = 64,
-    idle_timeout: Annotated[float, typer.Option("--idle-timeout", help="Close a session idle this many seconds.")] = 300.0,
-    max_action_bytes: Annotated[
-        int, typer.Option("--max-action-bytes", help="Largest action, reset options or env kwargs a request may carry (bytes).")
-    ] = 64 * 1024,
-    max_observation_bytes: Annotated[
-        int, typer.Option("--max-observation-bytes", help="Largest response (observation and info) returned (bytes).")
-    ] = 4 * 1024 * 1024,
-    call_timeout: Annotated[
-        float,
-        typer.Option("--call-timeout", help="Abandon an env call (and close its session) after this many seconds; 0: only the client's deadline."),
-    ] = 60.0,
-) -> None:
-    """Serve environments over gRPC (EnvService) until interrupted; clients use RemoteEnv.
-
-    SIGTERM or Ctrl-C stops it within a few seconds, whatever an env is doing (a second SIGTERM
-    ends it at once).
-    """
-    import math
-    import signal
-
-    from tinker_core.remote import serve_env
-
-    for flag, value in (("--max-sessions", max_sessions), ("--max-action-bytes", max_action_bytes),
-                        ("--max-observation-bytes", max_observation_bytes)):
-        if value < 1:
-            fail(f"{flag} must be >= 1, got {value}")
-    if idle_timeout <= 0:
-        fail(f"--idle-timeout must be > 0 seconds, got {idle_timeout}")
-    if not (call_timeout >= 0 and math.isfinite(call_timeout)):
-        fail(f"--call-timeout must be a number of seconds >= 0 (0: only the client's deadline), got {call_timeout}")
-    try:
-        server = serve_env(
-            env_id, host=host, port=port, max_sessions=max_sessions, idle_timeout_s=idle_timeout,
-            max_action_bytes=max_action_bytes, max_observation_bytes=max_observation_bytes,
-            call_timeout_s=call_timeout or None,
-        )
-    except OpenTinkerError as e:
-        fail(str(e), "'opentinker plugins' lists the registered env ids")
-    except (OSError, RuntimeError) as e:  # the port is taken, or the host cannot be bound
-        fail(f"cannot listen on {host}:{port}: {e}", "choose another --port")
-
-    def on_sigterm(*_: object) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-        server.stop(grace=1.0)  # returns within ~2 s: stuck env calls are abandoned, not joined
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    typer.echo(f"serving {', '.join(env_id)} on {server.address} (Ctrl-C stops)", err=True)
-    try:
-        server.wait_for_termination()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop(grace=1.0)
 
 
 # ---- jobs: submit, watch, list, cancel, logs ------------------------------------------------
@@ -379,6 +316,7 @@ _job_command(
 
 register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
 register_view_command(app)  # `opentinker view`, defined in tinker_client/viewer/command.py
+register_env_serve_command(env_app)  # `opentinker env serve`, defined in tinker_client/env_serve.py
 register_trace_command(app)  # `opentinker trace`, defined in tinker_client/trace.py
 
 
