@@ -220,7 +220,7 @@ def preference_numbers(spec: Any, outcomes: list[Any]) -> dict[str, Any]:
     key = "eval/preference_accuracy"
     jobs = []
     for o in outcomes:
-        n = job_numbers(o.rows, key, last_stage_start(spec.configs[o.job.variant]))
+        n = job_numbers(o.rows, key, last_stage_start(spec.configs[o.job.variant], o.rows))
         jobs.append({"variant": o.job.variant, "seed": o.job.seed, **n})
     return {"metric": key, "variant": variant_numbers(jobs), "jobs": jobs}
 

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from tinker_algos.compare.stats import bootstrap_ci, curve_auc, describe, steps_to_gain
-from tinker_algos.compare.summary import eval_curve, eval_key, job_numbers, variant_numbers
+from tinker_algos.compare.summary import (
+    eval_curve,
+    eval_key,
+    job_numbers,
+    last_stage_start,
+    variant_numbers,
+)
+from tinker_core.config import JobConfig
 
 
 def test_bootstrap_of_identical_values_is_a_point():
@@ -93,7 +100,21 @@ def test_variant_numbers_average_the_curves_over_seeds():
     a = job_numbers(rows({3: 0.0, 4: 0.15}), "eval/accuracy", 2)
     b = job_numbers(rows({3: 0.2, 4: 0.6}), "eval/accuracy", 2)
     v = variant_numbers([a, b])
-    assert v["curve"] == {"steps": [3, 4], "mean": pytest.approx([0.1, 0.375]), "min": [0.0, 0.15], "max": [0.2, 0.6]}
+    assert v["curve"] == {"steps": [1, 2], "mean": pytest.approx([0.1, 0.375]), "min": [0.0, 0.15], "max": [0.2, 0.6]}
     assert v["final"]["mean"] == pytest.approx(0.375) and (v["final"]["min"], v["final"]["max"]) == (0.15, 0.6)
     assert v["final"]["ci_low"] == 0.15 and v["final"]["ci_high"] == 0.6  # two values: [min, max]
     assert v["steps_to_+20"]["n"] == 1 and v["steps_to_+20"]["mean"] == 1.0  # only b gains 0.2 (at step 4)
+
+
+def test_the_last_stage_starts_where_an_earlier_stage_stopped():
+    """An SFT stage configured for 10 steps that met its stop_at after 3: the last stage's curve
+    starts after step 3, not after the 10 configured (a report then had no point at all)."""
+    config = JobConfig.model_validate({
+        "model": {"name": "tiny"}, "env": {"id": "echo/echo-v0"},
+        "stages": [{"name": "sft", "algorithm": {"name": "sft", "steps": 10, "eval_every": 1, "stop_at": {"eval/accuracy": 0.3}}},
+                   {"name": "grpo", "algorithm": {"name": "grpo", "steps": 4}}],
+    })
+    r = rows({4: 0.4, 5: 0.5, 6: 0.6}, sft_steps=3)
+    assert last_stage_start(config) == 10
+    assert last_stage_start(config, r) == 3
+    assert job_numbers(r, "eval/accuracy", last_stage_start(config, r))["curve"]["steps"] == [1, 2, 3]  # steps into the stage

@@ -103,7 +103,7 @@ def plot_report(report: dict[str, Any], path: Path) -> Path | None:
             continue
         (line,) = ax.plot(c["steps"], c["mean"], marker="o" if len(c["steps"]) < 30 else None, markersize=3, label=name)
         ax.fill_between(c["steps"], c["min"], c["max"], color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set_xlabel("step")
+    ax.set_xlabel("step of the last stage")
     ax.set_ylabel(report["metric"])
     ax.set_title(f"mean {report['metric']} over {len(report['seeds'])} seed(s), band: min-max")
     ax.legend(fontsize=8)
@@ -133,7 +133,7 @@ def report_of(spec: CompareSpec, outcomes: list[Outcome]) -> dict[str, Any]:
     key = eval_key([o.rows for o in outcomes])
     jobs = []
     for o in outcomes:
-        start = last_stage_start(spec.configs[o.job.variant])
+        start = last_stage_start(spec.configs[o.job.variant], o.rows)
         numbers = job_numbers(o.rows, key, start)
         jobs.append({"variant": o.job.variant, "seed": o.job.seed, "run_dir": o.run_dir, "job_id": o.job_id, **numbers})
     return build_report(

@@ -18,6 +18,7 @@ the mean curve is the mean over seeds at each eval step (with the min and max).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,16 @@ METRICS = ("final", "best", "auc", "steps_to_+10", "steps_to_+20", "steps_per_s"
 """The per-job numbers, in the report's order."""
 
 
-def last_stage_start(config: JobConfig) -> int:
-    """The global steps done before the last stage starts (its steps are the ones after)."""
+def last_stage_start(config: JobConfig, rows: Sequence[Mapping[str, Any]] = ()) -> int:
+    """The global steps done before the last stage starts (its steps are the ones after): from the
+    job's metrics ``rows``, the last step an earlier stage logged (a stage that met its
+    ``stop_at`` ran fewer steps than configured); without such rows, the earlier stages'
+    configured steps."""
+    if rows and "stage" in rows[-1]:
+        last = rows[-1]["stage"]
+        earlier = [int(r["step"]) for r in rows if "stage" in r and r["stage"] != last]
+        if earlier:
+            return max(earlier)
     return sum(s.algorithm.steps for s in config.resolved_stages()[:-1])
 
 
@@ -64,7 +73,8 @@ def job_numbers(rows: list[dict[str, Any]], key: str, start: int) -> dict[str, A
         out[name] = steps_to_gain(steps_E, values_E, gain)
     times = [float(r["time/step_s"]) for r in rows if "time/step_s" in r]
     out["steps_per_s"] = len(times) / sum(times) if times and sum(times) > 0 else None
-    out["curve"] = {"steps": steps_E, "values": values_E}
+    # steps into the last stage: seeds whose warm start stopped at different steps share an axis
+    out["curve"] = {"steps": [s - start for s in steps_E], "values": values_E}
     return out
 
 
