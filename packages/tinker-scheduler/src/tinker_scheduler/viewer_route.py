@@ -58,6 +58,12 @@ class ViewerFront:
         self._page: Any = None
         self._lock = threading.Lock()
 
+    @property
+    def state(self) -> Any:
+        """The wrapped app's ``state`` (the serve route's backend), as the route's server exposed
+        it before the viewer wrapped the app."""
+        return getattr(self.fallback, "state", None)
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or not path.startswith(PREFIX):
