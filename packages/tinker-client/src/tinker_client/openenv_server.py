@@ -29,8 +29,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +40,7 @@ from pydantic import Field
 
 from tinker_core.contracts import StepResult
 from tinker_core.errors import OpenTinkerError
+from tinker_core.http_limits import serve_in_thread
 from tinker_core.registry import env_spec, make_env
 from tinker_core.remote.codec import to_json
 
@@ -201,16 +200,5 @@ def running(env_id: str, host: str = "127.0.0.1", port: int = 0, **options: Any)
     OpenEnv's clients and stops the server on exit. ``options`` as for :func:`build_server`.
     For tests, notebooks and scripts."""
     server = build_server(env_id, host, port, **options)
-    thread = threading.Thread(target=server.run, name="opentinker-openenv", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the OpenEnv server of {env_id} did not start on {host}:{port}")
-        time.sleep(0.02)
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    with serve_in_thread(server, "opentinker-openenv", f"the OpenEnv server of {env_id} on {host}:{port}") as bound:
         yield f"http://{host}:{bound}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)

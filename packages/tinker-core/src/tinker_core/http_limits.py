@@ -20,8 +20,11 @@ app's own handler gives them its error shape; the 413 by ``Content-Length`` is a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -189,3 +192,22 @@ def uvicorn_config(app: Any, limits: HttpLimits, **options: Any) -> Any:
     import uvicorn
 
     return uvicorn.Config(app, http=protocol_class(limits.header_timeout_s), **options)
+
+
+@contextlib.contextmanager
+def serve_in_thread(server: Any, name: str, what: str) -> Iterator[int]:
+    """Run the ``uvicorn.Server`` ``server`` in a daemon thread named ``name`` until the block
+    ends; yields the port it bound (``port`` 0 picks a free one). A server that has not started
+    within 60 s is a ``RuntimeError`` naming ``what``. For tests, benchmarks and scripts."""
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.02)
+    try:
+        yield int(server.servers[0].sockets[0].getsockname()[1])
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

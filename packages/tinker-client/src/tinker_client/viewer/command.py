@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from tinker_client.console import fail
+from tinker_core.http_limits import serve_in_thread
 
 __all__ = ["build_server", "register", "running", "serve"]
 
@@ -38,19 +39,8 @@ def running(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 0, **opti
     """Serve ``run_dirs`` in a daemon thread (``port`` 0: a free one); yields the page's URL and
     stops the server on exit. For tests, benchmarks and scripts."""
     server = build_server(run_dirs, host, port, **options)
-    thread = threading.Thread(target=server.run, name="opentinker-view", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the viewer did not start on {host}:{port}")
-        time.sleep(0.02)
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    with serve_in_thread(server, "opentinker-view", f"the viewer on {host}:{port}") as bound:
         yield f"http://{host}:{bound}/"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def serve(run_dirs: list[Path], host: str = "127.0.0.1", port: int = 8765, *, open_browser: bool = True,
