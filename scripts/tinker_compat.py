@@ -35,12 +35,8 @@ import inspect
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -65,34 +61,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @contextlib.contextmanager
 def start_gateway(tmp: Path) -> Iterator[tuple[str, str]]:
     """``opentinker scheduler start --tinker-port 0`` on loopback with one tenant: (url, api key)."""
-    ray_tmp = tempfile.mkdtemp(prefix="ot-ray-")  # short: Ray's unix sockets live here
-    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp,
-           "OPENTINKER_CACHE": str(tmp / "cache")}
-    cli = [sys.executable, "-m", "tinker_client.cli", "scheduler"]
-    db = str(tmp / "db.sqlite")
-    key = subprocess.run([*cli, "add-tenant", "compat", "--db", db], capture_output=True, text=True, env=env,
-                         check=True, timeout=120).stdout.strip()
-    proc = subprocess.Popen([*cli, "start", "--port", "0", "--tinker-port", "0", "--metrics-port", "-1",
-                             "--num-cpus", "2", "--db", db, "--runs-dir", str(tmp / "runs")],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
-    try:
-        deadline, seen, url = time.monotonic() + 180, [], None
-        while url is None:
-            line = proc.stdout.readline()
-            seen.append(line)
-            if m := re.search(r"tinker API at (http://\S+)", line):
-                url = m.group(1)
-            elif (not line and proc.poll() is not None) or time.monotonic() > deadline:
-                raise SystemExit("the scheduler did not start:\n" + "".join(seen[-20:]))
-        yield url, "tml-" + key
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=60)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # Ray's helpers too
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    from tinker_scheduler.testing import running_scheduler
+
+    with contextlib.ExitStack() as stack:
+        try:
+            process = stack.enter_context(running_scheduler(tmp, tenant="compat", tinker=True))
+        except AssertionError as e:  # it did not start: the message holds its log
+            raise SystemExit(str(e)) from None
+        yield process.tinker_url, "tml-" + process.api_key
 
 
 # --- the routes each call sends --------------------------------------------------------------------

@@ -8,7 +8,8 @@ are held to the versions of the environment running this (``uv pip freeze``) as 
 uv links them from its cache instead of downloading torch again; the resolver still checks them
 against the cookbook's own requirements. ``tml-renderers`` is left out: tinker-cookbook 0.6.1
 requires ``>=0.4.1``, the registry has only 0.2.1, and the cookbook imports it only for
-Inkling/Kimi-K3 models (``tokenizer_utils``), which these runs do not use.
+Inkling/Kimi-K3 models (``tokenizer_utils``), which these runs do not use. The extras: ``math-rl``
+(the math graders) and ``multiplayer-rl`` (``textarena``, for the tic-tac-toe recipe).
 
 ``python sdk_venv.py`` prints the environment's Python (making it first if needed).
 """
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 
 #: The tested versions (the registry's newest when this was written).
-PINS = ("tinker==0.38.*", "tinker-cookbook[math-rl]==0.6.*")
+PINS = ("tinker==0.38.*", "tinker-cookbook[math-rl,multiplayer-rl]==0.6.*")
 #: Requirements dropped from the cookbook's (a marker that is never true removes them).
 OVERRIDES = ('tml-renderers>=0 ; sys_platform == "never"',)
 #: Distributions of this workspace that never go into the separate environment.

@@ -138,3 +138,47 @@ def test_a_deadline_does_not_abandon_an_item_that_has_started():
     caller.join(10)
     assert out == ["done"]
     ex.close()
+
+
+def test_tenants_take_turns_however_many_sessions_each_opens():
+    """A tenant with three busy sessions and one with one: the second tenant's items wait for one
+    item of the first each, not three (turns go round the tenants, then round each one's sessions)."""
+    ex = TurnExecutor()
+    ran: list[str] = []
+    for qid in ("a1", "a2", "a3"):
+        assert ex.open(qid, group="alice")
+    assert ex.open("b1", group="bob")
+    assert ex.open("gate")  # a group of its own
+    running, release = threading.Event(), threading.Event()
+    gate = ex.submit("gate", lambda: (running.set(), release.wait(10)))
+    assert running.wait(10)  # the executor is busy while the queues fill up
+    futures = [ex.submit(qid, lambda qid=qid, i=i: ran.append(f"{qid}.{i}")) for qid in ("a1", "a2", "a3")
+               for i in range(2)]
+    futures += [ex.submit("b1", lambda i=i: ran.append(f"b1.{i}")) for i in range(3)]
+    release.set()
+    gate.result(timeout=10)
+    for f in futures:
+        f.result(timeout=10)
+    assert ran == ["a1.0", "b1.0", "a2.0", "b1.1", "a3.0", "b1.2", "a1.1", "a2.1", "a3.1"]
+    assert ex.served[1:7] == ["a1", "b1", "a2", "b1", "a3", "b1"]  # bob every other turn while he has work
+    ex.discard("a1", StatusError("NOT_FOUND", "closed"))  # a discarded queue leaves its group's turn order
+    assert ex.call("a2", lambda: "still served") == "still served"
+    ex.close()
+
+
+def test_a_discarded_queue_with_waiting_items_leaves_no_gap_in_the_turns():
+    ex = TurnExecutor()
+    for qid, group in (("a1", "alice"), ("a2", "alice"), ("b1", "bob"), ("gate", None)):
+        ex.open(qid, group=group)
+    running, release = threading.Event(), threading.Event()
+    ex.submit("gate", lambda: (running.set(), release.wait(10)))
+    assert running.wait(10)
+    doomed = ex.submit("a1", lambda: "never")
+    kept = [ex.submit("a2", lambda: "a2"), ex.submit("b1", lambda: "b1")]
+    ex.discard("a1", StatusError("NOT_FOUND", "session 'a1' was closed"))
+    release.set()
+    assert [f.result(timeout=10) for f in kept] == ["a2", "b1"]
+    with pytest.raises(StatusError, match="was closed"):
+        doomed.result(timeout=10)
+    assert ex.served == ["gate", "a2", "b1"]
+    ex.close()

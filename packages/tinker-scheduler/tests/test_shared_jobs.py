@@ -223,3 +223,31 @@ def test_the_scheduler_routes_lora_jobs_with_one_base_model_onto_one_host(make_s
     while scheduler.hosts.host_count() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert scheduler.hosts.host_count() == 0  # the idle host shut down, its CPU is free again
+
+
+def test_multi_agent_jobs_on_a_host_unload_every_adapter_they_added(tmp_path, monkeypatch):
+    """A learners job adds an adapter per role and a league job one per snapshot, all named after
+    the job's adapter: when they end, the host unloads them with it."""
+    pytest.importorskip("tinker_env_games", reason="these jobs play tinker-env-games' tic-tac-toe")
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo,tinker-env-games")
+    tinker_core.registry.reset_plugins()
+
+    def game_job(multi_agent: dict) -> dict:
+        cfg = lora_job(0, two_stages=False, env={"id": "games/tictactoe-v0", "kwargs": {"max_illegal_moves": 2}})
+        cfg["stages"] = [{"algorithm": {"name": "grpo", "steps": 2, "eval_size": 2, "params": {"multi_agent": multi_agent}}}]
+        cfg["rollout"] = {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 3, "stop": ["\n"], "max_error_rate": 0.5}
+        return cfg
+
+    jobs = {
+        "learners": game_job({"mode": "learners", "eval_opponent": "random"}),
+        "league": game_job({"mode": "league", "eval_opponent": "random", "league": {"pool_size": 2, "snapshot_every": 1}}),
+    }
+    host = ModelHost("tiny", device="cpu")
+    try:
+        results = run_together(host, {jid: (cfg, tmp_path / jid) for jid, cfg in jobs.items()})
+        assert {jid: r["status"] for jid, r in results.items()} == dict.fromkeys(jobs, "completed"), results
+        assert any(k.startswith("roles/x/") for k in metrics_of(tmp_path / "learners")[-1])
+        assert metrics_of(tmp_path / "league")[-1]["league/snapshots"] == 2.0
+        assert host.job_ids() == [] and host.policy.adapter_names == []
+    finally:
+        host.close()

@@ -431,3 +431,37 @@ def test_sessions_on_a_ray_model_host(make_scheduler):
         code, details = code_of(stub.Forward, training_pb2.ForwardRequest(
             session_id=b, data=[sft_datum(list(range(3, 3 + 1025)))]), metadata=md)
         assert code == grpc.StatusCode.INVALID_ARGUMENT and "context length of 1024" in details
+
+
+def test_a_tenant_with_two_sessions_gets_one_turn_per_round_not_two(local_scheduler, monkeypatch):
+    """alice's two sessions and bob's one wait for the host (held by carol's request): bob's request
+    runs second, after one of alice's, not after both (the host's turns go round tenants, then
+    sessions)."""
+    alice, bob, carol = (local_scheduler.store.add_tenant(name) for name in ("alice", "bob", "carol"))
+    channel, stub, md_a = stub_for(local_scheduler, alice)
+    md_b, md_c = ([("authorization", f"Bearer {key}")] for key in (bob, carol))
+    with channel:
+        a1, a2 = (create(stub, md_a, seed=i).session_id for i in range(2))
+        b1 = create(stub, md_b).session_id
+        c1 = create(stub, md_c).session_id
+        assert local_scheduler.hosts.host_count() == 1
+        stub.ForwardBackward(training_pb2.ForwardBackwardRequest(  # a gradient for carol's step
+            session_id=c1, data=[sft_datum()], loss_fn="cross_entropy"), metadata=md_c, timeout=60)
+        fbs = watch_op(monkeypatch, "forward_backward")
+        steps = watch_op(monkeypatch, "optim_step", hold=True)
+        long = stub.OptimStep.future(training_pb2.OptimStepRequest(
+            session_id=c1, adam=training_pb2.AdamParams(learning_rate=1e-2)), metadata=md_c, timeout=120)
+        assert steps.started.wait(60)  # carol's request holds the host while the others queue
+        executor = steps.host.executor
+
+        def fb(sid: str, md: list[tuple[str, str]]) -> grpc.Future:
+            request = training_pb2.ForwardBackwardRequest(session_id=sid, data=[sft_datum()], loss_fn="cross_entropy")
+            future = stub.ForwardBackward.future(request, metadata=md, timeout=120)
+            wait_until(lambda: executor.pending(sid) == 1, f"{sid}'s request queued")
+            return future
+
+        waiting = [fb(a1, md_a), fb(a2, md_a), fb(b1, md_b)]  # alice's two first, bob's last
+        steps.release.set()
+        assert long.result().step == 1
+        assert all(f.result().metrics["loss"] > 0 for f in waiting)
+        assert fbs.runs == [a1, b1, a2]  # per session it would be [a1, a2, b1]

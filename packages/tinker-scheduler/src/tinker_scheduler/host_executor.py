@@ -1,9 +1,13 @@
 """The turn-taking executor of a model host: one thread runs every unit of work, fairly.
 
-Work is queued per *queue id* (a training session, or a job on the host). One executor thread
-serves the queues **round-robin**: it takes the oldest item of the next queue that has work, so
-a busy queue cannot starve another (each waits for at most one item of every other queue), and
-the items of one queue run in the order they were queued.
+Work is queued per *queue id* (a training session, or a job on the host), and each queue belongs
+to a *group* (its tenant; by default a group of its own). One executor thread serves the groups
+**round-robin** and, within a group, its queues round-robin: it takes the oldest item of the next
+queue of the next group that has work. So a busy queue cannot starve another, and a tenant gets
+one turn per round however many sessions it opens: an item of a tenant waits for at most one item
+of every other tenant with work (a tenant with four busy sessions and one with one get half the
+turns each, not four fifths and one fifth). The items of one queue run in the order they were
+queued.
 
 All torch work of a host runs on this one thread: torch's OpenMP thread teams, one per calling
 thread, slow each other down when several threads take turns (measured: steps took twice as long
@@ -54,7 +58,9 @@ class TurnExecutor:
     def __init__(self, name: str = "opentinker-model-host") -> None:
         self._queues: dict[str, deque[_Item]] = {}
         self._tokens: dict[str, Future[Any]] = {}  # token -> future of a waiting or running item
-        self._order: deque[str] = deque()  # queue ids with work, in serving order
+        self._group_of: dict[str, str] = {}  # queue id -> its group
+        self._rings: dict[str, deque[str]] = {}  # group -> its queue ids with work, in serving order
+        self._order: deque[str] = deque()  # groups with work, in serving order
         self._cv = threading.Condition()
         self._closed = False
         self.served: list[str] = []  # queue ids in execution order (for tests / debugging)
@@ -62,20 +68,34 @@ class TurnExecutor:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def open(self, qid: str) -> bool:
-        """Create queue ``qid``; False if it exists already."""
+    def open(self, qid: str, group: str | None = None) -> bool:
+        """Create queue ``qid`` in ``group`` (its tenant; ``None``: a group of its own, named
+        ``qid``); False if it exists already."""
         with self._cv:
             if qid in self._queues:
                 return False
             self._queues[qid] = deque()
+            self._group_of[qid] = qid if group is None else f"group:{group}"
             return True
+
+    def _unlist(self, qid: str) -> None:
+        """Take ``qid`` out of the serving order (its group too, when that has no other work)."""
+        group = self._group_of.pop(qid, None)
+        ring = self._rings.get(group) if group is not None else None
+        if ring is None:
+            return
+        with contextlib.suppress(ValueError):
+            ring.remove(qid)
+        if not ring:
+            del self._rings[group]
+            with contextlib.suppress(ValueError):
+                self._order.remove(group)
 
     def discard(self, qid: str, error: StatusError) -> None:
         """Remove queue ``qid``; its waiting items fail with ``error``. Idempotent."""
         with self._cv:
             pending = self._queues.pop(qid, deque())
-            with contextlib.suppress(ValueError):
-                self._order.remove(qid)
+            self._unlist(qid)
         for _, fut, _ in pending:
             if not fut.done():  # not cancelled meanwhile
                 fut.set_exception(error)
@@ -94,8 +114,13 @@ class TurnExecutor:
             elif queue is None:
                 fut.set_exception(StatusError("NOT_FOUND", f"session {qid!r} is not on this host"))
             else:
-                if not queue and qid not in self._order:
-                    self._order.append(qid)
+                group = self._group_of[qid]
+                ring = self._rings.get(group)
+                if ring is None:
+                    ring = self._rings[group] = deque()
+                    self._order.append(group)
+                if qid not in ring:
+                    ring.append(qid)
                 queue.append((work, fut, deadline))
                 if token:
                     self._tokens[token] = fut
@@ -148,6 +173,8 @@ class TurnExecutor:
             pending = [fut for queue in self._queues.values() for _, fut, _ in queue]
             for queue in self._queues.values():
                 queue.clear()
+            self._rings.clear()
+            self._order.clear()
             self._cv.notify_all()
         for fut in pending:
             if not fut.done():
@@ -157,13 +184,17 @@ class TurnExecutor:
         with self._cv:
             while not self._closed:
                 while self._order:
-                    qid = self._order.popleft()
-                    queue = self._queues.get(qid)
-                    if not queue:
-                        continue
+                    group = self._order.popleft()
+                    ring = self._rings[group]
+                    qid = ring.popleft()
+                    queue = self._queues[qid]  # a discarded queue is in no ring
                     item = queue.popleft()
                     if queue:
-                        self._order.append(qid)  # back of the line: round-robin
+                        ring.append(qid)  # back of its group's line: round-robin within the group
+                    if ring:
+                        self._order.append(group)  # the group to the back: round-robin between groups
+                    else:
+                        del self._rings[group]
                     return qid, item
                 self._cv.wait()
         return None

@@ -43,7 +43,9 @@ SampledSequence = dict[str, Any]
 
 @dataclass
 class SessionSpec:
-    """What a session trains: ``lora_rank == 0`` means full fine-tuning."""
+    """What a session trains: ``lora_rank == 0`` means full fine-tuning. ``tenant`` (empty: none
+    given) is whose it is: the host's executor shares turns between tenants, then between each
+    tenant's sessions (:mod:`tinker_scheduler.host_executor`)."""
 
     session_id: str
     lora_rank: int = 8
@@ -51,6 +53,7 @@ class SessionSpec:
     lora_dropout: float = 0.0
     lora_target_modules: list[str] = field(default_factory=list)
     seed: int = 0
+    tenant: str = ""
 
     @property
     def adapter(self) -> str | None:

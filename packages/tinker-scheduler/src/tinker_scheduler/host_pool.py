@@ -135,7 +135,9 @@ class HostHandle:
         import ray
 
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        if isinstance(e, ray.exceptions.RayActorError):
+        # an actor that Ray's memory monitor killed answers OutOfMemoryError to every later call
+        # (it is no RayActorError): dead too, so the next session on this base gets a new host
+        if isinstance(e, ray.exceptions.RayActorError | ray.exceptions.OutOfMemoryError):
             self.dead = True
         return StatusError("UNAVAILABLE", f"the model host died ({type(e).__name__}: {first[:200]}); retry the request")
 

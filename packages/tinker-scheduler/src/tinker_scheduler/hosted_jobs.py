@@ -87,8 +87,11 @@ class HostedJobs:
             return cast(dict[str, Any], job.worker.run(runner, config, run_dir, capture="thread", shared=job))
         finally:
             def unload() -> None:
-                if job.adapter in self.policy.adapter_names:
-                    self.policy.remove_adapter(job.adapter)
+                # the job's adapter, and those it added after its name (multi-agent role
+                # adapters and league snapshots: "<adapter>-<role>", "<adapter>-past-<step>")
+                for name in list(self.policy.adapter_names):
+                    if name == job.adapter or name.startswith(job.adapter + "-"):
+                        self.policy.remove_adapter(name)
 
             try:
                 self.turn(job, unload, final=True)

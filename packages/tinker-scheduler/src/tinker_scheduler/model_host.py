@@ -179,7 +179,7 @@ class ModelHost:
         slot = _Slot(spec=spec, trainer=trainer, rng_state=generator.get_state())
         with self._lock:
             self._slots[spec.session_id] = slot
-            self.executor.open(spec.session_id)
+            self.executor.open(spec.session_id, spec.tenant or None)
         return self._info(slot)
 
     def remove_session(self, session_id: str) -> bool:

@@ -169,7 +169,7 @@ class SessionManager:
         spec = SessionSpec(
             session_id=session_id, lora_rank=int(request.lora_rank), lora_alpha=float(request.lora_alpha),
             lora_dropout=float(request.lora_dropout), lora_target_modules=list(request.lora_target_modules),
-            seed=int(request.seed),
+            seed=int(request.seed), tenant=tenant,
         )
         host_kwargs: HostArgs = {"base_model": base, "device": request.device, "precision": request.precision,
                        "full": spec.lora_rank == 0}

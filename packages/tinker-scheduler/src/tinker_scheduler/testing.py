@@ -23,7 +23,10 @@ Files it writes in ``run_dir`` (tests read them): ``checkpoints/step-NNNNNN.json
 
 :class:`JobClient` wraps the generated gRPC stub with the API key metadata; the real client
 SDK lives in tinker-client. :class:`SchedulerProcess` runs ``python -m tinker_scheduler start``
-as a separate process (tests kill it with SIGKILL; the load benchmark measures it).
+(or ``opentinker scheduler start``) as a separate process and waits for its lines (tests kill it
+with SIGKILL; the load benchmark measures it); :func:`running_scheduler` is the one way to start
+``opentinker scheduler start`` as a user would, with a tenant and the Tinker API, for a block
+(the integration fixtures, ``scripts/tinker_compat.py`` and the cookbook's ecosystem check use it).
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -272,40 +277,82 @@ def job_config_text(
 # ---- a scheduler in its own process ---------------------------------------------------------
 
 
-class SchedulerProcess:
-    """``python -m tinker_scheduler start`` in its own session, its output in ``<directory>/<name>.log``.
+#: ``opentinker scheduler`` as a user runs it (the client's CLI, which delegates to this package).
+OPENTINKER_SCHEDULER = (sys.executable, "-m", "tinker_client.cli", "scheduler")
+#: ``python -m tinker_scheduler`` (the same commands without the client package).
+SCHEDULER_MODULE = (sys.executable, "-m", "tinker_scheduler")
 
-    ``db`` and ``runs`` default to ``directory/scheduler.db`` and ``directory/runs``; ``options``
-    are more ``start`` options (default ``--num-cpus 2``). The process starts its own local Ray
-    in its session: :meth:`cleanup` kills the whole session (Ray's processes can outlive a
-    SIGKILLed scheduler). Raises ``AssertionError`` with the log when it does not start.
+
+def scheduler_env(cache: Path | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a scheduler subprocess (and the CLI calls beside it) runs with on a test
+    machine: ``base`` (default ``os.environ``) plus no per-session uv virtualenv for Ray workers, no
+    Ray token auth, a fresh short ``RAY_TMPDIR`` (Ray's unix sockets live there; the caller removes
+    it, as :func:`running_scheduler` does for its own), no hub (``HF_HUB_OFFLINE=1``)
+    and, when given, ``OPENTINKER_CACHE=cache``."""
+    env = {**(os.environ if base is None else base), "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+           "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": tempfile.mkdtemp(prefix="ot-ray-"), "HF_HUB_OFFLINE": "1"}
+    if cache is not None:
+        env["OPENTINKER_CACHE"] = str(cache)
+    return env
+
+
+def add_tenant(db: Path, name: str, *, env: dict[str, str] | None = None,
+               program: tuple[str, ...] = OPENTINKER_SCHEDULER) -> str:
+    """``<program> add-tenant NAME --db DB``: the tenant's key (``otk_...``; the Tinker SDK's key is
+    ``"tml-" + key``). Raises ``CalledProcessError`` with the command's output when it fails."""
+    return subprocess.run([*program, "add-tenant", name, "--db", str(db)], capture_output=True, text=True,
+                          env=env, check=True, timeout=120).stdout.strip()
+
+
+class SchedulerProcess:
+    """``<program> start`` in its own session, its output in ``<directory>/<name>.log``.
+
+    ``program`` is :data:`SCHEDULER_MODULE` (default) or :data:`OPENTINKER_SCHEDULER` (the user's
+    ``opentinker scheduler``). ``db`` and ``runs`` default to ``directory/scheduler.db`` and
+    ``directory/runs``; ``options`` are more ``start`` options (default ``--num-cpus 2``); each of
+    ``--port 0``, ``--metrics-port -1`` and ``--shutdown-timeout 60`` is added unless ``options``
+    set it. ``runner`` is the job runner (default the :func:`sleep_train` test workload; ``None``:
+    the real trainer). ``env`` is the process's environment (default: this one's; see
+    :func:`scheduler_env`). The process starts its own local Ray in its session: :meth:`cleanup` kills
+    the whole session (Ray's processes can outlive a SIGKILLed scheduler). Raises
+    ``AssertionError`` with the log when it does not start. After start, :attr:`address` is the
+    gRPC address and :attr:`tinker_url` the Tinker API's URL (``None`` without ``--tinker-port``).
     """
 
     def __init__(
-        self, directory: Path, name: str, *options: str, runner: str = SLEEP_TRAIN, db: Path | None = None,
+        self, directory: Path, name: str, *options: str, runner: str | None = SLEEP_TRAIN, db: Path | None = None,
         runs: Path | None = None, env: dict[str, str] | None = None, start_timeout: float = 120.0,
+        program: tuple[str, ...] = SCHEDULER_MODULE,
     ) -> None:
         self.db = db or directory / "scheduler.db"
         self.runs = runs or directory / "runs"
         self.log = directory / f"{name}.log"
-        command = [
-            sys.executable, "-m", "tinker_scheduler", "start", "--port", "0", "--db", str(self.db),
-            "--runs-dir", str(self.runs), "--metrics-port", "-1", "--runner", runner,
-            "--shutdown-timeout", "60", *(options or ("--num-cpus", "2")),
-        ]
+        self.env = env
+        self.api_key: str | None = None  # set by running_scheduler when it adds a tenant
+        options = options or ("--num-cpus", "2")
+        defaults = {"--port": "0", "--metrics-port": "-1", "--shutdown-timeout": "60"}
+        command = [*program, "start", "--db", str(self.db), "--runs-dir", str(self.runs),
+                   *(x for flag, value in defaults.items() if flag not in options for x in (flag, value)),
+                   *(("--runner", runner) if runner else ()), *options]
         with open(self.log, "w") as out:
             self.process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env
             )
-        deadline = time.monotonic() + start_timeout
+        self.address = self.wait_for(r"listening on (\S+)", start_timeout)
+        self.tinker_url = self.wait_for(r"tinker API at (http://\S+)", 60) if "--tinker-port" in options else None
+
+    def wait_for(self, pattern: str, timeout: float = 120.0) -> str:
+        """Group 1 of the first match of ``pattern`` in the log, waiting for it up to ``timeout``
+        seconds; ``AssertionError`` with the log (the process cleaned up) if the process ends or
+        the time runs out first."""
+        deadline = time.monotonic() + timeout
         while True:
-            match = re.search(r"listening on (\S+)", self.log.read_text())
+            match = re.search(pattern, self.log.read_text())
             if match:
-                self.address = match.group(1)
-                return
+                return match.group(1)
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.cleanup()
-                raise AssertionError(f"the scheduler did not start:\n{self.log.read_text()}")
+                raise AssertionError(f"the scheduler did not start (no {pattern!r}):\n{self.log.read_text()}")
             time.sleep(0.1)
 
     @property
@@ -322,6 +369,14 @@ class SchedulerProcess:
         self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout=120)
 
+    def stop(self) -> None:
+        """A graceful stop when it comes within 60 s, then :meth:`cleanup`."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=60)
+        self.cleanup()
+
     def cleanup(self) -> None:
         """Kill whatever is left of this process's session (its Ray processes)."""
         if self.process.poll() is None:
@@ -329,3 +384,31 @@ class SchedulerProcess:
             self.process.wait(timeout=30)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def running_scheduler(directory: Path, *options: str, tenant: str | None = None, tinker: bool = False,
+                      runner: str | None = None, program: tuple[str, ...] = OPENTINKER_SCHEDULER,
+                      start_timeout: float = 180.0) -> Iterator[SchedulerProcess]:
+    """``opentinker scheduler start`` as a user runs it (the real trainer; db, runs, the cache
+    ``$OPENTINKER_CACHE`` and the log under ``directory``), stopped (SIGTERM, then its whole
+    session killed) on exit. ``tenant`` adds that tenant first: its key is ``process.api_key``
+    (``otk_...``). ``tinker=True`` adds ``--tinker-port 0``: the URL is ``process.tinker_url``.
+    ``options`` default to ``--num-cpus 2`` (added unless they set it). ``process.env`` is the
+    environment to run CLI calls beside it with (made by :func:`scheduler_env`)."""
+    env = scheduler_env(cache=directory / "cache")
+    try:
+        key = add_tenant(directory / "scheduler.db", tenant, env=env, program=program) if tenant else None
+        if "--num-cpus" not in options:
+            options = (*options, "--num-cpus", "2")
+        if tinker and "--tinker-port" not in options:
+            options = (*options, "--tinker-port", "0")
+        process = SchedulerProcess(directory, "scheduler", *options, runner=runner, env=env,
+                                   start_timeout=start_timeout, program=program)
+        process.api_key = key
+        try:
+            yield process
+        finally:
+            process.stop()
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
