@@ -173,3 +173,54 @@ def test_a_policy_turns_tool_calls_are_recorded_in_the_openai_format():
     assert policy[0].tool_calls == [{"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "12+30"}'}}]
     assert len(policy[1].tool_calls) == 1 and "error" in policy[1].tool_calls[0]
     assert policy[2].tool_calls is None
+
+
+def test_a_self_play_run_records_each_learner_seat_of_its_games(tmp_path, request):
+    """Tic-tac-toe self-play (both seats learn): every recorded game appears once per seat, with the
+    seat's role, its outcome, its own moves (each a policy turn with its tokens and logprobs), the
+    GRPO group of (task, seat) and the advantage of that seat's trajectory."""
+    pytest.importorskip("tinker_env_games", reason="plays tinker-env-games' tic-tac-toe")
+    cfg = {
+        "name": "ttt-recorded", "seed": 0, "model": {"name": "tiny"},
+        "env": {"id": "games/tictactoe-v0", "kwargs": {"max_illegal_moves": 2}},
+        "algorithm": {"name": "grpo", "steps": 2, "eval_size": 2, "eval_every": 2},
+        "rollout": {"prompts_per_step": 2, "group_size": 3, "max_new_tokens": 3, "stop": ["\n"], "max_error_rate": 0.5},
+        "optimizer": {"lr": 1e-3},
+        "logging": {"tensorboard": False, "plot": False, "trace": False, "rollouts": {"per_step": 100}},
+    }
+    request.getfixturevalue("algos_and_games_plugins")  # after the importorskip
+    result = train(cfg, run_dir=tmp_path)
+    assert result.status == "completed"
+    everything = read_rollouts(tmp_path / "rollouts.jsonl")
+    evals = [r for r in everything if r.kind == "eval"]
+    assert evals and {r.step for r in evals} == {2} and {r.agent for r in evals} == {"x", "o"}  # each seat in turn
+    records = [r for r in everything if r.kind == "train"]
+    assert {r.step for r in records} == {1, 2}
+    for step in (1, 2):
+        recs = [r for r in records if r.step == step]
+        assert len(recs) == 2 * 3 * 2  # tasks x group x seats
+        assert sorted(r.agent for r in recs) == ["o"] * 6 + ["x"] * 6
+        for r in recs:
+            assert r.group == (r.episode // 2 // 3) * 2 + ("x", "o").index(r.agent)  # (task, seat)
+        by_game: dict[int, list] = {}
+        for r in recs:
+            by_game.setdefault(r.episode // 2, []).append(r)
+        for pair in by_game.values():
+            assert {r.agent for r in pair} == {"x", "o"}
+            outcomes = {r.agent: r.outcome for r in pair}
+            assert outcomes["x"] in ("win", "draw", "loss") or outcomes["x"].startswith("forfeit")
+            if outcomes["x"] == "win":
+                assert outcomes["o"] == "loss"
+    acted = [r for r in records if r.error is None and r.turns]
+    assert len(acted) >= len(records) // 2  # x moves first in every game
+    for r in records:
+        if not r.turns:  # a seat the game ended for before it moved (the other seat forfeited)
+            assert r.advantage is None and r.new_tokens == 0
+    for r in acted:
+        policy = [t for t in r.turns if t.role == "policy"]
+        assert policy and r.turns[0].role == "policy"
+        assert "." in r.prompt or "board" in r.prompt.lower()  # it saw the board
+        assert r.new_tokens == sum(t.tokens for t in policy) > 0
+        assert all(len(t.logprobs) == len(t.token_texts) == t.tokens for t in policy)
+        assert r.advantage is not None
+        assert r.success == (r.outcome == "win")

@@ -27,6 +27,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -136,7 +137,10 @@ def record_train(result: Any, tokenizer: Any, advantages_B_T: np.ndarray | None,
     result's trajectories in order (``generated_only``: those that generated a token).
     """
     rec = _ACTIVE.get()
-    if rec is None or rec.rollouts_path is None or rec.step % rec.rollouts.every or not _single_agent(result):
+    if rec is None or rec.rollouts_path is None or rec.step % rec.rollouts.every:
+        return
+    eps = _recordable(result)
+    if eps is None:
         return
     with phase("record"):
         advantage: dict[int, float] = {}
@@ -145,7 +149,6 @@ def record_train(result: Any, tokenizer: Any, advantages_B_T: np.ndarray | None,
             if len(trajs) == len(advantages_B_T):
                 rows = (advantages_B_T * mask_B_T).sum(axis=1) / np.maximum(mask_B_T.sum(axis=1), 1.0)
                 advantage = {id(t): float(a) for t, a in zip(trajs, rows, strict=True)}
-        eps = result.episodes
         chosen = select(eps, rec.rollouts.per_step, rec.rollouts.keep)
         rec.write([
             episode_record(eps[i], tokenizer, kind="train", stage=rec.stage, step=rec.step, episode=i,
@@ -157,10 +160,12 @@ def record_train(result: Any, tokenizer: Any, advantages_B_T: np.ndarray | None,
 def record_eval(result: Any, tokenizer: Any) -> None:
     """Record a held-out evaluation's episodes (at most ``logging.rollouts.per_step``)."""
     rec = _ACTIVE.get()
-    if rec is None or rec.rollouts_path is None or not _single_agent(result):
+    if rec is None or rec.rollouts_path is None:
+        return
+    eps = _recordable(result)
+    if eps is None:
         return
     with phase("record"):
-        eps = result.episodes
         chosen = select(eps, rec.rollouts.per_step, rec.rollouts.keep)
         rec.write([episode_record(eps[i], tokenizer, kind="eval", stage=rec.stage, step=rec.step, episode=i) for i in chosen])
 
@@ -176,13 +181,65 @@ def transcripts(path: Path, *, stage: str, step: int, limit: int = 10**9) -> Ite
         yield rec
 
 
-def _single_agent(result: Any) -> bool:
-    """A single-agent rollout's result (a :class:`tinker_algos.rollout.RolloutResult`: episodes
-    with a trajectory and a transcript, no roles). Duck-typed: the rollout imports this module."""
+def _recordable(result: Any) -> list[Any] | None:
+    """The episodes of a rollout's result, as records are made of them, or None for a result of
+    another kind. A single-agent :class:`tinker_algos.rollout.RolloutResult`'s episodes as they
+    are; a multi-agent result's (one with ``roles``) as one :class:`SeatEpisode` per learner seat
+    of each episode, episode after episode. Duck-typed: the rollouts import this module."""
     episodes = getattr(result, "episodes", None)
-    if episodes is None or hasattr(result, "roles"):
-        return False
-    return all(hasattr(e, "trajectory") and hasattr(e, "transcript") for e in episodes)
+    if episodes is None:
+        return None
+    if hasattr(result, "roles"):
+        return [seat for ep in episodes for seat in seat_episodes(ep, result.roles, getattr(result, "group_size", 1))]
+    if all(hasattr(e, "trajectory") and hasattr(e, "transcript") for e in episodes):
+        return list(episodes)
+    return None
+
+
+@dataclass
+class SeatEpisode:
+    """One learner seat's view of a multi-agent episode, shaped as a single-agent episode is for
+    :func:`episode_record`: the seat's own turns (what it saw, what it answered), its trajectory,
+    its reward and outcome; ``agent`` is its role (recorded as the record's ``agent`` field)."""
+
+    agent: str
+    trajectory: Any
+    transcript: list[tuple[str, str]]
+    reward: float
+    success: bool
+    error: str | None
+    truncated: bool
+    group: int
+    outcome: str | None = None
+
+
+def seat_episodes(ep: Any, roles: Sequence[str], group_size: int = 1) -> list[SeatEpisode]:
+    """The :class:`SeatEpisode` of each learner role of ``ep`` (a
+    :class:`tinker_algos.multiagent.MultiAgentEpisode` of a rollout with ``roles`` and
+    ``group_size``); an episode that failed before a result gives one per learner role with its
+    error and no turns. A seat's ``group`` is its GRPO group: ``task * len(roles) + role index``."""
+    res = ep.result
+    out = []
+    for role in ep.learner_roles:
+        traj = ep.trajectories.get(role)
+        group = (ep.index // max(group_size, 1)) * len(roles) + list(roles).index(role)
+        if res is None:
+            out.append(SeatEpisode(role, None, [], 0.0, False, ep.error or "error", False, group))
+            continue
+        turns = [(observation_text(t.observation), t.action) for t in res.transcripts.get(role, [])]
+        outcome = res.outcomes.get(role)
+        out.append(SeatEpisode(
+            role, traj if ep.error is None else None, turns, float(res.rewards.get(role, 0.0)), outcome == "win",
+            ep.error or res.error, res.reason == "truncated", group, outcome,
+        ))
+    return out
+
+
+def observation_text(observation: Any) -> str:
+    """A readable text of an observation: text as is, chat messages as ``role: content`` lines."""
+    if isinstance(observation, str):
+        return observation
+    return "\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" for m in observation)
 
 
 def select(episodes: Sequence[Any], n: int, keep: str) -> list[int]:
@@ -251,6 +308,7 @@ def episode_record(e: Any, tokenizer: Any, *, kind: str, stage: str, step: int, 
         kind=kind, stage=stage, step=step, group=e.group, episode=episode, prompt=prompt, messages=messages or None,
         turns=turns, reward=float(e.reward), advantage=advantage, stop_reason=str(stop),
         new_tokens=traj.num_generated if traj is not None else 0, success=bool(e.success), truncated=bool(e.truncated), error=e.error,
+        agent=getattr(e, "agent", None), outcome=getattr(e, "outcome", None),
     )
 
 

@@ -12,7 +12,8 @@ One record (format version :data:`VERSION`)::
                 "token_texts": [str, ...] | null, "logprobs": [float, ...] | null,
                 "tool_calls": [...] | null}, ...],
      "reward": float, "advantage": float | null, "stop_reason": str, "new_tokens": int,
-     "success": bool | null, "truncated": bool | null, "error": str | null}
+     "success": bool | null, "truncated": bool | null, "error": str | null,
+     "agent": str | null, "outcome": str | null}
 
 ``prompt`` is the rendered first prompt (chat template included), ``messages`` the episode as chat
 messages (the observations as ``user``, the policy's replies as ``assistant``; a system prompt
@@ -23,6 +24,12 @@ tokens it took in the context. ``stop_reason`` is how the last policy turn ended
 ``env_timeout``, ``context_overflow``). ``advantage`` is the mean advantage over the episode's
 trained tokens (null for evaluation and for episodes left out of training). ``episode`` counts the
 episodes of one step (or evaluation) from 0, ``group`` is its task's index.
+
+A multi-agent episode is recorded once per learner seat (``agent``: its role; ``outcome``: ``win``,
+``draw``, ``loss`` or a forfeit; ``turns``: that seat's own turns, the other seats' moves being
+part of the observations it saw; ``group``: its GRPO group, ``task * number of roles + role
+index``). ``agent`` and ``outcome`` are null for single-agent episodes; readers of older files see
+them absent.
 """
 
 from __future__ import annotations
@@ -73,6 +80,8 @@ class RolloutRecord(BaseModel):
     success: bool | None = None
     truncated: bool | None = None
     error: str | None = None
+    agent: str | None = None
+    outcome: str | None = None
 
     def to_json_line(self) -> str:
         """The record as one line of ``rollouts.jsonl`` (with its newline)."""

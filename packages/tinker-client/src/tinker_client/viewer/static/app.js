@@ -328,7 +328,9 @@ class Browser {
     const head = el("div", { class: "card-head" }, reward,
       el("span", { text: `adv ${fmt(r.advantage)}` }), el("span", { class: "stop", text: r.stop_reason }),
       el("span", { text: `${r.new_tokens} tokens` }), el("span", { class: "muted", text: `step ${r.step} · ep ${r.episode}` }));
-    if (r.success === true || r.success === false) head.append(el("span", { class: `outcome ${r.success ? "pos" : "neg"}`, text: r.success ? "success" : "no success" }));
+    if (r.agent) head.append(el("span", { class: "agent", text: `seat ${r.agent}` }));
+    if (r.outcome) head.append(el("span", { class: `outcome ${r.outcome === "win" ? "pos" : r.outcome === "draw" ? "" : "neg"}`, text: r.outcome }));
+    else if (r.success === true || r.success === false) head.append(el("span", { class: `outcome ${r.success ? "pos" : "neg"}`, text: r.success ? "success" : "no success" }));
     if (r.truncated) head.append(el("span", { class: "outcome truncated", text: "truncated" }));
     if (r.error) head.append(el("span", { class: "outcome error", text: `error: ${r.error}` }));
     if (withGroupLink) {
