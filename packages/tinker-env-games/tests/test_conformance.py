@@ -9,6 +9,7 @@ import pytest
 
 import tinker_core
 import tinker_core.registry
+from tinker_core import make_opponent
 from tinker_env_games.opponents import legal_moves_in
 
 testing = pytest.importorskip(
@@ -16,7 +17,8 @@ testing = pytest.importorskip(
 )
 
 SINGLE_AGENT = ["games/guess-number-v0"]
-MULTI_AGENT = ["games/tictactoe-v0", "games/connect-four-v0"]
+BOARD_GAMES = ["games/tictactoe-v0", "games/connect-four-v0"]
+MULTI_AGENT = [*BOARD_GAMES, "games/negotiation-v0", "games/reference-v0"]
 
 
 def test_the_plugin_registers_exactly_these(games_plugin_only: None) -> None:
@@ -39,7 +41,7 @@ def test_multi_agent_env_conforms(games_plugin_only: None, env_id: str) -> None:
     testing.check_multi_agent_env(env_id)
 
 
-@pytest.mark.parametrize("env_id", MULTI_AGENT)
+@pytest.mark.parametrize("env_id", BOARD_GAMES)
 def test_multi_agent_env_conforms_with_legal_play(games_plugin_only: None, env_id: str) -> None:
     """Whole games of legal moves, chosen by a deterministic function of the observation."""
 
@@ -60,3 +62,28 @@ def test_configured_envs_conform(games_plugin_only: None) -> None:
     testing.check_multi_agent_env(
         functools.partial(tinker_core.make_env, "games/tictactoe-v0", max_illegal_moves=1)
     )
+    testing.check_multi_agent_env(
+        functools.partial(tinker_core.make_env, "games/negotiation-v0", max_messages=2, invalid_penalty=1.0)
+    )
+    testing.check_multi_agent_env(
+        functools.partial(tinker_core.make_env, "games/reference-v0", num_objects=2, max_words=1)
+    )
+
+
+@pytest.mark.parametrize(
+    ("env_id", "opponent"),
+    [
+        ("games/negotiation-v0", "conceder"),
+        ("games/negotiation-v0", "random"),
+        ("games/reference-v0", "literal"),
+    ],
+)
+def test_dialogue_games_conform_with_scripted_play(games_plugin_only: None, env_id: str, opponent: str) -> None:
+    """Whole games played by an env's own scripted agents, which read only the observation."""
+
+    def policy(observation: str, info: dict) -> str:
+        role = observation.split("You are ", 1)[1].split(";")[0].split(".")[0].removeprefix("the ")
+        agent = make_opponent(env_id, opponent, seed=zlib.crc32(observation.encode()))
+        return agent(role, observation)
+
+    testing.check_multi_agent_env(env_id, actions=policy)

@@ -6,11 +6,28 @@ contract of :mod:`tinker_core.opponents`); this module gathers them for direct u
 - :class:`RandomAgent` (:mod:`tinker_env_games.board`) plays a uniformly random move from the
   ``Legal moves:`` line of any board game in this package (seeded).
 - :class:`MinimaxAgent` (:mod:`tinker_env_games.tictactoe`) plays perfect tic-tac-toe.
+- :class:`RandomNegotiator`, :class:`ConcederAgent`, :class:`BoulwareAgent`
+  (:mod:`tinker_env_games.negotiators`) negotiate in ``games/negotiation-v0``.
+- :class:`LiteralPartner`, :class:`RandomPartner` (:mod:`tinker_env_games.reference_game`) play
+  either role of ``games/reference-v0``.
 """
 
 from __future__ import annotations
 
 from tinker_env_games.board import RandomAgent, legal_moves_in
+from tinker_env_games.negotiators import BoulwareAgent, ConcederAgent, RandomNegotiator
+from tinker_env_games.reference_game import LiteralPartner, RandomPartner
 from tinker_env_games.tictactoe import MinimaxAgent, minimax_moves, minimax_value
 
-__all__ = ["MinimaxAgent", "RandomAgent", "legal_moves_in", "minimax_moves", "minimax_value"]
+__all__ = [
+    "BoulwareAgent",
+    "ConcederAgent",
+    "LiteralPartner",
+    "MinimaxAgent",
+    "RandomAgent",
+    "RandomNegotiator",
+    "RandomPartner",
+    "legal_moves_in",
+    "minimax_moves",
+    "minimax_value",
+]

@@ -13,7 +13,12 @@ The modules, one job each:
 - :mod:`~tinker_algos.multiagent.results` -- :class:`MultiAgentRolloutResult` and its metrics;
 - :mod:`~tinker_algos.multiagent.params` -- :class:`MultiAgentParams` (``algorithm.params.multi_agent``);
 - :mod:`~tinker_algos.multiagent.grpo` -- what GRPO calls: :func:`collect_for_grpo`,
-  :func:`evaluate_multi_agent`, :func:`stage_env_spec`.
+  :func:`evaluate_multi_agent`, :func:`evaluate_stage` (every stage's held-out
+  evaluation on an env with roles), :func:`stage_env_spec`;
+- :mod:`~tinker_algos.multiagent.learners` -- ``mode: learners``: one adapter, trainer and loss per
+  role (imported by GRPO from there: it builds on the algorithms' update block);
+- :mod:`~tinker_algos.multiagent.league` -- ``mode: league``: a pool of the policy's past
+  snapshots (and scripted opponents) to play, and the Elo rating of held-out evaluation.
 
 This package imports no env package: the coordinator is tinker-core's, and named opponents come
 from the env being played.
@@ -25,6 +30,7 @@ from tinker_algos.multiagent.grpo import (
     collect_for_grpo,
     env_spec_of,
     evaluate_multi_agent,
+    evaluate_stage,
     stage_env_spec,
 )
 from tinker_algos.multiagent.params import MultiAgentParams
@@ -44,6 +50,7 @@ __all__ = [
     "collect_for_grpo",
     "env_spec_of",
     "evaluate_multi_agent",
+    "evaluate_stage",
     "multi_agent_rollout",
     "opponent",
     "stage_env_spec",

@@ -3,7 +3,9 @@
 :class:`EpisodeAgents` gives the coordinator one ``async`` agent per role: a learner role
 samples through the :class:`~tinker_algos.multiagent.batcher.Batcher` and records its turns in
 its own :class:`~tinker_algos.rollout.PolicyTurns` (the object a single-agent episode uses too:
-a turn FSM with observations masked and actions trained); a scripted
+a turn FSM with observations masked and actions trained; with the env's tools, ``EnvSpec.tools``,
+shown in the role's first prompt and parsed from its samples into
+:attr:`~tinker_core.contracts.Action.tool_calls`, as in a single-agent episode); a scripted
 role calls its agent under ``turn_timeout_s`` (the coordinator's
 :func:`~tinker_core.coordinator.call_agent_async`). After the episode,
 :meth:`EpisodeAgents.trajectories` closes each learner role's FSM with the coordinator's
@@ -38,8 +40,9 @@ class AsyncAgent:
 
 
 class EpisodeAgents:
-    """The agents of one episode: the policy's seats (one FSM per learner role) and the
-    scripted agents (built for this episode from ``derive_seed(seed, index, role)``)."""
+    """The agents of one episode: the policy's seats (one FSM per learner role, each shown the
+    env's ``tools``) and the scripted agents (built for this episode from
+    ``derive_seed(seed, index, role)``)."""
 
     def __init__(
         self,
@@ -53,6 +56,7 @@ class EpisodeAgents:
         max_new_tokens: int,
         turn_timeout_s: float | None,
         system_prompt: str = "",
+        tools: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.index = index
         self.roles = tuple(roles)
@@ -63,18 +67,32 @@ class EpisodeAgents:
         self.max_new_tokens = max_new_tokens
         self.turn_timeout_s = turn_timeout_s
         self.seats = {r: PolicyTurns(renderer, system_prompt, p.adapter) for r, p in plan.items() if isinstance(p, Learner)}
+        for seat in self.seats.values():  # the env's tools (EnvSpec.tools), as in a single-agent episode
+            seat.tools = tuple(dict(t) for t in tools)
         self.scripted = {
             r: p.make(derive_seed(seed, index, r)) for r, p in plan.items() if isinstance(p, Scripted)
         }
         self.new_tokens = 0
         self.overflow: str | None = None
+        self.order: list[str] = []  # the roles in the order of their first move
+
+    @property
+    def seating(self) -> tuple[str, ...]:
+        """The roles by seat: the first mover first; roles that never moved last, in env order."""
+        return (*self.order, *(r for r in self.roles if r not in self.order))
+
+    def _seated(self, role: str) -> None:
+        if role not in self.order:
+            self.order.append(role)
 
     async def learner(self, role: str, observation: Observation) -> str:
         """The policy's move for ``role``: sample, record in the role's FSM, answer the text (an
         :class:`~tinker_core.env.Action` carrying how the turn ended).
 
         The observation is rendered by the renderer: the first as the role's prompt (with the
-        env's system prompt), later ones appended after the role's last sampled tokens."""
+        env's system prompt and tools), later ones appended after the role's last sampled tokens;
+        the action carries the sample's parsed tool calls when the env declares tools."""
+        self._seated(role)
         seat = self.seats[role]
         obs_ids = seat.render(observation)
         context = seat.fsm.num_tokens + len(obs_ids)
@@ -95,6 +113,7 @@ class EpisodeAgents:
         agent = self.scripted[role]
 
         async def call(r: str, observation: Observation) -> Any:
+            self._seated(r)
             return await call_agent_async(agent, r, observation, self.turn_timeout_s)
 
         return call

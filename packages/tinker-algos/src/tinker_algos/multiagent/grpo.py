@@ -3,31 +3,38 @@
 :func:`stage_env_spec` tells whether the stage's env is multi-agent; :func:`collect_for_grpo`
 plays a step's episodes (``prompts_per_step`` tasks x ``group_size`` episodes, groups by task
 and role); :func:`evaluate_multi_agent` plays held-out greedy games against a scripted opponent
-the env offers, alternating the policy's role. Settings: :class:`~tinker_algos.multiagent.params.MultiAgentParams`.
+the env offers, alternating the policy's role, and :func:`evaluate_stage` does so with a stage's
+settings (every algorithm's held-out evaluation on an env with roles: GRPO's, SFT's, ...).
+Settings: :class:`~tinker_algos.multiagent.params.MultiAgentParams`. ``ctx`` is the stage's
+:class:`~tinker_algos.algorithms.base.StageContext` (typed ``Any``: ``Algorithm.evaluate`` calls
+this module, so it does not import that one).
 See ``docs/algorithms/rollouts.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tinker_algos.models import PolicyModel
 from tinker_algos.multiagent.params import MultiAgentParams
-from tinker_algos.multiagent.results import MultiAgentRolloutResult
+from tinker_algos.multiagent.results import MultiAgentRolloutResult, info_metrics, seat_metrics
 from tinker_algos.multiagent.roles import Learner, RoleSpec, opponent
 from tinker_algos.multiagent.rollout import multi_agent_rollout
+from tinker_algos.recording import record_eval
 from tinker_algos.sampler import SamplingParams
+from tinker_core.errors import ConfigError, UnknownNameError
+from tinker_core.opponents import scripted_opponents
 from tinker_core.registry import env_spec
+from tinker_core.seeding import derive_seed
 
 if TYPE_CHECKING:
-    from tinker_algos.algorithms.base import StageContext
     from tinker_algos.prompts import PromptRenderer
     from tinker_core.env import EnvSpec, MultiAgentTextEnv
 
-__all__ = ["collect_for_grpo", "env_spec_of", "evaluate_multi_agent", "stage_env_spec"]
+__all__ = ["collect_for_grpo", "default_eval_opponent", "env_spec_of", "evaluate_multi_agent", "evaluate_stage", "stage_env_spec"]
 
 
 def env_spec_of(env_factory: Callable[[], MultiAgentTextEnv]) -> EnvSpec | None:
@@ -41,7 +48,7 @@ def env_spec_of(env_factory: Callable[[], MultiAgentTextEnv]) -> EnvSpec | None:
             close()
 
 
-def stage_env_spec(ctx: StageContext) -> EnvSpec | None:
+def stage_env_spec(ctx: Any) -> EnvSpec | None:
     """The spec of a stage's env, building an env only when the registry says it has roles.
 
     A stage whose env is served from an ``address`` is single-agent here (the training loop
@@ -57,7 +64,7 @@ def stage_env_spec(ctx: StageContext) -> EnvSpec | None:
     return env_spec_of(ctx.require_env())  # the instance's spec (kwargs may change max_turns)
 
 
-def collect_for_grpo(ctx: StageContext, step: int, settings: MultiAgentParams, spec: EnvSpec) -> MultiAgentRolloutResult:
+def collect_for_grpo(ctx: Any, step: int, settings: MultiAgentParams, spec: EnvSpec) -> MultiAgentRolloutResult:
     """GRPO's collect for a multi-agent env: ``prompts_per_step`` tasks x ``group_size`` episodes.
 
     Groups are (task, role): the episodes of one task share a reset seed, and each role's
@@ -78,6 +85,63 @@ def collect_for_grpo(ctx: StageContext, step: int, settings: MultiAgentParams, s
     )
 
 
+def default_eval_opponent(spec: EnvSpec) -> str:
+    """The scripted opponent a stage without ``multi_agent`` settings (SFT, DPO, ...) is evaluated
+    against: ``random`` when the env of ``spec`` offers it, else the first it offers by name.
+
+    Raises ConfigError when the env offers none (a multi-agent env cannot then be evaluated).
+    """
+    try:
+        offered = sorted(scripted_opponents(spec.id))
+    except UnknownNameError:  # an env not registered under its id offers none by name
+        offered = []
+    if not offered:
+        raise ConfigError([
+            f"env {spec.id!r} has roles but offers no scripted opponent to evaluate against; declare "
+            "scripted_opponents on its class (see tinker_core.opponents) or set algorithm.eval_size: 0"
+        ])
+    return "random" if "random" in offered else offered[0]
+
+
+def evaluate_stage(
+    ctx: Any,
+    settings: MultiAgentParams | None,
+    *,
+    adapters: Mapping[str, str] | None = None,
+    opponent_agent: RoleSpec | None = None,
+) -> dict[str, float]:
+    """A stage's held-out evaluation on its multi-agent env: :func:`evaluate_multi_agent` on the
+    eval env (``env.eval_kwargs``; else the training env) with the stage's rollout section
+    (``max_new_tokens``, ``stop``, ``turn_timeout_s``, ``max_turns``), ``algorithm.eval_size``
+    episodes on the job's fixed eval seeds.
+
+    ``settings``: a GRPO stage's ``multi_agent`` (the opponent is ``eval_opponent``, else
+    ``opponent``); None for a stage without them (SFT, DPO, ...): the policy plays
+    :func:`default_eval_opponent`. ``adapters`` and ``opponent_agent`` as for
+    :func:`evaluate_multi_agent` (``learners`` and ``league`` modes).
+    """
+    spec = stage_env_spec(ctx)
+    if spec is None or not spec.roles:
+        raise ValueError("evaluate_stage() needs a stage whose env has roles")
+    name = (settings.eval_opponent or settings.opponent) if settings is not None else default_eval_opponent(spec)
+    r = ctx.rollout_cfg
+    return evaluate_multi_agent(
+        ctx.policy,
+        ctx.eval_env_factory or ctx.require_env(),
+        ctx.algo.eval_size,
+        seed=derive_seed(ctx.job.seed, "eval"),
+        max_new_tokens=r.max_new_tokens,
+        stop=r.stop,
+        opponent_name=name,
+        adapter=ctx.adapter,
+        adapters=adapters,
+        opponent_agent=opponent_agent,
+        turn_timeout_s=r.turn_timeout_s,
+        max_steps=r.max_turns,
+        renderer=ctx.renderer,
+    )
+
+
 def evaluate_multi_agent(
     policy: PolicyModel,
     env_factory: Callable[[], MultiAgentTextEnv],
@@ -88,6 +152,8 @@ def evaluate_multi_agent(
     stop: Sequence[str] = ("\n",),
     opponent_name: str = "random",
     adapter: str | None = None,
+    adapters: Mapping[str, str] | None = None,
+    opponent_agent: RoleSpec | None = None,
     turn_timeout_s: float | None = 30.0,
     max_steps: int | None = None,
     renderer: PromptRenderer | None = None,
@@ -95,46 +161,63 @@ def evaluate_multi_agent(
     """Greedy held-out play against the scripted opponent ``opponent_name`` that the env offers
     (its ``scripted_opponents``), the policy's role alternating.
 
-    Episode ``i`` (of ``num_episodes``) has the policy play ``roles[i % num_roles]``. Returns
+    Episode ``i`` (of ``num_episodes``, reset with seed ``seed + i``: fixed seeds, the same at
+    every evaluation) has the policy play ``roles[i % num_roles]``, with ``adapters[role]`` when
+    given (``learners`` mode: each role's own adapter), else ``adapter``; the other roles are
+    played by ``opponent_agent`` when given (``league`` mode: a past snapshot), else by the
+    env's scripted ``opponent_name``. Returns
     ``eval/accuracy`` (= ``eval/win_rate``), ``eval/draw_rate``, ``eval/loss_rate``,
-    ``eval/reward_mean``, ``eval/turns_mean``, ``eval/error_rate``.
+    ``eval/reward_mean``, ``eval/turns_mean``, ``eval/error_rate``, and the outcome rates per role
+    (``eval/<role>/win_rate``, ``draw_rate``, ``loss_rate``), per seat (``eval/seat<k>/...``,
+    seat 1 the first mover), and the policy's final env infos as ``eval/info/<key>_mean``
+    (:func:`~tinker_algos.multiagent.results.info_metrics`; e.g. ``eval/info/deal_mean``).
     """
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=tuple(stop), seed=seed)
     spec = env_spec_of(env_factory)
     roles = tuple(spec.roles) if spec is not None else ()
     if not roles:
         raise ValueError("evaluate_multi_agent() needs an env whose spec has roles")
-    wins = draws = losses = 0
     rewards: list[float] = []
     turns: list[float] = []
+    outcomes: dict[str, list[str]] = {r: [] for r in roles}
+    seated: list[tuple[int, str]] = []
+    infos: list[Mapping[str, object]] = []
     failed = 0
     for ri, role in enumerate(roles):
         idx = [i for i in range(num_episodes) if i % len(roles) == ri]
         if not idx:
             continue
-        agents: dict[str, RoleSpec] = {r: Learner(adapter) if r == role else opponent(opponent_name) for r in roles}
+        own = Learner((adapters or {}).get(role, adapter))
+        other = opponent_agent if opponent_agent is not None else opponent(opponent_name)
+        agents: dict[str, RoleSpec] = {r: own if r == role else other for r in roles}
         res = multi_agent_rollout(
             policy, env_factory, [seed + i for i in idx], params, agents=agents,
             turn_timeout_s=turn_timeout_s, max_steps=max_steps, renderer=renderer,
         )
+        record_eval(res, policy.tokenizer)  # the transcripts, when a run records them
         for ep in res.episodes:
             if ep.error is not None or ep.result is None:
                 failed += 1
                 continue
-            outcome = ep.result.outcomes[role]
-            wins += outcome == "win"
-            draws += outcome == "draw"
-            losses += outcome == "loss"
+            outcomes[role].append(ep.result.outcomes[role])
+            seated.append((ep.seat_of(role), ep.result.outcomes[role]))
             rewards.append(ep.result.rewards[role])
+            infos.append(ep.result.infos.get(role, {}))
             turns.append(ep.result.num_steps)
-    ok = max(len(rewards), 1)
-    return {
-        "eval/accuracy": wins / ok,
-        "eval/win_rate": wins / ok,
-        "eval/draw_rate": draws / ok,
-        "eval/loss_rate": losses / ok,
+    every = [o for os in outcomes.values() for o in os]
+    ok = max(len(every), 1)
+    out = {
+        "eval/accuracy": every.count("win") / ok,
+        "eval/win_rate": every.count("win") / ok,
+        "eval/draw_rate": every.count("draw") / ok,
+        "eval/loss_rate": every.count("loss") / ok,
         "eval/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
         "eval/turns_mean": float(np.mean(turns)) if turns else 0.0,
         "eval/error_rate": failed / max(num_episodes, 1),
     }
-
+    for role, os in outcomes.items():
+        if os:
+            out.update({f"eval/{role}/{what}_rate": os.count(what) / len(os) for what in ("win", "draw", "loss")})
+    out.update(seat_metrics("eval", seated))
+    out.update(info_metrics("eval", infos))
+    return out

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from tinker_algos.multiagent.roles import Learner, Opponent, opponent
-from tinker_core.config import MultiAgentConfig
+from tinker_core.config import LeagueConfig, MultiAgentConfig, RoleLearnerConfig
 from tinker_core.errors import ConfigError, UnknownNameError
 from tinker_core.opponents import scripted_opponents
 
 if TYPE_CHECKING:
     from tinker_core.env import EnvSpec
 
-__all__ = ["MultiAgentParams"]
+__all__ = ["MultiAgentParams", "role_adapter"]
+
+
+def role_adapter(adapter: str, role: str) -> str:
+    """The name of ``role``'s LoRA adapter in ``learners`` mode: ``<adapter>-<role>`` (the job's
+    adapter name first, so jobs sharing a model host keep apart), characters an adapter name
+    cannot hold replaced by ``_``."""
+    return f"{adapter}-{re.sub(r'[^A-Za-z0-9_-]', '_', role)}"
 
 
 def _offered(spec: EnvSpec) -> list[str]:
@@ -32,23 +40,33 @@ class MultiAgentParams:
 
     Attributes:
         mode: ``self_play`` (default): the policy plays every role and learns from all of them;
-            ``opponent``: the policy plays ``learner_role`` against a scripted ``opponent``.
+            ``opponent``: the policy plays ``learner_role`` against a scripted ``opponent``;
+            ``learners``: each role is played by its own LoRA adapter (:func:`role_adapter`),
+            trained by its own optimizer from its own turns only; ``league``: the policy plays a
+            pool of its own past snapshots (and ``league.scripted`` opponents), see
+            :mod:`~tinker_algos.multiagent.league`.
         opponent: a scripted opponent the env offers by name (default ``random``; the games of
             tinker-env-games offer ``random``, tic-tac-toe also ``minimax``) -- the opponent in
             ``opponent`` mode.
         learner_role: the role the policy plays in ``opponent`` mode (default: the first role).
         eval_opponent: who the greedy policy plays in held-out evaluation (default: ``opponent``);
-            evaluation alternates the policy's role over the env's roles.
+            evaluation alternates the policy's role over the env's roles (``learners``: each
+            role's adapter plays its own role).
+        roles: ``learners`` mode: every role of the env, with its own settings (an empty
+            :class:`~tinker_core.config.RoleLearnerConfig` takes the stage's); empty otherwise.
+        league: ``league`` mode: the pool's settings; None otherwise.
     """
 
-    mode: Literal["self_play", "opponent"] = "self_play"
+    mode: Literal["self_play", "opponent", "learners", "league"] = "self_play"
     opponent: str = "random"
     learner_role: str | None = None
     eval_opponent: str | None = None
+    roles: Mapping[str, RoleLearnerConfig] = field(default_factory=dict)
+    league: LeagueConfig | None = None
 
     @classmethod
     def for_env(
-        cls, config: MultiAgentConfig | None, spec: EnvSpec, *, where: str = "algorithm.params.multi_agent"
+        cls, config: MultiAgentConfig | None, spec: EnvSpec, *, where: str = "algorithm.params.multi_agent", lora: bool = True
     ) -> MultiAgentParams:
         """The settings of ``config`` (already validated by the job config) checked against the env.
 
@@ -57,7 +75,8 @@ class MultiAgentParams:
         opponent, ``eval_opponent`` or else ``opponent``) must be offered by the env (its
         ``scripted_opponents``, found through the registry by ``spec.id``), and ``learner_role``
         must be one of its roles. A multi-agent env that offers no opponent cannot be evaluated,
-        and fails here, before training.
+        and fails here, before training. ``learners`` mode needs a LoRA job (``lora``: one adapter
+        per role) and ``roles`` naming exactly the env's roles.
         """
         config = config or MultiAgentConfig()
         written = config.model_fields_set
@@ -76,14 +95,60 @@ class MultiAgentParams:
         ]
         if config.learner_role is not None and config.learner_role not in spec.roles:
             problems.append(f"{where}.learner_role: {config.learner_role!r} is not a role of {spec.id} ({', '.join(spec.roles)})")
+        roles: dict[str, RoleLearnerConfig] = {}
+        if config.mode == "learners":
+            problems += _learner_problems(config, spec, where, lora)
+            roles = {r: (config.roles or {}).get(r) or RoleLearnerConfig() for r in spec.roles}
+        league = None
+        if config.mode == "league":
+            league = config.league or LeagueConfig()
+            if not lora:
+                problems.append(
+                    f"{where}.mode: league keeps past snapshots of the policy as LoRA adapters, and this job fine-tunes "
+                    "the whole model; add a lora section (e.g. lora: {rank: 8}) or use mode: self_play"
+                )
+            problems += [
+                f"{where}.league.scripted[{i}]: {name!r} is not a scripted opponent of {spec.id} (it offers: "
+                f"{', '.join(offered) or 'none'})"
+                for i, name in enumerate(league.scripted) if name not in offered
+            ]
         if problems:
             raise ConfigError(problems)
         return cls(mode=config.mode, opponent=config.opponent, learner_role=config.learner_role,
-                   eval_opponent=config.eval_opponent)
+                   eval_opponent=config.eval_opponent, roles=roles, league=league)
 
     def agents(self, roles: Sequence[str], adapter: str | None) -> Learner | dict[str, Learner | Opponent]:
         """The ``agents`` argument of :func:`~tinker_algos.multiagent.multi_agent_rollout` for training."""
         if self.mode == "self_play":
             return Learner(adapter)
+        if self.mode == "learners":
+            assert adapter is not None, "learners mode trains LoRA adapters (checked by for_env)"
+            return {r: Learner(role_adapter(adapter, r)) for r in roles}
+        if self.mode == "league":
+            raise ValueError("league mode draws each task's opponent from its pool: use tinker_algos.multiagent.league.League")
         learner = self.learner_role or roles[0]
         return {r: Learner(adapter) if r == learner else opponent(self.opponent) for r in roles}
+
+
+def _learner_problems(config: MultiAgentConfig, spec: EnvSpec, where: str, lora: bool) -> list[str]:
+    """What is wrong with ``mode: learners`` for the env of ``spec`` (and the job's ``lora``)."""
+    problems: list[str] = []
+    if not lora:
+        problems.append(
+            f"{where}.mode: learners trains one LoRA adapter per role on the shared base, and this job fine-tunes "
+            "the whole model; add a lora section (e.g. lora: {rank: 8}) or use mode: self_play"
+        )
+    if config.roles is not None:
+        unknown = [r for r in config.roles if r not in spec.roles]
+        missing = [r for r in spec.roles if r not in config.roles]
+        problems += [
+            f"{where}.roles.{r}: not a role of {spec.id} (its roles: {', '.join(spec.roles)}); name its roles, or leave "
+            "roles out to train every role with the stage's settings"
+            for r in unknown
+        ]
+        if missing:
+            problems.append(
+                f"{where}.roles: {', '.join(missing)} of {spec.id} missing; every role is a learner in this mode, so list "
+                f"each (an empty {{}} takes the stage's settings), e.g. roles: {{{', '.join(f'{r}: {{}}' for r in spec.roles)}}}"
+            )
+    return problems

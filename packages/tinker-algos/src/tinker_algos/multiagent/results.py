@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+import numbers
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
 from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 from tinker_core.coordinator import EpisodeResult
 
-__all__ = ["MultiAgentEpisode", "MultiAgentRolloutResult"]
+__all__ = ["MultiAgentEpisode", "MultiAgentRolloutResult", "info_metrics", "seat_metrics"]
+
+
+def seat_metrics(prefix: str, seated: Sequence[tuple[int, str]]) -> dict[str, float]:
+    """``<prefix>/seat<k>/win_rate``, ``draw_rate`` and ``loss_rate`` from ``(seat, outcome)``
+    pairs (seat 1 is the first mover; seat 0, unknown, is left out), one set per seat seen."""
+    out: dict[str, float] = {}
+    for k in sorted({s for s, _ in seated if s > 0}):
+        outcomes = [o for s, o in seated if s == k]
+        for what in ("win", "draw", "loss"):
+            out[f"{prefix}/seat{k}/{what}_rate"] = sum(o == what for o in outcomes) / len(outcomes)
+    return out
+
+
+def info_metrics(prefix: str, infos: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """``<prefix>/info/<key>_mean``: the mean of each numeric or boolean value in ``infos`` (the
+    roles' final env infos, :attr:`~tinker_core.coordinator.EpisodeResult.infos`), over the infos
+    that have the key; other values (text, lists, None) are left out. Game-agnostic: the
+    negotiation game's ``deal`` and ``score`` give ``<prefix>/info/deal_mean`` (the deal rate)
+    and ``<prefix>/info/score_mean``."""
+    values: dict[str, list[float]] = {}
+    for info in infos:
+        for key, value in info.items():
+            if isinstance(value, (bool, np.bool_, numbers.Real)):
+                values.setdefault(str(key), []).append(float(value))
+    return {f"{prefix}/info/{key}_mean": float(np.mean(vs)) for key, vs in sorted(values.items())}
 
 
 @dataclass
@@ -25,6 +52,13 @@ class MultiAgentEpisode:
     learner_roles: tuple[str, ...]
     error: str | None = None
     error_message: str | None = None
+    seats: tuple[str, ...] = ()
+    """The roles by seat: ``seats[0]`` moved first (seat 1), ``seats[1]`` second (seat 2), ...;
+    empty for an episode that failed."""
+
+    def seat_of(self, role: str) -> int:
+        """``role``'s seat, 1 for the first mover (0 when unknown: the episode failed)."""
+        return self.seats.index(role) + 1 if role in self.seats else 0
 
 
 @dataclass
@@ -68,6 +102,39 @@ class MultiAgentRolloutResult:
         is ``task * num_roles + role_index``; no ``group_sizes_G``)."""
         return Batch.from_trajectories(self.trajectories, pad_token_id)
 
+    def for_role(self, role: str) -> MultiAgentRolloutResult:
+        """The same episodes with only ``role``'s trajectories (what ``role``'s learner trains on
+        in ``learners`` mode); groups, batch and metrics as for the whole result."""
+        episodes = [
+            replace(ep, trajectories={r: t for r, t in ep.trajectories.items() if r == role},
+                    learner_roles=tuple(r for r in ep.learner_roles if r == role))
+            for ep in self.episodes
+        ]
+        return replace(self, episodes=episodes)
+
+    @classmethod
+    def concat(cls, parts: Sequence[MultiAgentRolloutResult]) -> MultiAgentRolloutResult:
+        """The results of several rollouts (same env, same ``group_size``) as one: episodes
+        renumbered part after part, so task ``k`` of a part becomes a task after those of the
+        parts before, and each trajectory's ``group_id`` follows (groups stay per task and role)."""
+        if not parts:
+            raise ValueError("MultiAgentRolloutResult.concat() needs at least one result")
+        first = parts[0]
+        episodes: list[MultiAgentEpisode] = []
+        errors: Counter[str] = Counter()
+        for part in parts:
+            if part.roles != first.roles or part.group_size != first.group_size:
+                raise ValueError("MultiAgentRolloutResult.concat(): the parts must share roles and group_size")
+            offset = len(episodes)
+            group_offset = (offset // first.group_size) * len(first.roles)
+            for ep in part.episodes:
+                trajs = {r: replace(t, group_id=t.group_id + group_offset, info={**t.info, "episode": ep.index + offset})
+                         for r, t in ep.trajectories.items()}
+                episodes.append(replace(ep, index=ep.index + offset, trajectories=trajs))
+            errors.update(part.errors)
+        return cls(episodes, first.roles, errors, sum(p.new_tokens for p in parts), sum(p.seconds for p in parts),
+                   sum(p.rounds for p in parts), first.group_size)
+
     def trajectories_for(self, adapter: str | None) -> list[Trajectory]:
         """The trajectories of roles played with ``adapter`` (separate learners)."""
         return [t for t in self.trajectories if t.info.get("adapter") == adapter]
@@ -75,7 +142,10 @@ class MultiAgentRolloutResult:
     def metrics(self, prefix: str = "env") -> dict[str, float]:
         """Learner-role means (``reward_mean``, ``success_rate`` = win rate, ``win/draw/loss_rate``),
         episode means (``turns_mean`` = env steps, ``truncated_rate``, ``forfeit_rate``), per role
-        ``<prefix>/<role>/reward_mean`` and ``.../win_rate``, and ``rollout/*``."""
+        ``<prefix>/<role>/reward_mean`` and ``.../win_rate``, per seat of the learner roles
+        ``<prefix>/seat<k>/win_rate``, ``draw_rate``, ``loss_rate`` (seat 1 moved first; see
+        :func:`seat_metrics`), the learner roles' final env infos as ``<prefix>/info/<key>_mean``
+        (:func:`info_metrics`), and ``rollout/*``."""
         ok = [(ep.result, ep.learner_roles) for ep in self.episodes if ep.error is None and ep.result is not None]
         games = [res for res, _ in ok]
 
@@ -96,6 +166,10 @@ class MultiAgentRolloutResult:
         for r in self.roles:
             out[f"{prefix}/{r}/reward_mean"] = mean([res.rewards[r] for res in games])
             out[f"{prefix}/{r}/win_rate"] = mean([res.outcomes[r] == "win" for res in games])
+        seated = [(ep.seat_of(r), ep.result.outcomes[r]) for ep in self.episodes if ep.error is None and ep.result is not None
+                  for r in ep.learner_roles]
+        out.update(seat_metrics(prefix, seated))
+        out.update(info_metrics(prefix, (res.infos.get(r, {}) for res, r in learner)))
         n = len(self.episodes)
         out.update(
             {

@@ -25,7 +25,9 @@ trajectory; a role that never acted has no trajectory. ``seeds`` are task seeds:
 played ``group_size`` times, and its trajectories form one
 :class:`~tinker_core.TrajectoryGroup` per role (:attr:`MultiAgentRolloutResult.groups`;
 ``group_id`` is ``task * num_roles + role_index``), so a GRPO group holds one role's episodes of
-one task. ``info`` carries ``role``, ``adapter``, ``episode``, ``seed``, ``outcome`` and ``reason``.
+one task. ``info`` carries ``role``, ``adapter``, ``episode``, ``seed``, ``outcome`` and ``reason``;
+each episode records its seating (:attr:`MultiAgentEpisode.seats`: the roles in the order of their
+first move), from which the per-seat metrics are counted.
 
 Batching and determinism
 ------------------------
@@ -215,6 +217,7 @@ class _MultiAgentRollout:
         ea = EpisodeAgents(
             i, seed, self.roles, self.plan, batcher, self.renderer, limit, self.params.max_new_tokens, self.turn_timeout_s,
             system_prompt=self.spec.system_prompt if self.spec is not None else "",
+            tools=self.spec.tools if self.spec is not None else (),
         )
         self.seats[i] = ea
         try:
@@ -240,7 +243,7 @@ class _MultiAgentRollout:
                 self.episodes[i] = MultiAgentEpisode(i, seed, result, {}, roles, "context_overflow", ea.overflow)
             else:
                 trajs = ea.trajectories(result, i // self.group_size, seed)
-                self.episodes[i] = MultiAgentEpisode(i, seed, result, trajs, roles)
+                self.episodes[i] = MultiAgentEpisode(i, seed, result, trajs, roles, seats=ea.seating)
         finally:
             batcher.episode_done()
 

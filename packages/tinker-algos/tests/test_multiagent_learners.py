@@ -1,0 +1,192 @@
+"""``multi_agent.mode: learners``: one LoRA adapter per role, trained in one job from its own turns.
+
+Tic-tac-toe (tinker-env-games) on the untrained tiny model: its moves are mostly illegal, games end
+early, often by forfeit, and rewards differ within a group -- enough for each role to learn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tinker_env_games", reason="these tests play tinker-env-games' tic-tac-toe")
+
+import torch  # noqa: E402
+
+from tinker_algos import train  # noqa: E402
+from tinker_algos.algorithms.base import StageContext  # noqa: E402
+from tinker_algos.algorithms.grpo import GRPO  # noqa: E402
+from tinker_algos.models import LoraSpec, PolicyModel  # noqa: E402
+from tinker_algos.multiagent.params import role_adapter  # noqa: E402
+from tinker_algos.run import env_factories, trainer_config  # noqa: E402
+from tinker_algos.trainer import Trainer  # noqa: E402
+from tinker_core.config import parse_config  # noqa: E402
+from tinker_core.errors import ConfigError  # noqa: E402
+
+ROLES = ("x", "o")
+
+
+def learners_config(tiny_dir: Path, *, steps: int = 2, roles: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    multi_agent: dict[str, Any] = {"mode": "learners", "eval_opponent": "random"}
+    if roles is not None:
+        multi_agent["roles"] = roles
+    return {
+        "name": "tictactoe-learners",
+        "seed": 0,
+        "model": {"name": str(tiny_dir), "device": "cpu", "threads": 1},
+        "lora": {"rank": 4, "alpha": 8},
+        "env": {"id": "games/tictactoe-v0", "kwargs": {"max_illegal_moves": 2}},
+        "algorithm": {"name": "grpo", "steps": steps, "eval_size": 4, "params": {"multi_agent": multi_agent}},
+        "rollout": {"prompts_per_step": 2, "group_size": 4, "max_new_tokens": 3, "stop": ["\n"], "max_error_rate": 0.5},
+        "optimizer": {"lr": 5e-3},
+        "checkpoint": {"every": 1, "keep": 3},
+        "logging": {"tensorboard": False, "plot": False},
+        **extra,
+    }
+
+
+def snapshot(policy: PolicyModel, adapter: str) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in policy.adapter_parameters(adapter)]
+
+
+def changed(policy: PolicyModel, adapter: str, before: list[torch.Tensor]) -> bool:
+    return any(not torch.equal(p, b) for p, b in zip(policy.adapter_parameters(adapter), before, strict=True))
+
+
+def test_two_learner_roles_train_from_the_job_config(tiny_dir: Path, tmp_path: Path) -> None:
+    """The acceptance test of issue 28: a job config with two learner roles (one with its own lr
+    and loss) trains, logs per role and per seat, evaluates each role's adapter in its own seat,
+    and checkpoints one adapter per role that eval/export read like any checkpoint."""
+    from peft import PeftConfig
+
+    cfg = learners_config(tiny_dir, roles={"x": {"lr": 1e-2}, "o": {"loss": "ppo", "loss_config": {"eps_low": 0.2}}})
+    result = train(cfg, run_dir=tmp_path / "run")
+    assert result.status == "completed" and result.step == 2
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for r in rows:
+        for role in ROLES:
+            for key in ("losses/policy", "optim/grad_norm", "optim/lr"):
+                assert np.isfinite(r[f"roles/{role}/{key}"]), (role, key)
+        assert r["roles/x/optim/lr"] == pytest.approx(1e-2) and r["roles/o/optim/lr"] == pytest.approx(5e-3)
+        assert "roles/o/losses/clipfrac" in r and "roles/x/losses/clipfrac" not in r  # o trains with ppo's loss
+        assert r["losses/policy"] == pytest.approx((r["roles/x/losses/policy"] + r["roles/o/losses/policy"]) / 2)
+        for seat in (1, 2):  # self-play of learners: both seats are learners
+            assert r[f"env/seat{seat}/win_rate"] + r[f"env/seat{seat}/draw_rate"] + r[f"env/seat{seat}/loss_rate"] == pytest.approx(1.0)
+    last = rows[-1]
+    for name in (*ROLES, "seat1", "seat2"):
+        rates = [last[f"eval/{name}/{what}_rate"] for what in ("win", "draw", "loss")]
+        assert sum(rates) == pytest.approx(1.0), name
+    from tinker_algos.metrics import curve_panels
+
+    assert ("held-out win rate by seat", ["eval/seat1/win_rate", "eval/seat2/win_rate"], "linear") in curve_panels(rows)
+    # x always moves first in tic-tac-toe: its seat is seat 1
+    assert last["eval/x/win_rate"] == last["eval/seat1/win_rate"] and last["eval/o/loss_rate"] == last["eval/seat2/loss_rate"]
+    ckpt = tmp_path / "run" / "checkpoints" / "step-000002"
+    for role in ROLES:
+        assert PeftConfig.from_pretrained(str(ckpt / "roles" / role / "adapter")).r == 4
+    from tinker_algos.evaluation import find_source
+    from tinker_algos.export import export
+
+    source = find_source(ckpt / "roles" / "o")
+    assert source.kind == "checkpoint"
+    out = export(ckpt / "roles" / "o", tmp_path / "o-export", base_model="org/tiny-base")  # the tiny dir is no portable name
+    assert (Path(out.output) / "adapter_model.safetensors").is_file()
+
+
+def test_learners_resume_exactly_as_if_never_stopped(tiny_dir: Path, tmp_path: Path, stop_after: Any, deterministic_metrics: Any) -> None:
+    cfg = learners_config(tiny_dir, steps=3)
+    full = train(cfg, run_dir=tmp_path / "full")
+    part = train(cfg, run_dir=tmp_path / "part", callbacks=stop_after(1))
+    assert part.status == "interrupted" and part.step == 1
+    rest = train(cfg, run_dir=tmp_path / "part", callbacks=stop_after(10**9))
+    assert rest.status == "completed" and rest.step == full.step == 3
+    assert deterministic_metrics(tmp_path / "part") == deterministic_metrics(tmp_path / "full")
+    for role in ROLES:  # the adapters themselves, not just the metrics
+        a = (tmp_path / "full" / "checkpoints" / "step-000003" / "roles" / role / "adapter" / "adapter_model.safetensors").read_bytes()
+        b = (tmp_path / "part" / "checkpoints" / "step-000003" / "roles" / role / "adapter" / "adapter_model.safetensors").read_bytes()
+        assert a == b, role
+
+
+def grpo_stage(tiny_dir: Path, tmp_path: Path) -> GRPO:
+    """The GRPO stage of :func:`learners_config`, built as the run builds it."""
+    job = parse_config(learners_config(tiny_dir))
+    stage = job.resolved_stages()[0]
+    policy = PolicyModel.load(tiny_dir, device="cpu", precision="fp32")
+    trainer = Trainer(policy, trainer_config(stage), adapter="policy", lora=LoraSpec(rank=4, alpha=8), adapter_seed=0)
+    env_factory, eval_factory = env_factories(stage.env)
+    ctx = StageContext(job, stage, 0, policy, trainer, tmp_path, "policy", env_factory, eval_factory, lambda line: None)
+    return GRPO(ctx)
+
+
+def test_each_adapter_changes_only_from_its_own_roles_tokens(tiny_dir: Path, tmp_path: Path) -> None:
+    algo = grpo_stage(tiny_dir, tmp_path)
+    policy = algo.ctx.policy
+    assert algo.learners is not None
+    adapters = algo.learners.adapters
+    assert adapters == {r: role_adapter("policy", r) for r in ROLES} == {"x": "policy-x", "o": "policy-o"}
+    result = algo.collect(0)
+    for role in ROLES:  # both roles acted, and their groups' rewards differ: each has advantage to learn from
+        trajs = result.for_role(role).trajectories
+        assert trajs and {t.info["adapter"] for t in trajs} == {adapters[role]}
+    base = [p.detach().clone() for n, p in policy.module.named_parameters() if "lora_" not in n]
+    for role in ROLES:
+        other = "o" if role == "x" else "x"
+        before = {r: snapshot(policy, a) for r, a in adapters.items()}
+        metrics = algo.learn(result.for_role(role), algo.learners.by_role[role].update)
+        assert metrics["optim/grad_norm"] > 0, role
+        assert changed(policy, adapters[role], before[role]), f"{role}'s adapter did not learn from its own turns"
+        assert not changed(policy, adapters[other], before[other]), f"{other}'s adapter moved with {role}'s tokens"
+        assert all(p.grad is None for p in policy.adapter_parameters(adapters[other]))
+        assert not changed(policy, "policy", snapshot(policy, "policy"))
+    # the base weights never move (LoRA), and the job's own adapter stays untrained in this mode
+    assert all(torch.equal(p, b) for p, b in zip((p for n, p in policy.module.named_parameters() if "lora_" not in n), base, strict=True))
+    assert all(float(p.abs().sum()) == 0 for n, p in policy.module.named_parameters() if "lora_B.policy." in n)
+
+
+def test_a_role_with_no_advantage_leaves_its_adapter_unchanged(tiny_dir: Path, tmp_path: Path) -> None:
+    """Only x's turns carry advantage (o's rewards tied within every group): after a whole
+    learners step, x's adapter moved and o's did not."""
+    algo = grpo_stage(tiny_dir, tmp_path)
+    policy, adapters = algo.ctx.policy, algo.learners.adapters  # type: ignore[union-attr]
+    result = algo.collect(0)
+    for ep in result.episodes:
+        if "o" in ep.trajectories:
+            t = ep.trajectories["o"]
+            t.turn_rewards = [0.0] * len(t.turn_rewards)
+    before = {r: snapshot(policy, a) for r, a in adapters.items()}
+    metrics = algo.learners.learn(result, algo.learn)  # type: ignore[union-attr]
+    assert metrics["roles/o/optim/grad_norm"] == 0.0 and metrics["roles/x/optim/grad_norm"] > 0
+    assert changed(policy, adapters["x"], before["x"])
+    assert not changed(policy, adapters["o"], before["o"])
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"roles": {"x": {}, "z": {}}}, "algorithm.params.multi_agent.roles.z: not a role of games/tictactoe-v0 (its roles: x, o)"),
+        ({"roles": {"x": {}}}, "algorithm.params.multi_agent.roles: o of games/tictactoe-v0 missing"),
+        ({"lora": None}, "algorithm.params.multi_agent.mode: learners trains one LoRA adapter per role"),
+        ({"roles": {"x": {"loss": "dpo"}, "o": {}}}, "algorithm.params.multi_agent.roles.x.loss: grpo needs a policy loss"),
+    ],
+)
+def test_bad_learner_configs_fail_naming_the_field_and_the_fix(tiny_dir: Path, tmp_path: Path, change: dict[str, Any], fragment: str) -> None:
+    cfg = learners_config(tiny_dir)
+    if "lora" in change:
+        cfg["lora"] = change["lora"]
+    else:
+        cfg["algorithm"]["params"]["multi_agent"].update(change)
+    with pytest.raises(ConfigError) as e:
+        train(cfg, run_dir=tmp_path / "run")
+    assert fragment in str(e.value)
+
+
+def test_learners_mode_on_an_env_without_roles_is_refused(tiny_dir: Path, tmp_path: Path) -> None:
+    cfg = learners_config(tiny_dir)
+    cfg["env"] = {"id": "echo/echo-v0"}
+    with pytest.raises(ConfigError, match=r"params.multi_agent: the env 'echo/echo-v0' is single-agent .*remove multi_agent"):
+        train(cfg, run_dir=tmp_path / "run")
