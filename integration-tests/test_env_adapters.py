@@ -1,7 +1,8 @@
 """tinker-env-adapters as a user meets it: ``opentinker plugins`` lists the ecosystems' envs, and
 ``opentinker train`` runs a few GRPO steps of the tiny model on an env of each ecosystem: a
-reasoning-gym task, a SkyRL-gym env over chat messages, a gymnasium env, and a TextArena game in
-self-play (the workspace installs the adapters with every extra)."""
+reasoning-gym task, a SkyRL-gym env over chat messages, a gymnasium env, an OpenEnv ``Environment``
+class in a user's module, and a TextArena game in self-play (the workspace installs the adapters
+with every extra)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,37 @@ SINGLE_AGENT_ENVS = {
   eval_kwargs: {size: 50, split: test, config: {min_terms: 2, max_terms: 2, min_digits: 1, max_digits: 1}}""",
     "skyrl-gym": "{id: skyrl/gsm8k_multi_turn-v0, kwargs: {data_path: rows.jsonl, max_turns: 2}}",
     "gymnasium": "{id: gym/FrozenLake-v1, kwargs: {is_slippery: false, max_turns: 6}}",
+    "openenv": "{id: openenv/env-v0, kwargs: {environment: 'guess_env:GuessEnvironment', max_turns: 3}}",
 }
+
+# An OpenEnv environment as its author writes one, in the user's working directory
+OPENENV_MODULE = '''
+from openenv.core import Action, Environment, Observation, State
+
+
+class GuessAction(Action):
+    guess: str
+
+
+class GuessObservation(Observation):
+    text: str = ""
+
+
+class GuessEnvironment(Environment[GuessAction, GuessObservation, State]):
+    def reset(self, seed=None, episode_id=None, **kwargs):
+        self.secret = str((seed or 0) % 10)
+        self._state = State(episode_id=episode_id, step_count=0)
+        return GuessObservation(text="Guess my digit (0-9):")
+
+    def step(self, action, timeout_s=None, **kwargs):
+        self._state.step_count += 1
+        right = action.guess.strip()[:1] == self.secret
+        return GuessObservation(text="yes" if right else "no", done=right, reward=1.0 if right else 0.0)
+
+    @property
+    def state(self):
+        return self._state
+'''
 
 SKYRL_ROWS = [
     {"prompt": [{"role": "user", "content": f"{a}+{b}=? Reply #### n"}],
@@ -69,13 +100,14 @@ def test_plugins_lists_every_ecosystem_s_envs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     mine = [p for p in json.loads(result.stdout) if p["distribution"] == "tinker-env-adapters"]
     envs = mine[0]["registers"]["envs"]
-    for env_id in ("reasoning_gym/basic_arithmetic-v0", "textarena/TicTacToe-v0", "gym/FrozenLake-v1", "skyrl/gsm8k-v0"):
+    for env_id in ("reasoning_gym/basic_arithmetic-v0", "textarena/TicTacToe-v0", "gym/FrozenLake-v1", "skyrl/gsm8k-v0", "openenv/env-v0", "openenv/remote-v0"):
         assert env_id in envs
 
 
 @pytest.mark.parametrize("ecosystem", list(SINGLE_AGENT_ENVS))
 def test_train_grpo_on_a_single_agent_env(tmp_path: Path, ecosystem: str) -> None:
     (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(row) for row in SKYRL_ROWS))
+    (tmp_path / "guess_env.py").write_text(OPENENV_MODULE)
     (tmp_path / "job.yaml").write_text(SINGLE_AGENT_JOB.format(name=ecosystem, env=SINGLE_AGENT_ENVS[ecosystem]))
     result = opentinker("train", "job.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -10,7 +10,10 @@ One optional extra per ecosystem; each registers its env ids through the ordinar
 - ``[gymnasium]``: ``gym/<id>``, gymnasium's envs with text or discrete spaces over text
   (:class:`GymTextEnv`);
 - ``[skyrl-gym]``: ``skyrl/<name>-v0``, SkyRL-gym's envs over chat messages, one per dataset
-  row the user gives (:class:`SkyRLGymEnv`).
+  row the user gives (:class:`SkyRLGymEnv`);
+- ``[openenv]``: ``openenv/env-v0``, an OpenEnv ``Environment`` class run in process
+  (:class:`OpenEnvEnv`), and ``openenv/remote-v0``, a running OpenEnv server
+  (:class:`OpenEnvRemoteEnv`).
 
 What cannot map raises :class:`AdapterError` naming the env and the missing piece. Names below
 load on first use, so plugin discovery stays cheap. See docs/guides/env-adapters.md.
@@ -27,6 +30,8 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_package reads them too)
     from tinker_env_adapters._common import AdapterError as AdapterError
     from tinker_env_adapters.gymnasium_env import GymTextEnv as GymTextEnv
+    from tinker_env_adapters.openenv_env import OpenEnvEnv as OpenEnvEnv
+    from tinker_env_adapters.openenv_env import OpenEnvRemoteEnv as OpenEnvRemoteEnv
     from tinker_env_adapters.reasoning_gym_env import TEST_SEED_OFFSET as TEST_SEED_OFFSET
     from tinker_env_adapters.reasoning_gym_env import ReasoningGymEnv as ReasoningGymEnv
     from tinker_env_adapters.reasoning_gym_tasks import REASONING_GYM_TASKS as REASONING_GYM_TASKS

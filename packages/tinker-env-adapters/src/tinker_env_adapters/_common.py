@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 from types import ModuleType
+from typing import Any
 
 from tinker_core import OpenTinkerError
 
@@ -37,3 +39,16 @@ def ecosystem_name(name: str) -> str:
     """An ecosystem's env name as an OpenTinker id part: ``Othello-v0-small`` -> ``Othello-small``."""
     base, sep, variant = name.partition("-v0")
     return base + variant if sep else name
+
+
+def json_dict(data: Any) -> dict[str, Any]:
+    """The JSON-serialisable items of a mapping (keys as strings; others dropped): an ecosystem's
+    metadata as an OpenTinker ``info`` dict."""
+    out: dict[str, Any] = {}
+    for key, value in dict(data or {}).items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            continue
+        out[str(key)] = value
+    return out

@@ -2,7 +2,8 @@
 
 Each ecosystem's envs are registered only when its package is installed (found without
 importing it, so discovery stays cheap): ``reasoning_gym/<task>-v0`` with reasoning-gym,
-``textarena/<game>-v0`` with TextArena, ``skyrl/<name>-v0`` with SkyRL-gym, and ``gym/<id>``
+``textarena/<game>-v0`` with TextArena, ``skyrl/<name>-v0`` with SkyRL-gym, ``openenv/env-v0``
+and ``openenv/remote-v0`` with OpenEnv (openenv-core), and ``gym/<id>``
 for gymnasium's registry (gymnasium is always there: tinker-core needs it).
 """
 
@@ -34,6 +35,11 @@ def opentinker_register_envs(register: EnvRegister) -> None:
 
         for name in SKYRL_ENVS:
             register(skyrl_spec(name), partial(SkyRLGymEnv, name))
+    if installed("openenv"):
+        from tinker_env_adapters.openenv_env import OpenEnvEnv, OpenEnvRemoteEnv, openenv_spec
+
+        register(openenv_spec("env"), OpenEnvEnv)
+        register(openenv_spec("remote"), OpenEnvRemoteEnv)
     from tinker_env_adapters.gymnasium_env import GymTextEnv, gymnasium_envs, gymnasium_spec
 
     for ot_id, gym_id, max_steps in gymnasium_envs():

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_core import EnvSpec, Message, Observation, TextEnv
-from tinker_env_adapters._common import AdapterError, require
+from tinker_env_adapters._common import AdapterError, json_dict, require
 
 __all__ = ["DEFAULT_MAX_TURNS", "SKYRL_ENVS", "SkyRLGymEnv", "skyrl_spec"]
 
@@ -99,17 +99,6 @@ def _messages(prompt: Any) -> list[Message]:
     return [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
 
 
-def _json_dict(data: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in dict(data or {}).items():
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            continue
-        out[str(key)] = value
-    return out
-
-
 class SkyRLGymEnv(TextEnv):
     """A SkyRL-gym env over chat messages (see the module docstring).
 
@@ -167,7 +156,7 @@ class SkyRLGymEnv(TextEnv):
             ) from e
         messages, metadata = self._env.init(_messages(row["prompt"]))
         self._turns = 0
-        return _messages(messages), {"index": index, **_json_dict(metadata)}
+        return _messages(messages), {"index": index, **json_dict(metadata)}
 
     def step(self, action: str) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._env is None:
@@ -183,7 +172,7 @@ class SkyRLGymEnv(TextEnv):
         reward = min(high, max(low, reward if math.isfinite(reward) else 0.0))
         terminated = bool(out.get("done"))
         truncated = not terminated and self._turns >= self.env_spec.max_turns
-        info = _json_dict(out.get("metadata"))
+        info = json_dict(out.get("metadata"))
         observation = [] if terminated or truncated else _messages(out.get("observations") or [])
         if terminated or truncated:
             self._close()
