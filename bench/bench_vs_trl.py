@@ -10,26 +10,41 @@ The same for both (the settings of issue 13):
 
 * task: ``math/arithmetic-v0`` (2 digits, ``+``), training-split prompts; reward
   :func:`tinker_env_math.arithmetic.score_answer` (1 for the right number, else 0);
-* 32 prompts x group 8 per step, at most 4 new tokens, temperature 1, stop at ``"\\n"``
-  (TRL: its tokenizer copy has ``"\\n"`` as eos, so generation stops and the completion mask
-  ends there, as the OpenTinker rollout's ``stop: ["\\n"]``);
+* 32 prompts x group 8 per step, at most 4 new tokens, temperature 1; ``--stop eos`` (issue 31:
+  no stop strings, the tokenizer's eos only) or ``--stop newline`` (issue 13: TRL's tokenizer copy
+  has ``"\\n"`` as eos, so generation stops and the completion mask ends there, as the OpenTinker
+  rollout's ``stop: ["\\n"]``);
 * AdamW lr 5e-4 constant, betas (0.9, 0.99), eps 1e-8, no weight decay, gradient clipping 1.0;
   no KL term; one update per batch; group-normalised advantages; token-mean clipped loss
   (TRL ``loss_type="dapo"``, epsilon 0.2; OpenTinker ``loss: ppo``, ``aggregation: token-mean``);
   fp32 on the CPU; ``--threads`` torch threads (default 2); TRL's gradient checkpointing off;
-* held-out accuracy: greedy on 200 test-split problems (seeded like OpenTinker's evaluation),
+* held-out accuracy: greedy on ``--eval-size`` test-split problems (seeded like OpenTinker's evaluation),
   with the same function (:func:`tinker_algos.rollout.evaluate`) for both, before training and
   every ``--eval-every`` steps; evaluation time is not training time.
+
+Presets (``--preset``, default ``issue31``; every field can be overridden by its option): ``issue31``
+-- threads 1 and 2, seeds 0 and 1, 3 repeats, 200 steps, 500 held-out problems every 10 steps, eos
+only; ``issue13`` -- the earlier table's settings (2 threads, one run per side, 80 steps, 200 every
+5, stop at ``"\\n"``); ``quick`` (also ``--quick``) -- a smoke run of the whole harness.
+
+Order: for each thread count and seed, ``--repeats`` rounds of TRL then OpenTinker (then
+OpenTinker with each ``--staleness`` above 0): A B A B ..., so drifting load hits both sides.
+Each run is its own subprocess (``torch.set_num_threads`` and ``OMP_NUM_THREADS`` set before any
+work; ``tinker_algos`` is imported first on both sides, so both get the same OpenMP wait policy),
+with ``os.getloadavg()`` before and after it.
 
 Per run: steps/s and samples/s over steps 2..N-1 (the first step warms up, the last writes a
 checkpoint), the wall time between consecutive step ends minus the evaluations in between;
 rollout (TRL: ``_generate_and_score_completions``; OpenTinker: ``time/rollout_s``) and update
-(the rest of the step) per step; the accuracy curve; the step and training time to +10 and +20
-points over the start; the machine's load before and after. ``--plot`` draws the curves of the
-JSON (accuracy against step and against training time) to ``docs/images/vs_trl-curves.png``. Runs are interleaved in one invocation: for each
-seed, TRL then OpenTinker (then OpenTinker with each ``--staleness`` above 0).
+(the rest of the step) per step, mean and median; the accuracy curve, best and final; the step
+and training time to +10 and +20 points over the start. Per configuration (threads, seed,
+trainer): the median (min-max) of each over the repeats, and of the per-pair ratio (a repeat's
+OpenTinker run over the TRL run just before it). JSON in ``bench/results/vs_trl.<preset>.json``
+(``vs_trl.json`` for ``issue13``, ``vs_trl.quick.json`` for ``--quick``), the table beside it as ``.md``. ``--plot`` draws the curves of
+the JSON (accuracy against step and against training time) to ``docs/images/vs_trl-curves.png``.
 
-    uv run --no-sync python bench/bench_vs_trl.py [--seeds 0,1] [--steps 80] [--quick] [--plot]
+    uv run --no-sync python bench/bench_vs_trl.py [--preset issue31] [--threads 1,2] [--seeds 0,1]
+        [--repeats 3] [--steps 200] [--quick] [--plot]
 
 Needs TRL: the ``bench`` dependency group (``uv sync --group bench``; nox's ``bench`` session
 installs it). TRL is never a runtime dependency of OpenTinker.
@@ -38,13 +53,17 @@ installs it). TRL is never a runtime dependency of OpenTinker.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import _vs_trl_stats as stats
 from _common import (
     RESULTS_DIR,
     BenchArgs,
@@ -57,7 +76,6 @@ from _common import (
 
 PROMPTS, GROUP, NEW_TOKENS = 32, 8, 4
 LR, BETAS, CLIP, EPS_CLIP = 5e-4, (0.9, 0.99), 1.0, 0.2
-EVAL_SIZE = 200
 SFT_STEPS, SFT_BATCH, SFT_LR, SFT_WARMUP = 250, 128, 2e-3, 50
 ENV_KWARGS: dict[str, Any] = {"digits": 2, "ops": ["+"]}
 GAINS = (10, 20)  # "time to +N points"
@@ -65,22 +83,31 @@ GAINS = (10, 20)  # "time to +N points"
 
 def parse(argv: list[str] | None = None) -> tuple[BenchArgs, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", default="2", help="torch intra-op threads (one count; default 2)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run: 4 steps, 1 seed, 50 eval problems")
+    parser.add_argument("--preset", default=None, help=f"named settings: {', '.join(stats.PRESETS)} (default {stats.DEFAULT_PRESET})")
+    parser.add_argument("--threads", default=None, help="comma-separated torch intra-op thread counts (issue31: 1,2)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: the 'quick' preset")
     parser.add_argument("--results", type=Path, default=RESULTS_DIR)
     parser.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS")
-    parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
-    parser.add_argument("--steps", type=int, default=80, help="GRPO steps per run (default 80)")
-    parser.add_argument("--eval-every", type=int, default=5)
-    parser.add_argument("--staleness", default="0", help="OpenTinker rollout.max_staleness values to run (e.g. 0,1)")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (issue31: 0,1)")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved runs per side and configuration (issue31: 3)")
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps per run (issue31: 200)")
+    parser.add_argument("--eval-every", type=int, default=None)
+    parser.add_argument("--eval-size", type=int, default=None, help="held-out problems per evaluation (issue31: 500)")
+    parser.add_argument("--stop", choices=("eos", "newline"), default=None, help="eos only (issue31) or stop at newline (issue13)")
+    parser.add_argument("--staleness", default=None, help="OpenTinker rollout.max_staleness values to run (e.g. 0,1)")
     parser.add_argument("--only", choices=("trl", "opentinker"), default=None, help="run one side only")
-    parser.add_argument("--sft-steps", type=int, default=SFT_STEPS, help=f"SFT warm-start steps (default {SFT_STEPS})")
+    parser.add_argument("--sft-steps", type=int, default=None, help="SFT warm-start steps (default 250)")
     parser.add_argument("--plot", action="store_true", help="only draw docs/images/vs_trl-curves.png from the JSON")
+    parser.add_argument("--child", nargs=2, metavar=("SPEC", "OUT"), help=argparse.SUPPRESS)  # one run, in a subprocess
     ns = parser.parse_args(argv)
-    threads = int(str(ns.threads).split(",")[0])
-    if ns.quick:
-        ns.steps, ns.seeds, ns.eval_every = 4, "0", 2
-    args = BenchArgs(threads=[threads], quick=ns.quick, results=ns.results, load_at_start=load_snapshot(), wait_idle=ns.wait_idle)
+    name = ns.preset or ("quick" if ns.quick else stats.DEFAULT_PRESET)
+    ns.preset_name = name
+    ns.preset = stats.resolve_preset(name, {
+        "threads": ns.threads, "seeds": ns.seeds, "repeats": ns.repeats, "steps": ns.steps, "eval_every": ns.eval_every,
+        "eval_size": ns.eval_size, "stop": ns.stop, "sft_steps": ns.sft_steps, "staleness": ns.staleness,
+    })
+    quick = ns.quick or name == "quick"
+    args = BenchArgs(threads=stats.int_list(ns.preset.threads), quick=quick, results=ns.results, load_at_start=load_snapshot(), wait_idle=ns.wait_idle)
     return args, ns
 
 
@@ -158,6 +185,8 @@ class Clock:
         mean = statistics.fmean(steady)
         roll = self.rollout_s[1:-1] if len(self.rollout_s) > 2 else self.rollout_s
         rollout = statistics.fmean(roll) if roll else float("nan")
+        # per step: the median step, rollout and update (= step - rollout) over steps 2..N-1
+        updates = [t - r for t, r in zip(steady, roll, strict=True)] if len(roll) == len(steady) else []
         trained = [sum(times[: s]) for s in range(len(times) + 1)]
         curve = [(0, 0.0, acc0)] + [(s, trained[s], a) for s, _, a in self.curve]
         out: dict[str, Any] = {
@@ -170,6 +199,8 @@ class Clock:
             "step_median_s": statistics.median(steady),
             "rollout_mean_s": rollout,
             "update_mean_s": mean - rollout,
+            "rollout_median_s": statistics.median(roll) if roll else None,
+            "update_median_s": statistics.median(updates) if updates else None,
             "curve": [{"step": s, "train_s": round(t, 3), "accuracy": a} for s, t, a in curve],
             "start_accuracy": acc0,
             "final_accuracy": curve[-1][2],
@@ -185,7 +216,7 @@ class Clock:
 # ---------------------------------------------------------------------------------------------
 # TRL
 # ---------------------------------------------------------------------------------------------
-def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: int, acc0: float) -> dict[str, Any]:
+def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: int, acc0: float, stop: str = "newline") -> dict[str, Any]:
     import torch
     import trl
     from datasets import Dataset
@@ -200,7 +231,8 @@ def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: 
     clock = Clock()
     eval_tok = load_tokenizer(str(model_dir))
     trl_tok = load_tokenizer(str(model_dir))
-    trl_tok.eos_token = "\n"  # generation stops at the newline and the completion mask ends there
+    if stop == "newline":
+        trl_tok.eos_token = "\n"  # generation stops at the newline and the completion mask ends there
     problems = arithmetic_problems(steps * PROMPTS + PROMPTS, seed, **ENV_KWARGS, split="train", unique=False)
     dataset = Dataset.from_dict({"prompt": [p.prompt for p in problems], "answer": [p.answer for p in problems]})
 
@@ -274,10 +306,13 @@ def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: 
 # ---------------------------------------------------------------------------------------------
 # OpenTinker
 # ---------------------------------------------------------------------------------------------
-def opentinker_job(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: int, staleness: int) -> dict[str, Any]:
+def opentinker_job(
+    model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: int, staleness: int, stop: str = "newline"
+) -> dict[str, Any]:
     """The job config: the settings above in OpenTinker's YAML format."""
     rollout: dict[str, Any] = {
-        "prompts_per_step": PROMPTS, "group_size": GROUP, "max_new_tokens": NEW_TOKENS, "temperature": 1.0, "stop": ["\n"],
+        "prompts_per_step": PROMPTS, "group_size": GROUP, "max_new_tokens": NEW_TOKENS, "temperature": 1.0,
+        "stop": ["\n"] if stop == "newline" else [],
     }
     if staleness:
         rollout["max_staleness"] = staleness
@@ -292,7 +327,7 @@ def opentinker_job(model_dir: Path, seed: int, steps: int, eval_every: int, eval
         },
         "optimizer": {
             "name": "adamw", "lr": LR, "schedule": "constant", "weight_decay": 0.0, "grad_clip": CLIP,
-            "params": {"betas": list(BETAS), "eps": 1e-8},
+            "params": {"betas": list(BETAS), "eps": 1e-8, "fused": True},  # the fused kernel: opt-in, see optimizers.adamw
         },
         "rollout": rollout,
         "checkpoint": {"every": 0, "keep": 1},
@@ -300,7 +335,9 @@ def opentinker_job(model_dir: Path, seed: int, steps: int, eval_every: int, eval
     }
 
 
-def run_opentinker(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: int, acc0: float, staleness: int) -> dict[str, Any]:
+def run_opentinker(
+    model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: int, acc0: float, staleness: int, stop: str = "newline"
+) -> dict[str, Any]:
     from tinker_algos.run import train
 
     clock = Clock()
@@ -314,7 +351,7 @@ def run_opentinker(model_dir: Path, seed: int, steps: int, eval_every: int, eval
             if "eval/accuracy" in metrics:
                 clock.curve.append((step, 0.0, float(metrics["eval/accuracy"])))
 
-    job = opentinker_job(model_dir, seed, steps, eval_every, eval_size, staleness)
+    job = opentinker_job(model_dir, seed, steps, eval_every, eval_size, staleness, stop)
     with tempfile.TemporaryDirectory(prefix="bench-ot-") as run_dir:
         # the clock starts when the first step starts: the run loads the model first
         started: dict[str, float] = {}
@@ -339,14 +376,16 @@ STYLE = {"trl": ("TRL GRPOTrainer", "tab:red"), "opentinker": ("OpenTinker", "ta
 
 def plot(results: Path, image: Path = IMAGE) -> Path:
     """Held-out accuracy against step and against training time, one line per run."""
-    import json
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = json.loads(results.read_text())["runs"]
+    doc = json.loads(results.read_text())
+    # one line per (trainer, seed): the first repeat at the most threads measured
+    top = max(r.get("threads", 1) for r in doc["runs"])
+    runs = [r for r in doc["runs"] if r.get("repeat", 0) == 0 and r.get("threads", 1) == top]
+    eval_size = doc.get("settings", {}).get("eval_size", 200)
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for r in runs:
         label, color = STYLE.get(r["trainer"], (r["trainer"].replace("opentinker-staleness", "OpenTinker k="), "tab:green"))
@@ -359,11 +398,11 @@ def plot(results: Path, image: Path = IMAGE) -> Path:
         by_time.plot(secs, acc, **kw)
     by_step.set_xlabel("GRPO step")
     by_time.set_xlabel("training wall time, s (evaluation excluded)")
-    by_step.set_ylabel("held-out accuracy, % (200 problems, greedy)")
+    by_step.set_ylabel(f"held-out accuracy, % ({eval_size} problems, greedy)")
     for ax in (by_step, by_time):
         ax.grid(alpha=0.3)
     by_time.legend(fontsize=8)
-    fig.suptitle("GRPO on 2-digit addition, same SFT start: OpenTinker vs TRL (1 torch thread)")
+    fig.suptitle(f"GRPO on 2-digit addition, same SFT start: OpenTinker vs TRL ({top} torch thread{'s' if top > 1 else ''})")
     fig.tight_layout()
     image.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(image, dpi=110)
@@ -371,84 +410,88 @@ def plot(results: Path, image: Path = IMAGE) -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# main
+# main: one subprocess per run, interleaved
 # ---------------------------------------------------------------------------------------------
-def main() -> None:
-    args, ns = parse()
-    if ns.plot:
-        print(plot(args.results / "vs_trl.json"))
-        return
-    threads = set_threads(args.threads[0])
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    seeds = [int(x) for x in ns.seeds.split(",") if x.strip()]
-    staleness = [int(x) for x in ns.staleness.split(",") if x.strip()]
-    eval_size = 50 if ns.quick else EVAL_SIZE
+def child(spec_path: Path, out_path: Path) -> None:
+    """One run in this (fresh) process: the threads set before any work, then the side's run."""
+    spec = json.loads(spec_path.read_text())
+    import tinker_algos  # noqa: F401  -- first, on both sides: the same OpenMP wait policy
+
+    threads = set_threads(spec["threads"])
     from tinker_algos.models import PolicyModel
 
+    model_dir, seed, p = Path(spec["model_dir"]), spec["seed"], spec["preset"]
+    acc0 = held_out(PolicyModel.load(str(model_dir), device="cpu", precision="fp32"), seed, p["eval_size"])
+    common = (model_dir, seed, p["steps"], p["eval_every"], p["eval_size"], acc0)
+    if spec["trainer"] == "trl":
+        r = run_trl(*common, stop=p["stop"])
+    else:
+        r = run_opentinker(*common, spec["staleness"], stop=p["stop"])
+    r.update(torch_threads=threads, omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"))
+    out_path.write_text(json.dumps(r))
+
+
+def run_one(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    """``spec`` run by a subprocess of this script; its record with the wall time and the load."""
+    spec_path = tmp / f"spec-{spec['index']}.json"
+    out_path = tmp / f"run-{spec['index']}.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "MKL_NUM_THREADS": str(spec["threads"])}
+    before = load_snapshot()
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--child", str(spec_path), str(out_path)], check=True, env=env)
+    r = json.loads(out_path.read_text())
+    r.update(trainer=spec["trainer"], seed=spec["seed"], threads=spec["threads"], repeat=spec["repeat"],
+             wall_s=time.perf_counter() - t0, load_before=before, load_after=load_snapshot())
+    return r
+
+
+def main() -> None:
+    args, ns = parse()
+    if ns.child:
+        child(Path(ns.child[0]), Path(ns.child[1]))
+        return
+    preset = ns.preset
+    name = "vs_trl" if ns.preset_name in ("issue13", "quick") else f"vs_trl.{ns.preset_name}"  # --quick adds .quick
+    if ns.plot:
+        print(plot(args.results / f"{name}.json"))
+        return
+    sides = stats.sides(ns.only, stats.int_list(preset.staleness))
+    order = stats.run_order(args.threads, stats.int_list(preset.seeds), preset.repeats, sides)
+    print(f"preset {ns.preset_name}: {preset.as_dict()}; {len(order)} runs", flush=True)
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-vs-trl-") as tmp:
-        model_dir = sft_warm_start(Path(tmp) / "sft", ns.sft_steps)
-        start = PolicyModel.load(str(model_dir), device="cpu", precision="fp32")
-        for seed in seeds:
-            acc0 = held_out(start, seed, eval_size)
-            print(f"seed {seed}: start accuracy {acc0:.3f}", flush=True)
-            sides: list[tuple[str, Any]] = []
-            if ns.only in (None, "trl"):
-                sides.append(("trl", lambda s=seed, a=acc0: run_trl(model_dir, s, ns.steps, ns.eval_every, eval_size, a)))
-            if ns.only in (None, "opentinker"):
-                for k in staleness:
-                    sides.append((
-                        "opentinker" if k == 0 else f"opentinker-staleness{k}",
-                        lambda s=seed, a=acc0, k=k: run_opentinker(model_dir, s, ns.steps, ns.eval_every, eval_size, a, k),
-                    ))
-            for name, fn in sides:
-                busy = wait_for_idle(args)
-                before = load_snapshot()
-                t0 = time.perf_counter()
-                r = fn()
-                r.update(trainer=name, seed=seed, threads=threads, wall_s=time.perf_counter() - t0,
-                         load_before=before, load_after=load_snapshot(), cpu_busy_waited=busy)
-                runs.append(r)
-                print(
-                    f"{name:24s} seed {seed}: {r['steps_per_s']:.2f} steps/s ({r['samples_per_s']:.0f} samples/s), "
-                    f"rollout {r['rollout_mean_s'] * 1e3:.0f} ms + update {r['update_mean_s'] * 1e3:.0f} ms, "
-                    f"accuracy {r['start_accuracy']:.3f} -> {r['final_accuracy']:.3f} (best {r['best_accuracy']:.3f}), "
-                    f"+10 at step {r['plus10_step']}, +20 at step {r['plus20_step']}, "
-                    f"load {before['loadavg_1m']:.2f} -> {r['load_after']['loadavg_1m']:.2f}",
-                    flush=True,
-                )
-    ref = {r["seed"]: r for r in runs if r["trainer"] == "trl"}
-    rows = []
-    for r in runs:
-        base = ref.get(r["seed"])
-        r["vs_trl"] = r["steps_per_s"] / base["steps_per_s"] if base else None
-        rows.append([
-            r["trainer"], r["seed"], r["steps_per_s"], r["samples_per_s"], r["rollout_mean_s"] * 1e3, r["update_mean_s"] * 1e3,
-            f"{r['vs_trl']:.2f}x" if r["vs_trl"] else "-",
-            f"{100 * r['start_accuracy']:.1f} -> {100 * r['final_accuracy']:.1f}",
-            *["-" if r[f"plus{g}_step"] is None else f"step {r[f'plus{g}_step']}, {r[f'plus{g}_train_s']:.1f} s" for g in GAINS],
-            f"{r['load_before']['loadavg_1m']:.2f} / {r['load_after']['loadavg_1m']:.2f}",
-        ])
-    print_table(
-        f"GRPO beside TRL: {PROMPTS} prompts x {GROUP}, {NEW_TOKENS} new tokens, {threads} threads (steps 2..N-1)",
-        ["trainer", "seed", "steps/s", "samples/s", "rollout ms", "update ms", "vs TRL", "accuracy %", "+10 points", "+20 points", "load 1m before/after"],
-        rows,
-    )
-    print_table(
-        "held-out accuracy (%) by step",
-        ["trainer", "seed", *[str(c["step"]) for c in runs[0]["curve"]]],
-        [[r["trainer"], r["seed"], *[f"{100 * c['accuracy']:.1f}" for c in r["curve"]]] for r in runs],
-    )
-    write_results(args, "vs_trl", {
+        model_dir = sft_warm_start(Path(tmp) / "sft", preset.sft_steps)
+        for i, o in enumerate(order):
+            busy = wait_for_idle(args)
+            spec = {**o, "index": i, "model_dir": str(model_dir), "staleness": stats.staleness_of(o["trainer"]), "preset": preset.as_dict()}
+            r = run_one(spec, Path(tmp))
+            r["cpu_busy_waited"] = busy
+            runs.append(r)
+            print(
+                f"[{i + 1}/{len(order)}] {o['threads']} thr seed {o['seed']} rep {o['repeat']} {o['trainer']:22s}: "
+                f"{r['steps_per_s']:.2f} steps/s, rollout {r['rollout_median_s'] * 1e3:.0f} ms + update "
+                f"{r['update_median_s'] * 1e3:.0f} ms (medians), accuracy {r['start_accuracy']:.3f} -> {r['final_accuracy']:.3f} "
+                f"(best {r['best_accuracy']:.3f}), load {r['load_before']['loadavg_1m']:.2f} -> {r['load_after']['loadavg_1m']:.2f}",
+                flush=True,
+            )
+    rows = stats.aggregate(runs)
+    title = (f"GRPO beside TRL ({ns.preset_name}): {PROMPTS} prompts x {GROUP}, {NEW_TOKENS} new tokens, stop {preset.stop}, "
+             f"{preset.steps} steps, medians (min-max) of {preset.repeats} interleaved repeats (steps 2..N-1)")
+    print_table(title, stats.COLUMNS, stats.markdown_rows(rows))
+    path = write_results(args, name, {
+        "preset": ns.preset_name,
         "settings": {
-            "prompts": PROMPTS, "group": GROUP, "max_new_tokens": NEW_TOKENS, "temperature": 1.0, "lr": LR, "betas": BETAS,
-            "grad_clip": CLIP, "clip_eps": EPS_CLIP, "kl": 0.0, "eval_size": eval_size, "eval_every": ns.eval_every,
-            "steps": ns.steps, "sft": {"steps": ns.sft_steps, "batch": SFT_BATCH, "lr": SFT_LR, "warmup": SFT_WARMUP},
+            **preset.as_dict(), "prompts": PROMPTS, "group": GROUP, "max_new_tokens": NEW_TOKENS, "temperature": 1.0, "lr": LR,
+            "betas": BETAS, "grad_clip": CLIP, "clip_eps": EPS_CLIP, "kl": 0.0,
+            "sft": {"steps": preset.sft_steps, "batch": SFT_BATCH, "lr": SFT_LR, "warmup": SFT_WARMUP},
         },
+        "aggregate": rows,
         "runs": runs,
     })
-    if not ns.quick and ns.only is None:
-        print(plot(args.results / "vs_trl.json"))
+    path.with_suffix(".md").write_text(stats.markdown(title, rows))
+    if not args.quick and ns.only is None:
+        print(plot(path))
 
 
 if __name__ == "__main__":

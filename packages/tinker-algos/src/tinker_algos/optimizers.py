@@ -3,8 +3,14 @@
 Each factory takes the parameters (tensors or parameter groups) and keyword config only, and
 rejects unknown keys with an error listing the allowed ones.
 
-* ``adamw(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False)``
-  -> :class:`torch.optim.AdamW` (decoupled weight decay).
+* ``adamw(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, amsgrad=False, fused=False)``
+  -> :class:`torch.optim.AdamW` (decoupled weight decay). ``fused: true`` asks for torch's fused
+  kernel (one kernel for all parameters instead of about ten small ops per parameter tensor;
+  floating-point parameters on a device type torch fuses for: CPU, CUDA ...): elementwise, so
+  deterministic and independent of the thread count, but it rounds differently from the default
+  path (to about 1e-5 per update), so a run's metrics differ from the unfused run of the same seed;
+  it is off by default so the documented learning results reproduce. A checkpoint's optimizer
+  state restores the kernel choice (``fused`` is in its param groups).
 * ``sgd(params, lr=1e-3, momentum=0, dampening=0, weight_decay=0, nesterov=False)``
   -> :class:`torch.optim.SGD`; ``nesterov`` needs ``momentum > 0`` and ``dampening = 0``.
 * ``lion(params, lr=1e-4, betas=(0.9, 0.99), weight_decay=0)`` -> :class:`Lion`.
@@ -100,6 +106,19 @@ class Lion(torch.optim.Optimizer):
         return loss
 
 
+def fused_supported(params: ParamsT) -> bool:
+    """Whether torch's fused AdamW kernel takes every parameter of ``params`` (tensors or
+    parameter groups): floating point, on a device type torch has a fused kernel for."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+        devices = set(_get_fused_kernels_supported_devices())
+    except ImportError:  # an older/newer torch without the helper: keep the unfused default
+        return False
+    tensors = [t for g in params for t in (g["params"] if isinstance(g, Mapping) else [g])]
+    return bool(tensors) and all(t.is_floating_point() and t.device.type in devices and not t.is_sparse for t in tensors)
+
+
 @strict_config("optimizer")
 def adamw(
     params: ParamsT,
@@ -109,11 +128,22 @@ def adamw(
     eps: float = 1e-8,
     weight_decay: float = 0.01,
     amsgrad: bool = False,
+    fused: bool = False,
 ) -> torch.optim.Optimizer:
-    """AdamW (torch.optim.AdamW) with decoupled weight decay."""
+    """AdamW (torch.optim.AdamW) with decoupled weight decay; torch's fused kernel with ``fused``
+    (where :func:`fused_supported`, else a ValueError naming the field)."""
     lr, weight_decay = _lr_and_decay("adamw", lr, weight_decay)
+    params = [dict(g) if isinstance(g, Mapping) else g for g in params]
+    if not isinstance(fused, bool):
+        raise ValueError(f"optimizer config 'fused' must be true or false, got {fused!r}")
+    if fused and not fused_supported(params):
+        raise ValueError(
+            "optimizer config 'fused: true': torch has no fused AdamW kernel for these parameters "
+            "(they must be floating point on a device torch fuses for, e.g. CPU or CUDA); remove 'fused'"
+        )
     return torch.optim.AdamW(
-        params, lr=lr, betas=_betas("adamw", betas), eps=_non_negative("adamw", "eps", eps), weight_decay=weight_decay, amsgrad=bool(amsgrad)
+        params, lr=lr, betas=_betas("adamw", betas), eps=_non_negative("adamw", "eps", eps), weight_decay=weight_decay,
+        amsgrad=bool(amsgrad), fused=True if fused else None,
     )
 
 
