@@ -71,7 +71,7 @@ def tests(session: nox.Session, package: str) -> None:
     """One package's tests with only that package and its dependencies installed."""
     system_packages(session, DEBIAN_PACKAGES.get(package, []))
     sync(session, "--package", package)
-    session.run("pytest", f"packages/{package}/tests", "-q", *session.posargs, env=TEST_ENV)
+    session.run("pytest", f"packages/{package}/tests", "-q", "--durations=10", *session.posargs, env=TEST_ENV)
 
 
 @nox.session
@@ -81,7 +81,7 @@ def integration(session: nox.Session) -> None:
     sync(session, "--all-packages")
     if not any((ROOT / "integration-tests").glob("test_*.py")):
         session.skip("integration-tests/ holds no tests yet")
-    session.run("pytest", "integration-tests", "-q", *session.posargs, env=TEST_ENV)
+    session.run("pytest", "integration-tests", "-q", "--durations=25", *session.posargs, env=TEST_ENV)
 
 
 @nox.session

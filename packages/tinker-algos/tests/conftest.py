@@ -98,6 +98,13 @@ def algos_and_echo_plugins() -> Iterator[None]:
         yield
 
 
+@pytest.fixture
+def algos_and_games_plugins() -> Iterator[None]:
+    """tinker-algos' built-ins and tinker-env-games' envs (games/tictactoe-v0), for one test."""
+    with plugins_of("tinker-algos,tinker-env-games"):
+        yield
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny preset (seed 0) saved in HF format in a temp dir, built once per session."""

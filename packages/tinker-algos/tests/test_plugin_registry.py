@@ -58,7 +58,9 @@ def test_every_builtin_is_registered_by_the_tinker_algos_distribution():
     for name in OPTIMIZERS:
         assert tinker_core.registry.get_optimizer(name).distribution == "tinker-algos"
     (info,) = [p for p in tinker_core.registry.list_plugins() if p.distribution == "tinker-algos"]
+    assert tinker_core.registry.get_registry("envs").get("agent/program-v0").distribution == "tinker-algos"
     assert info.to_dict()["registers"] == {
+        "envs": ["agent/program-v0"],  # agent programs trained through the rollout proxy (tinker_algos.agent_program)
         "advantage_estimators": sorted(ESTIMATORS),
         "losses": sorted(LOSSES),
         "optimizers": OPTIMIZERS,

@@ -140,6 +140,21 @@ def test_algorithm_params_are_typed_per_algorithm_with_their_defaults():
     grpo = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "opponent"}}}}, check_plugins=False)
     assert grpo.algorithm.params.multi_agent.opponent == "random" and grpo.algorithm.params.estimator_config == {}
     assert parse_config({**env, "algorithm": {"name": "grpo"}}, check_plugins=False).algorithm.params.multi_agent is None
+    roles = {"x": {"lr": 1e-3}, "o": {"loss": "ppo", "loss_config": {"eps_low": 0.1}}}
+    learners = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "learners", "roles": roles}}}}, check_plugins=False)
+    got = learners.algorithm.params.multi_agent.roles
+    assert got["x"].lr == 1e-3 and got["x"].loss is None and got["o"].loss == "ppo" and got["o"].loss_config == {"eps_low": 0.1}
+    league = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "league", "league": {"scripted": ["random"]}}}}},
+                          check_plugins=False).algorithm.params.multi_agent.league
+    assert (league.pool_size, league.snapshot_every, league.sample, league.scripted) == (4, 10, "recency", ["random"])
+
+
+def test_a_learner_roles_unknown_loss_is_named_with_its_path():
+    data = {"env": {"id": "echo/echo-v0"},
+            "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "learners", "roles": {"x": {"loss": "ppoo"}}}}}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert any(p.startswith("algorithm.params.multi_agent.roles.x.loss: ") and "ppo" in p for p in info.value.problems), info.value.problems
 
 
 @pytest.mark.parametrize(
@@ -157,11 +172,29 @@ def test_algorithm_params_are_typed_per_algorithm_with_their_defaults():
         ({"name": "dpo", "params": {"min_reward_gap": -1}}, "algorithm.params.min_reward_gap: Input should be greater than or equal to 0"),
         ({"name": "dpo", "params": {"eval_data": 3}}, "algorithm.params.eval_data: Input should be a valid string"),
         ({"name": "sft", "params": {"lr": 1}}, "algorithm.params.lr: unknown key; this section takes no keys"),
-        ({"name": "grpo", "params": {"multi_agent": {"mode": "team"}}}, "algorithm.params.multi_agent.mode: Input should be 'self_play' or 'opponent'"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "team"}}},
+         "algorithm.params.multi_agent.mode: Input should be 'self_play', 'opponent', 'learners' or 'league'"),
         ({"name": "grpo", "params": {"multi_agent": {"opponent": ""}}}, "algorithm.params.multi_agent.opponent: String should have at least 1 character"),
         ({"name": "grpo", "params": {"multi_agent": {"colour": 1}}}, "algorithm.params.multi_agent.colour: unknown key; allowed keys: mode,"),
         ({"name": "grpo", "params": {"multi_agent": {"learner_role": "x"}}}, "algorithm.params.multi_agent.learner_role: only used with mode: opponent"),
         ({"name": "grpo", "params": {"multi_agent": "self_play"}}, "algorithm.params.multi_agent: Input should be a valid dictionary"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "learners", "learner_role": "x"}}},
+         "algorithm.params.multi_agent.learner_role: only used with mode: opponent (learners mode trains every role"),
+        ({"name": "grpo", "params": {"multi_agent": {"roles": {"x": {}}}}},
+         "algorithm.params.multi_agent.roles: only used with mode: learners (mode is 'self_play'); set mode: learners"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "opponent", "roles": {"x": {"lr": 0.1}}}}},
+         "algorithm.params.multi_agent.roles: only used with mode: learners (mode is 'opponent')"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "learners", "roles": {}}}}, "algorithm.params.multi_agent.roles: is empty; name the env's roles"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "learners", "roles": {"x": {"lr": 0}}}}},
+         "algorithm.params.multi_agent.roles.x.lr: Input should be greater than 0"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "learners", "roles": {"x": {"learning_rate": 0.1}}}}},
+         "algorithm.params.multi_agent.roles.x.learning_rate: unknown key"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "opponent", "league": {"pool_size": 2}}}},
+         "algorithm.params.multi_agent.league: only used with mode: league (mode is 'opponent'); set mode: league"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "league", "league": {"pool_size": 0}}}},
+         "algorithm.params.multi_agent.league.pool_size: Input should be greater than or equal to 1"),
+        ({"name": "grpo", "params": {"multi_agent": {"mode": "league", "league": {"sample": "elo"}}}},
+         "algorithm.params.multi_agent.league.sample: Input should be 'recency' or 'win_rate'"),
         ({"steps": 3}, "algorithm.name: Field required; give one of 'sft', 'grpo', 'ppo' or 'dpo'"),
     ],
 )
@@ -184,7 +217,7 @@ def test_a_stage_params_error_names_the_stage_without_the_union_tag():
 
 def test_json_schema_holds_every_algorithm_option():
     text = json.dumps(json_schema())
-    for option in ("vf_coef", "value_clip", "critic_lr", "detach_head", "min_reward_gap", "eval_data", "multi_agent", "learner_role", "eval_opponent"):
+    for option in ("vf_coef", "value_clip", "critic_lr", "detach_head", "min_reward_gap", "eval_data", "multi_agent", "learner_role", "eval_opponent", "roles", "loss_config", "pool_size", "snapshot_every"):
         assert f'"{option}"' in text, option
     assert '"discriminator"' in text
 

@@ -164,6 +164,20 @@ def test_hook_opentinker_register_losses():
     assert tinker_core.registry.get_loss("my_loss").options == {"kind": "value", "vanishes_at_zero_advantage": False}
 
 
+def test_hook_opentinker_register_rollout_proxies():
+    def start(policy, renderer, params, *, adapter=None, max_context_tokens=None):
+        """A proxy that serves nothing."""
+
+    tinker_core.registry.register_plugin(
+        plugin_module("p", opentinker_register_rollout_proxies=lambda register: register("mine", start)),
+        distribution="p-dist",
+    )
+    entry = tinker_core.registry.get_rollout_proxy("mine")
+    assert entry.obj is start and entry.description == "A proxy that serves nothing." and entry.kind == "rollout_proxies"
+    with pytest.raises(UnknownNameError, match="did you mean 'mine'"):
+        tinker_core.registry.get_rollout_proxy("mien")
+
+
 def test_a_loss_declares_at_registration_whether_it_vanishes_at_zero_advantage():
     def pg(inputs, **config):
         return None

@@ -22,6 +22,8 @@ CURVES = (
     ("held-out accuracy", ("eval/accuracy",)),
     ("KL", ("kl/policy_ref", "kl/sample_train")),
     ("loss", ("losses/total",)),
+    ("held-out win rate by seat", ("eval/seat1/win_rate", "eval/seat2/win_rate")),
+    ("held-out Elo", ("eval/elo",)),
 )
 """The candidate panels of the learning curve: title and the keys drawn in it."""
 KL_NEGLIGIBLE = 1e-6

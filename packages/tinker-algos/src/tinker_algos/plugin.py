@@ -16,6 +16,8 @@ Registered names:
   ``gspo``, ``stable_reinforce`` (policy), ``dpo``, ``cdpo``, ``ipo`` (preference), ``value`` (value), ``k1``, ``k2``, ``k3`` (kl)
   (:mod:`tinker_algos.losses`);
 * optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.optimizers`);
+* the env ``agent/program-v0``: an agent program trained through the rollout proxy
+  (:mod:`tinker_algos.agent_program`; its factory is imported on first use);
 * the ``opentinker train`` command (:mod:`tinker_algos.cli`), ``eval`` and ``export``
   (:mod:`tinker_algos.cli_eval`), ``model`` (:mod:`tinker_algos.cli_model`) and ``compare``
   (:mod:`tinker_algos.cli_compare`).
@@ -101,6 +103,20 @@ OPTIMIZER_DESCRIPTIONS: dict[str, str] = {
     "sgd": "SGD (torch.optim.SGD): lr, momentum, dampening, weight_decay, nesterov",
     "lion": "Lion (Chen et al. 2023): sign update; lr, betas, weight_decay",
 }
+
+
+def agent_program_env(**kwargs: Any) -> Any:
+    """An agent program run(task, client) -> reward, trained through the rollout proxy."""
+    from tinker_algos.agent_program import AgentProgramEnv
+
+    return AgentProgramEnv(**kwargs)
+
+
+@hookimpl
+def opentinker_register_envs(register: Any) -> None:
+    from tinker_algos.agent_calls import AGENT_PROGRAM_SPEC  # torch-free
+
+    register(AGENT_PROGRAM_SPEC, agent_program_env)
 
 
 @hookimpl

@@ -282,6 +282,9 @@ class Run:
             renderer=self.renderer.with_system_prompt(stage.env.system_prompt if stage.env is not None else None),
         )
         algo = get_algorithm(stage.algorithm.name)(ctx)
+        if resuming_here:
+            assert self.resume_from is not None
+            algo.load_files(self.resume_from, with_optimizer=start > 0)
         if resuming_here and start > 0:
             assert self.resume_from is not None
             algo.load_state_dict(torch.load(self.resume_from / "algorithm.pt", weights_only=False))
@@ -358,6 +361,7 @@ class Run:
         def write(tmp: Path) -> None:
             save_state(tmp / "trainer", trainer, data_cursor=asdict(progress))
             torch.save(algo.state_dict(), tmp / "algorithm.pt")
+            algo.save_files(tmp)  # e.g. roles/<role>/ (multi-agent learners)
             (tmp / "progress.json").write_text(json.dumps(asdict(progress), sort_keys=True, indent=1), encoding="utf-8")
             seal(tmp, {"kind": RUN_CHECKPOINT_KIND, "progress": asdict(progress)})  # last: checksums of all the above
 

@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.hookspecs import EstimatorRegister as EstimatorRegister
     from tinker_core.hookspecs import LossRegister as LossRegister
     from tinker_core.hookspecs import OptimizerRegister as OptimizerRegister
+    from tinker_core.hookspecs import RolloutProxyRegister as RolloutProxyRegister
     from tinker_core.hookspecs import hookimpl as hookimpl
     from tinker_core.lazy import lazy_package as lazy_package
     from tinker_core.opponents import OpponentFactory as OpponentFactory

@@ -44,7 +44,9 @@ The result, :class:`EpisodeResult`:
 - ``winner`` (a role or None), ``reason``: ``"win"``, ``"draw"``, ``"forfeit-illegal"``,
   ``"forfeit-timeout"``, ``"forfeit-error"``, ``"truncated"`` (or an env's own reason;
   ``"terminated"`` when the env gives none), ``forfeited_by``, ``error`` (the message of a
-  timeout or an agent exception), ``final_observations[role]``, ``num_steps``, ``self_play``.
+  timeout or an agent exception), ``final_observations[role]``, ``num_steps``, ``self_play``,
+  ``infos[role]``: a copy of the env's final ``infos[role]`` (game-specific end-of-game facts,
+  e.g. the negotiation game's ``deal`` and ``score``).
 
 Agents that need no model (a random mover, a perfect player) are offered by the envs
 themselves, by name: see :mod:`tinker_core.opponents`.
@@ -126,6 +128,7 @@ class EpisodeResult:
     self_play: bool = False
     seed: int | None = None
     env_id: str | None = None
+    infos: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy (turns become ``[observation, action]`` lists)."""
@@ -385,6 +388,7 @@ class _Episode:
             self_play=self.self_play,
             seed=self.seed,
             env_id=spec.id if spec is not None else None,
+            infos={r: dict(i) for r, i in infos.items()},
         )
 
 

@@ -118,6 +118,25 @@ def opentinker_register_losses(register: LossRegister) -> None:
     """
 
 
+class RolloutProxyRegister(Protocol):
+    """``register(name, start, *, description=None)`` of :func:`opentinker_register_rollout_proxies`."""
+
+    def __call__(self, name: str, start: Callable[..., Any], *, description: str | None = None) -> None: ...
+
+
+@hookspec
+def opentinker_register_rollout_proxies(register: RolloutProxyRegister) -> None:
+    """Register rollout proxies: servers that put a job's policy behind an HTTP API (the OpenAI
+    one) and record, per call, the tokens it sampled, so an agent program can be a job's policy.
+
+    :param register: ``register(name, start, *, description=None)``. ``start(policy, renderer,
+        params, *, adapter=None, max_context_tokens=None)`` starts the proxy (a context manager
+        whose value has ``base_url``, ``open_episode(episode_id)`` and
+        ``close_episode(episode_id) -> list[ProxyCall]``; see :mod:`tinker_algos.agent_calls`).
+        ``agent/program-v0`` jobs use the one named ``openai`` (tinker-serve's).
+    """
+
+
 @hookspec
 def opentinker_register_commands(cli: typer.Typer) -> None:
     """Add subcommands to the ``opentinker`` command line.
@@ -132,5 +151,6 @@ HOOK_NAMES: tuple[str, ...] = (
     "opentinker_register_advantage_estimators",
     "opentinker_register_optimizers",
     "opentinker_register_losses",
+    "opentinker_register_rollout_proxies",
     "opentinker_register_commands",
 )

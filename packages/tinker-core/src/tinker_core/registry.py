@@ -125,11 +125,11 @@ class Registry(Generic[T]):
         return [self._entries[n] for n in self.names()]
 
 
-KINDS = ("envs", "advantage_estimators", "losses", "optimizers")
+KINDS = ("envs", "advantage_estimators", "losses", "optimizers", "rollout_proxies")
 
 
 class PluginSystem:
-    """The pluggy manager plus the four registries, filled on first access."""
+    """The pluggy manager plus the registries, filled on first access."""
 
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
@@ -145,6 +145,7 @@ class PluginSystem:
         )
         self.losses: Registry[Loss] = Registry("losses", "loss")
         self.optimizers: Registry[OptimizerFactory] = Registry("optimizers", "optimizer")
+        self.rollout_proxies: Registry[Callable[..., Any]] = Registry("rollout_proxies", "rollout proxy")
         self._debug = _truthy(os.environ.get("OPENTINKER_DEBUG_PLUGINS"))
 
     # ---- loading -------------------------------------------------------------------------
@@ -254,6 +255,7 @@ class PluginSystem:
             ("opentinker_register_advantage_estimators", "advantage_estimators"),
             ("opentinker_register_losses", "losses"),
             ("opentinker_register_optimizers", "optimizers"),
+            ("opentinker_register_rollout_proxies", "rollout_proxies"),
         ):
             hook = getattr(self.pm.hook, hook_name)
             for impl in hook.get_hookimpls():  # registration order: the first one wins a name
@@ -354,6 +356,7 @@ class PluginSystem:
 
             return register_loss
 
+        # optimizers and rollout proxies: register(name, factory, *, description=None)
         def register_optimizer(
             name: str, factory: Callable[..., Any], *, description: str | None = None
         ) -> None:
@@ -386,7 +389,7 @@ def reset_plugins() -> None:
 
 
 def get_registry(kind: str) -> Registry[Any]:
-    """The loaded registry of ``kind``: ``envs``, ``advantage_estimators``, ``losses`` or ``optimizers``."""
+    """The loaded registry of ``kind``: ``envs``, ``advantage_estimators``, ``losses``, ``optimizers`` or ``rollout_proxies``."""
     if kind not in KINDS:
         raise ValueError(f"unknown registry kind {kind!r}; kinds are {', '.join(KINDS)}")
     system = plugin_system()
@@ -428,3 +431,8 @@ def get_loss(name: str) -> Entry[Loss]:
 
 def get_optimizer(name: str) -> Entry[OptimizerFactory]:
     return get_registry("optimizers").get(name)
+
+
+def get_rollout_proxy(name: str) -> Entry[Callable[..., Any]]:
+    """The rollout proxy registered as ``name`` (``openai``: tinker-serve's)."""
+    return get_registry("rollout_proxies").get(name)

@@ -45,12 +45,15 @@ BASE = "__base__"  # peft's name for "no adapter" in a mixed batch
 
 @dataclass
 class TokenInfo:
-    """One generated token: its id, text, logprob, and the most likely alternatives."""
+    """One generated token: its id, text, logprob, and the most likely alternatives;
+    ``sampled_logprob`` is its logprob under the distribution it was drawn from (temperature,
+    top-p, top-k applied: the behaviour policy the rollout proxy records)."""
 
     id: int
     text: str
     logprob: float
     top: list[tuple[str, float]] = field(default_factory=list)
+    sampled_logprob: float | None = None
 
 
 @dataclass
@@ -325,9 +328,10 @@ class Engine:
         for idxs in groups.values():
             req = self._rows[idxs[0]].req
             logits = self._logits[torch.tensor(idxs, device=device)]
-            next_b, _ = choose_tokens(logits, req.params, req.generator)
+            next_b, sampled_b = choose_tokens(logits, req.params, req.generator)
             raw = torch.log_softmax(logits, dim=-1)
             lp = raw.gather(-1, next_b[:, None]).squeeze(-1).tolist()
+            sampled = sampled_b.tolist()
             tops = raw.topk(min(req.top_logprobs, raw.shape[-1]), dim=-1) if req.top_logprobs else None
             for j, i in enumerate(idxs):
                 tok = int(next_b[j])
@@ -336,7 +340,7 @@ class Engine:
                 if tops is not None:
                     top = [(self._piece(int(t)), float(v)) for t, v in zip(tops.indices[j].tolist(), tops.values[j].tolist(), strict=True)]
                 piece = self._piece(tok) if req.logprobs else ""
-                if self._advance(self._rows[i], TokenInfo(tok, piece, float(lp[j]), top)):
+                if self._advance(self._rows[i], TokenInfo(tok, piece, float(lp[j]), top, float(sampled[j]))):
                     finished.append(i)
         return finished, chosen
 

@@ -1,10 +1,11 @@
-"""The ``opentinker`` plugin of tinker-serve: it adds the ``opentinker serve`` command."""
+"""The ``opentinker`` plugin of tinker-serve: it adds the ``opentinker serve`` command and the
+``openai`` rollout proxy (:mod:`tinker_serve.proxy`) that ``agent/program-v0`` jobs train through."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tinker_core.hookspecs import hookimpl
+from tinker_core.hookspecs import RolloutProxyRegister, hookimpl
 
 
 @hookimpl
@@ -13,3 +14,16 @@ def opentinker_register_commands(cli: Any) -> None:
     from tinker_serve.cli import register
 
     register(cli)
+
+
+def start_openai_proxy(*args: Any, **kwargs: Any) -> Any:
+    """OpenAI-compatible rollout proxy recording token ids and logprobs per call (tinker_serve.proxy)."""
+    from tinker_serve.proxy import start_rollout_proxy
+
+    return start_rollout_proxy(*args, **kwargs)
+
+
+@hookimpl
+def opentinker_register_rollout_proxies(register: RolloutProxyRegister) -> None:
+    """Register ``openai`` (:func:`tinker_serve.proxy.start_rollout_proxy`)."""
+    register("openai", start_openai_proxy)

@@ -4,7 +4,8 @@ A job runs its stages in order; each stage builds its algorithm with a context h
 policy, a trainer for this stage's optimizer, the environment factories and the seeds. The
 training loop (:mod:`tinker_algos.run`) calls ``step(k)`` once per optimizer step and
 ``evaluate()`` on the held-out set; ``state_dict``/``load_state_dict`` carry the algorithm's own
-state (a critic, a data cursor) through checkpoints.
+state (a critic, a data cursor) through checkpoints, ``save_files``/``load_files`` the files it
+writes there (one trainer checkpoint per role in multi-agent ``learners`` mode).
 
 Randomness is derived from ``(seed, stage, step)`` (:meth:`StageContext.step_seed`), never drawn
 from a long-lived generator, so a resumed run sees exactly the rollouts an uninterrupted one
@@ -81,9 +82,13 @@ class StageContext:
     def group_rollout(self, step: int, policy: PolicyModel | None = None) -> RolloutResult:
         """The step's single-agent episodes: ``rollout.group_size`` per task (see :meth:`task_seeds`),
         returned as one :class:`~tinker_core.TrajectoryGroup` per task (``result.groups``), sampled
-        by ``policy`` (default: the stage's; a copy with older weights samples ahead)."""
+        by ``policy`` (default: the stage's; a copy with older weights samples ahead). An
+        ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.agent_program`)."""
+        from tinker_algos import agent_program
         from tinker_algos.rollout import rollout
 
+        if agent_program.is_agent_program(self.stage.env):
+            return agent_program.stage_agent_rollout(self, step, policy)
         r = self.rollout_cfg
         return rollout(
             policy or self.policy,
@@ -113,17 +118,29 @@ class Algorithm:
 
     def __init__(self, ctx: StageContext) -> None:
         self.ctx = ctx
+        self._has_roles: bool | None = None
 
     def step(self, step: int) -> dict[str, float]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out metrics; the default evaluates the env greedily when there is one."""
+        """Held-out metrics; the default evaluates the env greedily when there is one: an env
+        with roles through :func:`~tinker_algos.multiagent.grpo.evaluate_stage` (against the
+        scripted opponent of :func:`~tinker_algos.multiagent.grpo.default_eval_opponent`), an
+        agent program through :func:`~tinker_algos.agent_program.evaluate_agents`, any other env
+        through :func:`~tinker_algos.rollout.evaluate`."""
+        from tinker_algos import agent_program
         from tinker_algos.rollout import evaluate
 
         factory = self.ctx.eval_env_factory or self.ctx.env_factory
         if factory is None:
             return {}
+        if agent_program.is_agent_program(self.ctx.stage.env):
+            return agent_program.evaluate_agents(self.ctx, self.ctx.algo.eval_size, derive_seed(self.ctx.job.seed, "eval"))
+        if self.env_has_roles():
+            from tinker_algos.multiagent.grpo import evaluate_stage
+
+            return evaluate_stage(self.ctx, None)
         r = self.ctx.rollout_cfg
         return evaluate(
             self.ctx.policy,
@@ -137,9 +154,27 @@ class Algorithm:
             renderer=self.ctx.renderer,
         )
 
+    def env_has_roles(self) -> bool:
+        """Whether the stage's env is multi-agent (its spec has roles; looked up once)."""
+        known: bool | None = getattr(self, "_has_roles", None)  # a subclass may skip Algorithm.__init__
+        if known is None:
+            from tinker_algos.multiagent.grpo import stage_env_spec
+
+            spec = stage_env_spec(self.ctx) if self.ctx.env_factory is not None else None
+            known = self._has_roles = bool(spec is not None and spec.roles)
+        return known
+
     def state_dict(self) -> dict[str, Any]:
         """Extra state to checkpoint (torch tensors allowed)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
+
+    def save_files(self, checkpoint_dir: Path) -> None:
+        """Write the algorithm's own checkpoint files into the run checkpoint ``checkpoint_dir``
+        while it is written (its manifest then covers them); e.g. one adapter per role."""
+
+    def load_files(self, checkpoint_dir: Path, *, with_optimizer: bool) -> None:
+        """Restore what :meth:`save_files` wrote, when the run resumes from ``checkpoint_dir`` in
+        this stage (``with_optimizer``: mid-stage; False at a stage boundary: weights only)."""

@@ -32,6 +32,11 @@ Implementation details:
    x, eval_opponent: minimax}`` (opponents are those the env offers; the keys are typed in
    :class:`tinker_core.config.MultiAgentConfig`). Held-out evaluation then plays greedily against
    ``eval_opponent`` (default: ``opponent``), alternating the policy's role.
+   ``mode: learners`` gives every role its own LoRA adapter, optimizer and loss
+   (:mod:`tinker_algos.multiagent.learners`): each adapter learns from its own role's turns only,
+   its metrics logged as ``roles/<role>/<key>``, its checkpoint under ``checkpoints/step-N/roles/<role>/``.
+   ``mode: league`` plays each task against a member of a pool of the policy's past snapshots
+   (and scripted opponents), rated by ``eval/elo`` (:mod:`tinker_algos.multiagent.league`).
 
 7. When every group's episodes got the same reward for 3 steps in a row (every advantage 0,
    ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
@@ -59,6 +64,8 @@ arguments of the estimator) and ``multi_agent``.
 from __future__ import annotations
 
 import time
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,16 +78,17 @@ from tinker_algos.multiagent import (
     MultiAgentParams,
     MultiAgentRolloutResult,
     collect_for_grpo,
-    evaluate_multi_agent,
+    evaluate_stage,
     stage_env_spec,
 )
+from tinker_algos.multiagent.league import League
+from tinker_algos.multiagent.learners import RoleLearners
 from tinker_algos.recording import phase, record_train
 from tinker_algos.rollout import RolloutResult
 from tinker_algos.rollout_ahead import RolloutsAhead
 from tinker_core.config import GRPOParams
 from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
-from tinker_core.seeding import derive_seed
 
 
 class GRPO(Algorithm):
@@ -102,12 +110,24 @@ class GRPO(Algorithm):
         self.env_spec = stage_env_spec(ctx)
         if self.env_spec is not None and self.env_spec.roles:
             # the config typed the keys; this checks them against the env (its roles, its opponents)
-            self.multi_agent = MultiAgentParams.for_env(self.params.multi_agent, self.env_spec, where=f"{ctx.where}.params.multi_agent")
+            self.multi_agent = MultiAgentParams.for_env(
+                self.params.multi_agent, self.env_spec, where=f"{ctx.where}.params.multi_agent", lora=ctx.adapter is not None
+            )
         elif self.params.multi_agent is not None:
             raise ConfigError([
                 f"{ctx.where}.params.multi_agent: the env {getattr(self.env_spec, 'id', '?')!r} is single-agent "
                 "(its spec has no roles); remove multi_agent or use a multi-agent env"
             ])
+        # mode: learners -- one adapter, optimizer and update per role (ctx.trainer's adapter stays unused)
+        self.learners = (
+            RoleLearners(ctx, self.multi_agent, "grpo", self.default_loss)
+            if self.multi_agent is not None and self.multi_agent.mode == "learners" else None
+        )
+        # mode: league -- the policy plays a pool of its past snapshots (and scripted members)
+        self.league = (
+            League(ctx, self.multi_agent, self.env_spec)
+            if self.multi_agent is not None and self.multi_agent.mode == "league" and self.env_spec is not None else None
+        )
         self.tied_hint = TiedRewardsHint(ctx.log)
         k = int(getattr(ctx.rollout_cfg, "max_staleness", 0) or 0)
         if k and self.multi_agent is not None:
@@ -116,6 +136,8 @@ class GRPO(Algorithm):
 
     # ---- one step -----------------------------------------------------------------------------
     def collect(self, step: int) -> RolloutResult | MultiAgentRolloutResult:
+        if self.league is not None:
+            return self.league.collect(step)
         if self.multi_agent is not None:
             assert self.env_spec is not None
             return collect_for_grpo(self.ctx, step, self.multi_agent, self.env_spec)
@@ -128,20 +150,12 @@ class GRPO(Algorithm):
     def evaluate(self) -> dict[str, float]:
         if self.multi_agent is None:
             return super().evaluate()
-        r = self.ctx.rollout_cfg
-        return evaluate_multi_agent(
-            self.ctx.policy,
-            self.ctx.eval_env_factory or self.env_factory,
-            self.ctx.algo.eval_size,
-            seed=derive_seed(self.ctx.job.seed, "eval"),
-            max_new_tokens=r.max_new_tokens,
-            stop=r.stop,
-            opponent_name=self.multi_agent.eval_opponent or self.multi_agent.opponent,
-            adapter=self.ctx.adapter,
-            turn_timeout_s=r.turn_timeout_s,
-            max_steps=r.max_turns,
-            renderer=self.ctx.renderer,
-        )
+        play = partial(evaluate_stage, self.ctx, self.multi_agent,
+                       adapters=self.learners.adapters if self.learners is not None else None)
+        out = play()
+        if self.league is not None:  # against every member too, and the Elo rating
+            out.update(self.league.evaluate(lambda agent: play(opponent_agent=agent), self.ctx.algo.eval_size))
+        return out
 
     def advantages(self, batch: Batch, token_rewards_B_T: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:
         out = self.estimator(AdvantageInputs.from_batch(batch, token_rewards_B_T=token_rewards_B_T), **self.params.estimator_config)
@@ -153,31 +167,63 @@ class GRPO(Algorithm):
             result = self.collect(step)
         metrics = result.metrics()
         metrics["time/rollout_s"] = time.perf_counter() - t0
-        batch = self.update.batch(result, metrics)  # None: no token generated
+        if self.learners is not None:  # each role's adapter learns from its own trajectories
+            assert isinstance(result, MultiAgentRolloutResult)
+            metrics.update(self.learners.learn(result, self.learn))
+        else:
+            metrics.update(self.learn(result, self.update))
+        if self.league is not None:
+            self.league.after_step(step)
+            metrics.update(self.league.metrics())
+        return metrics
+
+    def learn(
+        self, result: RolloutResult | MultiAgentRolloutResult, update: PolicyUpdate, hint: TiedRewardsHint | None = None
+    ) -> dict[str, float]:
+        """One policy-gradient step of ``update``'s trainer on ``result``'s trajectories; its
+        metrics. ``hint``: the tied-rewards hint to feed (default: the stage's)."""
+        metrics: dict[str, float] = {}
+        batch = update.batch(result, metrics)  # None: no token generated
         if batch is None:
             return metrics
-        self.tied_hint.observe(batch.rewards_B, batch.group_ids_B)
+        (hint or self.tied_hint).observe(batch.rewards_B, batch.group_ids_B)
         # the sampler is the behaviour policy; KL to the reference shapes the rewards (kl.mode: reward)
-        before = self.update.behaviour(batch, metrics)
+        before = update.behaviour(batch, metrics)
         adv, est_metrics = self.advantages(batch, before.token_rewards_B_T)
-        metrics.update(self.update.advantage_metrics(adv, est_metrics, before.mask_B_T))
+        metrics.update(update.advantage_metrics(adv, est_metrics, before.mask_B_T))
         record_train(result, self.ctx.policy.tokenizer, adv, before.mask_B_T)  # logging.rollouts (nothing when off)
         # the policy loss (default importance_sampling: -rho * A per token) and the KL term (kl.mode: loss);
         # zero-advantage rows (tied groups) skip the gradient pass
-        terms, passed = self.update.loss_terms(batch, adv, before.ref_logprobs_B_T)
+        terms, passed = update.loss_terms(batch, adv, before.ref_logprobs_B_T)
         metrics.update(terms)
-        self.update.after(before, passed, metrics)  # kl/sample_train from the loss's own pass
-        metrics.update(optim_metrics(self.ctx.trainer.optim_step()))
+        update.after(before, passed, metrics)  # kl/sample_train from the loss's own pass
+        metrics.update(optim_metrics(update.ctx.trainer.optim_step()))
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
         state = self.update.state_dict()
         if self.ahead is not None:
             state.update(self.ahead.state_dict())
+        if self.learners is not None:
+            state["learners"] = self.learners.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.update.load_state_dict(state)
         if self.ahead is not None:
             self.ahead.load_state_dict(state)
+        if self.learners is not None:
+            self.learners.load_state_dict(state.get("learners", {}))
+
+    def save_files(self, checkpoint_dir: Path) -> None:
+        if self.learners is not None:
+            self.learners.save(checkpoint_dir)
+        if self.league is not None:
+            self.league.save(checkpoint_dir)
+
+    def load_files(self, checkpoint_dir: Path, *, with_optimizer: bool) -> None:
+        if self.learners is not None:
+            self.learners.load(checkpoint_dir, with_optimizer=with_optimizer)
+        if self.league is not None and with_optimizer:  # mid-stage: the pool as it was
+            self.league.load(checkpoint_dir)
 

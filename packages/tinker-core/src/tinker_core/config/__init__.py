@@ -3,17 +3,19 @@
 A job is one or more *stages* (e.g. SFT then GRPO) that share a model, an environment and a
 seed. Names that plugins provide (env ids, estimators, losses, optimizers) are checked against
 the plugin registry by :func:`check_plugin_names`, which :func:`load_config` runs unless told not
-to. The package holds four modules, each with one job:
+to. The package holds five modules, each with one job:
 
 - :mod:`tinker_core.config.models`: the sections of a job config (``algorithm`` is a union chosen
   by ``algorithm.name``, each algorithm with typed ``params``) and the JSON schema;
+- :mod:`tinker_core.config.multi_agent`: ``algorithm.params.multi_agent`` of grpo (self-play, a
+  scripted opponent, or one learner per role);
 - :mod:`tinker_core.config.loading`: YAML or a mapping -> a validated :class:`JobConfig`, or a
   :class:`~tinker_core.errors.ConfigError` listing every problem by field path;
 - :mod:`tinker_core.config.overrides`: ``key.path=value`` command-line overrides, set in the raw
   mapping before validation, with a did-you-mean on an unknown key;
 - :mod:`tinker_core.config.reference`: the generated reference page (``docs/reference/config.md``).
 
-Every public name of the four is importable from ``tinker_core.config``.
+Every public name of the five is importable from ``tinker_core.config``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from tinker_core.config.models import (
     LoggingConfig,
     LoraConfig,
     ModelConfig,
-    MultiAgentConfig,
     OptimizerConfig,
     PPOAlgorithm,
     PPOParams,
@@ -62,6 +63,12 @@ from tinker_core.config.models import (
     Tracker,
     json_schema,
     models_in,
+)
+from tinker_core.config.multi_agent import (
+    MULTI_AGENT_MODES,
+    LeagueConfig,
+    MultiAgentConfig,
+    RoleLearnerConfig,
 )
 from tinker_core.config.overrides import (
     Override,
@@ -97,6 +104,9 @@ __all__ = [
     "KLConfig",
     "LoggingConfig",
     "RolloutsLogConfig",
+    "RoleLearnerConfig",
+    "LeagueConfig",
+    "MULTI_AGENT_MODES",
     "LoraConfig",
     "ModelConfig",
     "MultiAgentConfig",

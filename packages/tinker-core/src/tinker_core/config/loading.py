@@ -193,6 +193,9 @@ def check_plugin_names(config: JobConfig) -> list[str]:
         algo = "algorithm" if config.algorithm is not None else f"stages[{i}].algorithm"
         check("advantage_estimators", stage.algorithm.estimator, f"{algo}.estimator")
         check("losses", stage.algorithm.loss, f"{algo}.loss")
+        multi_agent = getattr(stage.algorithm.params, "multi_agent", None)
+        for role, learner in ((multi_agent.roles or {}) if multi_agent is not None else {}).items():
+            check("losses", learner.loss, f"{algo}.params.multi_agent.roles.{role}.loss")
         assert stage.optimizer is not None
         check("optimizers", stage.optimizer.name, where(i, "optimizer", "name"))
         if stage.env is not None and stage.env.address is None:

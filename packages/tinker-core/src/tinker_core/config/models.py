@@ -12,8 +12,9 @@ import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tinker_core.config.multi_agent import MultiAgentConfig
 from tinker_core.config.recording import RolloutsLogConfig
 
 ALGORITHMS = ("sft", "grpo", "ppo", "dpo")
@@ -148,31 +149,6 @@ class KLConfig(_Model):
 
 class SFTParams(_Model):
     """Options of sft (algorithm.params): it takes none."""
-
-
-class MultiAgentConfig(_Model):
-    """How grpo plays an env with roles, a game (algorithm.params.multi_agent)."""
-
-    mode: Literal["self_play", "opponent"] = Field(
-        "self_play",
-        description="self_play: the policy plays every role and learns from all; opponent: it plays learner_role against a scripted opponent.",
-    )
-    opponent: str = Field(
-        "random",
-        min_length=1,
-        description="The scripted opponent in 'opponent' mode: one the env offers (random; minimax on games/tictactoe-v0).",
-    )
-    learner_role: str | None = Field(None, description="The policy's role in 'opponent' mode; None = the env's first role.")
-    eval_opponent: str | None = Field(
-        None, min_length=1, description="The scripted opponent of held-out evaluation (one the env offers); None = 'opponent'."
-    )
-
-    @field_validator("learner_role")
-    @classmethod
-    def _role_needs_opponent_mode(cls, v: str | None, info: ValidationInfo) -> str | None:
-        if v is not None and info.data.get("mode") == "self_play":
-            raise ValueError("only used with mode: opponent (self-play trains every role)")
-        return v
 
 
 class GRPOParams(_Model):

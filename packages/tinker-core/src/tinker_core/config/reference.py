@@ -28,6 +28,7 @@ from tinker_core.config.models import (
     StageConfig,
     models_in,
 )
+from tinker_core.config.multi_agent import LeagueConfig, RoleLearnerConfig
 
 EXAMPLE = """name: arithmetic-grpo
 seed: 0
@@ -49,6 +50,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("algorithm.kl", KLConfig),
     ("algorithm.params (grpo)", GRPOParams),
     ("algorithm.params.multi_agent (grpo)", MultiAgentConfig),
+    ("algorithm.params.multi_agent.roles.<role> (grpo, mode: learners)", RoleLearnerConfig),
+    ("algorithm.params.multi_agent.league (grpo, mode: league)", LeagueConfig),
     ("algorithm.params (ppo)", PPOParams),
     ("algorithm.params (dpo)", DPOParams),
     ("stages[]", StageConfig),

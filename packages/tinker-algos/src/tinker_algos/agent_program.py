@@ -1,0 +1,341 @@
+"""Agent-program episodes: train the agent you already have (env id ``agent/program-v0``).
+
+An agent program is a function ``run(task, client) -> reward`` that talks to an LLM through the
+``openai`` client it is given, in whatever loop, with whatever tools and memory it likes::
+
+    env:
+      id: agent/program-v0
+      kwargs: {entry: "my_agent:run", tasks: "my_agent:TASKS", timeout_s: 60}
+
+Each step, every task (``rollout.prompts_per_step`` of them, task ``p`` being
+``tasks[seed_p % len(tasks)]``) is run by ``rollout.group_size`` episodes at once, each in its own
+thread with its own ``openai.OpenAI`` client pointed at the job's rollout proxy (tinker-serve's
+``openai`` proxy, found through the ``opentinker_register_rollout_proxies`` hook) with the
+episode's id as its API key. The proxy serves the current policy and records every call's token
+ids and logprobs; :func:`tinker_algos.agent_calls.merge_calls` turns an episode's calls into
+trajectories that train exactly like env rollouts (prompt, tool and user tokens masked, sampled
+tokens trained as sampled), as one :class:`~tinker_algos.rollout.RolloutResult`.
+
+``run`` returns the reward: a number, a bool, or a dict with a ``"reward"`` key; or anything,
+scored by ``reward: "module:fn"`` as ``fn(task, result) -> float``. An episode fails, with its
+reason counted under ``rollout/errors/<reason>`` and left out of training, when its agent raises
+(``agent_error``), runs past ``timeout_s`` (``agent_timeout``; its later calls are refused),
+returns no reward (``agent_bad_result``), made no call (``agent_no_calls``) or, with ``isolation:
+process``, ended its process (``agent_crash``, naming the exit code or signal); the job fails only
+above ``rollout.max_error_rate``. Held-out evaluation runs ``eval_size`` episodes over the eval
+tasks (``eval_kwargs.tasks``) with greedy sampling. Metrics besides the rollout's:
+``agent/calls_mean`` (calls per finished episode) and ``agent/segments_rewritten`` (segments
+started by a call that did not extend the episode's context; each segment is a row of its group).
+
+``entry``, ``tasks`` and ``reward`` are imported with the working directory (and ``path``, when
+given) on ``sys.path``. ``isolation: process`` runs each episode in a child process instead of a
+thread, so that an agent that kills its process fails its episode, not the job
+(:mod:`tinker_algos.agent_isolation`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tinker_algos.agent_calls import (
+    AGENT_PROGRAM_SPEC,
+    ProxyCall,
+    segment_trajectory,
+    split_segments,
+    transcript,
+)
+from tinker_algos.agent_isolation import ISOLATION_MODES, ProcessPlay, load_ref
+from tinker_algos.recording import phase, record_eval
+from tinker_algos.rollout import Episode, RolloutError, RolloutResult
+from tinker_core.env import TextEnv
+from tinker_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tinker_algos.models import PolicyModel
+    from tinker_algos.prompts import PromptRenderer
+    from tinker_algos.sampler import SamplingParams
+
+AGENT_ENV_ID = AGENT_PROGRAM_SPEC.id
+SPEC = AGENT_PROGRAM_SPEC
+INSTALL_HINT = "install tinker-serve with the openai client: pip install 'tinker-serve' openai (or uv sync --all-packages)"
+
+
+class AgentProgramEnv(TextEnv):
+    """The ``agent/program-v0`` env: the agent program, its tasks and limits (the module docstring).
+
+    Its episodes are played by :func:`agent_rollout`, not by ``step``: ``reset`` shows the task,
+    ``step`` refuses with a message saying so."""
+
+    def __init__(
+        self, entry: str, tasks: Sequence[Any] | str, timeout_s: float = 120.0, reward: str | None = None,
+        path: str | None = None, proxy: str = "openai", isolation: str = "thread",
+    ) -> None:
+        super().__init__()
+        self.env_spec = SPEC
+        if isolation not in ISOLATION_MODES:
+            raise ConfigError([f"env.kwargs.isolation: {isolation!r} is not one of {', '.join(ISOLATION_MODES)}; "
+                               "'process' runs each episode in a child process (an agent that kills its process "
+                               "fails its episode, not the job)"])
+        #: ``thread`` or ``process``: where each episode's ``run`` runs (:mod:`tinker_algos.agent_isolation`)
+        self.isolation = isolation
+        self.entry, self.path = entry, path
+        self.run: Callable[..., Any] = load_ref(entry, "entry", path)
+        if not callable(self.run):
+            raise ConfigError([f"env.kwargs.entry: {entry!r} is not callable; name a function run(task, client)"])
+        loaded = load_ref(tasks, "tasks", path) if isinstance(tasks, str) else tasks
+        self.tasks = list(loaded() if callable(loaded) else loaded)
+        if not self.tasks:
+            raise ConfigError(["env.kwargs.tasks: no tasks; give a non-empty list or 'module:TASKS'"])
+        if not timeout_s > 0:
+            raise ConfigError([f"env.kwargs.timeout_s: must be > 0 seconds, got {timeout_s!r}"])
+        self.timeout_s = float(timeout_s)
+        self.reward_fn = load_ref(reward, "reward", path) if reward else None
+        self.proxy = proxy
+        self._task: Any = None
+
+    def task(self, seed: int) -> Any:
+        """The task of reset seed ``seed``: ``tasks[seed % len(tasks)]``."""
+        return self.tasks[int(seed) % len(self.tasks)]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        self._task = self.task(seed if seed is not None else int(self.np_random.integers(len(self.tasks))))
+        return str(self._task), {"task": self._task}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        raise RuntimeError(f"{AGENT_ENV_ID} is played by its agent program through the rollout proxy "
+                           "(tinker_algos.agent_program.agent_rollout), not by step()")
+
+    def score(self, task: Any, result: Any) -> float:
+        """The reward of ``run``'s ``result`` (ValueError when it is none)."""
+        if self.reward_fn is not None:
+            result = self.reward_fn(task, result)
+        if isinstance(result, dict) and "reward" in result:
+            result = result["reward"]
+        if isinstance(result, bool | int | float | np.number) and np.isfinite(float(result)):
+            return float(result)
+        raise ValueError(f"the agent returned {type(result).__name__}, not a reward; return a number or "
+                         "{'reward': number}, or set env.kwargs.reward to a scoring function")
+
+
+def is_agent_program(env_cfg: Any) -> bool:
+    """Whether a stage's ``env`` section runs agent programs (``agent/program-v0``, not served)."""
+    return env_cfg is not None and getattr(env_cfg, "id", None) == AGENT_ENV_ID and not getattr(env_cfg, "address", None)
+
+
+@dataclass
+class _Play:
+    """One agent episode while it runs."""
+
+    group: int
+    task: Any
+    #: the id its client sends as the API key; it seeds the proxy's sampling of each call (with
+    #: the job's seed for the step), so it is derived from the episode's place in the rollout
+    episode_id: str
+    result: Any = None
+    #: what the agent raised (thread mode) or its text (process mode)
+    error: BaseException | str | None = None
+    finished: bool = False
+    #: the failure counted when ``error`` is set: ``agent_error``, ``agent_crash`` (its process died)
+    #: or ``agent_bad_result`` (a result a child process could not send back)
+    reason: str = "agent_error"
+
+
+def _play(program: AgentProgramEnv, play: _Play, base_url: str) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=base_url, api_key=play.episode_id, max_retries=0, timeout=program.timeout_s)
+    try:
+        play.result = program.run(play.task, client)
+    except BaseException as e:  # noqa: BLE001 - an agent's failure is its episode's, never the job's
+        play.error = e
+    finally:
+        play.finished = True
+        client.close()
+
+
+def _run_threads(program: AgentProgramEnv, plays: list[_Play], base_url: str) -> None:
+    """Play each episode in a thread of this process until the timeout (``isolation: thread``)."""
+    threads = [threading.Thread(target=_play, args=(program, p, base_url), name=f"agent-{i}", daemon=True)
+               for i, p in enumerate(plays)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + program.timeout_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _run_processes(program: AgentProgramEnv, plays: list[_Play], base_url: str) -> None:
+    """Play each episode in a child process until the timeout, then kill what still runs
+    (``isolation: process``; :class:`~tinker_algos.agent_isolation.ProcessPlay`)."""
+    with tempfile.TemporaryDirectory(prefix="agents-") as tmp:
+        children = [ProcessPlay(program.entry, program.path, p.task, p.episode_id, base_url, program.timeout_s,
+                                Path(tmp) / f"{i}.json") for i, p in enumerate(plays)]
+        deadline = time.monotonic() + program.timeout_s
+        try:
+            for child in children:
+                child.start()
+            for child in children:
+                child.wait(deadline - time.monotonic())
+        finally:
+            for child in children:
+                if child.proc is not None:
+                    child.stop()
+        for p, child in zip(plays, children, strict=True):
+            p.finished, p.result, reason, detail = child.outcome()
+            if reason is not None:
+                p.error, p.reason = detail, reason
+
+
+def proxy_starter(program: AgentProgramEnv) -> Callable[..., Any]:
+    """The ``start`` of the program's rollout proxy (hook ``opentinker_register_rollout_proxies``);
+    a ConfigError naming the install fix when it, or the openai client, is missing."""
+    from tinker_core.errors import UnknownNameError
+    from tinker_core.registry import get_rollout_proxy
+
+    try:
+        import openai  # noqa: F401 - the agents' client
+        return get_rollout_proxy(program.proxy).obj
+    except (ImportError, UnknownNameError) as e:
+        raise ConfigError([f"env: {AGENT_ENV_ID} needs the rollout proxy {program.proxy!r} and the openai client ({e}); "
+                           f"{INSTALL_HINT}"]) from e
+
+
+def _episodes(program: AgentProgramEnv, play: _Play, calls: list[ProxyCall], tokenizer: Any, top: float) -> tuple[list[Episode], str | None]:
+    """The episode's rows (one per segment), or ``([failed], reason)``."""
+    reason, detail = None, ""
+    reward = 0.0
+    if not play.finished:
+        reason = "agent_timeout"
+    elif play.error is not None:
+        reason = play.reason
+        detail = play.error if isinstance(play.error, str) else "".join(traceback.format_exception_only(play.error)).strip()
+    elif not calls:
+        reason = "agent_no_calls"
+    else:
+        try:
+            reward = program.score(play.task, play.result)
+        except Exception as e:  # noqa: BLE001 - a bad result fails the episode
+            reason, detail = "agent_bad_result", f"{type(e).__name__}: {e}"
+    if reason is not None:
+        texts = transcript(calls, tokenizer.decode)
+        return [AgentEpisode(None, 0.0, len(calls), False, reason, texts, group=play.group, calls=len(calls), detail=detail)], reason
+    out: list[Episode] = []
+    for n, seg in enumerate(split_segments(calls)):
+        traj = segment_trajectory(seg, reward, play.group, episode_id=play.episode_id, segment=n)
+        out.append(AgentEpisode(traj, reward, len(seg), reward >= top - 1e-9, None, transcript(seg, tokenizer.decode),
+                                truncated=seg[-1].finish_reason == "length", group=play.group, calls=len(calls), segment=n))
+    return out, None
+
+
+@dataclass
+class AgentEpisode(Episode):
+    """An agent episode's row: the :class:`~tinker_algos.rollout.Episode` of one segment, with the
+    number of calls, the segment's index and, for a failed episode, the error's text."""
+
+    calls: int = 0
+    segment: int = 0
+    detail: str = ""
+
+
+@dataclass
+class AgentRolloutResult(RolloutResult):
+    """The rollout of agent episodes: :class:`RolloutResult` plus the ``agent/*`` metrics."""
+
+    failures: list[str] = field(default_factory=list)
+
+    def metrics(self, prefix: str = "env") -> dict[str, float]:
+        firsts = [e for e in self.episodes if not isinstance(e, AgentEpisode) or e.segment == 0]
+        out = RolloutResult(firsts, self.errors, self.new_tokens, self.seconds).metrics(prefix)  # one row per episode
+        ok = [e for e in firsts if isinstance(e, AgentEpisode) and e.error is None]
+        out["agent/calls_mean"] = float(np.mean([e.calls for e in ok])) if ok else 0.0
+        out["agent/segments_rewritten"] = float(sum(1 for e in self.episodes if isinstance(e, AgentEpisode) and e.segment > 0))
+        return out
+
+
+def agent_rollout(
+    policy: PolicyModel, program: AgentProgramEnv, seeds: Sequence[int], params: SamplingParams, *, group_size: int = 1,
+    renderer: PromptRenderer | None = None, adapter: str | None = None, max_error_rate: float = 1.0,
+    max_context_tokens: int | None = None, tasks: Sequence[Any] | None = None,
+) -> AgentRolloutResult:
+    """Run ``group_size`` agent episodes per task seed (or per task of ``tasks``) through the
+    rollout proxy; their trajectories as a :class:`RolloutResult` (the module docstring)."""
+    from tinker_algos.prompts import PromptRenderer
+
+    t0 = time.perf_counter()
+    renderer = renderer or PromptRenderer.from_config(policy.tokenizer, "auto")
+    start = proxy_starter(program)
+    chosen = list(tasks) if tasks is not None else [program.task(s) for s in seeds]
+    plays = [_Play(g, task, f"ep-{g}-{k}") for g, task in enumerate(chosen) for k in range(group_size)]
+    with start(policy, renderer, params, adapter=adapter, max_context_tokens=max_context_tokens) as proxy, phase("agents"):
+        for p in plays:
+            proxy.open_episode(p.episode_id)
+        if program.isolation == "process":
+            _run_processes(program, plays, proxy.base_url)
+        else:
+            _run_threads(program, plays, proxy.base_url)
+        recorded = [proxy.close_episode(p.episode_id) for p in plays]  # later calls are refused (401)
+    top = float(program.env_spec.reward_range[1])
+    episodes: list[Episode] = []
+    errors: Counter[str] = Counter()
+    failures: list[str] = []
+    for p, calls in zip(plays, recorded, strict=True):
+        rows, reason = _episodes(program, p, calls, policy.tokenizer, top)
+        episodes += rows
+        if reason is not None:
+            errors[reason] += 1
+            failures.append(f"{reason}: {getattr(rows[0], 'detail', '')}".rstrip(": "))
+    new_tokens = sum(len(c.completion_ids) for calls in recorded for c in calls)
+    if sum(errors.values()) / max(len(plays), 1) > max_error_rate:
+        raise RolloutError(f"{sum(errors.values())} of {len(plays)} agent episodes failed ({dict(errors)}; first: "
+                           f"{failures[0]}), above rollout.max_error_rate={max_error_rate}; fix the agent or raise the limit")
+    return AgentRolloutResult(episodes, errors, new_tokens, time.perf_counter() - t0, failures)
+
+
+def stage_program(ctx: Any, *, evaluation: bool = False) -> AgentProgramEnv:
+    """The stage's agent program (its eval kwargs' for ``evaluation``); ``ctx`` is the stage's
+    :class:`~tinker_algos.algorithms.base.StageContext` (which calls this module)."""
+    factory = (ctx.eval_env_factory or ctx.env_factory) if evaluation else ctx.require_env()
+    program = factory()
+    if not isinstance(program, AgentProgramEnv):
+        raise ConfigError([f"env: {AGENT_ENV_ID} built a {type(program).__name__}, not an AgentProgramEnv"])
+    return program
+
+
+def stage_agent_rollout(ctx: Any, step: int, policy: PolicyModel | None = None) -> AgentRolloutResult:
+    """A training step's agent episodes (:meth:`StageContext.group_rollout` for ``agent/program-v0``)."""
+    r = ctx.rollout_cfg
+    return agent_rollout(
+        policy or ctx.policy, stage_program(ctx), ctx.task_seeds(step), replace(ctx.sampling_params(step), stop=()),
+        group_size=r.group_size, renderer=ctx.renderer, adapter=ctx.adapter, max_error_rate=r.max_error_rate,
+    )
+
+
+def evaluate_agents(ctx: Any, num_episodes: int, seed: int) -> dict[str, float]:
+    """Greedy held-out evaluation: ``num_episodes`` episodes over the eval tasks, in order."""
+    from tinker_algos.sampler import SamplingParams
+
+    program = stage_program(ctx, evaluation=True)
+    params = SamplingParams(max_new_tokens=ctx.rollout_cfg.max_new_tokens, temperature=0.0, seed=seed)
+    tasks = [program.tasks[i % len(program.tasks)] for i in range(num_episodes)]
+    result = agent_rollout(ctx.policy, program, [], params, renderer=ctx.renderer, adapter=ctx.adapter, tasks=tasks)
+    record_eval(result, ctx.policy.tokenizer)
+    m = result.metrics(prefix="eval")
+    return {"eval/accuracy": m["eval/success_rate"], "eval/reward_mean": m["eval/reward_mean"],
+            "eval/turns_mean": m["eval/turns_mean"], "eval/error_rate": m["rollout/error_rate"]}
+
+
+__all__ = [
+    "AGENT_ENV_ID", "AgentEpisode", "AgentProgramEnv", "AgentRolloutResult", "agent_rollout", "evaluate_agents",
+    "is_agent_program", "proxy_starter", "stage_agent_rollout",
+]

@@ -1,0 +1,300 @@
+"""The rollout proxy: a job's policy behind OpenAI's API, recording every call's tokens.
+
+An agent program (a plain script with the ``openai`` client, an agent framework) becomes a job's
+policy by pointing its ``base_url`` at this proxy (``agent/program-v0`` jobs:
+:mod:`tinker_algos.agent_program`). Routes: ``POST /v1/chat/completions`` (``tools`` and
+``tool_calls`` as in :mod:`.chat_tools`; ``stream: true`` answers server-sent events),
+``POST /v1/completions`` (one prompt: text or token ids; streamed too), ``GET /v1/models`` and ``GET /health``.
+
+**Which episode.** Every call names the episode it belongs to, in the first of: the header
+``X-OpenTinker-Episode``, the API key (``Authorization: Bearer <episode id>``; what
+``openai.OpenAI(api_key=...)`` sends), the body's ``user`` field. An id that names no open
+episode is refused with a 401 (a late call of a timed-out agent never lands in another episode).
+
+**What is recorded** (:class:`tinker_algos.agent_calls.ProxyCall`): the prompt's token ids as
+rendered, the sampled ids, their logprobs under the distribution they were drawn from and the
+finish reason. Training uses these ids; nothing is decoded and encoded again.
+
+**Token-exact turns.** When a chat request repeats the episode's previous request's messages,
+then the proxy's own reply (content and tool calls), then new messages (tool results, a user
+turn), its prompt is the previous prompt + the sampled tokens + the chat template's delta for the
+new messages (:meth:`tinker_algos.prompts.PromptRenderer.next`, as env rollouts render turns), so
+the trajectory holds exactly the tokens the policy sampled. Any other request is rendered afresh
+from its messages; if that does not extend the previous context, the episode gets a new segment
+(:func:`tinker_algos.agent_calls.merge_calls`).
+
+**Sampling.** The job decides how the policy samples: temperature, top-p and top-k come from the
+job (the request's are ignored, so the recorded logprobs are the behaviour policy the loss
+expects); a call samples at most the job's ``rollout.max_new_tokens`` (fewer when the request's
+``max_tokens`` asks); stop strings are the request's. ``n`` must be 1. The ``model`` name is not
+checked. A streamed answer arrives when its sample is complete (one content, tool-call or text
+delta), since the tokens are recorded first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from starlette.concurrency import run_in_threadpool
+
+from tinker_algos.agent_calls import EpisodeLog, ProxyCall, UnknownEpisode
+from tinker_algos.models import PolicyModel
+from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
+from tinker_algos.sampler import SamplingParams
+from tinker_core.http_limits import BodyGuard, HttpLimits, serve_in_thread, uvicorn_config
+from tinker_core.seeding import derive_seed
+from tinker_serve.app import (
+    MAX_REQUEST_BYTES,
+    _completion_prompts,
+    _failed,
+    _generate,
+    _install_error_handlers,
+    _refused,
+    _sse,
+)
+from tinker_serve.chat_tools import request_messages, tool_message_fields
+from tinker_serve.engine import Engine
+from tinker_serve.protocol import (
+    APIError,
+    ChatMessage,
+    ChatRequest,
+    CompletionRequest,
+    bad_request,
+    finish_reason,
+    usage,
+)
+
+EPISODE_HEADER = "x-opentinker-episode"
+"""The header that names a call's episode (before the API key and the ``user`` field)."""
+MODEL_NAME = "policy"
+
+
+@dataclass
+class _Served:
+    """What :mod:`.app`'s request helpers read of a served model: the policy, its engine and
+    context length (``max_prompt_chars``: no character bound before tokenizing)."""
+
+    policy: PolicyModel
+    engine: Engine
+    max_positions: int | None
+    max_prompt_chars: int | None = None
+
+
+@dataclass
+class _LastChat:
+    """An episode's previous chat call: what the next one must repeat to extend it exactly."""
+
+    messages: list[dict[str, Any]]
+    tools: tuple[dict[str, Any], ...]
+    conv: Conversation
+    context: list[int]  # prompt + completion ids
+    completion: list[int]
+    text: str
+    reply: dict[str, Any] = field(default_factory=dict)  # the proxy's answer as the next request repeats it
+
+
+class RolloutProxy:
+    """The proxy over ``policy`` (see the module docstring). ``params`` are the job's sampling
+    parameters (``seed`` seeds each call with the episode and the call's index);
+    :meth:`running` serves it on a free local port (:attr:`base_url`)."""
+
+    def __init__(
+        self, policy: PolicyModel, renderer: PromptRenderer, params: SamplingParams, *, adapter: str | None = None,
+        max_context_tokens: int | None = None, max_batch: int = 64,
+    ) -> None:
+        self.renderer, self.params, self.adapter = renderer, params, adapter
+        engine = Engine(policy, max_batch=max_batch, extra_eos_ids=renderer.extra_eos_ids)
+        limit = max_context_tokens or engine.max_positions
+        self.served = _Served(policy, engine, limit)
+        self.log = EpisodeLog()
+        self._last: dict[str, _LastChat] = {}
+        self.base_url = ""
+        self.app = self._app()
+
+    # ---- episodes ------------------------------------------------------------------------------
+    def open_episode(self, episode_id: str) -> None:
+        """Accept calls naming ``episode_id``."""
+        self.log.open(episode_id)
+
+    def close_episode(self, episode_id: str) -> list[ProxyCall]:
+        """Refuse further calls naming ``episode_id``; its recorded calls, in order."""
+        self._last.pop(episode_id, None)
+        return self.log.close(episode_id)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[RolloutProxy]:
+        """Serve on ``127.0.0.1`` (a free port) with the engine running, until the block ends."""
+        import uvicorn
+
+        limits = HttpLimits(MAX_REQUEST_BYTES)
+        server = uvicorn.Server(uvicorn_config(self.app, limits, host="127.0.0.1", port=0, log_level="warning"))
+        self.served.engine.start()
+        try:
+            with serve_in_thread(server, "opentinker-rollout-proxy", "the rollout proxy") as port:
+                self.base_url = f"http://127.0.0.1:{port}/v1"
+                yield self
+        finally:
+            self.served.engine.stop()
+
+    # ---- requests ------------------------------------------------------------------------------
+    def _episode(self, http: Request, user: str | None) -> str:
+        bearer = http.headers.get("authorization", "")
+        token = bearer.partition(" ")[2].strip() if bearer.lower().startswith("bearer ") else ""
+        for candidate in (http.headers.get(EPISODE_HEADER), token, user):
+            if candidate and self.log.is_open(candidate):
+                return candidate
+        raise APIError(
+            401, "this call names no open episode: send the episode id as the API key, the "
+            f"'{EPISODE_HEADER}' header or the 'user' field (an episode closes when its agent returns or times out)",
+            code="invalid_api_key",
+        )
+
+    def _call_params(self, asked: int | None, stop: list[str], episode: str, prompt_len: int) -> SamplingParams:
+        cap = self.params.max_new_tokens
+        room = (self.served.max_positions or prompt_len + cap) - prompt_len
+        if room < 1:
+            raise bad_request(f"the prompt has {prompt_len} tokens, the whole context the job allows", "messages", "context_length_exceeded")
+        n_calls = len(self.log.calls(episode))
+        seed = None if self.params.seed is None else derive_seed(self.params.seed, episode, n_calls)
+        return dataclasses.replace(
+            self.params, max_new_tokens=max(1, min(asked or cap, cap, room)), stop=tuple(stop), n=1, seed=seed,
+            eos_token_ids=(*self.params.eos_token_ids, *self.renderer.extra_eos_ids),
+        )
+
+    async def _sample(self, ids: list[int], params: SamplingParams, http: Request) -> tuple[list[int], list[float], str, str]:
+        """``(ids, logprobs, text, engine finish reason)`` of one sample of ``ids``."""
+        tokens: list[int] = []
+        logprobs: list[float] = []
+        text, reason = "", "stop"
+        async for _, ev in _generate(self.served, [ids], params, self.adapter, 0, False, http):  # type: ignore[arg-type]
+            if ev.finish_reason == "error":
+                raise _failed(ev)
+            text += ev.text
+            for t in ev.tokens:
+                tokens.append(t.id)
+                logprobs.append(t.logprob if t.sampled_logprob is None else t.sampled_logprob)
+            reason = ev.finish_reason or reason
+        return tokens, logprobs, text, reason
+
+    def _chat_prompt(self, episode: str, messages: list[dict[str, Any]], tools: tuple[dict[str, Any], ...]) -> tuple[list[int], Conversation]:
+        """The prompt ids: the previous call's context + the template's delta when the request
+        extends it (the module docstring), else the messages rendered afresh."""
+        last = self._last.get(episode)
+        n = len(last.messages) if last else 0
+        if last and tools == last.tools and messages[:n] == last.messages and len(messages) > n + 1 and messages[n] == last.reply:
+            conv = Conversation(list(last.conv.messages), last.conv.tools)
+            with contextlib.suppress(TemplateError, ValueError, TypeError):
+                delta = self.renderer.next(conv, last.completion, last.text, messages[n + 1 :])
+                return [*last.context, *delta], conv
+        return self.renderer.start(messages, "", tools)
+
+    async def chat(self, body: ChatRequest, http: Request) -> Any:
+        episode = self._episode(http, getattr(body, "user", None) or (body.model_extra or {}).get("user"))
+        if body.n != 1:
+            raise bad_request("the rollout proxy samples one answer per call; set n to 1", "n")
+        body.refuse_unsupported(("functions", "function_call", "response_format", "suffix"))
+        messages, tools = request_messages(body)
+        ids, conv = await run_in_threadpool(self._chat_prompt, episode, messages, tools)
+        params = self._call_params(body.max_completion_tokens or body.max_tokens, body.stop_list(), episode, len(ids))
+        tokens, logprobs, text, raw_reason = await self._sample(ids, params, http)
+        fields, called = tool_message_fields(text, tools)
+        reason = "tool_calls" if called else (finish_reason(raw_reason) or "stop")
+        self._record(episode, ProxyCall(tuple(ids), tuple(tokens), tuple(logprobs), reason, text, "chat"))
+        reply = request_messages(ChatRequest(model=MODEL_NAME, messages=[ChatMessage(role="assistant", **fields)]))[0][0]
+        self._last[episode] = _LastChat([*messages], tools, conv, [*ids, *tokens], tokens, text, reply)
+        rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if body.stream:
+            return _sse(_chat_chunks(rid, created, fields, reason, usage(len(ids), len(tokens)), body))
+        return {"id": rid, "object": "chat.completion", "created": created, "model": MODEL_NAME,
+                "choices": [{"index": 0, "message": {"role": "assistant", **fields}, "finish_reason": reason, "logprobs": None}],
+                "usage": usage(len(ids), len(tokens))}
+
+    async def completion(self, body: CompletionRequest, http: Request) -> Any:
+        episode = self._episode(http, (body.model_extra or {}).get("user"))
+        body.refuse_unsupported(("suffix", "best_of"))
+        if body.n != 1 or body.echo:
+            which = "n" if body.n != 1 else "echo"
+            raise bad_request(f"the rollout proxy's completions take one prompt, n=1 and no echo; drop '{which}'", which)
+        prompts = await run_in_threadpool(_completion_prompts, self.served, body.prompt)  # type: ignore[arg-type]
+        if len(prompts) != 1:
+            raise bad_request("the rollout proxy takes one prompt per call", "prompt")
+        ids = prompts[0]
+        params = self._call_params(body.max_tokens, body.stop_list(), episode, len(ids))
+        tokens, logprobs, text, raw_reason = await self._sample(ids, params, http)
+        reason = finish_reason(raw_reason) or "stop"
+        self._record(episode, ProxyCall(tuple(ids), tuple(tokens), tuple(logprobs), reason, text, "completion"))
+        out = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()), "model": MODEL_NAME,
+               "choices": [{"index": 0, "text": text, "finish_reason": reason, "logprobs": None}],
+               "usage": usage(len(ids), len(tokens))}
+        if not body.stream:
+            return out
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+
+        async def chunks() -> AsyncIterator[dict[str, Any]]:
+            yield {**out, "usage": None}
+            if include_usage:
+                yield {**out, "choices": [], "usage": out["usage"]}
+
+        return _sse(chunks())
+
+    def _record(self, episode: str, call: ProxyCall) -> None:
+        try:
+            self.log.add(episode, call)
+        except UnknownEpisode:  # closed while sampling (its agent timed out): the answer is not recorded
+            raise APIError(401, f"episode {episode!r} closed while this call ran", code="invalid_api_key") from None
+
+    def _app(self) -> FastAPI:
+        app = FastAPI(title="opentinker rollout proxy", docs_url=None, redoc_url=None, openapi_url=None)
+        app.add_middleware(BodyGuard, limits=HttpLimits(MAX_REQUEST_BYTES), respond=_refused, what="the rollout proxy's limit")
+        v1 = APIRouter(prefix="/v1")
+        v1.add_api_route("/chat/completions", self.chat, methods=["POST"], response_model=None)
+        v1.add_api_route("/completions", self.completion, methods=["POST"], response_model=None)
+
+        @v1.get("/models")
+        async def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "opentinker"}]}
+
+        app.include_router(v1)
+
+        @app.get("/health")
+        async def health() -> dict[str, Any]:
+            return {"status": "ok", "rows": self.served.engine.active_rows, "waiting": self.served.engine.waiting}
+
+        _install_error_handlers(app)
+        return app
+
+
+async def _chat_chunks(
+    rid: str, created: int, fields: dict[str, Any], reason: str, used: dict[str, int], body: ChatRequest
+) -> AsyncIterator[dict[str, Any]]:
+    """A finished chat answer as OpenAI's stream: the role, the content or tool calls, the finish."""
+
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        return {"id": rid, "object": "chat.completion.chunk", "created": created, "model": MODEL_NAME, "choices": choices, **extra}
+
+    yield chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}])
+    delta = {k: v for k, v in fields.items() if v}
+    if "tool_calls" in delta:
+        delta["tool_calls"] = [{"index": j, **c} for j, c in enumerate(delta["tool_calls"])]
+    yield chunk([{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}])
+    if body.stream_options and body.stream_options.include_usage:
+        yield chunk([], usage=used)
+
+
+def start_rollout_proxy(
+    policy: PolicyModel, renderer: PromptRenderer, params: SamplingParams, *, adapter: str | None = None,
+    max_context_tokens: int | None = None,
+) -> contextlib.AbstractContextManager[RolloutProxy]:
+    """The ``openai`` rollout proxy (hook ``opentinker_register_rollout_proxies``): a
+    :class:`RolloutProxy` served while the returned context manager is open."""
+    return RolloutProxy(policy, renderer, params, adapter=adapter, max_context_tokens=max_context_tokens).running()
+
+
+__all__ = ["EPISODE_HEADER", "RolloutProxy", "start_rollout_proxy"]
