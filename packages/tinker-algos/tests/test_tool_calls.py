@@ -171,14 +171,14 @@ def test_a_multi_turn_tool_episode_trains_on_the_sampled_tokens_and_answers_pars
     assert call.stop_reason == "length" and last.tool_calls == ()
 
     # ... and answered both with tool messages, which the template renders as `tool` turns
-    error_reply, value_reply = (obs for obs, _ in ep.transcript[1:])  # (transcripts render replies alone)
-    assert f"{IM_START}tool\nerror: the call is not valid JSON" in error_reply
-    assert f"{IM_START}tool\n{answer}{IM_END}\n" in value_reply
+    error_reply, value_reply = (obs for obs, _ in ep.transcript[1:])  # (transcripts: role: content lines)
+    assert error_reply.startswith("tool: error: the call is not valid JSON")
+    assert value_reply == f"tool: {answer}"
     check_tokens_in_equal_tokens_out(ep, script)
 
     # the whole episode is the templated conversation: system prompt with the tools, tool turns
     system = {"role": "system", "content": tools_system_prompt([CALCULATOR_TOOL])}
-    first_error = error_reply.split(f"{IM_START}tool\n")[1].split(IM_END)[0]
+    first_error = error_reply.removeprefix("tool: ")
     messages = [system, *obs0, {"role": "assistant", "content": BAD_CALL}, {"role": "tool", "content": first_error},
                 {"role": "assistant", "content": good}, {"role": "tool", "content": answer},
                 {"role": "assistant", "content": final}]
@@ -224,12 +224,15 @@ def test_a_template_without_a_tool_role_gets_tool_results_as_a_user_turn(tok, mo
     delta = renderer.next(conv, sampled, tok.decode(sampled), reply)
     assert tok.decode(delta) == (f"{IM_END}\n{IM_START}user\n<tool_response>\n5\n</tool_response>\n"
                                  f"<tool_response>\nerror: x\n</tool_response>{IM_END}\n{IM_START}assistant\n")
-    # a whole episode through the rollout: the transcript renders the replies the same way
+    # a whole episode through the rollout: its tokens render the replies the same way (the
+    # transcript keeps the env's message, role: content)
     _, info = CalculatorEnv(tool_format="native", num_terms=2, digits=2).reset(seed=7)
     eot = tok.convert_tokens_to_ids(IM_END)
     call, final = format_tool_call("calculator", {"expression": info["expression"]}), f"<answer>{info['answer']}</answer>"
     turns = [(tok.encode(t, add_special_tokens=False) + [eot], "eos", t) for t in (call, final)]
     ep, script, _ = run_episode(tok, monkeypatch, renderer, turns)
     assert ep.error is None and ep.reward == 1.0
-    assert ep.transcript[1][0] == f"{IM_START}user\n<tool_response>\n{info['answer']}\n</tool_response>{IM_END}\n{IM_START}assistant\n"
+    assert ep.transcript[1][0] == f"tool: {info['answer']}"
+    reply = f"{IM_START}user\n<tool_response>\n{info['answer']}\n</tool_response>{IM_END}\n{IM_START}assistant\n"
+    assert reply in tok.decode(ep.trajectory.tokens_T.tolist())
     check_tokens_in_equal_tokens_out(ep, script)

@@ -310,7 +310,8 @@ class PromptRenderer:
         return () if self.end_of_turn_id is None else (self.end_of_turn_id,)
 
     def text_of(self, observation: Observation) -> str:
-        """A readable text of an observation (for transcripts): text as is, messages rendered."""
+        """An observation as plain text for a model without chat turns: text as is, messages rendered
+        with the template."""
         if isinstance(observation, str):
             return observation
         return render_messages(self.tokenizer, self.template, self._messages(as_messages(observation)), True)

@@ -33,7 +33,7 @@ import numpy as np
 
 from tinker_algos.models import PolicyModel
 from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
-from tinker_algos.recording import phase, record_eval
+from tinker_algos.recording import observation_text, phase, record_eval
 from tinker_algos.sampler import TURN_END_OF, SampledSequence, SamplingParams, sample
 from tinker_core.contracts import (
     Action,
@@ -149,7 +149,7 @@ class PolicyTurns:
         """The ids of ``observation``: the first one as the prompt (with the system prompt; text
         prompts looked up in and added to ``first_prompts``), later ones as the template delta
         after the last sample."""
-        self.observation_text = self.renderer.text_of(observation)
+        self.observation_text = observation_text(observation)  # chat messages as role: content lines
         if self.last is not None:
             return self.renderer.next(self.conv, self.last.tokens, self.last.text, observation)
         if first_prompts is None or not isinstance(observation, str):

@@ -23,6 +23,11 @@ Rules for an action, checked in this order:
 Each action is one turn; after ``max_turns`` turns without a final answer the episode is
 truncated with reward 0. A final answer scores 1 when right, ``format_reward`` when wrong.
 
+Demonstrations: ``info["target"]`` is the ideal next action -- on reset one calculator call on
+the whole expression (``<calc>...</calc>``, or the ``<tool_call>`` below), after any turn that
+did not end the episode ``<answer>value</answer>`` -- so an ``sft`` stage on this env replays
+two-turn worked tool calls (:mod:`tinker_algos.algorithms.sft`).
+
 Native tool calls (``tool_format="native"``): the env declares the tool :data:`CALCULATOR_TOOL`
 in its spec (``EnvSpec.tools``), so the renderer shows it to the policy through the chat
 template (or the system prompt, in the default ``<tool_call>`` format), and observations are
@@ -48,6 +53,7 @@ from dataclasses import replace
 from typing import Any
 
 from tinker_core import EnvSpec, Observation, TextEnv, tool_calls_of, tool_message
+from tinker_core.tools import format_tool_call
 from tinker_env_math.arithmetic import ArithmeticConfig, _operand
 from tinker_env_math.expressions import CalcError, CalcLimits, calculate
 from tinker_env_math.parsing import normalize_number, parse_answer, tag_contents
@@ -213,7 +219,7 @@ class CalculatorEnv(TextEnv):
         self.turn = 0
         self.tool_calls = 0
         self._done = False
-        info = {"expression": self.expression, "answer": self.answer}
+        info = {"expression": self.expression, "answer": self.answer, "target": self._call_target()}
         if self.native:
             return [{"role": "user", "content": f"What is {self.expression}?\n{NATIVE_INSTRUCTIONS}"}], info
         return f"What is {self.expression}?\n{INSTRUCTIONS}", info
@@ -225,14 +231,23 @@ class CalculatorEnv(TextEnv):
         reward = 1.0 if correct else (self.format_reward if parsed is not None else 0.0)
         return ([] if self.native else ""), reward, True, False, self._info("final", parsed=parsed, correct=correct)
 
+    def _call_target(self) -> str:
+        """The ideal first action: one calculator call on the whole expression."""
+        if self.native:
+            return format_tool_call(CALCULATOR_TOOL["function"]["name"], {"expression": self.expression})
+        return f"<calc>{self.expression}</calc>"
+
     def _info(self, event: str, **extra: Any) -> dict[str, Any]:
-        return {
+        info = {
             "event": event,
             "turn": self.turn,
             "tool_calls": self.tool_calls,
             "answer": self.answer,
             **extra,
         }
+        if event != "final":  # the ideal next action: answer (the calculator has been asked)
+            info["target"] = f"<answer>{self.answer}</answer>"
+        return info
 
     def _calc(self, expression: str) -> tuple[str, str]:
         """``(value, "calc")`` or ``(reason, "error")``."""
