@@ -52,8 +52,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tinker_core import EnvSpec, Observation, TextEnv, tool_calls_of, tool_message
-from tinker_core.tools import format_tool_call
+from tinker_core import EnvSpec, Observation, TextEnv, format_tool_call, tool_calls_of, tool_message
 from tinker_env_math.arithmetic import ArithmeticConfig, _operand
 from tinker_env_math.expressions import CalcError, CalcLimits, calculate
 from tinker_env_math.parsing import normalize_number, parse_answer, tag_contents
