@@ -63,7 +63,8 @@ def test_two_learner_roles_train_from_the_job_config(tiny_dir: Path, tmp_path: P
     and checkpoints one adapter per role that eval/export read like any checkpoint."""
     from peft import PeftConfig
 
-    cfg = learners_config(tiny_dir, roles={"x": {"lr": 1e-2}, "o": {"loss": "ppo", "loss_config": {"eps_low": 0.2}}})
+    roles = {"x": {"lr": 1e-2, "optimizer": "sgd", "optimizer_params": {"momentum": 0.9}}, "o": {"loss": "ppo", "loss_config": {"eps_low": 0.2}}}
+    cfg = learners_config(tiny_dir, roles=roles)
     result = train(cfg, run_dir=tmp_path / "run")
     assert result.status == "completed" and result.step == 2
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -89,6 +90,11 @@ def test_two_learner_roles_train_from_the_job_config(tiny_dir: Path, tmp_path: P
     ckpt = tmp_path / "run" / "checkpoints" / "step-000002"
     for role in ROLES:
         assert PeftConfig.from_pretrained(str(ckpt / "roles" / role / "adapter")).r == 4
+    # x's own optimizer is SGD with momentum, o keeps the stage's AdamW
+    states = {role: torch.load(ckpt / "roles" / role / "trainer_state.pt", weights_only=False)["optimizer"] for role in ROLES}
+    x_state, o_state = (next(iter(states[r]["state"].values())) for r in ("x", "o"))
+    assert "momentum_buffer" in x_state and "exp_avg" not in x_state and "exp_avg" in o_state
+    assert states["x"]["param_groups"][0]["momentum"] == 0.9
     from tinker_algos.evaluation import find_source
     from tinker_algos.export import export
 
@@ -190,3 +196,17 @@ def test_learners_mode_on_an_env_without_roles_is_refused(tiny_dir: Path, tmp_pa
     cfg["env"] = {"id": "echo/echo-v0"}
     with pytest.raises(ConfigError, match=r"params.multi_agent: the env 'echo/echo-v0' is single-agent .*remove multi_agent"):
         train(cfg, run_dir=tmp_path / "run")
+
+
+def test_a_roles_own_optimizer_starts_from_its_own_settings() -> None:
+    from tinker_algos.multiagent.learners import role_trainer_config
+    from tinker_algos.trainer_config import TrainerConfig
+    from tinker_core.config import RoleLearnerConfig
+
+    stage = TrainerConfig(optimizer="adamw", lr=1e-3, optimizer_config={"betas": [0.9, 0.95]})
+    same = role_trainer_config(stage, RoleLearnerConfig(lr=2e-3))
+    assert (same.optimizer, same.lr, same.optimizer_config) == ("adamw", 2e-3, {"betas": [0.9, 0.95]})
+    other = role_trainer_config(stage, RoleLearnerConfig(optimizer="sgd"))
+    assert (other.optimizer, other.lr, other.optimizer_config) == ("sgd", 1e-3, {})  # AdamW's betas mean nothing to SGD
+    own = role_trainer_config(stage, RoleLearnerConfig(optimizer="sgd", optimizer_params={"momentum": 0.5}))
+    assert own.optimizer_config == {"momentum": 0.5} and stage.optimizer_config == {"betas": [0.9, 0.95]}

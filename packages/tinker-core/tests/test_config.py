@@ -140,13 +140,22 @@ def test_algorithm_params_are_typed_per_algorithm_with_their_defaults():
     grpo = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "opponent"}}}}, check_plugins=False)
     assert grpo.algorithm.params.multi_agent.opponent == "random" and grpo.algorithm.params.estimator_config == {}
     assert parse_config({**env, "algorithm": {"name": "grpo"}}, check_plugins=False).algorithm.params.multi_agent is None
-    roles = {"x": {"lr": 1e-3}, "o": {"loss": "ppo", "loss_config": {"eps_low": 0.1}}}
+    roles = {"x": {"lr": 1e-3, "optimizer": "sgd", "optimizer_params": {"momentum": 0.9}}, "o": {"loss": "ppo", "loss_config": {"eps_low": 0.1}}}
     learners = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "learners", "roles": roles}}}}, check_plugins=False)
     got = learners.algorithm.params.multi_agent.roles
     assert got["x"].lr == 1e-3 and got["x"].loss is None and got["o"].loss == "ppo" and got["o"].loss_config == {"eps_low": 0.1}
+    assert got["x"].optimizer == "sgd" and got["x"].optimizer_params == {"momentum": 0.9} and got["o"].optimizer is None
     league = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "league", "league": {"scripted": ["random"]}}}}},
                           check_plugins=False).algorithm.params.multi_agent.league
     assert (league.pool_size, league.snapshot_every, league.sample, league.scripted) == (4, 10, "recency", ["random"])
+
+
+def test_a_learner_roles_unknown_optimizer_is_named_with_its_path():
+    data = {"env": {"id": "echo/echo-v0"},
+            "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "learners", "roles": {"x": {"optimizer": "adamm"}}}}}}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    assert any(p.startswith("algorithm.params.multi_agent.roles.x.optimizer: ") and "adamw" in p for p in info.value.problems), info.value.problems
 
 
 def test_a_learner_roles_unknown_loss_is_named_with_its_path():

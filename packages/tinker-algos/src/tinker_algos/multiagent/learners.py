@@ -3,7 +3,8 @@
 Every role of the env is played by its own adapter on the stage's policy (the shared base model),
 named :func:`~tinker_algos.multiagent.params.role_adapter` (``<job adapter>-<role>``), created with
 the job's ``lora`` settings. Each role has its own :class:`~tinker_algos.trainer.Trainer` (its own
-optimizer and LR schedule; ``roles.<role>.lr`` replaces ``optimizer.lr``) and its own
+optimizer and LR schedule; ``roles.<role>.optimizer``, ``.optimizer_params`` and ``.lr`` replace
+the stage's) and its own
 :class:`~tinker_algos.algorithms.update.PolicyUpdate` (``roles.<role>.loss`` and ``loss_config``
 replace the stage's). A step's episodes are played by all the adapters together; then each role
 learns from :meth:`MultiAgentRolloutResult.for_role` -- its own trajectories only -- with its own
@@ -30,6 +31,8 @@ from tinker_algos.checkpoint import load_state, save_state
 from tinker_algos.multiagent.params import MultiAgentParams, role_adapter
 from tinker_algos.multiagent.results import MultiAgentRolloutResult
 from tinker_algos.trainer import Trainer
+from tinker_algos.trainer_config import TrainerConfig
+from tinker_core.config import RoleLearnerConfig
 from tinker_core.errors import ConfigError
 from tinker_core.seeding import derive_seed
 
@@ -71,7 +74,7 @@ class RoleLearners:
         self.by_role: dict[str, RoleLearner] = {}
         for role, own in settings.roles.items():
             adapter = role_adapter(ctx.adapter, role)
-            config = dataclasses.replace(ctx.trainer.config, lr=own.lr if own.lr is not None else ctx.trainer.config.lr)
+            config = role_trainer_config(ctx.trainer.config, own)
             trainer = Trainer(ctx.policy, config, adapter=adapter, lora=lora, adapter_seed=derive_seed(ctx.job.seed, "role", role))
             algo = ctx.algo.model_copy(update={
                 "loss": own.loss if own.loss is not None else ctx.algo.loss,
@@ -134,3 +137,16 @@ class RoleLearners:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for r, lr in self.by_role.items():
             lr.update.load_state_dict(state.get(r, {}))
+
+
+def role_trainer_config(stage: TrainerConfig, own: RoleLearnerConfig) -> TrainerConfig:
+    """The stage's trainer config with a role's own optimizer, its settings and lr: a role that
+    names another optimizer starts from no settings (``betas`` mean nothing to ``sgd``)."""
+    optimizer = own.optimizer if own.optimizer is not None else stage.optimizer
+    if own.optimizer_params is not None:
+        settings = dict(own.optimizer_params)
+    else:
+        settings = dict(stage.optimizer_config) if optimizer == stage.optimizer else {}
+    return dataclasses.replace(
+        stage, optimizer=optimizer, optimizer_config=settings, lr=own.lr if own.lr is not None else stage.lr
+    )

@@ -196,6 +196,7 @@ def check_plugin_names(config: JobConfig) -> list[str]:
         multi_agent = getattr(stage.algorithm.params, "multi_agent", None)
         for role, learner in ((multi_agent.roles or {}) if multi_agent is not None else {}).items():
             check("losses", learner.loss, f"{algo}.params.multi_agent.roles.{role}.loss")
+            check("optimizers", learner.optimizer, f"{algo}.params.multi_agent.roles.{role}.optimizer")
         assert stage.optimizer is not None
         check("optimizers", stage.optimizer.name, where(i, "optimizer", "name"))
         if stage.env is not None and stage.env.address is None:

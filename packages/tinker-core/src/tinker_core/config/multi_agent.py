@@ -3,7 +3,8 @@
 Four modes: ``self_play`` (one policy plays every role and learns from all of them),
 ``opponent`` (the policy plays ``learner_role`` against a scripted opponent the env offers),
 ``learners`` (each role its own LoRA adapter on the shared base, with its own optimizer and,
-optionally, its own ``lr``, ``loss`` and ``loss_config`` under ``roles``; each adapter learns from
+optionally, its own ``optimizer`` (and ``optimizer_params``), ``lr``, ``loss`` and ``loss_config``
+under ``roles``; each adapter learns from
 its own role's turns only) and ``league`` (the policy plays a pool of its own past snapshots and,
 optionally, scripted opponents; settings under ``league``). What only the env can tell (its roles, its opponents) is checked when
 the stage starts, by ``tinker_algos.multiagent.MultiAgentParams.for_env``.
@@ -11,7 +12,7 @@ the stage starts, by ``tinker_algos.multiagent.MultiAgentParams.for_env``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
@@ -29,6 +30,16 @@ class RoleLearnerConfig(_Model):
     """One role's learner in ``mode: learners`` (algorithm.params.multi_agent.roles.<role>); every
     field left out takes the stage's setting."""
 
+    optimizer: str | None = Field(
+        None, min_length=1, description="This role's optimizer by registered name (adamw, sgd, lion, or a plugin's); None = optimizer.name."
+    )
+    optimizer_params: dict[str, Any] | None = Field(
+        None,
+        description=(
+            "This role's extra optimizer arguments (e.g. {momentum: 0.9} for sgd); None = optimizer.params when the role "
+            "keeps the stage's optimizer, {} when it names another."
+        ),
+    )
     lr: float | None = Field(None, gt=0.0, description="This role's learning rate; None = optimizer.lr.")
     loss: str | None = Field(
         None, min_length=1, description="This role's policy loss by registered name; None = algorithm.loss (or grpo's default)."
@@ -82,7 +93,7 @@ class MultiAgentConfig(_Model):
     roles: dict[str, RoleLearnerConfig] | None = Field(
         None,
         description=(
-            "'learners' mode: the env's roles, each with its own optional lr, loss and loss_config ({} takes the "
+            "'learners' mode: the env's roles, each with its own optional optimizer, lr, loss and loss_config ({} takes the "
             "stage's); None = every role of the env with the stage's settings."
         ),
     )
