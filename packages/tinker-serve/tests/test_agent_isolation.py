@@ -83,8 +83,10 @@ def test_a_hanging_agent_is_killed_at_the_timeout_and_its_process_is_gone(
     monkeypatch.setenv("AGENT_PID_FILE", str(pids))
     params = SamplingParams(max_new_tokens=2, temperature=1.0, seed=0)
     t0 = time.monotonic()
-    result = agent_rollout(policy, program(tmp_path, "hangs", isolation="process", timeout_s=3.0), [0], params, group_size=2)
-    assert time.monotonic() - t0 < 15
+    # 8 s: a child process must start (about 0.8 s idle, several seconds on a loaded machine) and
+    # write its pid before the timeout kills it
+    result = agent_rollout(policy, program(tmp_path, "hangs", isolation="process", timeout_s=8.0), [0], params, group_size=2)
+    assert time.monotonic() - t0 < 40
     assert [e.error for e in result.episodes] == ["agent_timeout", "agent_timeout"]
     started = [int(p) for p in pids.read_text().split()]
     assert len(started) == 2
