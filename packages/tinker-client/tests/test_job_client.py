@@ -101,3 +101,66 @@ def test_a_missing_or_non_pem_tls_ca_is_a_value_error_naming_it(tmp_path):
     (tmp_path / "ca.pem").write_bytes(b"\x00binary")
     with pytest.raises(ValueError, match=r"^tls_ca: .*ca\.pem is not a PEM certificate"):
         SchedulerConnection("127.0.0.1:1", tls_ca=tmp_path / "ca.pem")
+
+
+class FlakyWatch(jobs_pb2_grpc.JobServiceServicer):
+    """Watch answers from a script, one entry per call: ``"down"`` aborts with UNAVAILABLE (a
+    scheduler restarting), a list of cursors streams those log events, then UNAVAILABLE unless it
+    is the last entry; records each call's ``after_cursor``."""
+
+    def __init__(self, script: list) -> None:
+        self.script = list(script)
+        self.cursors: list[int] = []
+
+    def Watch(self, request, context):
+        self.cursors.append(request.after_cursor)
+        entry = self.script.pop(0) if self.script else "down"
+        if entry != "down":
+            for cursor in entry:
+                yield jobs_pb2.JobEvent(cursor=cursor, log=jobs_pb2.JobLogLine(text=f"line {cursor}"))
+            if not self.script:
+                return
+        context.abort(grpc.StatusCode.UNAVAILABLE, "the scheduler is restarting")
+
+
+@pytest.fixture
+def flaky(monkeypatch):
+    import tinker_client.jobs
+
+    monkeypatch.setattr(tinker_client.jobs.time, "sleep", lambda s: None)  # the back-off, not the behaviour
+    servers = []
+
+    def start(script: list) -> tuple[str, FlakyWatch]:
+        servicer = FlakyWatch(script)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        servers.append(server)
+        return f"127.0.0.1:{port}", servicer
+
+    yield start
+    for server in servers:
+        server.stop(grace=None)
+
+
+def test_a_watch_that_had_events_rides_out_a_long_restart_without_gaps_or_duplicates(flaky):
+    address, servicer = flaky([[1, 2], *["down"] * 8, [3, 4]])
+    client = JobClient(address)
+    try:
+        assert [e.cursor for e in client.watch("job-1")] == [1, 2, 3, 4]
+    finally:
+        client.close()
+    assert servicer.cursors == [0] + [2] * 9
+
+
+def test_a_watch_that_never_reaches_the_scheduler_gives_up_after_five_tries(flaky):
+    address, servicer = flaky(["down"] * 50)
+    client = JobClient(address)
+    try:
+        with pytest.raises(grpc.RpcError) as caught:
+            list(client.watch("job-1"))
+    finally:
+        client.close()
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert servicer.cursors == [0] * 5

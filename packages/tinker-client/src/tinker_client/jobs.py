@@ -29,6 +29,10 @@ from tinker_core.proto import jobs_pb2 as pb
 from tinker_core.proto import jobs_pb2_grpc as pb_grpc
 from tinker_core.proto import message_size_options
 
+# Tries of a call (or a watch that has not yet reached the scheduler) while it is UNAVAILABLE,
+# 0.2 s apart and doubling: about 6 s before an unreachable scheduler is reported.
+_CONNECT_ATTEMPTS = 5
+
 TERMINAL = {pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED}
 STATE_NAMES = {v: k.removeprefix("JOB_STATE_") for k, v in pb.JobState.items()}
 
@@ -116,23 +120,31 @@ class JobClient(SchedulerConnection):
         return self.stub.Cancel(pb.CancelJobRequest(job_id=job_id, reason=reason), metadata=self.metadata, timeout=self.timeout_s)
 
     def watch(self, job_id: str, after_cursor: int = 0, *, max_reconnects: int = 20) -> Iterator[pb.JobEvent]:
-        """Events after ``after_cursor`` until the job ends; reconnects without gaps or duplicates."""
+        """Events after ``after_cursor`` until the job ends; reconnects without gaps or duplicates.
+
+        A stream that has delivered events reconnects up to ``max_reconnects`` times in a row (a
+        scheduler restarting); one that never reached the scheduler gives up after as many tries
+        as a unary call (about 6 s), so an unreachable address is reported at once.
+        """
         cursor = after_cursor
         failures = 0
+        connected = False
         while True:
             try:
                 for event in self.stub.Watch(pb.WatchJobRequest(job_id=job_id, after_cursor=cursor), metadata=self.metadata):
                     failures = 0
+                    connected = True
                     cursor = event.cursor
                     yield event
                 return
             except grpc.RpcError as e:
-                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or failures >= max_reconnects:
+                budget = max_reconnects if connected else min(max_reconnects, _CONNECT_ATTEMPTS - 1)
+                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or failures >= budget:
                     raise
                 failures += 1
                 time.sleep(min(0.2 * 2**failures, 5.0))
 
-    def _call_with_retry(self, method: Any, request: Any, attempts: int = 5) -> Any:
+    def _call_with_retry(self, method: Any, request: Any, attempts: int = _CONNECT_ATTEMPTS) -> Any:
         for i in range(attempts):
             try:
                 return method(request, metadata=self.metadata, timeout=self.timeout_s)
