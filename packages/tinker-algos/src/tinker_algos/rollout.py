@@ -3,7 +3,8 @@
 :func:`rollout` runs many episodes at once. Each turn, every unfinished episode's context (all
 tokens so far) is sampled in one batch; the action text goes to its env as a
 :class:`tinker_core.env.Action` (a ``str`` carrying how the turn ended); the env's observation
-is appended as masked ``INTERACTING`` tokens. Only the policy's tokens (``GENERATING``) carry
+is appended as masked ``INTERACTING`` tokens; each episode's KV cache is kept from one turn to the
+next (:mod:`tinker_algos.turn_cache`), so a turn prefills only what was added since. Only the policy's tokens (``GENERATING``) carry
 loss weight, so the gradient at prompt and environment positions is exactly zero.
 
 Observations become tokens through a :class:`tinker_algos.prompts.PromptRenderer` (the chat
@@ -35,6 +36,7 @@ from tinker_algos.models import PolicyModel
 from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
 from tinker_algos.recording import observation_text, phase, record_eval
 from tinker_algos.sampler import TURN_END_OF, SampledSequence, SamplingParams, sample
+from tinker_algos.turn_cache import TurnCache
 from tinker_core.contracts import (
     Action,
     Batch,
@@ -220,9 +222,13 @@ def context_limit(policy: PolicyModel, max_context_tokens: int | None) -> int:
 class _Rollout:
     """The state of one :func:`rollout` call: its episodes, its env-call runner, its counters."""
 
-    def __init__(self, policy: PolicyModel, params: SamplingParams, renderer: PromptRenderer, runner: CallRunner, adapter: str | None, limit: int) -> None:
+    def __init__(
+        self, policy: PolicyModel, params: SamplingParams, renderer: PromptRenderer, runner: CallRunner,
+        adapter: str | None, limit: int, reuse_kv_cache: bool = True,
+    ) -> None:
         self.policy, self.params, self.renderer, self.runner = policy, params, renderer, runner
         self.adapter, self.limit = adapter, limit
+        self.kv = TurnCache() if reuse_kv_cache else None  # per episode (its id): the KV of its conversation so far
         self.episodes: list[_Live] = []
         self.errors: Counter[str] = Counter()
         self.new_tokens = 0
@@ -230,6 +236,8 @@ class _Rollout:
 
     def fail(self, ep: _Live, reason: str) -> None:
         self.errors[reason] += 1
+        if self.kv is not None:
+            self.kv.drop(id(ep))
         ep.done = Episode(None, 0.0, ep.turns.fsm.num_turns, False, reason, ep.turns.transcript, group=ep.group)
 
     def active(self) -> list[_Live]:
@@ -272,7 +280,10 @@ class _Rollout:
         params = self.params
         turn_params = dataclasses.replace(params, seed=None if params.seed is None else params.seed + turn)
         with phase("sample"):
-            samples = sample(self.policy, [ep.turns.fsm.tokens for ep in active], turn_params, adapter=self.adapter)
+            samples = sample(
+                self.policy, [ep.turns.fsm.tokens for ep in active], turn_params, adapter=self.adapter,
+                turn_cache=self.kv, cache_keys=[id(ep) for ep in active],
+            )
         actions = []
         for ep, outs in zip(active, samples, strict=True):
             actions.append(ep.turns.act(outs[0]))
@@ -284,6 +295,10 @@ class _Rollout:
                 self.fail(ep, _env_error(error))
                 continue
             self.after_step(ep, value, last_turn, top_reward)
+        if self.kv is not None:
+            for ep in active:
+                if ep.done is not None:  # ended: its cache is freed now
+                    self.kv.drop(id(ep))
         return True
 
     def after_step(self, ep: _Live, value: Any, last_turn: bool, top_reward: float) -> None:
@@ -310,6 +325,8 @@ class _Rollout:
         ep.turns.observe(ids)
 
     def close(self) -> None:
+        if self.kv is not None:
+            self.kv.clear()
         self.runner.close()
         for ep in self.episodes:
             if ep.env is not None:
@@ -330,6 +347,7 @@ def rollout(
     max_error_rate: float = 1.0,
     max_context_tokens: int | None = None,
     renderer: PromptRenderer | None = None,
+    reuse_kv_cache: bool = True,
 ) -> RolloutResult:
     """Run ``group_size`` episodes per task seed (``params.n`` must be 1).
 
@@ -340,6 +358,9 @@ def rollout(
     ``turn_timeout_s`` limits each env call; the calls of a turn (all resets, then all steps)
     run in order in one pooled worker thread (:class:`tinker_core.timeouts.CallRunner`), or
     inline with ``None``.
+    ``reuse_kv_cache`` keeps each episode's KV cache from one turn to the next, so a turn prefills
+    only the tokens added since (:mod:`tinker_algos.turn_cache`); False prefills the whole
+    conversation every turn (the same tokens and logprobs, up to float rounding).
     """
     if params.n != 1:
         raise ValueError("rollout() samples one action per episode per turn; set params.n = 1 and use group_size for groups")
@@ -349,7 +370,7 @@ def rollout(
     renderer = renderer or PromptRenderer.from_config(policy.tokenizer, "auto")
     params = dataclasses.replace(params, eos_token_ids=(*params.eos_token_ids, *renderer.extra_eos_ids))
     runner = CallRunner(turn_timeout_s, name="opentinker-env", message=f"env call took longer than {turn_timeout_s} s")
-    run = _Rollout(policy, params, renderer, runner, adapter, context_limit(policy, max_context_tokens))
+    run = _Rollout(policy, params, renderer, runner, adapter, context_limit(policy, max_context_tokens), reuse_kv_cache)
     try:
         run.start(env_factory, seeds, group_size)
         spec = getattr(run.episodes[0].env, "env_spec", None) if run.episodes else None  # the first episode's env
@@ -383,11 +404,14 @@ def evaluate(
     max_turns: int | None = None,
     adapter: str | None = None,
     renderer: PromptRenderer | None = None,
+    reuse_kv_cache: bool = True,
 ) -> dict[str, float]:
     """Greedy held-out evaluation: ``eval/accuracy`` (episodes reaching the top reward) and more."""
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=tuple(stop), seed=seed)
     seeds = [seed + i for i in range(num_episodes)]
-    result = rollout(policy, env_factory, seeds, params, max_turns=max_turns, adapter=adapter, renderer=renderer)
+    result = rollout(
+        policy, env_factory, seeds, params, max_turns=max_turns, adapter=adapter, renderer=renderer, reuse_kv_cache=reuse_kv_cache
+    )
     record_eval(result, policy.tokenizer)  # the transcripts, when a run records them (tinker_algos.recording)
     m = result.metrics(prefix="eval")
     return {

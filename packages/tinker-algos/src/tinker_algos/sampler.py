@@ -39,7 +39,7 @@ checkpointed RNG state govern it).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -55,6 +55,7 @@ from tinker_algos.decode_rows import (
     stop_enders,
 )
 from tinker_algos.models import PolicyModel, accepts_kwarg, cache_kwarg, position_ids_from_mask
+from tinker_algos.turn_cache import CachedPrefix, TurnCache, batch_cache, extract_rows, reusable
 
 if TYPE_CHECKING:
     from tinker_core.contracts import Batch, Trajectory
@@ -219,6 +220,8 @@ def sample(
     adapter: str | None = None,
     chat: bool | None = None,
     use_cache: bool = True,
+    turn_cache: TurnCache | None = None,
+    cache_keys: Sequence[Hashable] | None = None,
 ) -> list[list[SampledSequence]]:
     """Sample ``params.n`` continuations of each prompt; returns ``[prompt][sample]``.
 
@@ -228,10 +231,22 @@ def sample(
             lists (rendered with the chat template) or token-id lists; or a single one of these.
         params: :class:`SamplingParams`.
         use_cache: False recomputes the whole sequence each step (a slow reference path).
+        turn_cache: KV caches of earlier calls (:class:`tinker_algos.turn_cache.TurnCache`), one
+            entry per ``cache_keys[i]`` (one key per prompt, e.g. an episode; ``params.n`` must be
+            1): a prompt that extends its entry's tokens prefills only the rest; afterwards each
+            entry holds the KV of its prompt and sample (all but the last token).
     """
     params = params or SamplingParams()
     params.validate()
     prompt_ids = _resolve_prompts(policy, prompts, chat)
+    if turn_cache is not None:
+        if params.n != 1:
+            raise ValueError(f"sample(turn_cache=...) keeps one cache per prompt: params.n must be 1, got {params.n}")
+        if cache_keys is None or len(cache_keys) != len(prompt_ids):
+            raise ValueError(
+                f"sample(turn_cache=...) needs one cache key per prompt: got {len(prompt_ids)} prompts and "
+                f"{'no' if cache_keys is None else len(cache_keys)} keys"
+            )
     rows = [(pi, si) for pi in range(len(prompt_ids)) for si in range(params.n)]
     ids_rows = [prompt_ids[pi] for pi, _ in rows]
     max_pos = getattr(policy.base_model.config, "max_position_embeddings", None)
@@ -245,7 +260,7 @@ def sample(
         was_training = policy.module.training
         policy.module.eval()
         try:
-            gen = _decode(policy, ids_rows, params, use_cache=use_cache)
+            gen = _decode(policy, ids_rows, params, use_cache=use_cache, turn_cache=turn_cache, cache_keys=cache_keys)
         finally:
             policy.module.train(was_training)
     tokens, lps, raws, reasons = gen
@@ -277,7 +292,13 @@ REASON_CODES: tuple[StopReason | None, ...] = (None, "eos", "stop_id", "stop_str
 
 
 def _decode(
-    policy: PolicyModel, ids_rows: list[list[int]], params: SamplingParams, *, use_cache: bool
+    policy: PolicyModel,
+    ids_rows: list[list[int]],
+    params: SamplingParams,
+    *,
+    use_cache: bool,
+    turn_cache: TurnCache | None = None,
+    cache_keys: Sequence[Hashable] | None = None,
 ) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
     """The decode loop. Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
 
@@ -289,8 +310,16 @@ def _decode(
     the others. Tokens, logprobs and stop state stay on the device; the host reads one flag per
     step (all rows done?) plus, with stop strings, which rows' new token can complete one (it
     decodes only those rows' last tokens).
+
+    With a ``turn_cache`` (one key per row), the rows whose prompt extends their entry start
+    from its keys and values (:mod:`tinker_algos.turn_cache`): the layout is then ``[left pads]
+    [cached tokens][pads][new suffix][generated]`` and only the suffixes are prefilled. Each
+    row's cache is stored back afterwards.
     """
-    loop = _DecodeLoop(policy, ids_rows, params, use_cache=use_cache)
+    prefixes = None
+    if turn_cache is not None and cache_keys is not None and use_cache:
+        prefixes = [turn_cache.lookup(k, ids) for k, ids in zip(cache_keys, ids_rows, strict=True)]
+    loop = _DecodeLoop(policy, ids_rows, params, use_cache=use_cache, prefixes=prefixes)
     steps = loop.N
     for step in range(loop.N):
         loop.step(step)
@@ -299,14 +328,29 @@ def _decode(
                 steps = step + 1
                 break
             loop.tokens_B_T[:, loop.P + loop.S + step] = loop.gen_B_N[:, step]
-    return loop.result(steps)
+    result = loop.result(steps)
+    if turn_cache is not None and cache_keys is not None:
+        for key, entry in zip(cache_keys, loop.cached_rows(ids_rows, result[0], steps), strict=True):
+            if entry is None:
+                turn_cache.drop(key)
+            else:
+                turn_cache.store(key, entry)
+    return result
 
 
 class _DecodeLoop:
     """The state of one :func:`_decode` call: the batch laid out on the device, the model call,
     and what each row has generated so far (tokens, logprobs, stop reason, end)."""
 
-    def __init__(self, policy: PolicyModel, ids_rows: list[list[int]], params: SamplingParams, *, use_cache: bool) -> None:
+    def __init__(
+        self,
+        policy: PolicyModel,
+        ids_rows: list[list[int]],
+        params: SamplingParams,
+        *,
+        use_cache: bool,
+        prefixes: Sequence[CachedPrefix | None] | None = None,
+    ) -> None:
         from transformers import DynamicCache
 
         from tinker_algos.prompts import eos_token_ids
@@ -314,12 +358,24 @@ class _DecodeLoop:
         self.module, self.spec, self.tok, self.params, self.use_cache = policy.module, policy.spec, policy.tokenizer, params, use_cache
         device = self.spec.device
         B, N, pad = len(ids_rows), params.max_new_tokens, policy.pad_token_id
-        P = shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
-        if (B - 1) * P < _MIN_SHARED_POSITIONS:  # too little saved to pay for a forward call of its own
-            P = 0
-        S = max(len(r) for r in ids_rows) - P  # width of the own-prompt region
+        # with cached prefixes, P is the width of the cached region (each row's right-aligned)
+        self.cached = use_cache and prefixes is not None and any(p is not None for p in prefixes)
+        cache: Any = DynamicCache()
+        if self.cached:
+            assert prefixes is not None
+            cache, mask_B_P = batch_cache(prefixes, device)
+            suffixes = [r[len(p) :] if p is not None else r for r, p in zip(ids_rows, prefixes, strict=True)]
+            P, S = mask_B_P.shape[1], max(len(r) for r in suffixes)
+            toks_B_T, mask_B_T = left_padded(suffixes, 0, S, N, pad, device)
+            self.tokens_B_T = torch.cat([torch.full((B, P), pad, dtype=toks_B_T.dtype, device=device), toks_B_T], 1)
+            self.mask_B_T = torch.cat([mask_B_P.to(mask_B_T.dtype), mask_B_T], 1)
+        else:
+            P = shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
+            if (B - 1) * P < _MIN_SHARED_POSITIONS:  # too little saved to pay for a forward call of its own
+                P = 0
+            S = max(len(r) for r in ids_rows) - P  # width of the own-prompt region
+            self.tokens_B_T, self.mask_B_T = left_padded(ids_rows, P, S, N, pad, device)
         self.B, self.N, self.P, self.S, self.pad = B, N, P, S, pad
-        self.tokens_B_T, self.mask_B_T = left_padded(ids_rows, P, S, N, pad, device)
         self.pos_B_T = position_ids_from_mask(self.mask_B_T)
         self.generator = None
         if params.seed is not None:
@@ -329,11 +385,12 @@ class _DecodeLoop:
         self.plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
         self.stops = tuple(params.stop)
         self.window = max((len(s) for s in self.stops), default=0) + 8  # tokens decoded per stop check
-        self.cache_kw = {cache_kwarg(self.module): DynamicCache()} if use_cache else {}
+        self.cache_kw = {cache_kwarg(self.module): cache} if use_cache else {}
         self.last_only = {"logits_to_keep": 1} if accepts_kwarg(self.module, "logits_to_keep") else {}
         self.padded = not bool(self.mask_B_T.all())  # no pads: no mask to build and apply (SDPA's causal path)
         # rows with the same prompt (a GRPO group's copies) are prefilled once, their cache then copied
-        self.first_of, self.row_of = distinct_rows(ids_rows) if use_cache else (list(range(B)), list(range(B)))
+        dedup = use_cache and not self.cached
+        self.first_of, self.row_of = distinct_rows(ids_rows) if dedup else (list(range(B)), list(range(B)))
         self.gen_B_N = torch.full((B, N), pad, dtype=torch.long, device=device)
         self.lp_B_N = torch.zeros((B, N), device=device)
         self.raw_B_N = torch.zeros((B, N), device=device)
@@ -342,7 +399,7 @@ class _DecodeLoop:
         self.end_B = torch.full((B,), N, dtype=torch.long, device=device)
         self.code_V: torch.Tensor | None = None  # per vocabulary id: its stop reason code
         self.can_end_V: torch.Tensor | None = None  # per vocabulary id: whether it can end a stop string
-        if P:  # the shared prefix once, its cache repeated for every (distinct) row
+        if P and not self.cached:  # the shared prefix once, its cache repeated for every (distinct) row
             with self.spec.autocast():
                 self.module(
                     input_ids=self.tokens_B_T[:1, :P], attention_mask=None, position_ids=self.pos_B_T[:1, :P],
@@ -427,6 +484,23 @@ class _DecodeLoop:
             [g[:e] for g, e in zip(raw_l, ends, strict=True)],
             final,
         )
+
+
+    def cached_rows(self, ids_rows: list[list[int]], tokens: list[list[int]], steps: int) -> list[CachedPrefix | None]:
+        """Each row's :class:`CachedPrefix` after :meth:`result`: its prompt and generated tokens but
+        the last (never fed), with their keys and values; all None when the cache cannot be reused."""
+        cache = next(iter(self.cache_kw.values()), None)
+        fed = self.P + self.S + steps - 1  # columns whose KV the cache holds
+        if cache is None or not reusable(cache) or cache.get_seq_length() != fed:
+            return [None] * self.B
+        keep_B_T = self.mask_B_T[:, :fed] > 0
+        gen_cols = torch.arange(steps - 1, device=keep_B_T.device)
+        keep_B_T[:, self.P + self.S :] &= gen_cols[None, :] < (self.end_B[:, None] - 1)
+        kv_rows = extract_rows(cache, keep_B_T)
+        return [
+            CachedPrefix((*ids, *toks[:-1]), kv)
+            for ids, toks, kv in zip(ids_rows, tokens, kv_rows, strict=True)
+        ]
 
 
 # ---------------------------------------------------------------------------------------------
