@@ -41,11 +41,10 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
-from numpy.typing import ArrayLike
 
 from tinker_algos.decode_rows import (
     distinct_rows,
@@ -55,13 +54,15 @@ from tinker_algos.decode_rows import (
     stop_enders,
 )
 from tinker_algos.models import PolicyModel, accepts_kwarg, cache_kwarg, position_ids_from_mask
+from tinker_algos.samples import SampledSequence as SampledSequence
+from tinker_algos.samples import StopReason as StopReason
+from tinker_algos.samples import logprob_agreement as logprob_agreement
+from tinker_algos.samples import sequences_to_batch as sequences_to_batch
 from tinker_algos.turn_cache import CachedPrefix, TurnCache, batch_cache, extract_rows, reusable
 
 if TYPE_CHECKING:
-    from tinker_core.contracts import Batch, Trajectory
     from tinker_core.env import TurnEnd
 
-StopReason = Literal["stop_string", "stop_id", "eos", "length"]
 TURN_END_OF: dict[str, TurnEnd] = {"eos": "end_of_turn", "stop_id": "end_of_turn", "stop_string": "stop_string", "length": "length"}
 """A sampler stop reason -> how the turn ended, as an env sees it (``Action.stop_reason``)."""
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
@@ -97,50 +98,6 @@ class SamplingParams:
             raise TypeError("SamplingParams.stop is a list of strings; wrap a single one: stop=[...]")
         if any(not s for s in self.stop):
             raise ValueError("SamplingParams.stop contains an empty string")
-
-
-@dataclass
-class SampledSequence:
-    """One sample: the prompt's ids, the generated ids and their logprobs (see module docstring)."""
-
-    prompt_tokens: list[int]
-    tokens: list[int]
-    logprobs: list[float]
-    raw_logprobs: list[float]
-    stop_reason: StopReason
-    text: str
-    prompt_index: int = 0
-    sample_index: int = 0
-
-    @property
-    def full_tokens(self) -> list[int]:
-        return [*self.prompt_tokens, *self.tokens]
-
-    def aligned(self, *, raw: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(tokens_T, logprobs_T, loss_mask_T)`` over prompt + sample, in the Batch alignment."""
-        p = len(self.prompt_tokens)
-        tokens_T = np.asarray(self.full_tokens, dtype=np.int64)
-        lp_T = np.zeros(len(tokens_T), dtype=np.float32)
-        lp_T[p:] = self.raw_logprobs if raw else self.logprobs
-        mask_T = np.zeros(len(tokens_T), dtype=np.float32)
-        mask_T[p:] = 1.0
-        return tokens_T, lp_T, mask_T
-
-    def to_trajectory(
-        self, turn_rewards: Sequence[float] = (), *, group_id: int | None = None, raw: bool = False
-    ) -> Trajectory:
-        """A single-turn :class:`tinker_core.contracts.Trajectory` (group id: the prompt index)."""
-        from tinker_core.contracts import Trajectory
-
-        tokens_T, lp_T, mask_T = self.aligned(raw=raw)
-        return Trajectory(
-            tokens_T=tokens_T,
-            sampler_logprobs_T=lp_T,
-            loss_mask_T=mask_T,
-            turn_rewards=list(turn_rewards),
-            group_id=self.prompt_index if group_id is None else group_id,
-            info={"stop_reason": self.stop_reason, "text": self.text},
-        )
 
 
 def _filter_logits(scaled_B_V: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -501,63 +458,6 @@ class _DecodeLoop:
             CachedPrefix((*ids, *toks[:-1]), kv)
             for ids, toks, kv in zip(ids_rows, tokens, kv_rows, strict=True)
         ]
-
-
-# ---------------------------------------------------------------------------------------------
-# batches and sampler/trainer agreement
-# ---------------------------------------------------------------------------------------------
-def sequences_to_batch(
-    sequences: Sequence[SampledSequence] | Sequence[Sequence[SampledSequence]],
-    *,
-    pad_token_id: int = 0,
-    rewards: Sequence[float] | None = None,
-    raw: bool = False,
-) -> Batch:
-    """A right-padded :class:`tinker_core.contracts.Batch` of samples (flattened in order).
-
-    The loss mask covers the generated tokens; ``sampler_logprobs_B_T`` holds ``logprobs``
-    (``raw_logprobs`` when ``raw=True``); group ids are prompt indices.
-    """
-    from tinker_core.contracts import Batch
-
-    flat: list[SampledSequence] = []
-    for s in sequences:
-        if isinstance(s, SampledSequence):
-            flat.append(s)
-        else:
-            flat.extend(s)
-    if rewards is not None and len(rewards) != len(flat):
-        raise ValueError(f"rewards has {len(rewards)} entries for {len(flat)} sequences")
-    trajs = [
-        s.to_trajectory([float(rewards[i])] if rewards is not None else [], raw=raw)
-        for i, s in enumerate(flat)
-    ]
-    return Batch.from_trajectories(trajs, pad_token_id=pad_token_id)
-
-
-def logprob_agreement(
-    sampler_logprobs_B_T: ArrayLike, trainer_logprobs_B_T: ArrayLike, mask_B_T: ArrayLike
-) -> dict[str, float]:
-    """How well sampler logprobs match the trainer's for the same tokens (on the mask).
-
-    With ``x = trainer - sampler`` per token: ``mean_abs_diff`` and ``max_abs_diff`` of ``|x|``,
-    and the sampler-to-trainer KL estimated on the sampled tokens: ``kl_k1 = mean(-x)`` and
-    ``kl_k3 = mean(exp(x) - x - 1)`` (non-negative, low variance).
-    """
-    s = np.asarray(sampler_logprobs_B_T, dtype=np.float64)
-    t = np.asarray(trainer_logprobs_B_T, dtype=np.float64)
-    m = np.asarray(mask_B_T, dtype=np.float64) > 0
-    if s.shape != t.shape or s.shape != m.shape:
-        raise ValueError(f"shapes differ: sampler {s.shape}, trainer {t.shape}, mask {m.shape}")
-    if not m.any():
-        raise ValueError("mask_B_T selects no tokens")
-    x = (t - s)[m]
-    return {
-        "mean_abs_diff": float(np.abs(x).mean()),
-        "max_abs_diff": float(np.abs(x).max()),
-        "kl_k1": float((-x).mean()),
-        "kl_k3": float((np.exp(x) - x - 1.0).mean()),
-    }
 
 
 @dataclass

@@ -101,6 +101,7 @@ class StageContext:
             turn_timeout_s=r.turn_timeout_s,
             max_error_rate=r.max_error_rate,
             renderer=self.renderer,
+            reuse_kv_cache=r.reuse_kv_cache,
         )
 
     def require_env(self) -> Callable[[], Any]:
@@ -152,6 +153,7 @@ class Algorithm:
             max_turns=r.max_turns,
             adapter=self.ctx.adapter,
             renderer=self.ctx.renderer,
+            reuse_kv_cache=r.reuse_kv_cache,
         )
 
     def env_has_roles(self) -> bool:

@@ -288,6 +288,11 @@ class RolloutConfig(_Model):
     stop: list[str] = Field(default_factory=lambda: ["\n"], description="Stop strings.")
     max_error_rate: float = Field(0.1, ge=0.0, le=1.0, description="Rollout error rate above which the step fails.")
     turn_timeout_s: float = Field(30.0, gt=0.0, le=86_400.0, description="Per-turn timeout for env and agent calls (at most a day).")
+    reuse_kv_cache: bool = Field(
+        True,
+        description="Keep each episode's KV cache from one turn to the next, so a turn prefills only the tokens added "
+        "since (single-agent rollouts and evaluation); false prefills the whole conversation every turn (for comparison).",
+    )
     max_staleness: int = Field(
         0, ge=0, le=8,
         description="Updates a batch may lag behind the policy: k > 0 samples step s + k's episodes while step s trains "
