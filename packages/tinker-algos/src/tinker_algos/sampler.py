@@ -58,7 +58,7 @@ from tinker_algos.samples import SampledSequence as SampledSequence
 from tinker_algos.samples import StopReason as StopReason
 from tinker_algos.samples import logprob_agreement as logprob_agreement
 from tinker_algos.samples import sequences_to_batch as sequences_to_batch
-from tinker_algos.turn_cache import CachedPrefix, TurnCache, batch_cache, extract_rows, reusable
+from tinker_algos.turn_cache import CachedPrefix, TurnCache, batch_cache, extract_rows, prefix_mask, reusable
 
 if TYPE_CHECKING:
     from tinker_core.env import TurnEnd
@@ -318,15 +318,22 @@ class _DecodeLoop:
         # with cached prefixes, P is the width of the cached region (each row's right-aligned)
         self.cached = use_cache and prefixes is not None and any(p is not None for p in prefixes)
         cache: Any = DynamicCache()
+        # rows with the same prompt (a GRPO group's copies) are prefilled once, their cache then copied
+        self.first_of, self.row_of = list(range(B)), list(range(B))
         if self.cached:
             assert prefixes is not None
-            cache, mask_B_P = batch_cache(prefixes, device)
-            suffixes = [r[len(p) :] if p is not None else r for r, p in zip(ids_rows, prefixes, strict=True)]
+            lens = [len(p) if p is not None else 0 for p in prefixes]  # same prompt and same cached part: one prefill
+            self.first_of, self.row_of = distinct_rows([[n, *r] for n, r in zip(lens, ids_rows, strict=True)])
+            cache = batch_cache([prefixes[b] for b in self.first_of], device)  # its rows: the distinct ones
+            mask_B_P = prefix_mask(prefixes, device)
+            suffixes = [r[n:] for r, n in zip(ids_rows, lens, strict=True)]
             P, S = mask_B_P.shape[1], max(len(r) for r in suffixes)
             toks_B_T, mask_B_T = left_padded(suffixes, 0, S, N, pad, device)
             self.tokens_B_T = torch.cat([torch.full((B, P), pad, dtype=toks_B_T.dtype, device=device), toks_B_T], 1)
             self.mask_B_T = torch.cat([mask_B_P.to(mask_B_T.dtype), mask_B_T], 1)
         else:
+            if use_cache:
+                self.first_of, self.row_of = distinct_rows(ids_rows)
             P = shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
             if (B - 1) * P < _MIN_SHARED_POSITIONS:  # too little saved to pay for a forward call of its own
                 P = 0
@@ -345,9 +352,6 @@ class _DecodeLoop:
         self.cache_kw = {cache_kwarg(self.module): cache} if use_cache else {}
         self.last_only = {"logits_to_keep": 1} if accepts_kwarg(self.module, "logits_to_keep") else {}
         self.padded = not bool(self.mask_B_T.all())  # no pads: no mask to build and apply (SDPA's causal path)
-        # rows with the same prompt (a GRPO group's copies) are prefilled once, their cache then copied
-        dedup = use_cache and not self.cached
-        self.first_of, self.row_of = distinct_rows(ids_rows) if dedup else (list(range(B)), list(range(B)))
         self.gen_B_N = torch.full((B, N), pad, dtype=torch.long, device=device)
         self.lp_B_N = torch.zeros((B, N), device=device)
         self.raw_B_N = torch.zeros((B, N), device=device)

@@ -9,7 +9,7 @@ layers, tokens, KV heads, head dim).
 
 The sampler (:func:`tinker_algos.sampler.sample` with ``turn_cache=``) looks each prompt up: when
 it starts with an episode's cached tokens, the batch's cache is built from the cached rows
-(:func:`batch_cache`) laid out as ``[left pads][cached tokens, right-aligned to the widest][pads]
+(:func:`batch_cache`, :func:`prefix_mask`) laid out as ``[left pads][cached tokens, right-aligned to the widest][pads]
 [new suffix][generated]`` and only the suffix is prefilled; a row without a usable cache (a first
 turn, a prompt that does not extend the cached tokens) has only pads in the cached region and
 prefills its whole prompt. The pads' keys and values are zeros, masked out of attention; the
@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-__all__ = ["CachedPrefix", "TurnCache", "batch_cache", "extract_rows", "reusable"]
+__all__ = ["CachedPrefix", "TurnCache", "batch_cache", "extract_rows", "prefix_mask", "reusable"]
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,20 @@ class TurnCache:
         return sum(e.kv_2_L_T_H_D.numel() * e.kv_2_L_T_H_D.element_size() for e in self._entries.values())
 
 
-def batch_cache(prefixes: Sequence[CachedPrefix | None], device: torch.device) -> tuple[object, torch.Tensor]:
-    """``(cache, mask_B_C)``: a ``transformers.DynamicCache`` holding every row's cached keys and
-    values right-aligned in ``C`` columns (``C`` the longest cached prefix), zeros before them (and
-    for a row without one), and the attention mask of those columns (1 on cached tokens)."""
+def prefix_mask(prefixes: Sequence[CachedPrefix | None], device: torch.device) -> torch.Tensor:
+    """``mask_B_C``: 1 on each row's cached tokens, right-aligned in ``C`` columns (``C`` the longest
+    cached prefix), 0 before them and on a row without one."""
+    C = max((len(p) for p in prefixes if p is not None), default=0)
+    mask_B_C = torch.zeros((len(prefixes), C), dtype=torch.long)
+    for b, p in enumerate(prefixes):
+        if p is not None:
+            mask_B_C[b, C - len(p) :] = 1
+    return mask_B_C.to(device)
+
+
+def batch_cache(prefixes: Sequence[CachedPrefix | None], device: torch.device) -> Any:
+    """A ``transformers.DynamicCache`` holding every row's cached keys and values in the columns
+    :func:`prefix_mask` marks, zeros elsewhere (masked out of attention)."""
     from transformers import DynamicCache
 
     known = [p for p in prefixes if p is not None]
@@ -106,16 +117,14 @@ def batch_cache(prefixes: Sequence[CachedPrefix | None], device: torch.device) -
     _, L, _, H, D = ref.shape
     B, C = len(prefixes), max(len(p) for p in known)
     kv_2_L_B_C_H_D = torch.zeros((2, L, B, C, H, D), dtype=ref.dtype, device=device)
-    mask_B_C = torch.zeros((B, C), dtype=torch.long, device=device)
     for b, p in enumerate(prefixes):
         if p is None:
             continue
         if p.kv_2_L_T_H_D.shape[1] != L or p.kv_2_L_T_H_D.shape[3:] != (H, D):
-            raise ValueError(f"batch_cache(): row {b}'s cache has shape {tuple(p.kv_2_L_T_H_D.shape)}, row 0's {tuple(ref.shape)}")
+            raise ValueError(f"batch_cache(): row {b}'s cache has shape {tuple(p.kv_2_L_T_H_D.shape)}, another's {tuple(ref.shape)}")
         kv_2_L_B_C_H_D[:, :, b, C - len(p) :] = p.kv_2_L_T_H_D.to(device)
-        mask_B_C[b, C - len(p) :] = 1
     kv_2_L_B_H_C_D = kv_2_L_B_C_H_D.transpose(3, 4)
-    return DynamicCache(ddp_cache_data=[(kv_2_L_B_H_C_D[0, i], kv_2_L_B_H_C_D[1, i]) for i in range(L)]), mask_B_C
+    return DynamicCache(ddp_cache_data=[(kv_2_L_B_H_C_D[0, i], kv_2_L_B_H_C_D[1, i]) for i in range(L)])
 
 
 def reusable(cache: object) -> bool:
