@@ -6,7 +6,9 @@ A prefix all prompts share (a chat template's system prompt, the ``n`` copies of
 computed once and its cache repeated for every row; only the last position's logits are computed.
 Positions count only real tokens (:func:`tinker_algos.models.position_ids_from_mask`), so a
 prompt's logprobs do not depend on how much padding its batch needed and agree with the trainer's
-right-padded forward pass.
+right-padded forward pass. With a :class:`tinker_algos.turn_cache.TurnCache` (a multi-turn rollout), a
+prompt that extends a conversation sampled before starts from that conversation's keys and values
+and prefills only its new tokens.
 
 Logprobs. For each generated token the sampler reports two numbers:
 
@@ -58,7 +60,14 @@ from tinker_algos.samples import SampledSequence as SampledSequence
 from tinker_algos.samples import StopReason as StopReason
 from tinker_algos.samples import logprob_agreement as logprob_agreement
 from tinker_algos.samples import sequences_to_batch as sequences_to_batch
-from tinker_algos.turn_cache import CachedPrefix, TurnCache, batch_cache, extract_rows, prefix_mask, reusable
+from tinker_algos.turn_cache import (
+    CachedPrefix,
+    TurnCache,
+    batch_cache,
+    extract_rows,
+    prefix_mask,
+    reusable,
+)
 
 if TYPE_CHECKING:
     from tinker_core.env import TurnEnd
