@@ -19,6 +19,15 @@ or 1 busy-loop processes beside (a Python ``while True``, standing for another j
 machine). The machine's load average is recorded before and after each case.
 
     uv run --no-sync python bench/bench_step_real.py [--quick]
+
+``--calculator`` times the multi-turn case instead: the GRPO stage of
+``examples/smollm2-calculator.yaml`` (untrained: its episodes run all 3 turns) shortened to
+``CALC_STEPS`` steps of 4 prompts x 8 at 2 threads, with ``rollout.reuse_kv_cache`` on and off
+(each turn prefills only its new tokens, or the whole conversation), the runs interleaved
+(``--quick``: one run each, else two), and reports the median sampling time and step time over
+the steps measured (the first and last of each run left out, as above).
+
+    uv run --no-sync python bench/bench_step_real.py --calculator
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import Any
 from _common import BENCH_DIR, PhaseTimer, load_snapshot, parse_args, print_table, write_results
 
 STEPS = 4
+CALC_STEPS = 4
 PHASES = ("sampling", "env", "logprobs", "update", "other")
 
 
@@ -58,9 +68,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
     if spec.get("path") == "rescore":
         _rescore_before_update()
 
-    cfg = yaml.safe_load((BENCH_DIR.parent / "examples" / "smollm2-arithmetic.yaml").read_text())
-    cfg["stages"][0]["algorithm"].update(steps=STEPS, eval_every=0, eval_size=1)
-    cfg["rollout"].update(prompts_per_step=4, group_size=8)
+    if spec.get("calculator"):  # the GRPO stage of the calculator recipe, from the untrained model
+        cfg = yaml.safe_load((BENCH_DIR.parent / "examples" / "smollm2-calculator.yaml").read_text())
+        cfg["stages"] = [s for s in cfg["stages"] if s["algorithm"]["name"] == "grpo"]
+        cfg["stages"][0]["algorithm"].update(steps=CALC_STEPS, eval_every=0, eval_size=1)
+        cfg["rollout"].update(prompts_per_step=4, group_size=8, max_turns=3, reuse_kv_cache=spec["reuse_kv_cache"])
+    else:
+        cfg = yaml.safe_load((BENCH_DIR.parent / "examples" / "smollm2-arithmetic.yaml").read_text())
+        cfg["stages"][0]["algorithm"].update(steps=STEPS, eval_every=0, eval_size=1)
+        cfg["rollout"].update(prompts_per_step=4, group_size=8)
     cfg["checkpoint"] = {"every": 0}
     cfg["logging"] = {"tensorboard": False, "plot": False}
     steps: list[dict[str, float]] = []
@@ -76,6 +92,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
                 "logprobs": spent["forward"],
                 "update": spent["update"],
                 "tokens": metrics.get("rollout/new_tokens", 0.0),
+                "turns": metrics.get("env/turns_mean", 0.0),
             }
             row["other"] = wall - sum(row[p] for p in PHASES[:-1])
             steps.append(row)
@@ -110,7 +127,7 @@ def _busy() -> None:  # pragma: no cover - a child process
         pass
 
 
-def run_case(threads: int, policy: str | None, busy: int, path: str = "reuse") -> dict[str, Any]:
+def run_case(threads: int, policy: str | None, busy: int, path: str = "reuse", **extra: Any) -> dict[str, Any]:
     env = dict(os.environ)
     # empty: libgomp's own default (spin a while, then sleep); importing tinker_algos would set PASSIVE
     env["OMP_WAIT_POLICY"] = policy or ""
@@ -120,7 +137,7 @@ def run_case(threads: int, policy: str | None, busy: int, path: str = "reuse") -
     before = load_snapshot()
     try:
         out = subprocess.run(
-            [sys.executable, __file__, "--child", json.dumps({"threads": threads, "path": path})],
+            [sys.executable, __file__, "--child", json.dumps({"threads": threads, "path": path, **extra})],
             env=env, capture_output=True, text=True, check=True,
         )
     finally:
@@ -138,6 +155,9 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         print(json.dumps(child(json.loads(sys.argv[2]))), flush=True)
+        return
+    if "--calculator" in sys.argv[1:]:
+        calculator(parse_args(__doc__.splitlines()[0], [a for a in sys.argv[1:] if a != "--calculator"]))
         return
     args = parse_args(__doc__.splitlines()[0])
     cores = os.cpu_count() or 1
@@ -158,6 +178,35 @@ def main() -> None:
           f"{r['load_before']['loadavg_1m']:.2f}/{r['load_after']['loadavg_1m']:.2f}"] for r in rows],
     )
     write_results(args, "step_real", {"model": "smollm2-135m-instruct", "cases": rows})
+
+
+def calculator(args: Any) -> None:
+    """``--calculator``: 3-turn calculator GRPO steps with the KV cache reused across turns and not."""
+    import statistics
+
+    rows: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    for rep in range(1 if args.quick else 2):
+        for reuse in (True, False) if rep % 2 == 0 else (False, True):  # interleaved, alternating order
+            row = run_case(2, "PASSIVE", 0, reuse_kv_cache=reuse, calculator=True)  # PASSIVE: what tinker_algos sets
+            rows[reuse].append(row)
+            m = row["mean"]
+            print(f"run {rep}, reuse_kv_cache={reuse}: {m['wall_s']:.1f} s/step, sampling {m['sampling']:.1f} s "
+                  f"(load {row['load_before']['loadavg_1m']:.2f} -> {row['load_after']['loadavg_1m']:.2f})", flush=True)
+    table = []
+    for reuse in (False, True):
+        steps = [s for r in rows[reuse] for s in r["steps"]]
+        loads = [f"{r['load_before']['loadavg_1m']:.2f}/{r['load_after']['loadavg_1m']:.2f}" for r in rows[reuse]]
+        table.append([
+            "on" if reuse else "off", len(steps),
+            statistics.median(s["sampling"] for s in steps), statistics.median(s["wall_s"] for s in steps),
+            statistics.median(s["tokens"] for s in steps), statistics.median(s["turns"] for s in steps), ", ".join(loads),
+        ])
+    print_table(
+        "GRPO step of examples/smollm2-calculator.yaml (untrained, 4 prompts x 8, 3 turns of up to 40 tokens, 2 threads), medians",
+        ["reuse_kv_cache", "steps", "sampling s", "step s", "new tokens", "turns", "loadavg before/after (per run)"],
+        table,
+    )
+    write_results(args, "step_real_calculator", {"model": "smollm2-135m-instruct", "reuse_on": rows[True], "reuse_off": rows[False]})
 
 
 if __name__ == "__main__":
