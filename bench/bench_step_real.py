@@ -22,10 +22,11 @@ machine). The machine's load average is recorded before and after each case.
 
 ``--calculator`` times the multi-turn case instead: the GRPO stage of
 ``examples/smollm2-calculator.yaml`` (untrained: its episodes run all 3 turns) shortened to
-``CALC_STEPS`` steps of 4 prompts x 8 at 2 threads, with ``rollout.reuse_kv_cache`` on and off
-(each turn prefills only its new tokens, or the whole conversation), the runs interleaved
-(``--quick``: one run each, else two), and reports the median sampling time and step time over
-the steps measured (the first and last of each run left out, as above).
+``CALC_STEPS`` steps of 4 prompts x 8 at 2 threads (``--steps``, ``--prompts``, ``--group``,
+``--threads`` change them), with ``rollout.reuse_kv_cache`` on and off (each turn prefills only
+its new tokens, or the whole conversation), the runs interleaved (``--quick``: one run each, else
+two), and reports the median sampling time and step time over the steps measured (the first of
+each run left out; the final evaluation is left out of every phase).
 
     uv run --no-sync python bench/bench_step_real.py --calculator
 """
@@ -43,7 +44,7 @@ from typing import Any
 from _common import BENCH_DIR, PhaseTimer, load_snapshot, parse_args, print_table, write_results
 
 STEPS = 4
-CALC_STEPS = 4
+CALC_STEPS = 3
 PHASES = ("sampling", "env", "logprobs", "update", "other")
 
 
@@ -62,6 +63,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
     spent, timed = timer.spent, timer.wrap
     rollout_mod.sample = timed("sample", rollout_mod.sample)
     rollout_mod.rollout = timed("rollout", rollout_mod.rollout)  # the algorithms import it when they call it
+    rollout_mod.evaluate = _untimed(spent, rollout_mod.evaluate)  # the final evaluation is no step's time
     Trainer.forward = timed("forward", Trainer.forward, "trainer")
     Trainer.forward_backward = timed("update", Trainer.forward_backward, "trainer")
     Trainer.optim_step = timed("update", Trainer.optim_step, "trainer")
@@ -71,8 +73,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
     if spec.get("calculator"):  # the GRPO stage of the calculator recipe, from the untrained model
         cfg = yaml.safe_load((BENCH_DIR.parent / "examples" / "smollm2-calculator.yaml").read_text())
         cfg["stages"] = [s for s in cfg["stages"] if s["algorithm"]["name"] == "grpo"]
-        cfg["stages"][0]["algorithm"].update(steps=CALC_STEPS, eval_every=0, eval_size=1)
-        cfg["rollout"].update(prompts_per_step=4, group_size=8, max_turns=3, reuse_kv_cache=spec["reuse_kv_cache"])
+        cfg["stages"][0]["algorithm"].update(steps=spec["steps"], eval_every=0, eval_size=1)
+        cfg["rollout"].update(
+            prompts_per_step=spec["prompts"], group_size=spec["group"], max_turns=3, reuse_kv_cache=spec["reuse_kv_cache"]
+        )
     else:
         cfg = yaml.safe_load((BENCH_DIR.parent / "examples" / "smollm2-arithmetic.yaml").read_text())
         cfg["stages"][0]["algorithm"].update(steps=STEPS, eval_every=0, eval_size=1)
@@ -103,7 +107,21 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
         result = train(cfg, run_dir=Path(tmp) / "run", callbacks=Callbacks())
     assert result.status == "completed", result
     # the first step warms up; the last also holds the final evaluation, which time/step_s leaves out
-    return {"threads": torch.get_num_threads(), "steps": steps[1:-1]}
+    # (the calculator mode leaves the evaluation out of the phases too, so it keeps the last step)
+    return {"threads": torch.get_num_threads(), "steps": steps[1:] if spec.get("calculator") else steps[1:-1]}
+
+
+def _untimed(spent: dict[str, float], fn: Any) -> Any:
+    """``fn`` with the phase time it spends taken back out of ``spent``."""
+
+    def wrapper(*a: Any, **k: Any) -> Any:
+        saved = dict(spent)
+        try:
+            return fn(*a, **k)
+        finally:
+            spent.update(saved)
+
+    return wrapper
 
 
 def _rescore_before_update() -> None:
@@ -157,7 +175,13 @@ def main() -> None:
         print(json.dumps(child(json.loads(sys.argv[2]))), flush=True)
         return
     if "--calculator" in sys.argv[1:]:
-        calculator(parse_args(__doc__.splitlines()[0], [a for a in sys.argv[1:] if a != "--calculator"]))
+        argv, sizes = [a for a in sys.argv[1:] if a != "--calculator"], {"steps": CALC_STEPS, "prompts": 4, "group": 8}
+        for name in list(sizes):  # --steps N --prompts N --group N: a smaller case for a busy machine
+            if f"--{name}" in argv:
+                i = argv.index(f"--{name}")
+                sizes[name] = int(argv[i + 1])
+                del argv[i : i + 2]
+        calculator(parse_args(__doc__.splitlines()[0], argv), sizes)
         return
     args = parse_args(__doc__.splitlines()[0])
     cores = os.cpu_count() or 1
@@ -180,14 +204,16 @@ def main() -> None:
     write_results(args, "step_real", {"model": "smollm2-135m-instruct", "cases": rows})
 
 
-def calculator(args: Any) -> None:
+def calculator(args: Any, sizes: dict[str, int]) -> None:
     """``--calculator``: 3-turn calculator GRPO steps with the KV cache reused across turns and not."""
     import statistics
 
+    threads = args.threads[-1] if "--threads" in sys.argv else 2
     rows: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     for rep in range(1 if args.quick else 2):
         for reuse in (True, False) if rep % 2 == 0 else (False, True):  # interleaved, alternating order
-            row = run_case(2, "PASSIVE", 0, reuse_kv_cache=reuse, calculator=True)  # PASSIVE: what tinker_algos sets
+            # OMP_WAIT_POLICY fixed for both (PASSIVE: what tinker_algos picks on a busy machine)
+            row = run_case(threads, "PASSIVE", 0, reuse_kv_cache=reuse, calculator=True, **sizes)
             rows[reuse].append(row)
             m = row["mean"]
             print(f"run {rep}, reuse_kv_cache={reuse}: {m['wall_s']:.1f} s/step, sampling {m['sampling']:.1f} s "
@@ -202,11 +228,14 @@ def calculator(args: Any) -> None:
             statistics.median(s["tokens"] for s in steps), statistics.median(s["turns"] for s in steps), ", ".join(loads),
         ])
     print_table(
-        "GRPO step of examples/smollm2-calculator.yaml (untrained, 4 prompts x 8, 3 turns of up to 40 tokens, 2 threads), medians",
+        f"GRPO step of examples/smollm2-calculator.yaml (untrained, {sizes['prompts']} prompts x {sizes['group']}, "
+        f"3 turns of up to 40 tokens, {threads} thread(s)), medians of steps 2..{sizes['steps']}",
         ["reuse_kv_cache", "steps", "sampling s", "step s", "new tokens", "turns", "loadavg before/after (per run)"],
         table,
     )
-    write_results(args, "step_real_calculator", {"model": "smollm2-135m-instruct", "reuse_on": rows[True], "reuse_off": rows[False]})
+    write_results(args, "step_real_calculator", {
+        "model": "smollm2-135m-instruct", "threads": threads, **sizes, "reuse_on": rows[True], "reuse_off": rows[False],
+    })
 
 
 if __name__ == "__main__":
