@@ -252,3 +252,22 @@ def test_rollout_frees_the_caches_of_ended_episodes(policy: PolicyModel, algos_a
     res = rollout(policy, calculator(), [0, 1], SamplingParams(max_new_tokens=6, stop=("\n",), seed=2), max_turns=2)
     assert len({id(c) for c in caches}) == 1 and max(ep.turns for ep in res.episodes) == 2
     assert len(caches[0]) == 0  # every episode ended: nothing is kept
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_the_config_switch_reaches_the_training_and_evaluation_rollouts(
+    reuse: bool, tmp_path: Path, algos_and_math_plugins: None, cache_sizes: list[int]
+) -> None:
+    from tinker_algos import train
+
+    pytest.importorskip("tinker_env_math", reason="math/calculator-v0 comes from tinker-env-math")
+    cfg = {
+        "name": "calc", "seed": 0, "model": {"name": "tiny"},
+        "env": {"id": "math/calculator-v0", "kwargs": {"digits": 1, "num_terms": 2, "max_turns": 2}},
+        "stages": [{"name": "rl", "algorithm": {"name": "grpo", "steps": 1, "eval_size": 2}}],
+        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "stop": ["\n"], "reuse_kv_cache": reuse},
+        "logging": {"tensorboard": False, "plot": False},
+    }
+    assert train(cfg, run_dir=tmp_path).status == "completed"
+    # the step's rollout and the evaluation's, each of 2 turns: the second turn of each finds caches, or none is kept
+    assert cache_sizes == ([0, 4, 0, 2] if reuse else [-1] * 4)
