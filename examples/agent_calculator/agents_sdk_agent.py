@@ -11,7 +11,15 @@ otherwise export traces to OpenAI)."""
 import asyncio
 import concurrent.futures
 
-from agents import Agent, MaxTurnsExceeded, ModelSettings, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
+from agents import (
+    Agent,
+    MaxTurnsExceeded,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    RunConfig,
+    Runner,
+    function_tool,
+)
 from openai import AsyncOpenAI
 
 TASKS = [{"a": a, "b": b} for a in range(10, 90, 9) for b in range(11, 60, 7)]
