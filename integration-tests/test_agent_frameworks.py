@@ -156,3 +156,15 @@ def test_an_agents_sdk_episode_is_recorded_token_for_token(tiny_policy: Any, tra
         trained[at:end] = True
     assert (traj.loss_mask_T > 0).tolist() == trained.tolist()
     assert "21" in tiny_policy.tokenizer.decode(list(calls[1].prompt_ids[len(calls[0].prompt_ids) + len(calls[0].completion_ids):]))
+
+
+def test_the_guide_shows_the_agents_sdk_example_as_it_is() -> None:
+    """The guide's section runs this code (integration-tests/test_docs.py executes the page's
+    blocks); it must be the example's, docstring aside."""
+    import re
+
+    guide = (ROOT / "docs" / "guides" / "train-an-existing-agent.md").read_text(encoding="utf-8")
+    section = guide.split("## 8. With the OpenAI Agents SDK", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    code = (EXAMPLE / "agents_sdk_agent.py").read_text(encoding="utf-8").split('"""\n\n', 1)[1]
+    assert block == code, "copy examples/agent_calculator/agents_sdk_agent.py (after its docstring) into the guide's section 8"

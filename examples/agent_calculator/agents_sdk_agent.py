@@ -32,7 +32,7 @@ def add(a: int, b: int) -> int:
 
 
 async def solve(task, client):
-    llm = AsyncOpenAI(base_url=client.base_url, api_key=client.api_key, max_retries=0)
+    llm = AsyncOpenAI(base_url=client.base_url, api_key=client.api_key, timeout=client.timeout, max_retries=0)
     try:
         agent = Agent(
             name="calculator",
