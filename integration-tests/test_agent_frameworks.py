@@ -108,8 +108,9 @@ def traced() -> Any:
 
 
 def test_an_agents_sdk_episode_is_recorded_token_for_token(tiny_policy: Any, traced: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The SDK calls the add tool (a scripted completion: a random model never writes one), sends
-    its strict tool schema, the proxy's tool call and the tool's result back, and answers; its two
+    """The SDK calls the add tool in two turns (scripted completions: a random model never writes
+    one), sends its strict tool schema, the proxy's tool calls and the tool's results back (each
+    call id unique, or the SDK drops the repeated call from its history), and answers; its three
     calls are one segment whose trained tokens are the sampled tokens, call by call. The agent
     runs from a thread that already runs an event loop, with tracing off and no network."""
     import openai
@@ -123,7 +124,8 @@ def test_an_agents_sdk_episode_is_recorded_token_for_token(tiny_policy: Any, tra
     import agents_sdk_agent
 
     class ScriptedProxy(RolloutProxy):
-        script = ['<tool_call>\n{"name": "add", "arguments": {"a": 10, "b": 11}}\n</tool_call>', "21"]
+        script = ['<tool_call>\n{"name": "add", "arguments": {"a": 10, "b": 11}}\n</tool_call>',
+                  '<tool_call>\n{"name": "add", "arguments": {"a": 11, "b": 10}}\n</tool_call>', "21"]
 
         async def _sample(self, ids, params, http):  # type: ignore[no-untyped-def, override]
             text = self.script.pop(0)
@@ -143,10 +145,10 @@ def test_an_agents_sdk_episode_is_recorded_token_for_token(tiny_policy: Any, tra
         reward = asyncio.run(host())
         calls = proxy.close_episode("ep-sdk")
     assert reward == 1.0 and not refused and not traced  # nothing traced, nothing sent
-    assert [c.finish_reason for c in calls] == ["tool_calls", "stop"]
+    assert [c.finish_reason for c in calls] == ["tool_calls", "tool_calls", "stop"]
     prompt = tiny_policy.tokenizer.decode(list(calls[0].prompt_ids))
     assert '"name": "add"' in prompt and '"strict": true' in prompt  # the SDK's strict schema, rendered as sent
-    [traj] = merge_calls(calls, reward=reward)  # the second call extends the first: one segment
+    [traj] = merge_calls(calls, reward=reward)  # each call extends the last: one segment
     trained = np.zeros(len(traj.tokens_T), dtype=bool)
     for call in calls:
         at, end = len(call.prompt_ids), len(call.prompt_ids) + len(call.completion_ids)
@@ -155,7 +157,7 @@ def test_an_agents_sdk_episode_is_recorded_token_for_token(tiny_policy: Any, tra
         np.testing.assert_allclose(traj.sampler_logprobs_T[at:end], call.logprobs, rtol=0, atol=1e-6)
         trained[at:end] = True
     assert (traj.loss_mask_T > 0).tolist() == trained.tolist()
-    assert "21" in tiny_policy.tokenizer.decode(list(calls[1].prompt_ids[len(calls[0].prompt_ids) + len(calls[0].completion_ids):]))
+    assert "21" in tiny_policy.tokenizer.decode(list(calls[2].prompt_ids[len(calls[1].prompt_ids) + len(calls[1].completion_ids):]))
 
 
 def test_the_guide_shows_the_agents_sdk_example_as_it_is() -> None:
