@@ -16,11 +16,13 @@ is answered as if it gave none; earlier calls and results in ``messages`` are st
 
 Out: the completion is parsed by :func:`tinker_core.tools.parse_tool_calls` against the request's
 tools. When it holds valid calls the message has ``tool_calls`` (:meth:`ToolCall.to_openai`, ids
-``call_<k>`` numbering the turn's blocks; the rollout proxy's are ``call_<i>_<k>``, unique in an episode), ``content`` is the text outside the blocks (null when
-there is none; the text of any invalid block is kept after it) and ``finish_reason`` is
-``"tool_calls"``; otherwise the answer is plain text, as without tools. A streamed request with
-tools buffers each choice and sends its content, tool calls and logprobs in one delta when it
-finishes (a partial ``<tool_call>`` block cannot be told from text until it closes).
+``call_<r>_<k>`` numbering the answer's blocks, ``<r>`` random per answer; the rollout proxy's are
+``call_<i>_<k>``, ``i`` the call's index in its episode: never repeated in a conversation, as
+OpenAI's), ``content`` is the text outside the blocks (null when there is none; the text of any
+invalid block is kept after it) and ``finish_reason`` is ``"tool_calls"``; otherwise the answer is
+plain text, as without tools. A streamed request with tools buffers each choice and sends its
+content, tool calls and logprobs in one delta when it finishes (a partial ``<tool_call>`` block
+cannot be told from text until it closes).
 """
 
 from __future__ import annotations
