@@ -1,7 +1,8 @@
 """tinker-env-adapters as a user meets it: ``opentinker plugins`` lists the ecosystems' envs, and
 ``opentinker train`` runs a few GRPO steps of the tiny model on an env of each ecosystem: a
 reasoning-gym task, a SkyRL-gym env over chat messages, a gymnasium env, an OpenEnv ``Environment``
-class in a user's module, and a TextArena game in self-play (the workspace installs the adapters
+class in a user's module, a verifiers environment module (an agent program: its own rollouts, through
+tinker-serve's rollout proxy) and a TextArena game in self-play (the workspace installs the adapters
 with every extra)."""
 
 from __future__ import annotations
@@ -9,11 +10,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VERIFIERS_ENV = ROOT / "packages" / "tinker-env-adapters" / "tests" / "verifiers_envs" / "vf_sums.py"
 
 pytest.importorskip("reasoning_gym", reason="needs tinker-env-adapters[reasoning-gym]")
 pytest.importorskip("textarena", reason="needs tinker-env-adapters[textarena]")
@@ -36,6 +41,11 @@ SINGLE_AGENT_ENVS = {
     "skyrl-gym": "{id: skyrl/gsm8k_multi_turn-v0, kwargs: {data_path: rows.jsonl, max_turns: 2}}",
     "gymnasium": "{id: gym/FrozenLake-v1, kwargs: {is_slippery: false, max_turns: 6}}",
     "openenv": "{id: openenv/env-v0, kwargs: {environment: 'guess_env:GuessEnvironment', max_turns: 3}}",
+    # a verifiers environment module as its docs write one (a SingleTurnEnv, a Rubric), in the working directory
+    "verifiers": """
+  id: verifiers/env-v0
+  kwargs: {environment: vf-sums}
+  eval_kwargs: {environment: vf-sums, split: eval}""",
 }
 
 # An OpenEnv environment as its author writes one, in the user's working directory
@@ -100,7 +110,8 @@ def test_plugins_lists_every_ecosystem_s_envs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     mine = [p for p in json.loads(result.stdout) if p["distribution"] == "tinker-env-adapters"]
     envs = mine[0]["registers"]["envs"]
-    for env_id in ("reasoning_gym/basic_arithmetic-v0", "textarena/TicTacToe-v0", "gym/FrozenLake-v1", "skyrl/gsm8k-v0", "openenv/env-v0", "openenv/remote-v0"):
+    for env_id in ("reasoning_gym/basic_arithmetic-v0", "textarena/TicTacToe-v0", "gym/FrozenLake-v1", "skyrl/gsm8k-v0", "openenv/env-v0", "openenv/remote-v0",
+                   "verifiers/env-v0"):
         assert env_id in envs
 
 
@@ -108,6 +119,7 @@ def test_plugins_lists_every_ecosystem_s_envs(tmp_path: Path) -> None:
 def test_train_grpo_on_a_single_agent_env(tmp_path: Path, ecosystem: str) -> None:
     (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(row) for row in SKYRL_ROWS))
     (tmp_path / "guess_env.py").write_text(OPENENV_MODULE)
+    shutil.copy(VERIFIERS_ENV, tmp_path)
     (tmp_path / "job.yaml").write_text(SINGLE_AGENT_JOB.format(name=ecosystem, env=SINGLE_AGENT_ENVS[ecosystem]))
     result = opentinker("train", "job.yaml", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -116,6 +128,9 @@ def test_train_grpo_on_a_single_agent_env(tmp_path: Path, ecosystem: str) -> Non
     assert [r["step"] for r in rows] == [1, 2]
     assert all(math.isfinite(r["losses/policy"]) and 0.0 <= r["env/reward_mean"] <= 1.0 for r in rows)
     assert "eval/accuracy" in rows[-1]
+    if ecosystem == "verifiers":  # played as an agent program: every episode is verifiers' rollout through the proxy
+        assert all(r["agent/calls_mean"] == 1.0 and r["rollout/episodes"] == 8 and r["rollout/error_rate"] == 0 for r in rows)
+        assert all(abs(r["kl/sample_train"]) < 1e-4 for r in rows)  # trained on the tokens the proxy recorded
 
 
 def test_train_grpo_self_play_on_a_textarena_game(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ TASKS = [{"a": a, "b": b} for a in range(10, 90, 9) for b in range(11, 60, 7)]
 def run(task, client):
     messages = [{"role": "user", "content": f"What is {task['a']}+{task['b']}? Answer with the number."}]
     for _ in range(3):  # at most two tool rounds, then the answer
-        msg = client.chat.completions.create(model="policy", messages=messages, tools=TOOLS, max_tokens=8).choices[0].message
+        msg = client.chat.completions.create(model="policy", messages=messages, tools=TOOLS, max_tokens=64).choices[0].message
         messages.append(msg.model_dump(exclude_none=True))
         if not msg.tool_calls:
             break

@@ -118,12 +118,18 @@ def test_learners_resume_exactly_as_if_never_stopped(tiny_dir: Path, tmp_path: P
         assert a == b, role
 
 
-def grpo_stage(tiny_dir: Path, tmp_path: Path) -> GRPO:
-    """The GRPO stage of :func:`learners_config`, built as the run builds it."""
+def grpo_stage(tiny_dir: Path, tmp_path: Path, *, warm_start: bool = False) -> GRPO:
+    """The GRPO stage of :func:`learners_config`, built as the run builds it; with ``warm_start``
+    the job's adapter holds trained-looking (random, nonzero) weights when the stage starts."""
     job = parse_config(learners_config(tiny_dir))
     stage = job.resolved_stages()[0]
     policy = PolicyModel.load(tiny_dir, device="cpu", precision="fp32")
     trainer = Trainer(policy, trainer_config(stage), adapter="policy", lora=LoraSpec(rank=4, alpha=8), adapter_seed=0)
+    if warm_start:
+        generator = torch.Generator().manual_seed(7)
+        with torch.no_grad():
+            for p in policy.adapter_parameters("policy"):
+                p.copy_(torch.randn(p.shape, generator=generator) * 0.05)
     env_factory, eval_factory = env_factories(stage.env)
     ctx = StageContext(job, stage, 0, policy, trainer, tmp_path, "policy", env_factory, eval_factory, lambda line: None)
     return GRPO(ctx)
@@ -152,6 +158,21 @@ def test_each_adapter_changes_only_from_its_own_roles_tokens(tiny_dir: Path, tmp
     # the base weights never move (LoRA), and the job's own adapter stays untrained in this mode
     assert all(torch.equal(p, b) for p, b in zip((p for n, p in policy.module.named_parameters() if "lora_" not in n), base, strict=True))
     assert all(float(p.abs().sum()) == 0 for n, p in policy.module.named_parameters() if "lora_B.policy." in n)
+
+
+def test_every_role_starts_from_the_job_adapter_as_the_stage_finds_it(tiny_dir: Path, tmp_path: Path) -> None:
+    """A warm start before a learners stage (an SFT stage training the job's adapter) carries over:
+    each role's adapter starts as a copy of the job's, then moves on its own."""
+    algo = grpo_stage(tiny_dir, tmp_path, warm_start=True)
+    policy = algo.ctx.policy
+    assert algo.learners is not None
+    job = snapshot(policy, "policy")
+    assert any(float(p.abs().sum()) > 0 for p in job if p.ndim)  # trained-looking: B is not zero
+    for role, adapter in algo.learners.adapters.items():
+        assert all(torch.equal(p, q) for p, q in zip(snapshot(policy, adapter), job, strict=True)), role
+    result = algo.collect(0)
+    algo.learn(result.for_role("x"), algo.learners.by_role["x"].update)
+    assert changed(policy, "policy-x", job) and not changed(policy, "policy-o", job)
 
 
 def test_a_role_with_no_advantage_leaves_its_adapter_unchanged(tiny_dir: Path, tmp_path: Path) -> None:

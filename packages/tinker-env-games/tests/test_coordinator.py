@@ -222,7 +222,7 @@ def test_the_old_import_path_re_exports_the_core_coordinator() -> None:
 
 @pytest.mark.parametrize(
     ("env_id", "names"),
-    [("games/tictactoe-v0", {"random", "minimax"}), ("games/connect-four-v0", {"random"}), ("games/guess-number-v0", set())],
+    [("games/tictactoe-v0", {"random", "minimax", "mixed"}), ("games/connect-four-v0", {"random"}), ("games/guess-number-v0", set())],
 )
 def test_games_offer_their_scripted_opponents_by_name(games_plugin_only: None, env_id: str, names: set[str]) -> None:
     import tinker_core

@@ -303,7 +303,7 @@ def test_scripted_dialogues_are_trajectory_prefixes_of_deals(tmp_path: Path) -> 
     out = tmp_path / "sft.jsonl"
     assert sft_main([str(out), "--episodes", "6", "--seed", "3"]) == 0
     assert [json.loads(line) for line in out.read_text().splitlines()] == records
-    with pytest.raises(ValueError, match="unknown negotiator"):
+    with pytest.raises(ValueError, match="unknown scripted opponent"):
         scripted_dialogues(1, policies=("conceder", "minimax"))
 
 

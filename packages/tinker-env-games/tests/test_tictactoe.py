@@ -7,6 +7,7 @@ import pytest
 from tinker_core import play_episode
 from tinker_env_games.opponents import (
     MinimaxAgent,
+    MixedAgent,
     RandomAgent,
     legal_moves_in,
     minimax_moves,
@@ -175,3 +176,25 @@ def test_random_agent_is_seeded() -> None:
 
     assert moves(3) == moves(3)
     assert any(moves(3) != moves(s) for s in range(4, 10))
+
+
+def test_the_mixed_opponent_sits_between_random_and_perfect_play() -> None:
+    """Against a random o, x wins more often as the mixed agent than as a random one, and less
+    often than as minimax; the same seed gives the same moves."""
+
+    def wins(make_x) -> int:
+        results = [play_episode(TicTacToeEnv(), {"x": make_x(seed), "o": RandomAgent(seed=1000 + seed)}, seed=seed,
+                                turn_timeout_s=None) for seed in range(200)]
+        return sum(r.outcomes["x"] == "win" for r in results)
+
+    random_wins, mixed_wins, perfect_wins = wins(RandomAgent), wins(MixedAgent), wins(MinimaxAgent)
+    assert random_wins + 15 < mixed_wins < perfect_wins - 5, (random_wins, mixed_wins, perfect_wins)
+    assert TicTacToeEnv.scripted_opponents["mixed"] is MixedAgent
+
+    def moves(seed: int) -> list[str]:
+        r = play_episode(TicTacToeEnv(), {"x": MixedAgent(seed=seed), "o": RandomAgent(seed=0)}, seed=0, turn_timeout_s=None)
+        return [t.action for t in r.transcripts["x"]]
+
+    assert moves(5) == moves(5) and any(moves(5) != moves(s) for s in range(6, 12))
+    with pytest.raises(ValueError, match="minimax_prob"):
+        MixedAgent(minimax_prob=1.5)

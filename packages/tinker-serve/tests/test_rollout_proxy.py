@@ -277,3 +277,27 @@ def test_a_tool_call_round_trip_extends_the_episode_exactly(chat_policy: Any) ->
     assert_token_exact(calls, traj)
     delta = chat_policy.tokenizer.decode(list(calls[1].prompt_ids[len(calls[0].prompt_ids) + len(calls[0].completion_ids):]))
     assert "42" in delta and "12+30?" not in delta
+
+
+def test_tool_call_ids_are_unique_in_an_episode(chat_policy: Any) -> None:
+    """Each call's tool calls get ids of their own (``call_<call>_<block>``), as OpenAI's are: an
+    agent framework that keys its history by call id (the OpenAI Agents SDK drops a repeated one)
+    sends back every call, and the episode stays one token-exact segment."""
+    renderer = PromptRenderer.from_config(chat_policy.tokenizer, "auto")
+    proxy = ScriptedProxy(chat_policy, renderer, SamplingParams(max_new_tokens=32, temperature=1.0, seed=0))
+    block = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>'
+    proxy.script = [block % "12+30", f"{block % '1+1'}\n{block % '2+2'}", "42"]
+    with proxy.running():
+        proxy.open_episode("ep-ids")
+        c = client(proxy, "ep-ids")
+        messages: list[Any] = [{"role": "user", "content": "12+30?"}]
+        ids = []
+        for _ in range(3):
+            msg = c.chat.completions.create(model="m", messages=messages, tools=[CALC]).choices[0].message
+            messages.append(msg.model_dump(exclude_none=True))
+            ids += [t.id for t in msg.tool_calls or []]
+            messages += [{"role": "tool", "tool_call_id": t.id, "content": "42"} for t in msg.tool_calls or []]
+        calls = proxy.close_episode("ep-ids")
+    assert ids == ["call_0_0", "call_1_0", "call_1_1"]
+    [traj] = merge_calls(calls, reward=1.0)
+    assert_token_exact(calls, traj)

@@ -38,6 +38,7 @@ AGENT_PROGRAM_SPEC = EnvSpec(
     id="agent/program-v0",
     description="An agent program run(task, client) -> reward, trained through the rollout proxy "
     "(kwargs: entry 'module:run', tasks: a list or 'module:TASKS', timeout_s, reward 'module:fn', path, isolation: thread | process)",
+    agent_program=True,
 )
 """The spec of the env ``agent/program-v0`` (:mod:`tinker_algos.agent_program`), here so that the
 plugin registers it without importing torch."""

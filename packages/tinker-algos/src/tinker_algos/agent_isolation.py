@@ -28,12 +28,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from tinker_core.agent_program import ISOLATION_MODES  # the values of env.kwargs.isolation
 from tinker_core.errors import ConfigError
 
 __all__ = ["ISOLATION_MODES", "ProcessPlay", "load_ref"]
-
-ISOLATION_MODES = ("thread", "process")
-"""The values of ``env.kwargs.isolation``."""
 
 _CHILD = "from tinker_algos.agent_isolation import _child_main; _child_main()"
 

@@ -31,6 +31,11 @@ started by a call that did not extend the episode's context; each segment is a r
 given) on ``sys.path``. ``isolation: process`` runs each episode in a child process instead of a
 thread, so that an agent that kills its process fails its episode, not the job
 (:mod:`tinker_algos.agent_isolation`).
+
+Any env whose registered spec says ``agent_program=True`` is played the same way: it is a
+:class:`tinker_core.AgentProgram` (tinker-core's contract), of which :class:`AgentProgramEnv` is
+one; the ``verifiers/...`` envs of tinker-env-adapters are others, registered by their own
+package, which this module never imports.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from tinker_algos.agent_calls import (
 from tinker_algos.agent_isolation import ISOLATION_MODES, ProcessPlay, load_ref
 from tinker_algos.recording import phase, record_eval
 from tinker_algos.rollout import Episode, RolloutError, RolloutResult
-from tinker_core.env import TextEnv
+from tinker_core.agent_program import AgentProgram
 from tinker_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -70,11 +75,11 @@ SPEC = AGENT_PROGRAM_SPEC
 INSTALL_HINT = "install tinker-serve with the openai client: pip install 'tinker-serve' openai (or uv sync --all-packages)"
 
 
-class AgentProgramEnv(TextEnv):
+class AgentProgramEnv(AgentProgram):
     """The ``agent/program-v0`` env: the agent program, its tasks and limits (the module docstring).
 
     Its episodes are played by :func:`agent_rollout`, not by ``step``: ``reset`` shows the task,
-    ``step`` refuses with a message saying so."""
+    ``step`` refuses with a message saying so (:class:`tinker_core.AgentProgram`)."""
 
     def __init__(
         self, entry: str, tasks: Sequence[Any] | str, timeout_s: float = 120.0, reward: str | None = None,
@@ -101,36 +106,29 @@ class AgentProgramEnv(TextEnv):
         self.timeout_s = float(timeout_s)
         self.reward_fn = load_ref(reward, "reward", path) if reward else None
         self.proxy = proxy
-        self._task: Any = None
-
-    def task(self, seed: int) -> Any:
-        """The task of reset seed ``seed``: ``tasks[seed % len(tasks)]``."""
-        return self.tasks[int(seed) % len(self.tasks)]
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        self._task = self.task(seed if seed is not None else int(self.np_random.integers(len(self.tasks))))
-        return str(self._task), {"task": self._task}
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        raise RuntimeError(f"{AGENT_ENV_ID} is played by its agent program through the rollout proxy "
-                           "(tinker_algos.agent_program.agent_rollout), not by step()")
 
     def score(self, task: Any, result: Any) -> float:
-        """The reward of ``run``'s ``result`` (ValueError when it is none)."""
+        """The reward of ``run``'s ``result``, through ``reward`` when given (ValueError when it is none)."""
         if self.reward_fn is not None:
             result = self.reward_fn(task, result)
-        if isinstance(result, dict) and "reward" in result:
-            result = result["reward"]
-        if isinstance(result, bool | int | float | np.number) and np.isfinite(float(result)):
-            return float(result)
-        raise ValueError(f"the agent returned {type(result).__name__}, not a reward; return a number or "
-                         "{'reward': number}, or set env.kwargs.reward to a scoring function")
+        try:
+            return super().score(task, result)
+        except ValueError as e:
+            raise ValueError(f"{e}, or set env.kwargs.reward to a scoring function") from None
 
 
 def is_agent_program(env_cfg: Any) -> bool:
-    """Whether a stage's ``env`` section runs agent programs (``agent/program-v0``, not served)."""
-    return env_cfg is not None and getattr(env_cfg, "id", None) == AGENT_ENV_ID and not getattr(env_cfg, "address", None)
+    """Whether a stage's ``env`` section runs agent programs: ``agent/program-v0`` or any env whose
+    registered spec says ``agent_program`` (:class:`tinker_core.AgentProgram`), not served from an
+    address."""
+    env_id = getattr(env_cfg, "id", None)
+    if env_cfg is None or not env_id or getattr(env_cfg, "address", None):
+        return False
+    if env_id == AGENT_ENV_ID:
+        return True
+    from tinker_core.registry import env_spec, get_registry
+
+    return env_id in get_registry("envs") and env_spec(env_id).agent_program
 
 
 @dataclass
@@ -151,7 +149,7 @@ class _Play:
     reason: str = "agent_error"
 
 
-def _play(program: AgentProgramEnv, play: _Play, base_url: str) -> None:
+def _play(program: AgentProgram, play: _Play, base_url: str) -> None:
     import openai
 
     client = openai.OpenAI(base_url=base_url, api_key=play.episode_id, max_retries=0, timeout=program.timeout_s)
@@ -164,7 +162,7 @@ def _play(program: AgentProgramEnv, play: _Play, base_url: str) -> None:
         client.close()
 
 
-def _run_threads(program: AgentProgramEnv, plays: list[_Play], base_url: str) -> None:
+def _run_threads(program: AgentProgram, plays: list[_Play], base_url: str) -> None:
     """Play each episode in a thread of this process until the timeout (``isolation: thread``)."""
     threads = [threading.Thread(target=_play, args=(program, p, base_url), name=f"agent-{i}", daemon=True)
                for i, p in enumerate(plays)]
@@ -175,7 +173,7 @@ def _run_threads(program: AgentProgramEnv, plays: list[_Play], base_url: str) ->
         t.join(max(0.0, deadline - time.monotonic()))
 
 
-def _run_processes(program: AgentProgramEnv, plays: list[_Play], base_url: str) -> None:
+def _run_processes(program: AgentProgram, plays: list[_Play], base_url: str) -> None:
     """Play each episode in a child process until the timeout, then kill what still runs
     (``isolation: process``; :class:`~tinker_algos.agent_isolation.ProcessPlay`)."""
     with tempfile.TemporaryDirectory(prefix="agents-") as tmp:
@@ -197,7 +195,7 @@ def _run_processes(program: AgentProgramEnv, plays: list[_Play], base_url: str) 
                 p.error, p.reason = detail, reason
 
 
-def proxy_starter(program: AgentProgramEnv) -> Callable[..., Any]:
+def proxy_starter(program: AgentProgram) -> Callable[..., Any]:
     """The ``start`` of the program's rollout proxy (hook ``opentinker_register_rollout_proxies``);
     a ConfigError naming the install fix when it, or the openai client, is missing."""
     from tinker_core.errors import UnknownNameError
@@ -207,11 +205,11 @@ def proxy_starter(program: AgentProgramEnv) -> Callable[..., Any]:
         import openai  # noqa: F401 - the agents' client
         return get_rollout_proxy(program.proxy).obj
     except (ImportError, UnknownNameError) as e:
-        raise ConfigError([f"env: {AGENT_ENV_ID} needs the rollout proxy {program.proxy!r} and the openai client ({e}); "
+        raise ConfigError([f"env: {program.env_spec.id} needs the rollout proxy {program.proxy!r} and the openai client ({e}); "
                            f"{INSTALL_HINT}"]) from e
 
 
-def _episodes(program: AgentProgramEnv, play: _Play, calls: list[ProxyCall], tokenizer: Any, top: float) -> tuple[list[Episode], str | None]:
+def _episodes(program: AgentProgram, play: _Play, calls: list[ProxyCall], tokenizer: Any, top: float) -> tuple[list[Episode], str | None]:
     """The episode's rows (one per segment), or ``([failed], reason)``."""
     reason, detail = None, ""
     reward = 0.0
@@ -264,7 +262,7 @@ class AgentRolloutResult(RolloutResult):
 
 
 def agent_rollout(
-    policy: PolicyModel, program: AgentProgramEnv, seeds: Sequence[int], params: SamplingParams, *, group_size: int = 1,
+    policy: PolicyModel, program: AgentProgram, seeds: Sequence[int], params: SamplingParams, *, group_size: int = 1,
     renderer: PromptRenderer | None = None, adapter: str | None = None, max_error_rate: float = 1.0,
     max_context_tokens: int | None = None, tasks: Sequence[Any] | None = None,
 ) -> AgentRolloutResult:
@@ -302,13 +300,16 @@ def agent_rollout(
     return AgentRolloutResult(episodes, errors, new_tokens, time.perf_counter() - t0, failures)
 
 
-def stage_program(ctx: Any, *, evaluation: bool = False) -> AgentProgramEnv:
+def stage_program(ctx: Any, *, evaluation: bool = False) -> AgentProgram:
     """The stage's agent program (its eval kwargs' for ``evaluation``); ``ctx`` is the stage's
     :class:`~tinker_algos.algorithms.base.StageContext` (which calls this module)."""
     factory = (ctx.eval_env_factory or ctx.env_factory) if evaluation else ctx.require_env()
     program = factory()
-    if not isinstance(program, AgentProgramEnv):
-        raise ConfigError([f"env: {AGENT_ENV_ID} built a {type(program).__name__}, not an AgentProgramEnv"])
+    if not isinstance(program, AgentProgram):
+        raise ConfigError([f"env: {ctx.stage.env.id} built a {type(program).__name__}, not a tinker_core.AgentProgram"])
+    if program.isolation == "process" and not program.entry:
+        raise ConfigError([f"env: {program.env_spec.id} runs its episodes in this process only (it has no importable "
+                           "entry); drop isolation: process"])
     return program
 
 

@@ -332,6 +332,19 @@ class PolicyModel:
         """The parameters of adapter ``name`` (in a stable order)."""
         return [p for n, p in self.model.named_parameters() if adapter_of(n) == name]
 
+    def copy_adapter_weights(self, source: str, target: str) -> None:
+        """Set adapter ``target``'s weights to adapter ``source``'s (same LoRA shapes), in place."""
+        def named(adapter: str) -> dict[str, torch.nn.Parameter]:
+            marker = f".{adapter}."
+            return {n.replace(marker, ".<a>."): p for n, p in self.model.named_parameters() if adapter_of(n) == adapter}
+
+        own, into = named(source), named(target)
+        if own.keys() != into.keys() or any(own[k].shape != p.shape for k, p in into.items()):
+            raise ValueError(f"adapters {source!r} and {target!r} differ in shape (LoRA rank or target modules); cannot copy")
+        with torch.no_grad():
+            for key, p in into.items():
+                p.copy_(own[key])
+
     def trainable_parameters(self, adapter: str | None = None) -> list[tuple[str, torch.nn.Parameter]]:
         """``(name, param)`` to optimise: adapter ``adapter``'s, or every weight without adapters."""
         if adapter is None:

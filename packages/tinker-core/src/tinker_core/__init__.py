@@ -5,7 +5,8 @@ them from here only (``from tinker_core import TextEnv``), never from a submodul
 
 * the RL contracts (:mod:`tinker_core.contracts`): observations, actions, step results,
   trajectories and their groups, batches, the advantage estimator / loss / optimizer contracts;
-* the env contracts (:class:`TextEnv`, :class:`MultiAgentTextEnv`, :class:`EnvSpec`) and the
+* the env contracts (:class:`TextEnv`, :class:`MultiAgentTextEnv`, :class:`EnvSpec`,
+  :class:`AgentProgram` for envs played by a program through the rollout proxy) and the
   multi-agent coordinator and scripted opponents;
 * tool calls (:mod:`tinker_core.tools`): the parsed :class:`ToolCall` / :class:`ToolCallError`,
   :func:`tool_calls_of` (what an env reads from an action), :func:`tool_message` (its answer),
@@ -28,6 +29,7 @@ from tinker_core.lazy import lazy_package
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_package reads them too)
+    from tinker_core.agent_program import AgentProgram as AgentProgram
     from tinker_core.contracts import AGGREGATION_MODES as AGGREGATION_MODES
     from tinker_core.contracts import LOSS_KINDS as LOSS_KINDS
     from tinker_core.contracts import Action as Action

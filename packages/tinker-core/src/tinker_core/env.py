@@ -68,6 +68,10 @@ class EnvSpec:
             template (or writes them into the system prompt in the default format), and the
             rollout parses the calls of each action into ``Action.tool_calls``. Omitted from
             :meth:`to_dict` when empty.
+        agent_program: the env is an :class:`~tinker_core.agent_program.AgentProgram`, played by
+            a program ``run(task, client)`` through the job's rollout proxy instead of by
+            ``step``; the trainer reads it from the registered spec before building the env.
+            Omitted from :meth:`to_dict` when false.
         metadata: anything else JSON-serialisable (tags, citation, default kwargs...).
     """
 
@@ -81,6 +85,7 @@ class EnvSpec:
     metadata: dict[str, Any] = field(default_factory=dict)
     system_prompt: str = ""
     tools: tuple[dict[str, Any], ...] = ()
+    agent_program: bool = False
 
     def __post_init__(self) -> None:
         parse_env_id(self.id)
@@ -123,6 +128,8 @@ class EnvSpec:
             d["tools"] = [dict(t) for t in self.tools]
         else:
             del d["tools"]
+        if not self.agent_program:
+            del d["agent_program"]
         return d
 
     def to_json(self) -> str:

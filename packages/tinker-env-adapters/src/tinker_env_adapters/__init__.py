@@ -13,7 +13,9 @@ One optional extra per ecosystem; each registers its env ids through the ordinar
   row the user gives (:class:`SkyRLGymEnv`);
 - ``[openenv]``: ``openenv/env-v0``, an OpenEnv ``Environment`` class run in process
   (:class:`OpenEnvEnv`), and ``openenv/remote-v0``, a running OpenEnv server
-  (:class:`OpenEnvRemoteEnv`).
+  (:class:`OpenEnvRemoteEnv`);
+- ``[verifiers]``: ``verifiers/env-v0``, a verifiers environment (``load_environment``) played
+  as an agent program through the rollout proxy, rewarded by its rubric (:class:`VerifiersEnv`).
 
 What cannot map raises :class:`AdapterError` naming the env and the missing piece. Names below
 load on first use, so plugin discovery stays cheap. See docs/guides/env-adapters.md.
@@ -41,5 +43,6 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_env_adapters.textarena_env import TextArenaEnv as TextArenaEnv
     from tinker_env_adapters.textarena_env import TextArenaGame as TextArenaGame
     from tinker_env_adapters.textarena_games import TEXTARENA_GAMES as TEXTARENA_GAMES
+    from tinker_env_adapters.verifiers_env import VerifiersEnv as VerifiersEnv
 
 __getattr__, __dir__, __all__ = lazy_package(__name__, "__version__")

@@ -3,7 +3,8 @@
 Each ecosystem's envs are registered only when its package is installed (found without
 importing it, so discovery stays cheap): ``reasoning_gym/<task>-v0`` with reasoning-gym,
 ``textarena/<game>-v0`` with TextArena, ``skyrl/<name>-v0`` with SkyRL-gym, ``openenv/env-v0``
-and ``openenv/remote-v0`` with OpenEnv (openenv-core), and ``gym/<id>``
+and ``openenv/remote-v0`` with OpenEnv (openenv-core), ``verifiers/env-v0`` with verifiers (an
+agent program: ``EnvSpec.agent_program``), and ``gym/<id>``
 for gymnasium's registry (gymnasium is always there: tinker-core needs it).
 """
 
@@ -40,6 +41,10 @@ def opentinker_register_envs(register: EnvRegister) -> None:
 
         register(openenv_spec("env"), OpenEnvEnv)
         register(openenv_spec("remote"), OpenEnvRemoteEnv)
+    if installed("verifiers"):
+        from tinker_env_adapters.verifiers_env import VerifiersEnv, verifiers_spec
+
+        register(verifiers_spec(), VerifiersEnv)
     from tinker_env_adapters.gymnasium_env import GymTextEnv, gymnasium_envs, gymnasium_spec
 
     for ot_id, gym_id, max_steps in gymnasium_envs():

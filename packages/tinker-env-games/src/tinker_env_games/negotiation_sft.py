@@ -1,4 +1,5 @@
-"""An SFT warm-start set for ``games/negotiation-v0``: dialogues of the scripted negotiators.
+"""An SFT warm-start set for ``games/negotiation-v0``: dialogues of the scripted negotiators
+(:mod:`tinker_env_games.scripted_sft` for this game, keeping the games that end in a deal).
 
 Each record is one move of one player, in the JSONL format of tinker-algos' SFT
 (``algorithm.data``: ``{"prompt": ..., "completion": ...}``), plus ``role``, ``episode`` and
@@ -20,14 +21,11 @@ then ``stages: [{algorithm: {name: sft, data: data/negotiation-sft.jsonl, ...}},
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from tinker_core import play_episode
 from tinker_env_games.negotiation import NegotiationEnv
-from tinker_env_games.negotiation_rules import ROLES
+from tinker_env_games.scripted_sft import scripted_games, write_jsonl
 
 __all__ = ["scripted_dialogues", "write_jsonl"]
 
@@ -51,45 +49,7 @@ def scripted_dialogues(
         only_deals: keep only the games that end in a deal.
         env_kwargs: passed to :class:`NegotiationEnv` (default split: ``train``).
     """
-    if episodes < 0:
-        raise ValueError(f"episodes must be >= 0, got {episodes}")
-    if len(policies) != len(ROLES):
-        raise ValueError(f"policies must name {len(ROLES)} negotiators, got {list(policies)}")
-    offered = NegotiationEnv.scripted_opponents
-    unknown = [p for p in policies if p not in offered]
-    if unknown:
-        raise ValueError(f"policies: unknown negotiator(s) {unknown}; choose from {sorted(offered)}")
-    env = NegotiationEnv(**(env_kwargs or {}))
-    records: list[dict[str, Any]] = []
-    for i in range(episodes):
-        names = list(policies) if i % 2 == 0 else list(reversed(policies))
-        agents = {
-            role: offered[name](seed=(seed + i) * 2 + k)
-            for k, (role, name) in enumerate(zip(ROLES, names, strict=True))
-        }
-        result = play_episode(env, agents, seed=seed + i)
-        if only_deals and result.reason != "deal":
-            continue
-        for role in ROLES:
-            history = ""
-            for turn in result.transcripts[role]:
-                history += str(turn.observation)
-                completion = turn.action + "\n"
-                records.append(
-                    {"prompt": history, "completion": completion, "role": role, "episode": i, "seed": seed + i}
-                )
-                history += completion
-    return records
-
-
-def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write ``records`` one JSON object a line to ``path`` (parents created); return it."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps(rec) + "\n")
-    return out
+    return scripted_games(NegotiationEnv(**(env_kwargs or {})), policies, episodes, seed, reasons={"deal"} if only_deals else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

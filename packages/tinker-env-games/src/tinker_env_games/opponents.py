@@ -5,7 +5,8 @@ contract of :mod:`tinker_core.opponents`); this module gathers them for direct u
 
 - :class:`RandomAgent` (:mod:`tinker_env_games.board`) plays a uniformly random move from the
   ``Legal moves:`` line of any board game in this package (seeded).
-- :class:`MinimaxAgent` (:mod:`tinker_env_games.tictactoe`) plays perfect tic-tac-toe.
+- :class:`MinimaxAgent` (:mod:`tinker_env_games.tictactoe`) plays perfect tic-tac-toe;
+  :class:`MixedAgent` a perfect move half the time, a random one otherwise.
 - :class:`RandomNegotiator`, :class:`ConcederAgent`, :class:`BoulwareAgent`
   (:mod:`tinker_env_games.negotiators`) negotiate in ``games/negotiation-v0``.
 - :class:`LiteralPartner`, :class:`RandomPartner` (:mod:`tinker_env_games.reference_game`) play
@@ -17,13 +18,14 @@ from __future__ import annotations
 from tinker_env_games.board import RandomAgent, legal_moves_in
 from tinker_env_games.negotiators import BoulwareAgent, ConcederAgent, RandomNegotiator
 from tinker_env_games.reference_game import LiteralPartner, RandomPartner
-from tinker_env_games.tictactoe import MinimaxAgent, minimax_moves, minimax_value
+from tinker_env_games.tictactoe import MinimaxAgent, MixedAgent, minimax_moves, minimax_value
 
 __all__ = [
     "BoulwareAgent",
     "ConcederAgent",
     "LiteralPartner",
     "MinimaxAgent",
+    "MixedAgent",
     "RandomAgent",
     "RandomNegotiator",
     "RandomPartner",

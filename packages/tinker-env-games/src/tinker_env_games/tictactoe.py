@@ -16,11 +16,13 @@ Free cells show their number, so the action is one of the numbers on the board: 
 integer in the action text is taken (``"3"``, ``"I play 3"``). Rewards, illegal moves and
 forfeits follow :mod:`tinker_env_games.board`.
 
-Scripted opponents (``TicTacToeEnv.scripted_opponents``): ``random`` (:class:`RandomAgent`) and
+Scripted opponents (``TicTacToeEnv.scripted_opponents``): ``random`` (:class:`RandomAgent`),
 ``minimax`` (:class:`MinimaxAgent`), perfect play: exhaustive negamax, memoised over the 5478
 reachable positions; among equally good moves it prefers the quickest win or the slowest loss,
-then the lowest cell (or a seeded random one with ``seed=``). Both read only the observation
-text, like a model would.
+then the lowest cell (or a seeded random one with ``seed=``); and ``mixed``
+(:class:`MixedAgent`): each move a perfect one with probability 1/2, else a random legal one, an
+opponent that can be beaten but punishes blunders. All read only the observation text, like a
+model would.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ __all__ = [
     "LINES",
     "TICTACTOE_SPEC",
     "MinimaxAgent",
+    "MixedAgent",
     "TicTacToeEnv",
     "free_cells",
     "minimax_moves",
@@ -162,6 +165,28 @@ class MinimaxAgent:
         return str(self.rng.choice(moves) if self.rng else moves[0])
 
 
+class MixedAgent:
+    """Each move: :class:`MinimaxAgent`'s with probability ``minimax_prob``, else
+    :class:`~tinker_env_games.board.RandomAgent`'s (a uniformly random legal cell).
+
+    Args:
+        seed: seeds the coin and both players (same seed, same observations: same moves).
+        minimax_prob: the chance of a perfect move (default 0.5).
+    """
+
+    def __init__(self, seed: int | None = None, minimax_prob: float = 0.5) -> None:
+        if not 0.0 <= minimax_prob <= 1.0:
+            raise ValueError(f"minimax_prob must be in [0, 1], got {minimax_prob}")
+        self.rng = random.Random(seed)
+        self.minimax_prob = minimax_prob
+        self.perfect = MinimaxAgent(seed=self.rng.randrange(2**31))
+        self.random = RandomAgent(seed=self.rng.randrange(2**31))
+
+    def __call__(self, role: str, observation: Observation) -> str:
+        player = self.perfect if self.rng.random() < self.minimax_prob else self.random
+        return player(role, observation)
+
+
 class TicTacToeEnv(BoardGameEnv):
     """Tic-tac-toe; see the module docstring, and :class:`~tinker_env_games.board.BoardGameEnv`
     for the rules and arguments."""
@@ -169,6 +194,7 @@ class TicTacToeEnv(BoardGameEnv):
     scripted_opponents: ClassVar[dict[str, OpponentFactory]] = {
         "random": RandomAgent,
         "minimax": MinimaxAgent,
+        "mixed": MixedAgent,
     }
     title = "Tic-tac-toe"
     move_prompt = "Reply with the number of a free cell (1-9)."

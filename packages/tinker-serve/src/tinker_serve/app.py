@@ -435,11 +435,17 @@ async def _chat(
             used += ev.completion_tokens
     choices = []
     for k in range(params.n):
-        fields, called = tool_message_fields(texts.get(k, ""), tools)
+        fields, called = tool_message_fields(texts.get(k, ""), tools, id_prefix=_call_id_prefix())
         choices.append({"index": k, "message": {"role": "assistant", **fields}, "finish_reason": "tool_calls" if called else reasons.get(k),
                         "logprobs": _chat_logprobs(toks.get(k, [])) if body.logprobs else None})
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": choices, "usage": usage(len(ids), used)}
+
+
+def _call_id_prefix() -> str:
+    """A choice's tool call ids: ``call_<random>_<k>``, unique across answers as OpenAI's are (an
+    agent framework keys its history by call id; the OpenAI Agents SDK drops a repeated one)."""
+    return f"call_{uuid.uuid4().hex[:12]}_"
 
 
 async def _stream_chat(
@@ -466,7 +472,7 @@ async def _stream_chat(
             toks.setdefault(ev.sample, []).extend(ev.tokens)
             if not ev.finish_reason:
                 continue
-            fields, called = tool_message_fields(texts.pop(ev.sample), tools)
+            fields, called = tool_message_fields(texts.pop(ev.sample), tools, id_prefix=_call_id_prefix())
             if "tool_calls" in fields:
                 fields["tool_calls"] = [{"index": j, **c} for j, c in enumerate(fields["tool_calls"])]
             delta = {k: v for k, v in fields.items() if v}

@@ -16,11 +16,13 @@ is answered as if it gave none; earlier calls and results in ``messages`` are st
 
 Out: the completion is parsed by :func:`tinker_core.tools.parse_tool_calls` against the request's
 tools. When it holds valid calls the message has ``tool_calls`` (:meth:`ToolCall.to_openai`, ids
-``call_<k>`` numbering the turn's blocks), ``content`` is the text outside the blocks (null when
-there is none; the text of any invalid block is kept after it) and ``finish_reason`` is
-``"tool_calls"``; otherwise the answer is plain text, as without tools. A streamed request with
-tools buffers each choice and sends its content, tool calls and logprobs in one delta when it
-finishes (a partial ``<tool_call>`` block cannot be told from text until it closes).
+``call_<r>_<k>`` numbering the answer's blocks, ``<r>`` random per answer; the rollout proxy's are
+``call_<i>_<k>``, ``i`` the call's index in its episode: never repeated in a conversation, as
+OpenAI's), ``content`` is the text outside the blocks (null when there is none; the text of any
+invalid block is kept after it) and ``finish_reason`` is ``"tool_calls"``; otherwise the answer is
+plain text, as without tools. A streamed request with tools buffers each choice and sends its
+content, tool calls and logprobs in one delta when it finishes (a partial ``<tool_call>`` block
+cannot be told from text until it closes).
 """
 
 from __future__ import annotations
@@ -88,11 +90,13 @@ def request_messages(body: ChatRequest) -> tuple[list[dict[str, str]], tuple[dic
     return messages, tools
 
 
-def tool_message_fields(text: str, tools: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], bool]:
+def tool_message_fields(text: str, tools: tuple[dict[str, Any], ...], id_prefix: str = "call_") -> tuple[dict[str, Any], bool]:
     """``(fields, called)``: the response message's ``content`` and, when ``text`` holds valid
-    calls of ``tools``, its ``tool_calls`` (then ``called`` is True: finish reason ``"tool_calls"``)."""
+    calls of ``tools``, its ``tool_calls`` (then ``called`` is True: finish reason ``"tool_calls"``).
+    Call ids are ``id_prefix`` + the block's number in the turn (``call_<k>`` by default)."""
     parsed = parse_tool_calls(text, tools) if tools else None
     if not parsed or not parsed.calls:
         return {"content": text}, False
     content = "\n".join(x for x in (strip_tool_calls(text), *(e.text for e in parsed.errors)) if x)
-    return {"content": content or None, "tool_calls": [c.to_openai() for c in parsed.calls]}, True
+    calls = [{**c.to_openai(), "id": id_prefix + c.id.removeprefix("call_")} for c in parsed.calls]
+    return {"content": content or None, "tool_calls": calls}, True

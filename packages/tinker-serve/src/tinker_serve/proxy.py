@@ -23,6 +23,11 @@ the trajectory holds exactly the tokens the policy sampled. Any other request is
 from its messages; if that does not extend the previous context, the episode gets a new segment
 (:func:`tinker_algos.agent_calls.merge_calls`).
 
+**Tool call ids** are ``call_<i>_<k>``: the ``k``-th ``<tool_call>`` block of the episode's
+``i``-th call, unique in an episode as OpenAI's are (the OpenAI Agents SDK drops a call whose id
+it has seen from the history it sends back, or refuses it after a handoff) and the same for the
+same seed.
+
 **Sampling.** The job decides how the policy samples: temperature, top-p and top-k come from the
 job (the request's are ignored, so the recorded logprobs are the behaviour policy the loss
 expects); a call samples at most the job's ``rollout.max_new_tokens`` (fewer when the request's
@@ -203,8 +208,9 @@ class RolloutProxy:
         messages, tools = request_messages(body)
         ids, conv = await run_in_threadpool(self._chat_prompt, episode, messages, tools)
         params = self._call_params(body.max_completion_tokens or body.max_tokens, body.stop_list(), episode, len(ids))
+        n_call = len(self.log.calls(episode))
         tokens, logprobs, text, raw_reason = await self._sample(ids, params, http)
-        fields, called = tool_message_fields(text, tools)
+        fields, called = tool_message_fields(text, tools, id_prefix=f"call_{n_call}_")
         reason = "tool_calls" if called else (finish_reason(raw_reason) or "stop")
         self._record(episode, ProxyCall(tuple(ids), tuple(tokens), tuple(logprobs), reason, text, "chat"))
         reply = request_messages(ChatRequest(model=MODEL_NAME, messages=[ChatMessage(role="assistant", **fields)]))[0][0]

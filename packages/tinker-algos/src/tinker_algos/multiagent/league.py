@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
 
 from tinker_algos.checkpoint import save_adapter
 from tinker_algos.multiagent.results import MultiAgentRolloutResult
@@ -134,11 +133,9 @@ class League:
         if member.adapter in policy.adapter_names:  # pragma: no cover - a stage restarted on this policy
             policy.remove_adapter(member.adapter)
         policy.add_adapter(member.adapter, policy.lora_specs.get(source), seed=0)
-        own = dict(_adapter_named(policy, source))
-        with torch.no_grad():
-            for key, p in _adapter_named(policy, member.adapter):
-                p.copy_(own[key])
-                p.requires_grad_(False)
+        policy.copy_adapter_weights(source, member.adapter)
+        for p in policy.adapter_parameters(member.adapter):
+            p.requires_grad_(False)
         policy.set_adapter(source)
         self.snapshots.append(member)
         while len(self.snapshots) > self.cfg.pool_size:
@@ -258,8 +255,3 @@ class League:
                 p.requires_grad_(False)
         policy.set_adapter(source)
 
-
-def _adapter_named(policy: Any, adapter: str) -> list[tuple[str, torch.nn.Parameter]]:
-    """Adapter ``adapter``'s parameters keyed by their name with the adapter's name taken out."""
-    marker = f".{adapter}."
-    return [(n.replace(marker, ".<a>."), p) for n, p in policy.model.named_parameters() if marker in n]

@@ -2,7 +2,8 @@
 
 Every role of the env is played by its own adapter on the stage's policy (the shared base model),
 named :func:`~tinker_algos.multiagent.params.role_adapter` (``<job adapter>-<role>``), created with
-the job's ``lora`` settings. Each role has its own :class:`~tinker_algos.trainer.Trainer` (its own
+the job's ``lora`` settings and starting from the job adapter's weights as the stage finds them (so
+a warm start, e.g. an SFT stage before this one, carries over to every role). Each role has its own :class:`~tinker_algos.trainer.Trainer` (its own
 optimizer and LR schedule; ``roles.<role>.optimizer``, ``.optimizer_params`` and ``.lr`` replace
 the stage's) and its own
 :class:`~tinker_algos.algorithms.update.PolicyUpdate` (``roles.<role>.loss`` and ``loss_config``
@@ -76,6 +77,9 @@ class RoleLearners:
             adapter = role_adapter(ctx.adapter, role)
             config = role_trainer_config(ctx.trainer.config, own)
             trainer = Trainer(ctx.policy, config, adapter=adapter, lora=lora, adapter_seed=derive_seed(ctx.job.seed, "role", role))
+            # every role starts from the job's adapter as the stage finds it: a warm start (an SFT
+            # stage before this one) carries over to each learner
+            ctx.policy.copy_adapter_weights(ctx.adapter, adapter)
             algo = ctx.algo.model_copy(update={
                 "loss": own.loss if own.loss is not None else ctx.algo.loss,
                 "loss_config": own.loss_config if own.loss_config is not None else ctx.algo.loss_config,

@@ -1,0 +1,3 @@
+"""A module without load_environment."""
+
+VALUE = 1
