@@ -39,22 +39,32 @@ class PagedJobs(jobs_pb2_grpc.JobServiceServicer):
 
 
 @pytest.fixture
-def paged():
-    """``paged(count)`` -> ``(address, servicer)`` of a server with ``count`` jobs."""
+def serve():
+    """``serve(servicer)`` -> the address of a real gRPC server answering with ``servicer``."""
     servers = []
 
-    def start(count: int) -> tuple[str, PagedJobs]:
-        servicer = PagedJobs(count)
+    def start(servicer: jobs_pb2_grpc.JobServiceServicer) -> str:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         server.start()
         servers.append(server)
-        return f"127.0.0.1:{port}", servicer
+        return f"127.0.0.1:{port}"
 
     yield start
     for server in servers:
         server.stop(grace=None)
+
+
+@pytest.fixture
+def paged(serve):
+    """``paged(count)`` -> ``(address, servicer)`` of a server with ``count`` jobs."""
+
+    def start(count: int) -> tuple[str, PagedJobs]:
+        servicer = PagedJobs(count)
+        return serve(servicer), servicer
+
+    return start
 
 
 def test_list_iterates_every_page_in_order(paged):
@@ -124,24 +134,17 @@ class FlakyWatch(jobs_pb2_grpc.JobServiceServicer):
 
 
 @pytest.fixture
-def flaky(monkeypatch):
+def flaky(serve, monkeypatch):
+    """``flaky(script)`` -> ``(address, servicer)`` of a server whose Watch follows ``script``."""
     import tinker_client.jobs
 
     monkeypatch.setattr(tinker_client.jobs.time, "sleep", lambda s: None)  # the back-off, not the behaviour
-    servers = []
 
     def start(script: list) -> tuple[str, FlakyWatch]:
         servicer = FlakyWatch(script)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        jobs_pb2_grpc.add_JobServiceServicer_to_server(servicer, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        servers.append(server)
-        return f"127.0.0.1:{port}", servicer
+        return serve(servicer), servicer
 
-    yield start
-    for server in servers:
-        server.stop(grace=None)
+    return start
 
 
 def test_a_watch_that_had_events_rides_out_a_long_restart_without_gaps_or_duplicates(flaky):
