@@ -217,7 +217,7 @@ def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_m
     B = batch.tokens_B_T.shape[0]
     results = {}
     for skip in (False, True):
-        trainer = Trainer(policy, TrainerConfig(lr=1e-3))
+        trainer = Trainer(policy, TrainerConfig(lr=1e-3, share_prefix=False))  # one pass per row: the calls count rows
         rows: list[int] = []
         handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
         try:
@@ -246,7 +246,7 @@ def test_skipped_rows_need_no_forward_when_their_metrics_may_cover_the_trained_r
     B = batch.tokens_B_T.shape[0]
     out = {}
     for forward_skipped in (True, False):
-        trainer = Trainer(policy, TrainerConfig(lr=1e-3))
+        trainer = Trainer(policy, TrainerConfig(lr=1e-3, share_prefix=False))  # one pass per row: the calls count rows
         rows: list[int] = []
         handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
         try:
@@ -293,7 +293,7 @@ def test_a_plugin_loss_gets_the_zero_advantage_fast_path_by_declaring_it_at_regi
     B = batch.tokens_B_T.shape[0]
     results = {}
     for loss, skip in (("algostest_pg", False), ("algostest_pg", True), ("algostest_pg_undeclared", True)):
-        trainer = Trainer(policy, TrainerConfig(lr=1e-3))
+        trainer = Trainer(policy, TrainerConfig(lr=1e-3, share_prefix=False))  # one pass per row: the calls count rows
         rows: list[int] = []
         handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
         try:

@@ -446,6 +446,7 @@ def trainer_config(stage: StageConfig) -> TrainerConfig:
         total_steps=algo.steps,
         max_grad_norm=opt.grad_clip,
         micro_batch_size=algo.micro_batch_size,
+        share_prefix=algo.share_prefix,
     )
 
 

@@ -43,9 +43,10 @@ import torch
 
 from tinker_algos import checkpoint
 from tinker_algos.device import DeviceSpec
-from tinker_algos.models import LoraSpec, PolicyModel, sequence_logprobs, to_tensor
+from tinker_algos.models import LoraSpec, PolicyModel, to_tensor
 from tinker_algos.optimizers import build_optimizer
 from tinker_algos.recording import traced
+from tinker_algos.shared_prefix import batch_logprobs
 from tinker_algos.trainer_config import (  # re-exported: their home was this module
     SCHEDULES,
     TrainerConfig,
@@ -144,16 +145,17 @@ class Trainer:
         disabled (the base model: a LoRA run's reference policy).
         """
         self._activate()
-        tokens, attn, _ = self._tensors(batch)
+        tokens, attn, mask = self._tensors(batch)
         module = self.policy.module
         was_training = module.training
         module.eval()
+        kw = {"temperature": temperature, "spec": self.policy.spec, "share": self.config.share_prefix}
         try:
             if reference:
                 with self.policy.adapters_disabled():
-                    lp = sequence_logprobs(module, tokens, attn, temperature=temperature, spec=self.policy.spec)
+                    lp = batch_logprobs(module, tokens, attn, mask, **kw)
             else:
-                lp = sequence_logprobs(module, tokens, attn, temperature=temperature, spec=self.policy.spec)
+                lp = batch_logprobs(module, tokens, attn, mask, **kw)
         finally:
             module.train(was_training)
         return lp.float().cpu().numpy()
@@ -236,6 +238,7 @@ class Trainer:
         gradient_pass = _GradientPass(
             loss=loss, loss_fn=entry.obj, loss_config=loss_config, agg=agg, loss_scale=loss_scale,
             tokens=tokens, attn=attn, mask=mask, consts=consts, spec=self.policy.spec, temperature=temperature,
+            share_prefix=self.config.share_prefix,
             total_tokens=_trained_tokens(mask), total_rows=float((mask.sum(-1) > 0).sum()),
             logprobs_B_T=np.zeros((B, T), dtype=np.float32) if return_logprobs else None,
         )
@@ -413,6 +416,7 @@ class _GradientPass:
     consts: dict[str, torch.Tensor | None]
     spec: DeviceSpec
     temperature: float
+    share_prefix: bool
     total_tokens: float
     total_rows: float
     logprobs_B_T: np.ndarray | None
@@ -431,11 +435,19 @@ class _GradientPass:
                 continue
             self._backward(module, sl)
 
+    def _logprobs(self, module: torch.nn.Module, sl: slice) -> torch.Tensor:
+        """The rows' logprobs (a prompt they share run once, see :mod:`tinker_algos.shared_prefix`);
+        at the prompt's tokens only when the caller asked for logprobs (no loss reads them)."""
+        return batch_logprobs(
+            module, self.tokens[sl], self.attn[sl], self.mask[sl], temperature=self.temperature, spec=self.spec,
+            share=self.share_prefix, prefix_logprobs=self.logprobs_B_T is not None,
+        )
+
     def _score(self, module: torch.nn.Module, sl: slice) -> None:
         """The rows' logprobs under ``no_grad`` (when the caller asked for logprobs)."""
         if self.logprobs_B_T is not None:
             with torch.no_grad():
-                lp_nograd = sequence_logprobs(module, self.tokens[sl], self.attn[sl], temperature=self.temperature, spec=self.spec)
+                lp_nograd = self._logprobs(module, sl)
             self.logprobs_B_T[sl] = lp_nograd.float().cpu().numpy()
 
     def _backward(self, module: torch.nn.Module, sl: slice) -> None:
@@ -443,7 +455,7 @@ class _GradientPass:
         from tinker_core.contracts import LossInputs
 
         m_mb = self.mask[sl]
-        lp = sequence_logprobs(module, self.tokens[sl], self.attn[sl], temperature=self.temperature, spec=self.spec)
+        lp = self._logprobs(module, sl)
         if self.logprobs_B_T is not None:
             self.logprobs_B_T[sl] = lp.detach().float().cpu().numpy()
         inputs = LossInputs(

@@ -57,6 +57,11 @@ class TrainerConfig:
         micro_batch_size: split each ``forward_backward`` into row chunks of this size (bounds
             memory; the result equals the unsplit call for every aggregation mode, as long as
             the loss itself has no cross-row statistics). Preference losses need it even.
+        share_prefix: run the prompt that several rows of a micro-batch share (a GRPO group's
+            copies) through the model once, its keys and values repeated for those rows
+            (:mod:`tinker_algos.shared_prefix`): the same logprobs and gradients up to float
+            rounding, for fewer token positions. Off: one full pass per row (the results of
+            versions before it, bit for bit).
     """
 
     optimizer: str = "adamw"
@@ -69,6 +74,7 @@ class TrainerConfig:
     min_lr_ratio: float = 0.0
     max_grad_norm: float | None = 1.0
     micro_batch_size: int | None = None
+    share_prefix: bool = True
 
     def validate(self) -> None:
         if not (self.lr > 0 and math.isfinite(self.lr)):

@@ -64,13 +64,14 @@ class ReferencePolicy:
             return self.ctx.trainer.forward(batch, reference=True)
         import torch
 
-        from tinker_algos.models import sequence_logprobs
+        from tinker_algos.shared_prefix import batch_logprobs
 
         dev = self.ctx.policy.device
         tokens = torch.as_tensor(batch.tokens_B_T, device=dev)
         attn = torch.as_tensor(batch.attention_mask_B_T, device=dev)
-        with torch.no_grad():
-            lp = sequence_logprobs(self.module, tokens, attn, spec=self.ctx.policy.spec)
+        trained = torch.as_tensor(batch.loss_mask_B_T, device=dev) * attn
+        with torch.no_grad():  # the pass Trainer.forward runs, so that equal weights give equal logprobs
+            lp = batch_logprobs(self.module, tokens, attn, trained, spec=self.ctx.policy.spec, share=self.ctx.trainer.config.share_prefix)
         return (lp.float() * attn).cpu().numpy()
 
     def state_dict(self) -> dict[str, Any]:

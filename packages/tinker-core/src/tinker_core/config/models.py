@@ -220,6 +220,9 @@ class AlgorithmConfig(_Model):
     micro_batch_size: int | None = Field(
         None, ge=1, le=MAX_BATCH_SIZE, description="Sequences per forward_backward (the minibatch of each ppo update); None = the whole batch."
     )
+    share_prefix: bool = Field(
+        True, description="Run a prompt that several sequences share (a grpo group's copies) through the model once in each training pass; same results up to float rounding, fewer token positions. false: one full pass per sequence.",
+    )
     epochs_per_step: int = Field(1, ge=1, le=1000, description="Passes over each rollout batch (ppo; at most 1000).")
     data: str | None = Field(
         None, min_length=1, max_length=4096,
