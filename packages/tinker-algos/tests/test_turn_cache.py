@@ -271,3 +271,29 @@ def test_the_config_switch_reaches_the_training_and_evaluation_rollouts(
     assert train(cfg, run_dir=tmp_path).status == "completed"
     # the step's rollout and the evaluation's, each of 2 turns: the second turn of each finds caches, or none is kept
     assert cache_sizes == ([0, 4, 0, 2] if reuse else [-1] * 4)
+
+
+def test_the_last_turn_reads_the_caches_but_stores_none(policy: PolicyModel, algos_and_math_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No episode continues after its last turn, so the sampler does not copy its keys and values
+    out (a single-turn env's every turn is its last)."""
+    import tinker_algos.sampler as sampler_module
+    from tinker_core.registry import make_env
+
+    extracted: list[int] = []
+    real_extract = sampler_module.extract_rows
+    monkeypatch.setattr(sampler_module, "extract_rows", lambda cache, keep: (extracted.append(int(keep.shape[0])), real_extract(cache, keep))[1])
+    cache, prompts = turn_two(policy, ["a\n", "bb\n"], ["c", "d"])
+    assert len(cache) == 2 and extracted == [2]  # turn 1 stored both rows
+    stored = TurnCache()
+    for key in (0, 1):
+        entry = cache.get(key)
+        assert entry is not None
+        stored.store(key, entry)
+    params = SamplingParams(max_new_tokens=4, temperature=0.0, stop_at_eos=False)
+    last = sample(policy, prompts, params, turn_cache=cache, cache_keys=[0, 1], store_cache=False)
+    assert len(cache) == 0 and extracted == [2]  # read, then dropped: nothing copied out
+    kept = sample(policy, prompts, params, turn_cache=stored, cache_keys=[0, 1])
+    assert len(stored) == 2 and extracted == [2, 2]
+    assert [s[0].tokens for s in last] == [s[0].tokens for s in kept]  # the cache was used alike
+    single = rollout(policy, lambda: make_env("math/arithmetic-v0"), [0, 1], SamplingParams(max_new_tokens=4, stop=("\n",), seed=0), group_size=2)
+    assert not single.errors and len(single.episodes) == 4 and extracted == [2, 2]  # one turn: nothing stored

@@ -282,7 +282,7 @@ class _Rollout:
         with phase("sample"):
             samples = sample(
                 self.policy, [ep.turns.fsm.tokens for ep in active], turn_params, adapter=self.adapter,
-                turn_cache=self.kv, cache_keys=[id(ep) for ep in active],
+                turn_cache=self.kv, cache_keys=[id(ep) for ep in active], store_cache=not last_turn,
             )
         actions = []
         for ep, outs in zip(active, samples, strict=True):

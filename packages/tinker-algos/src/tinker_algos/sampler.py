@@ -188,6 +188,7 @@ def sample(
     use_cache: bool = True,
     turn_cache: TurnCache | None = None,
     cache_keys: Sequence[Hashable] | None = None,
+    store_cache: bool = True,
 ) -> list[list[SampledSequence]]:
     """Sample ``params.n`` continuations of each prompt; returns ``[prompt][sample]``.
 
@@ -201,6 +202,8 @@ def sample(
             entry per ``cache_keys[i]`` (one key per prompt, e.g. an episode; ``params.n`` must be
             1): a prompt that extends its entry's tokens prefills only the rest; afterwards each
             entry holds the KV of its prompt and sample (all but the last token).
+        store_cache: False when no prompt will be continued (an episode's last turn): the
+            entries are read but not stored back (each key's entry is dropped instead).
     """
     params = params or SamplingParams()
     params.validate()
@@ -226,7 +229,7 @@ def sample(
         was_training = policy.module.training
         policy.module.eval()
         try:
-            gen = _decode(policy, ids_rows, params, use_cache=use_cache, turn_cache=turn_cache, cache_keys=cache_keys)
+            gen = _decode(policy, ids_rows, params, use_cache=use_cache, turn_cache=turn_cache, cache_keys=cache_keys, store_cache=store_cache)
         finally:
             policy.module.train(was_training)
     tokens, lps, raws, reasons = gen
@@ -265,6 +268,7 @@ def _decode(
     use_cache: bool,
     turn_cache: TurnCache | None = None,
     cache_keys: Sequence[Hashable] | None = None,
+    store_cache: bool = True,
 ) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
     """The decode loop. Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
 
@@ -280,7 +284,7 @@ def _decode(
     With a ``turn_cache`` (one key per row), the rows whose prompt extends their entry start
     from its keys and values (:mod:`tinker_algos.turn_cache`): the layout is then ``[left pads]
     [cached tokens][pads][new suffix][generated]`` and only the suffixes are prefilled. Each
-    row's cache is stored back afterwards.
+    row's cache is stored back afterwards (with ``store_cache``; else its entry is dropped).
     """
     prefixes = None
     if turn_cache is not None and cache_keys is not None and use_cache:
@@ -295,7 +299,10 @@ def _decode(
                 break
             loop.tokens_B_T[:, loop.P + loop.S + step] = loop.gen_B_N[:, step]
     result = loop.result(steps)
-    if turn_cache is not None and cache_keys is not None:
+    if turn_cache is not None and cache_keys is not None and not store_cache:
+        for key in cache_keys:
+            turn_cache.drop(key)
+    elif turn_cache is not None and cache_keys is not None:
         for key, entry in zip(cache_keys, loop.cached_rows(ids_rows, result[0], steps), strict=True):
             if entry is None:
                 turn_cache.drop(key)
