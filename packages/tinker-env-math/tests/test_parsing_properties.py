@@ -104,3 +104,41 @@ def test_the_calculator_env_reads_huge_actions_without_error() -> None:
     assert "unclosed <calc> tag" in obs and reward == 0.0
     _, reward, terminated, *_ = env.step("<answer>" + "9" * 10_000 + "</answer>")
     assert (reward, terminated) == (0.0, True)
+
+
+def _parse_answer_scanning_every_form(text: str, *, fallback_last_number: bool = True) -> str | None:
+    """parse_answer as it was before it skipped the forms whose marker is absent: every scan runs."""
+    import tinker_env_math.parsing as p
+
+    if len(text) > MAX_TEXT_CHARS:
+        return None
+    for fragments in (
+        (m.group(1) for m in p._BOXED_RE.finditer(text)),
+        (m.group(1) for m in p._HASHES_RE.finditer(text)),
+        tag_contents(text, "answer"),
+    ):
+        fragment = p._last(fragments)
+        if fragment is not None and (found := p._number_in(fragment)) is not None:
+            return found
+    stated = p._last(m.group(1) for m in p._ANSWER_IS_RE.finditer(text))
+    if stated is not None and (found := normalize_number(stated)) is not None:
+        return found
+    whole = normalize_number(text)
+    if whole is not None:
+        return whole
+    return p._last_number(text) if fallback_last_number else None
+
+
+# "answer" spelled with characters that only case-folding maps onto it (long s, Kelvin sign)
+FOLDED = st.lists(st.sampled_from([*PIECES, "an\u017fwer", "AN\u017fWER is", "<an\u017fwer>", "</AN\u017fWER>", "\u212a"]), max_size=60).map("".join)
+
+
+@SETTINGS
+@given(FOLDED, st.booleans())
+def test_skipping_absent_forms_changes_no_answer(text: str, fallback: bool) -> None:
+    assert parse_answer(text, fallback_last_number=fallback) == _parse_answer_scanning_every_form(text, fallback_last_number=fallback)
+
+
+def test_a_case_folded_answer_marker_still_counts() -> None:
+    assert parse_answer("<an\u017fwer>5</an\u017fwer> 7") == "5" == _parse_answer_scanning_every_form("<an\u017fwer>5</an\u017fwer> 7")
+    assert parse_answer("The AN\u017fWER is 12, not 13") == "12"

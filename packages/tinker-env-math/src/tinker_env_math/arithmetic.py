@@ -196,10 +196,14 @@ def gold_answer(prompt: str) -> str:
 def score_answer(action: str, answer: str, format_reward: float = 0.0) -> float:
     """1.0 when ``action`` states ``answer``; ``format_reward`` when it states another number
     in a recognised form; else 0.0."""
-    parsed = parse_answer(action)
+    return _score(action, parse_answer(action), answer, format_reward)
+
+
+def _score(action: str, parsed: str | None, answer: str, format_reward: float) -> float:
+    """:func:`score_answer` with ``parse_answer(action)`` already known."""
     if parsed is not None and parsed == normalize_number(answer):
         return 1.0
-    if parse_answer(action, fallback_last_number=False) is not None:
+    if format_reward and parse_answer(action, fallback_last_number=False) is not None:
         return float(format_reward)
     return 0.0
 
@@ -304,7 +308,7 @@ class ArithmeticEnv(TextEnv):
             )
         self._done = True
         parsed = parse_answer(action)
-        reward = score_answer(action, self.problem.answer, self.format_reward)
+        reward = _score(action, parsed, self.problem.answer, self.format_reward)
         info = {"answer": self.problem.answer, "parsed": parsed, "correct": reward == 1.0}
         return "", reward, True, False, info
 

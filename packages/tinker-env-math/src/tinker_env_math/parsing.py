@@ -61,6 +61,9 @@ _ANSWER_IS_RE = re.compile(
 )
 
 
+_ANSWER_WORD_RE = re.compile("answer", re.IGNORECASE)  # in every "answer is" and <answer> form
+
+
 def tag_contents(text: str, tag: str) -> Iterator[str]:
     """The contents of each ``<tag>...</tag>`` in ``text`` (case-insensitive), in order.
 
@@ -149,17 +152,19 @@ def parse_answer(text: str, *, fallback_last_number: bool = True) -> str | None:
         raise TypeError(f"parse_answer: text must be a str, got {type(text).__name__}")
     if len(text) > MAX_TEXT_CHARS:
         return None
-    for fragments in (
-        (m.group(1) for m in _BOXED_RE.finditer(text)),
-        (m.group(1) for m in _HASHES_RE.finditer(text)),
-        tag_contents(text, "answer"),
+    # each explicit form needs its literal marker: without one its scan is skipped (a bare "47")
+    said_answer = _ANSWER_WORD_RE.search(text) is not None
+    for present, fragments in (
+        ("\\boxed" in text, (m.group(1) for m in _BOXED_RE.finditer(text))),
+        ("####" in text, (m.group(1) for m in _HASHES_RE.finditer(text))),
+        (said_answer, tag_contents(text, "answer")),
     ):
-        fragment = _last(fragments)
+        fragment = _last(fragments) if present else None
         if fragment is not None:
             found = _number_in(fragment)
             if found is not None:
                 return found
-    stated = _last(m.group(1) for m in _ANSWER_IS_RE.finditer(text))
+    stated = _last(m.group(1) for m in _ANSWER_IS_RE.finditer(text)) if said_answer else None
     if stated is not None:
         found = normalize_number(stated)
         if found is not None:
