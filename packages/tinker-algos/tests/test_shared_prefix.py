@@ -193,3 +193,15 @@ def test_smollm2_chat_prompts_with_lora_match_one_pass_per_row(smollm2_dir: Path
     assert scale > 0
     for a, b in zip(g_plain, g_shared, strict=True):
         torch.testing.assert_close(b, a, atol=1e-4 * scale, rtol=1e-3)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_the_job_config_field_reaches_the_trainer(share: bool) -> None:
+    from tinker_algos.run import trainer_config
+    from tinker_core.config import parse_config
+
+    job = parse_config({
+        "name": "t", "model": {"name": "tiny"}, "env": {"id": "echo/echo-v0"},
+        "algorithm": {"name": "grpo", "steps": 2, "share_prefix": share}, "optimizer": {"name": "adamw", "lr": 1e-3},
+    })
+    assert trainer_config(job.resolved_stages()[0]).share_prefix is share
