@@ -351,7 +351,8 @@ class _DecodeLoop:
             if use_cache:
                 self.first_of, self.row_of = distinct_rows(ids_rows)
             P = shared_prefix_len(ids_rows) if use_cache and B > 1 else 0
-            if (B - 1) * P < _MIN_SHARED_POSITIONS:  # too little saved to pay for a forward call of its own
+            # distinct prompts are prefilled once each, so sharing saves P positions per distinct prompt but one
+            if (len(self.first_of) - 1) * P < _MIN_SHARED_POSITIONS:  # too little to pay for a forward call of its own
                 P = 0
             S = max(len(r) for r in ids_rows) - P  # width of the own-prompt region
             self.tokens_B_T, self.mask_B_T = left_padded(ids_rows, P, S, N, pad, device)
