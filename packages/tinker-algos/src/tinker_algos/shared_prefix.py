@@ -7,7 +7,8 @@ untrained one) and a **suffix** (the rest), runs each distinct prefix once (a ba
 distinct prefixes, left-padded, with grad), repeats its keys and values for the rows that share
 it, and runs the suffixes on that cache. Every suffix token attends to the same keys and values,
 at the same positions (they count real tokens, as in :func:`tinker_algos.models.sequence_logprobs`),
-as it would in the plain pass, so the logprobs are the same up to float rounding, and the
+as it would in the plain pass (a row's last token, which predicts nothing, is not fed at all),
+so the logprobs are the same up to float rounding, and the
 gradient flows back through the repeated cache into the prefix pass (each prefix's gradient is
 the sum over its rows, which is what the plain pass computes row by row).
 
@@ -62,8 +63,14 @@ class SharedPrefixPlan:
         return int(self.split_B.max())
 
     @property
+    def end_B(self) -> np.ndarray:
+        """Where each row's suffix input ends: before its last token (nothing follows it to
+        predict), but with at least one token (a row with no trained token, split at 0)."""
+        return np.maximum(self.length_B - 1, self.split_B + 1)
+
+    @property
     def suffix_width(self) -> int:
-        return int((self.length_B - self.split_B).max())
+        return int((self.end_B - self.split_B).max())
 
     def positions(self) -> int:
         """Token positions the shared pass runs: distinct prefixes, then every row's suffix."""
@@ -169,15 +176,17 @@ def shared_prefix_logprobs(
         if s:
             pre_np[u, P - s :] = tokens_np[b, :s]
             pre_mask_np[u, P - s :] = 1
-    # every row's suffix, left-aligned in S columns: [suffix][pads]
+    # every row's suffix, left-aligned in S columns: [suffix][pads]; column j predicts token split + 1 + j
     suf_np = np.zeros((B, S), dtype=np.int64)
     suf_mask_np = np.zeros((B, S), dtype=np.int64)
-    for b in range(B):
-        s, n = int(split.split_B[b]), int(split.length_B[b])
-        suf_np[b, : n - s] = tokens_np[b, s:n]
-        suf_mask_np[b, : n - s] = 1
+    tgt_np = np.zeros((B, S), dtype=np.int64)
+    for b, (s, e, n) in enumerate(zip(split.split_B.tolist(), split.end_B.tolist(), split.length_B.tolist(), strict=True)):
+        suf_np[b, : e - s] = tokens_np[b, s:e]
+        suf_mask_np[b, : e - s] = 1
+        tgt_np[b, : n - 1 - s] = tokens_np[b, s + 1 : n]
     pre_tok, pre_mask = torch.from_numpy(pre_np).to(device), torch.from_numpy(pre_mask_np).to(device)
     suf_tok, suf_mask = torch.from_numpy(suf_np).to(device), torch.from_numpy(suf_mask_np).to(device)
+    tgt = torch.from_numpy(tgt_np).to(device)
     split_t = torch.from_numpy(split.split_B).to(device)
     row_of = torch.tensor(split.row_of, dtype=torch.long, device=device)
 
@@ -203,15 +212,15 @@ def shared_prefix_logprobs(
     positions = split_t[:, None] + torch.arange(S, device=device)[None, :]
     with ctx:
         out = module(input_ids=suf_tok, attention_mask=full_mask, position_ids=positions, use_cache=True, **{kw: row_cache})
-    logits = out.logits[:, :-1].float()
+    logits = out.logits.float()
     if temperature != 1.0:
         logits = logits / temperature
-    lp_B_S1 = logits.gather(-1, suf_tok[:, 1:].unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    # suffix column j predicts token split + 1 + j of the row
-    col_B_T = torch.arange(T, device=device)[None, :] - split_t[:, None] - 1
-    valid = (col_B_T >= 0) & (col_B_T < S - 1)
-    valid &= torch.arange(T, device=device)[None, :] < torch.from_numpy(split.length_B).to(device)[:, None]
-    lp_B_T = lp_B_S1.gather(1, col_B_T.clamp(0, max(S - 2, 0)))
+    lp_B_S = logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    # row b's token t (split < t < length) is predicted by its suffix column t - split - 1
+    t_1_T = torch.arange(T, device=device)[None, :]
+    col_B_T = t_1_T - split_t[:, None] - 1
+    valid = (col_B_T >= 0) & (t_1_T < torch.from_numpy(split.length_B).to(device)[:, None])
+    lp_B_T = lp_B_S.gather(1, col_B_T.clamp(0, S - 1))
     lp_B_T = torch.where(valid, lp_B_T, torch.zeros((), dtype=lp_B_T.dtype, device=device))
     if prefix_logprobs:
         lp_B_T = lp_B_T + _prefix_part(pre_out.logits, pre_tok, tokens_B_T, split, row_of, split_t, temperature)
