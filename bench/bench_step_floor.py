@@ -24,6 +24,7 @@ Python, the optimizer.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -111,18 +112,14 @@ def run(threads: int, model_dir: Path, steps: int, *, count: bool) -> list[dict[
     job = opentinker_job(model_dir, 0, steps, 0, 0, 0, stop="eos")
     for key in ("eval_every", "eval_size"):
         job["algorithm"].pop(key)
-    try:
-        with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp:
-            if counter is not None:
-                with counter:
-                    result = train(job, run_dir=Path(tmp) / "run", callbacks=Callbacks())
-            else:
-                result = train(job, run_dir=Path(tmp) / "run", callbacks=Callbacks())
-    finally:
-        for k, fn in originals.items():
-            setattr(trainer_mod.Trainer, k, fn)
-    if result.status != "completed":
-        raise RuntimeError(f"the run ended {result.status!r}")
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp, counter or contextlib.nullcontext():
+        try:
+            status = train(job, run_dir=Path(tmp) / "run", callbacks=Callbacks()).status
+        finally:
+            for k, fn in originals.items():
+                setattr(trainer_mod.Trainer, k, fn)
+    if status != "completed":
+        raise RuntimeError(f"the run ended {status!r}")
     return per_step
 
 
