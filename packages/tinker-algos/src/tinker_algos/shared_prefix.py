@@ -141,11 +141,12 @@ def batch_logprobs(
     logits.
     """
     if share and trained_B_T is not None and shares_safely(module):
-        split = plan(
-            tokens_B_T.cpu().numpy(), attention_mask_B_T.cpu().numpy(), trained_B_T.detach().cpu().numpy()
-        )
+        tokens_np = tokens_B_T.cpu().numpy()
+        split = plan(tokens_np, attention_mask_B_T.cpu().numpy(), trained_B_T.detach().cpu().numpy())
         if split is not None:
-            return shared_prefix_logprobs(module, tokens_B_T, split, temperature=temperature, spec=spec, prefix_logprobs=prefix_logprobs)
+            return shared_prefix_logprobs(
+                module, tokens_B_T, split, temperature=temperature, spec=spec, prefix_logprobs=prefix_logprobs, tokens_np=tokens_np
+            )
     return sequence_logprobs(module, tokens_B_T, attention_mask_B_T, temperature=temperature, spec=spec)
 
 
@@ -157,9 +158,11 @@ def shared_prefix_logprobs(
     temperature: float = 1.0,
     spec: DeviceSpec | None = None,
     prefix_logprobs: bool = True,
+    tokens_np: np.ndarray | None = None,
 ) -> torch.Tensor:
     """The logprobs ``[B, T]`` of a right-padded batch through the shared-prefix pass of ``split``
-    (with ``prefix_logprobs=False``, 0 at tokens ``1..split`` of each row)."""
+    (with ``prefix_logprobs=False``, 0 at tokens ``1..split`` of each row); ``tokens_np``: the
+    tokens already on the host, when the caller has them."""
     from transformers import DynamicCache
 
     if temperature <= 0:
@@ -167,7 +170,8 @@ def shared_prefix_logprobs(
     device = tokens_B_T.device
     B, T = tokens_B_T.shape
     U, P, S = len(split.first_of), split.prefix_width, split.suffix_width
-    tokens_np = tokens_B_T.cpu().numpy()
+    if tokens_np is None:
+        tokens_np = tokens_B_T.cpu().numpy()
     # the distinct prefixes, right-aligned in P columns: [pads][prefix]
     pre_np = np.zeros((U, P), dtype=np.int64)
     pre_mask_np = np.zeros((U, P), dtype=np.int64)

@@ -32,6 +32,7 @@ and the loss function's own metrics as ``<loss name>/<key>``. ``optim_step``: ``
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -58,7 +59,6 @@ if TYPE_CHECKING:
     from tinker_core.contracts import Batch
 
 __all__ = ["SCHEDULES", "TOKEN_SUM", "Trainer", "TrainerConfig", "aggregation_modes", "lr_multiplier", "restore_trainer"]
-
 
 
 def aggregation_modes() -> tuple[str, ...]:
@@ -147,13 +147,9 @@ class Trainer:
         module = self.policy.module
         was_training = module.training
         module.eval()
-        kw = {"temperature": temperature, "spec": self.policy.spec, "share": self.config.share_prefix}
         try:
-            if reference:
-                with self.policy.adapters_disabled():
-                    lp = batch_logprobs(module, tokens, attn, mask, **kw)
-            else:
-                lp = batch_logprobs(module, tokens, attn, mask, **kw)
+            with self.policy.adapters_disabled() if reference else contextlib.nullcontext():
+                lp = batch_logprobs(module, tokens, attn, mask, temperature=temperature, spec=self.policy.spec, share=self.config.share_prefix)
         finally:
             module.train(was_training)
         return lp.float().cpu().numpy()
