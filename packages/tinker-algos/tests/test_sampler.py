@@ -245,3 +245,46 @@ def test_a_model_whose_weights_diverged_is_a_precondition_error_not_torchs(polic
         policy.base_model.get_output_embeddings().weight.fill_(float("nan"))
     with pytest.raises(PreconditionError, match="not finite .* weights have diverged"):
         sample(policy, PROMPTS, SamplingParams(max_new_tokens=4, temperature=temperature, seed=0))
+
+
+def test_a_large_vocabulary_draws_by_inverse_cdf_from_the_same_distribution():
+    # SmolLM2-sized rows take one uniform each, not one exponential per vocabulary entry
+    from tinker_algos.sampler import INVERSE_CDF_MIN_VOCAB, draw
+
+    V, rows = 3 * INVERSE_CDF_MIN_VOCAB, 20_000
+    logits_V = torch.full((V,), float("-inf"))
+    picks = {7: 0.5, 4_000: 0.25, V - 1: 0.125, 9_999: 0.0625, 12_000: 0.0625}
+    for token, p in picks.items():
+        logits_V[token] = float(np.log(p))
+    logp_B_V = torch.log_softmax(logits_V, -1).expand(rows, V)
+    drawn = draw(logp_B_V, torch.Generator().manual_seed(0))
+    counts = torch.bincount(drawn, minlength=V)
+    assert set(torch.nonzero(counts).flatten().tolist()) == set(picks)  # never a zero-probability token
+    for token, p in picks.items():  # within 5 standard errors of the expected frequency
+        assert abs(counts[token].item() / rows - p) < 5 * (p * (1 - p) / rows) ** 0.5, (token, counts[token])
+    # seeded: the same generator state gives the same tokens; one-hot rows give their token
+    again = draw(logp_B_V, torch.Generator().manual_seed(0))
+    assert torch.equal(drawn, again)
+    one_hot = torch.full((3, V), float("-inf"))
+    one_hot[0, 0], one_hot[1, V - 1], one_hot[2, 5_000] = 0.0, 0.0, 0.0
+    assert draw(one_hot, None).tolist() == [0, V - 1, 5_000]
+
+
+def test_a_small_vocabulary_keeps_multinomial_so_tiny_runs_keep_their_samples():
+    from tinker_algos.sampler import INVERSE_CDF_MIN_VOCAB, draw
+
+    logp_B_V = torch.log_softmax(torch.randn(8, INVERSE_CDF_MIN_VOCAB - 1, generator=torch.Generator().manual_seed(1)), -1)
+    ours = draw(logp_B_V, torch.Generator().manual_seed(3))
+    theirs = torch.multinomial(logp_B_V.exp(), 1, generator=torch.Generator().manual_seed(3)).squeeze(-1)
+    assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_large_vocabulary_that_is_not_finite_is_a_precondition_error(bad):
+    from tinker_algos.sampler import INVERSE_CDF_MIN_VOCAB, draw
+    from tinker_core.errors import PreconditionError
+
+    logp_B_V = torch.zeros(2, INVERSE_CDF_MIN_VOCAB)
+    logp_B_V[1, 3] = bad
+    with pytest.raises(PreconditionError, match="not finite"):
+        draw(logp_B_V, None)
