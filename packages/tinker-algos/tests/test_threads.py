@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -65,12 +67,50 @@ def test_openmp_threads_wait_passively_when_half_the_cores_are_busy():
     assert wait_policy_for(0.5, 1) is None and wait_policy_for(1.0, 1) == "PASSIVE"
 
 
+def _proc_loadavg(running: int) -> str:
+    """Code that makes the child's reads of /proc/loadavg see ``running`` runnable threads."""
+    return (
+        "import builtins, io; _open = builtins.open; "
+        f"builtins.open = lambda p, *a, **k: io.StringIO('0.50 0.40 0.30 {running}/400 999') "
+        "if p == '/proc/loadavg' else _open(p, *a, **k); "
+    )
+
+
 def test_importing_tinker_algos_chooses_the_wait_policy_before_torch_loads():
-    busy = "import os; os.getloadavg = lambda: (64.0, 64.0, 64.0); "
-    idle = "import os; os.getloadavg = lambda: (0.0, 0.0, 0.0); "
+    cores = os.cpu_count() or 1
+    busy = _proc_loadavg(1 + max(1, -(-cores // 2)))  # this process plus half the cores (rounded up)
+    idle = _proc_loadavg(1) + "import os; os.getloadavg = lambda: (64.0, 64.0, 64.0); "  # the lagging average is not read
     show = "; print(os.environ.get('OMP_WAIT_POLICY'))"
-    assert _policy_in_child(busy + "import tinker_algos" + show) == "PASSIVE"
+    assert _policy_in_child(busy + "import os, tinker_algos" + show) == "PASSIVE"
     assert _policy_in_child(idle + "import tinker_algos" + show) == "None"
     # the user's own choice stands, and torch already loaded is left alone (too late to matter)
-    assert _policy_in_child(busy + "import tinker_algos" + show, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
-    assert _policy_in_child(busy + "import torch, tinker_algos" + show) == "None"
+    assert _policy_in_child(busy + "import os, tinker_algos" + show, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
+    assert _policy_in_child(busy + "import os, torch, tinker_algos" + show) == "None"
+
+
+def test_without_proc_loadavg_the_one_minute_load_average_decides():
+    no_proc = (
+        "import builtins, os; _open = builtins.open\n"
+        "def fake(p, *a, **k):\n"
+        "    if p == '/proc/loadavg': raise FileNotFoundError(p)\n"
+        "    return _open(p, *a, **k)\n"
+        "builtins.open = fake\n"
+    )
+    show = "\nprint(os.environ.get('OMP_WAIT_POLICY'))"
+    busy = no_proc + "os.getloadavg = lambda: (64.0, 64.0, 64.0)\nimport tinker_algos"
+    idle = no_proc + "os.getloadavg = lambda: (0.0, 0.0, 0.0)\nimport tinker_algos"
+    assert _policy_in_child(busy + show) == "PASSIVE"
+    assert _policy_in_child(idle + show) == "None"
+
+
+def test_runnable_others_reads_the_running_count_less_this_thread(tmp_path, monkeypatch):
+    from tinker_algos import openmp
+
+    f = tmp_path / "loadavg"
+    f.write_text("1.20 1.10 0.90 3/512 4242\n")
+    monkeypatch.setattr(openmp, "LOADAVG", str(f))
+    assert openmp.runnable_others(reads=3, interval_s=0) == 2.0
+    f.write_text("garbage\n")
+    assert openmp.runnable_others(reads=1) is None
+    monkeypatch.setattr(openmp, "LOADAVG", str(tmp_path / "missing"))
+    assert openmp.runnable_others(reads=1) is None
