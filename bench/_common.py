@@ -109,6 +109,8 @@ def machine_info(*, with_torch: bool = True) -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
+        # as this process's OpenMP runtime read it (tinker_algos.openmp sets it on import from the load)
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
     }
     if with_torch:
         import torch

@@ -55,6 +55,7 @@ from tinker_algos.decode_rows import (
     shared_prefix_len,
     stop_enders,
 )
+from tinker_algos.kv_reserve import reserve
 from tinker_algos.models import PolicyModel, accepts_kwarg, cache_kwarg, position_ids_from_mask
 from tinker_algos.samples import SampledSequence as SampledSequence
 from tinker_algos.samples import StopReason as StopReason
@@ -384,6 +385,8 @@ class _DecodeLoop:
             S = max(len(r) for r in ids_rows) - P  # width of the own-prompt region
             self.tokens_B_T, self.mask_B_T = left_padded(ids_rows, P, S, N, pad, device)
         self.B, self.N, self.P, self.S, self.pad = B, N, P, S, pad
+        if use_cache:  # room for every column up front: no torch.cat of the whole cache per layer and step
+            cache = reserve(cache, P + S + N)
         self.pos_B_T = position_ids_from_mask(self.mask_B_T)
         self.generator = None
         if params.seed is not None:

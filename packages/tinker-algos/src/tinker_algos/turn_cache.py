@@ -17,8 +17,8 @@ positions count real tokens only, so every cached key carries the RoPE position 
 would give it. After the decode, :func:`extract_rows` takes each row's keys and values back out
 (prompt + generated tokens except the last) and the sampler stores them for the next turn.
 
-Only caches whose layers are all plain ``transformers.DynamicLayer`` (full attention, the default
-of the decode loop's ``DynamicCache()``) are kept; anything else is not stored, and every turn
+Only caches whose layers are all plain ``transformers.DynamicLayer`` or the decode loop's
+``ReservedLayer`` (full attention, the default of the decode loop's cache) are kept; anything else is not stored, and every turn
 then prefills in full. The cache belongs to one policy and adapter with fixed weights (one
 rollout): weights that change make it stale, so drop it (:meth:`TurnCache.clear`).
 """
@@ -128,11 +128,16 @@ def batch_cache(prefixes: Sequence[CachedPrefix | None], device: torch.device) -
 
 
 def reusable(cache: object) -> bool:
-    """Whether ``cache``'s layers are all plain ``DynamicLayer`` holding keys (what :func:`extract_rows` reads)."""
+    """Whether ``cache``'s layers are all plain ``DynamicLayer`` (or the decode loop's
+    :class:`tinker_algos.kv_reserve.ReservedLayer`) holding keys (what :func:`extract_rows` reads)."""
     from transformers.cache_utils import DynamicLayer
 
+    from tinker_algos.kv_reserve import ReservedLayer
+
     layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer and getattr(layer, "keys", None) is not None for layer in layers)
+    return bool(layers) and all(
+        type(layer) in (DynamicLayer, ReservedLayer) and getattr(layer, "keys", None) is not None for layer in layers
+    )
 
 
 def extract_rows(cache: object, keep_B_T: torch.Tensor) -> list[torch.Tensor]:
