@@ -490,8 +490,8 @@ def main() -> None:
         "runs": runs,
     })
     path.with_suffix(".md").write_text(stats.markdown(title, rows))
-    if not args.quick and ns.only is None:
-        print(plot(path))
+    if not args.quick and ns.only is None:  # the docs' figure only from the committed results
+        print(plot(path) if args.results.resolve() == RESULTS_DIR.resolve() else plot(path, path.with_suffix(".png")))
 
 
 if __name__ == "__main__":
