@@ -20,7 +20,7 @@ import random
 
 from tinker_core import play_episode
 from tinker_env_games.board import legal_moves_in
-from tinker_env_games.scripted_sft import write_jsonl
+from tinker_env_games.scripted_sft import episode_records, write_jsonl
 from tinker_env_games.tictactoe import TicTacToeEnv
 
 
@@ -45,12 +45,7 @@ def records(episodes: int, p: float = 0.8, seed: int = 0) -> list[dict]:
         k = seed + i
         agents = {"x": MostlyLastCell(2 * k, p), "o": MostlyLastCell(2 * k + 1, p)}
         result = play_episode(env, agents, seed=k, turn_timeout_s=None)
-        for role in ("x", "o"):
-            history = ""
-            for turn in result.transcripts[role]:
-                history += str(turn.observation)
-                out.append({"prompt": history, "completion": turn.action + "\n", "role": role, "episode": i})
-                history += turn.action + "\n"
+        out += episode_records(result, ("x", "o"), episode=i, seed=k)
     return out
 
 

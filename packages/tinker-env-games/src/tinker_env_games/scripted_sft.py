@@ -26,9 +26,9 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from tinker_core import MultiAgentTextEnv, play_episode
+from tinker_core import EpisodeResult, MultiAgentTextEnv, play_episode
 
-__all__ = ["scripted_games", "write_jsonl"]
+__all__ = ["episode_records", "scripted_games", "write_jsonl"]
 
 
 def scripted_games(
@@ -66,14 +66,23 @@ def scripted_games(
         result = play_episode(env, agents, seed=seed + i, turn_timeout_s=None)
         if reasons is not None and result.reason not in reasons:
             continue
-        for role in roles:
-            history = ""
-            for turn in result.transcripts[role]:
-                history += str(turn.observation)
-                completion = turn.action + "\n"
-                records.append({"prompt": history, "completion": completion, "role": role, "episode": i, "seed": seed + i,
-                                "reason": result.reason})
-                history += completion
+        records += episode_records(result, roles, episode=i, seed=seed + i)
+    return records
+
+
+def episode_records(result: EpisodeResult, roles: Sequence[str], *, episode: int, seed: int) -> list[dict[str, Any]]:
+    """One SFT record per move of a played game (:func:`tinker_core.play_episode`'s result), in
+    ``roles`` order: ``prompt`` is the role's trajectory before the move, ``completion`` the move
+    and ``"\n"``, with ``role``, ``episode``, ``seed`` and ``reason`` beside them."""
+    records: list[dict[str, Any]] = []
+    for role in roles:
+        history = ""
+        for turn in result.transcripts[role]:
+            history += str(turn.observation)
+            completion = turn.action + "\n"
+            records.append({"prompt": history, "completion": completion, "role": role, "episode": episode, "seed": seed,
+                            "reason": result.reason})
+            history += completion
     return records
 
 
