@@ -1,7 +1,8 @@
 """Batched sampling with a KV cache, returning tokens, logprobs and why each sample stopped.
 
 The decode loop is ours (not ``model.generate``): prompts are left-padded into one batch, the
-prefill runs once, then each step feeds one token per row with a ``transformers.DynamicCache``.
+prefill runs once, then each step feeds one token per row with a ``transformers.DynamicCache``
+whose layers write into room reserved up front (:mod:`tinker_algos.kv_reserve`).
 A prefix all prompts share (a chat template's system prompt, the ``n`` copies of one prompt) is
 computed once and its cache repeated for every row; only the last position's logits are computed.
 Positions count only real tokens (:func:`tinker_algos.models.position_ids_from_mask`), so a
