@@ -32,13 +32,15 @@ pytestmark = pytest.mark.skipif(not _train_available(), reason=f"{DEFAULT_RUNNER
 
 PAIRS = [(a, b) for a in range(10) for b in range(10)]
 HELD_OUT = sorted(random.Random(0).sample(PAIRS, 12))
-STEPS = 100
+STEPS = 200
 
 
 def sums_job(data: str) -> dict:
-    """100 SFT steps of a rank-32 LoRA on every linear layer (attention and MLP) of the tiny model,
-    on the 88 one-digit sums not held out. Measured: the held-out answers come within one of the
-    sum (4-5 of 12 exact) by step 100; attention-only adapters or lr 0.01 did not learn in 200."""
+    """200 SFT steps of a rank-32 LoRA on every linear layer (attention and MLP) of the tiny model,
+    on the 88 one-digit sums not held out. Measured on 12 seeds (0-12 but 11; recipe chosen on 3, 4,
+    10, 12): 11-12 of the 12 held-out answers within one of the sum, 3-10 exact. The former recipe
+    (100 steps, lr 0.003) failed on 3 of 5 seeds, seed 0 included once the CPU changed: a different
+    CPU is a different seed. Attention-only adapters or lr 0.01 did not learn in 200."""
     return {
         "name": "serve-sums",
         "seed": 0,
@@ -46,7 +48,7 @@ def sums_job(data: str) -> dict:
         "lora": {"rank": 32, "alpha": 64,
                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
         "algorithm": {"name": "sft", "steps": STEPS, "batch_size": 32, "data": data},
-        "optimizer": {"name": "adamw", "lr": 0.003},
+        "optimizer": {"name": "adamw", "lr": 0.002},
         "checkpoint": {"every": STEPS, "keep": 1},
         "logging": {"tensorboard": False, "plot": False},
         "resources": {"cpus": 1},
@@ -80,7 +82,7 @@ def test_a_finished_lora_job_answers_held_out_sums_better_than_its_base_through_
         assert answers["tiny"] == [None] * len(HELD_OUT)  # the untrained base never states a number
         exact = sum(x == t for x, t in zip(answers[job.id], truth, strict=True))
         close = sum(x is not None and abs(x - t) <= 1 for x, t in zip(answers[job.id], truth, strict=True))
-        assert exact >= 3 and close >= 9, list(zip(answers[job.id], truth, strict=True))
+        assert exact >= 2 and close >= 10, list(zip(answers[job.id], truth, strict=True))
 
         stream = client.completions.create(model=job.id, prompt="3+3=", max_tokens=3, temperature=0, stop=["\n"], stream=True)
         assert "".join(c.choices[0].text for c in stream) == str(answers[job.id][HELD_OUT.index((3, 3))])
