@@ -1,13 +1,18 @@
 """Supervised fine-tuning (``algorithm.name: sft``).
 
 Examples come from ``algorithm.data`` (a JSONL file of ``{"prompt": ..., "completion": ...}``
-records) or, without a file, from the environment: each example is a demonstration the env gives
+records, or of ``{"messages": [...]}`` conversations: an optional ``system`` message, then
+``user`` and ``assistant`` messages in turn, ending with an ``assistant`` one) or, without a file,
+from the environment: each example is a demonstration the env gives
 through ``info["target"]``, the ideal next action (arithmetic, echo and other single-turn envs
 give it on reset; a multi-turn env such as ``math/calculator-v0`` gives it after each turn too).
 The episode is replayed with those actions until it ends or the env gives no target; a one-turn
 demonstration is the first observation and its target, a longer one is rendered turn by turn
 exactly as the rollout renders a sampled episode (:class:`tinker_algos.rollout.PolicyTurns`: the
-env's tools, tool messages, the template's deltas), and trains on every action's tokens. The
+env's tools, tool messages, the template's deltas), and trains on every action's tokens. A
+``messages`` record is rendered the same way, each ``user`` message an observation and each
+``assistant`` message an action, so a multi-turn warm start (a dialogue game's scripted games,
+say) is the very token sequence a multi-turn rollout of those replies samples. The
 loss is ``cross_entropy`` on the completion (action) tokens only.
 
 Implementation details:
@@ -25,7 +30,9 @@ Implementation details:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
@@ -41,14 +48,48 @@ from tinker_core.contracts import Batch, StepResult, Trajectory
 from tinker_core.errors import ConfigError
 
 
-def load_sft_records(path: str | Path, where: str = "algorithm.data") -> list[tuple[str, str]]:
-    """``(prompt, completion)`` pairs from a JSONL file; errors name the line and the fix."""
-    records = []
-    for n, rec in read_jsonl(path, where, '{"prompt": ..., "completion": ...} records'):
-        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not isinstance(rec.get("completion"), str):
-            raise ConfigError([f"{where}: {path}:{n} needs string fields 'prompt' and 'completion'"])
-        records.append((rec["prompt"], rec["completion"]))
+Messages: TypeAlias = tuple[dict[str, str], ...]
+"""A conversation record: ``{"role": ..., "content": ...}`` messages, checked by :func:`check_messages`."""
+
+SFTRecord: TypeAlias = tuple[str, str] | Messages
+"""One example of ``algorithm.data``: ``(prompt, completion)`` or a conversation."""
+
+
+def load_sft_records(path: str | Path, where: str = "algorithm.data") -> list[SFTRecord]:
+    """The examples of a JSONL file: ``(prompt, completion)`` pairs, or :data:`Messages` for
+    ``{"messages": [...]}`` records; errors name the line and the fix."""
+    records: list[SFTRecord] = []
+    for n, rec in read_jsonl(path, where, '{"prompt": ..., "completion": ...} or {"messages": [...]} records'):
+        if isinstance(rec, dict) and "messages" in rec:
+            records.append(check_messages(rec["messages"], f"{where}: {path}:{n}"))
+        elif not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not isinstance(rec.get("completion"), str):
+            raise ConfigError([f"{where}: {path}:{n} needs string fields 'prompt' and 'completion', or a 'messages' list"])
+        else:
+            records.append((rec["prompt"], rec["completion"]))
     return records
+
+
+def check_messages(messages: Any, where: str) -> Messages:
+    """``messages`` as a conversation SFT can replay: an optional first ``system`` message, then
+    ``user`` and ``assistant`` messages in turn (a user one first), the last an ``assistant`` one;
+    each a dict with string ``role`` and ``content``. ``ConfigError`` naming ``where``, the message
+    and the fix otherwise."""
+    if not isinstance(messages, list) or not messages:
+        raise ConfigError([f"{where}: 'messages' must be a non-empty list of {{'role': ..., 'content': ...}} objects"])
+    out: list[dict[str, str]] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise ConfigError([f"{where}: messages[{i}] must be an object with string 'role' and 'content'"])
+        out.append({"role": m["role"], "content": m["content"]})
+    body = out[1:] if out[0]["role"] == "system" else out
+    for i, m in enumerate(body, len(out) - len(body)):
+        want = "user" if (i - (len(out) - len(body))) % 2 == 0 else "assistant"
+        if m["role"] != want:
+            raise ConfigError([f"{where}: messages[{i}] has role {m['role']!r} where {want!r} is due: after an optional "
+                               "first 'system' message, 'user' and 'assistant' messages take turns, a 'user' one first"])
+    if not body or body[-1]["role"] != "assistant":
+        raise ConfigError([f"{where}: the last message must be an 'assistant' one (the reply SFT trains on)"])
+    return tuple(out)
 
 
 class SFT(Algorithm):
@@ -61,10 +102,24 @@ class SFT(Algorithm):
             raise ConfigError([f"stages[{ctx.stage_index}]: sft needs 'algorithm.data' (a JSONL file) or an 'env' that gives info['target']"])
         self.loss = ctx.algo.loss or "cross_entropy"
 
-    def examples(self, step: int) -> list[tuple[str, str, str]]:
-        """``(prompt, completion, system_prompt)`` of the step's examples from ``algorithm.data``."""
-        system = stage_system_prompt(self.ctx)
-        return [(p, c, system) for p, c in shuffled_batch(self.ctx, self.records or [], step)]
+    def examples(self, step: int) -> list[Trajectory]:
+        """The step's examples from ``algorithm.data``, as trajectories."""
+        tok, renderer, system = self.ctx.policy.tokenizer, self.ctx.renderer, stage_system_prompt(self.ctx)
+        return [self.conversation(rec, system) if _is_messages(rec) else example_trajectory(tok, rec[0], rec[1], renderer, system)
+                for rec in shuffled_batch(self.ctx, self.records or [], step)]
+
+    def conversation(self, messages: Messages, system: str) -> Trajectory:
+        """A ``messages`` record replayed as a rollout renders it: each ``user`` message observed,
+        each ``assistant`` message acted (and trained on); its own ``system`` message, if any,
+        instead of ``system``."""
+        if messages[0]["role"] == "system":
+            system, messages = messages[0]["content"], messages[1:]
+        turns = PolicyTurns(self.ctx.renderer, system)
+        for user, assistant in zip(messages[::2], messages[1::2], strict=True):
+            turns.observe(turns.render(user["content"]))
+            turns.act(self._scripted(assistant["content"]))
+            turns.rewarded(0.0)
+        return turns.finish(group_id=0)
 
     def demonstrations(self, step: int) -> list[Trajectory]:
         """The step's trajectories replayed from the env's ``info["target"]`` actions."""
@@ -112,11 +167,7 @@ class SFT(Algorithm):
         return SampledSequence([], ids, [0.0] * len(ids), [0.0] * len(ids), "stop_id", text)
 
     def step(self, step: int) -> dict[str, float]:
-        tok, renderer = self.ctx.policy.tokenizer, self.ctx.renderer
-        if self.records is None:
-            trajs = self.demonstrations(step)
-        else:
-            trajs = [example_trajectory(tok, p, c, renderer, system) for p, c, system in self.examples(step)]
+        trajs = self.demonstrations(step) if self.records is None else self.examples(step)
         batch = Batch.from_trajectories(trajs, pad_token_id=self.ctx.policy.pad_token_id)
         fb = self.ctx.trainer.forward_backward(batch, self.loss, agg=self.ctx.algo.aggregation, **self.ctx.algo.loss_config)
         opt = self.ctx.trainer.optim_step()
@@ -126,6 +177,11 @@ class SFT(Algorithm):
             **optim_metrics(opt),
             "data/tokens": float(fb["num_tokens"]),
         }
+
+
+def _is_messages(record: Sequence[Any]) -> bool:
+    """Whether an :data:`SFTRecord` is a conversation (its items are messages, not strings)."""
+    return bool(record) and isinstance(record[0], dict)
 
 
 def _target(info: object) -> str | None:
