@@ -50,3 +50,20 @@ def test_the_command_writes_the_records_and_names_a_bad_argument(tmp_path: Path,
         with pytest.raises(SystemExit) as exit_:
             main([str(out), *argv])
         assert exit_.value.code == 2 and fragment in capsys.readouterr().err, argv
+
+
+def test_a_conversation_record_is_a_players_game_as_messages(tmp_path: Path) -> None:
+    moves = scripted_games(TicTacToeEnv(), ["random", "mixed"], 6, seed=2)
+    conversations = scripted_games(TicTacToeEnv(), ["random", "mixed"], 6, seed=2, messages=True)
+    assert len(conversations) == 12  # a record per player and game
+    for conv in conversations:
+        mine = [r for r in moves if (r["episode"], r["role"]) == (conv["episode"], conv["role"])]
+        roles = [m["role"] for m in conv["messages"]]
+        assert roles == ["user", "assistant"] * len(mine)
+        # the same moves, shown the same observations, as the per-move records of that game
+        assert [m["content"] + "\n" for m in conv["messages"][1::2]] == [r["completion"] for r in mine]
+        assert "".join(m["content"] + ("\n" if m["role"] == "assistant" else "") for m in conv["messages"]) == mine[-1]["prompt"] + mine[-1]["completion"]
+        assert conv["reason"] == mine[0]["reason"] and conv["seed"] == mine[0]["seed"]
+    out = tmp_path / "c.jsonl"
+    assert main([str(out), "--env", "games/tictactoe-v0", "--players", "random", "mixed", "--episodes", "6", "--seed", "2", "--format", "messages"]) == 0
+    assert [json.loads(line) for line in out.read_text().splitlines()] == conversations

@@ -6,7 +6,8 @@ Each record is one move of one player, in the JSONL format of tinker-algos' SFT
 ``seed`` for reference. The prompt is what the role's trajectory holds before that move in a
 multi-agent rollout, ``obs_1 act_1 obs_2 act_2 ... obs_k``, each action followed by the ``"\\n"``
 that a rollout with ``stop: ["\\n"]`` ends it with; the completion is the move and ``"\\n"``.
-By default only games that end in a deal are kept, and scenarios come from the ``train``
+``--format messages`` writes a conversation per player and game instead, for a chat model
+(:func:`tinker_env_games.scripted_sft.conversation_records`). By default only games that end in a deal are kept, and scenarios come from the ``train``
 split, so a warm-started policy is still evaluated on unseen ``test`` scenarios.
 
 From the command line::
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinker_env_games.negotiation import NegotiationEnv
-from tinker_env_games.scripted_sft import scripted_games, write_jsonl
+from tinker_env_games.scripted_sft import add_format_argument, scripted_games, write_jsonl
 
 __all__ = ["scripted_dialogues", "write_jsonl"]
 
@@ -37,6 +38,7 @@ def scripted_dialogues(
     policies: Sequence[str] = ("conceder", "boulware"),
     only_deals: bool = True,
     env_kwargs: dict[str, Any] | None = None,
+    messages: bool = False,
 ) -> list[dict[str, Any]]:
     """SFT records from ``episodes`` games between scripted negotiators (see the module docs).
 
@@ -48,8 +50,10 @@ def scripted_dialogues(
             policies are seen in both seats.
         only_deals: keep only the games that end in a deal.
         env_kwargs: passed to :class:`NegotiationEnv` (default split: ``train``).
+        messages: a conversation record per player and game instead of a record per move.
     """
-    return scripted_games(NegotiationEnv(**(env_kwargs or {})), policies, episodes, seed, reasons={"deal"} if only_deals else None)
+    return scripted_games(NegotiationEnv(**(env_kwargs or {})), policies, episodes, seed,
+                          reasons={"deal"} if only_deals else None, messages=messages)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,11 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-messages", type=int, default=None, help="the env's max_messages")
     parser.add_argument("--brief", action="store_true", help="the env's brief observations")
     parser.add_argument("--all-games", action="store_true", help="keep games without a deal too")
+    add_format_argument(parser)
     args = parser.parse_args(argv)
     kwargs: dict[str, Any] = {} if args.max_messages is None else {"max_messages": args.max_messages}
     if args.brief:
         kwargs["brief"] = True
-    records = scripted_dialogues(args.episodes, args.seed, only_deals=not args.all_games, env_kwargs=kwargs)
+    records = scripted_dialogues(args.episodes, args.seed, only_deals=not args.all_games, env_kwargs=kwargs,
+                                 messages=args.format == "messages")
     path = write_jsonl(records, args.out)
     print(f"wrote {len(records)} records to {path}")
     return 0

@@ -28,7 +28,7 @@ from typing import Any
 
 from tinker_core import EpisodeResult, MultiAgentTextEnv, play_episode
 
-__all__ = ["episode_records", "scripted_games", "write_jsonl"]
+__all__ = ["conversation_records", "episode_records", "scripted_games", "write_jsonl"]
 
 
 def scripted_games(
@@ -38,6 +38,7 @@ def scripted_games(
     seed: int = 0,
     *,
     reasons: Collection[str] | None = None,
+    messages: bool = False,
 ) -> list[dict[str, Any]]:
     """SFT records of ``episodes`` games of ``env`` between its scripted ``players``.
 
@@ -49,6 +50,7 @@ def scripted_games(
         seed: game ``i`` is played with seed ``seed + i``; the same arguments, the same records.
         reasons: keep only the games that ended for one of these reasons (e.g. ``{"deal"}``);
             None keeps every game.
+        messages: one conversation record per player and game instead of one record a move.
     """
     roles = list(env.possible_agents)
     offered = type(env).scripted_opponents
@@ -66,7 +68,7 @@ def scripted_games(
         result = play_episode(env, agents, seed=seed + i, turn_timeout_s=None)
         if reasons is not None and result.reason not in reasons:
             continue
-        records += episode_records(result, roles, episode=i, seed=seed + i)
+        records += (conversation_records if messages else episode_records)(result, roles, episode=i, seed=seed + i)
     return records
 
 
@@ -86,6 +88,20 @@ def episode_records(result: EpisodeResult, roles: Sequence[str], *, episode: int
     return records
 
 
+def conversation_records(result: EpisodeResult, roles: Sequence[str], *, episode: int, seed: int) -> list[dict[str, Any]]:
+    """One SFT conversation record per role of a played game, in ``roles`` order: ``messages``
+    alternate the role's observations (``user``) and moves (``assistant``), with ``role``,
+    ``episode``, ``seed`` and ``reason`` beside them. A role that never moved gives none."""
+    records: list[dict[str, Any]] = []
+    for role in roles:
+        messages: list[dict[str, str]] = []
+        for turn in result.transcripts[role]:
+            messages += [{"role": "user", "content": str(turn.observation)}, {"role": "assistant", "content": turn.action}]
+        if messages:
+            records.append({"messages": messages, "role": role, "episode": episode, "seed": seed, "reason": result.reason})
+    return records
+
+
 def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write ``records`` one JSON object a line to ``path`` (parents created); return it."""
     out = Path(path)
@@ -94,6 +110,13 @@ def write_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
         for rec in records:
             f.write(json.dumps(rec) + "\n")
     return out
+
+
+def add_format_argument(parser: argparse.ArgumentParser) -> None:
+    """``--format text|messages``: a record per move (plain-text models) or a conversation per
+    player and game (chat models)."""
+    parser.add_argument("--format", choices=("text", "messages"), default="text",
+                        help="text: a prompt/completion record per move (default); messages: a conversation per player and game, for a chat model")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -111,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first game (default 0)")
     parser.add_argument("--kwargs", default="{}", help="the env's kwargs as JSON (use the job's env.kwargs)")
     parser.add_argument("--reasons", nargs="*", default=None, help="keep only games that ended so (e.g. deal)")
+    add_format_argument(parser)
     args = parser.parse_args(argv)
     try:
         kwargs = json.loads(args.kwargs)
@@ -122,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not isinstance(env, MultiAgentTextEnv):
         parser.error(f"--env: {args.env} is not a multi-agent env")
     try:
-        records = scripted_games(env, args.players, args.episodes, args.seed, reasons=args.reasons)
+        records = scripted_games(env, args.players, args.episodes, args.seed, reasons=args.reasons, messages=args.format == "messages")
     except ValueError as e:
         parser.error(str(e))
     path = write_jsonl(records, args.out)
