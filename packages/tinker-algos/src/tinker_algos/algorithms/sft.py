@@ -47,7 +47,6 @@ from tinker_algos.sampler import SampledSequence
 from tinker_core.contracts import Batch, StepResult, Trajectory
 from tinker_core.errors import ConfigError
 
-
 Messages: TypeAlias = tuple[dict[str, str], ...]
 """A conversation record: ``{"role": ..., "content": ...}`` messages, checked by :func:`check_messages`."""
 
