@@ -231,3 +231,91 @@ def test_a_roles_own_optimizer_starts_from_its_own_settings() -> None:
     assert (other.optimizer, other.lr, other.optimizer_config) == ("sgd", 1e-3, {})  # AdamW's betas mean nothing to SGD
     own = role_trainer_config(stage, RoleLearnerConfig(optimizer="sgd", optimizer_params={"momentum": 0.5}))
     assert own.optimizer_config == {"momentum": 0.5} and stage.optimizer_config == {"betas": [0.9, 0.95]}
+
+
+def opentinker(*args: object) -> Any:
+    """``opentinker ARGS`` (tinker-algos' commands) through typer's runner."""
+    import typer
+    from typer.testing import CliRunner
+
+    from tinker_algos import plugin
+
+    app = typer.Typer(add_completion=False)
+    plugin.opentinker_register_commands(cli=app)
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_opentinker_eval_of_a_learners_run_replays_its_held_out_games(tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``opentinker eval`` on a multi-agent game: each role's own adapter (as checkpointed) in its own
+    seat against the run's eval opponent, the same greedy games its training evaluated last (the
+    same metrics)."""
+    from safetensors.torch import load_file
+
+    from tinker_algos.multiagent import grpo
+
+    cfg = learners_config(tiny_dir, steps=2)
+    cfg["algorithm"]["eval_every"] = 2
+    assert train(cfg, run_dir=tmp_path / "run").status == "completed"
+    last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    played: dict[str, dict[str, torch.Tensor]] = {}
+    original = grpo.evaluate_multi_agent
+
+    def spy(policy: PolicyModel, *a: Any, adapters: dict[str, str] | None = None, **k: Any) -> dict[str, float]:
+        for role, name in (adapters or {}).items():
+            played[role] = {n: p.detach().clone() for n, p in policy.model.named_parameters() if f".{name}." in n}
+        return original(policy, *a, adapters=adapters, **k)
+
+    monkeypatch.setattr(grpo, "evaluate_multi_agent", spy)
+    result = opentinker("eval", tmp_path / "run", "-o", tmp_path / "eval.json")
+    ckpt = tmp_path / "run" / "checkpoints" / "step-000002"
+    for role in ROLES:  # the role's own checkpointed weights played its seat
+        saved = load_file(str(ckpt / "roles" / role / "adapter" / "adapter_model.safetensors"))
+        assert sorted(t.sum().item() for t in played[role].values()) == pytest.approx(sorted(t.sum().item() for t in saved.values()))
+    assert not all(torch.equal(a, b) for a, b in zip(played["x"].values(), played["o"].values(), strict=True))
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert report["opponent"] == "random" and report["step"] == 2 and report["n"] == 4
+    held_out = {k: v for k, v in report["metrics"].items() if k != "eval/n"}
+    assert held_out == {k: last[k] for k in held_out}
+    assert {"eval/x/win_rate", "eval/o/loss_rate", "eval/seat1/win_rate", "eval/seat2/draw_rate"} <= set(held_out)
+    assert "against random" in result.output and "win" in result.output
+    # another opponent is another evaluation: minimax never loses
+    assert opentinker("eval", tmp_path / "run", "--opponent", "minimax", "-o", tmp_path / "m.json").exit_code == 0
+    assert json.loads((tmp_path / "m.json").read_text())["metrics"]["eval/win_rate"] == 0.0
+
+
+def test_opentinker_eval_of_a_learners_config_is_its_untrained_start(tiny_dir: Path, tmp_path: Path) -> None:
+    """A job config source: the base model in every seat, on the run's fixed eval seeds, as
+    :func:`evaluate_multi_agent` plays it (the start of a learners job's held-out curve)."""
+    import yaml
+
+    import tinker_core
+    from tinker_algos.multiagent.grpo import evaluate_multi_agent
+    from tinker_core.seeding import derive_seed
+
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(learners_config(tiny_dir)))
+    assert opentinker("eval", config, "-o", tmp_path / "start.json").exit_code == 0
+    report = json.loads((tmp_path / "start.json").read_text())
+    policy = PolicyModel.load(str(tiny_dir))
+    policy.model.eval()
+    direct = evaluate_multi_agent(policy, lambda: tinker_core.make_env("games/tictactoe-v0", max_illegal_moves=2), 4,
+                                  seed=derive_seed(0, "eval"), max_new_tokens=3, stop=["\n"], opponent_name="random")
+    assert report["metrics"] == {**direct, "eval/n": 4.0}
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--opponent", "perfect"], "--opponent 'perfect': env 'games/tictactoe-v0' offers the scripted opponents ['minimax', 'mixed', 'random']"),
+        (["--samples", "4"], "--samples 4: a multi-agent game is played greedily"),
+        (["--env", "echo/echo-v0", "--opponent", "random"], "--opponent applies to a multi-agent game; env 'echo/echo-v0' has no roles"),
+    ],
+)
+def test_opentinker_eval_names_what_a_multi_agent_game_cannot_take(tiny_dir: Path, tmp_path: Path, args: list[str], fragment: str) -> None:
+    import yaml
+
+    config = tmp_path / "job.yaml"
+    config.write_text(yaml.safe_dump(learners_config(tiny_dir)))
+    result = opentinker("eval", config, *args)
+    assert result.exit_code == 2 and fragment in result.stderr, result.output

@@ -31,6 +31,7 @@ def eval_command(
     samples: Annotated[int, typer.Option("--samples", help="Samples a problem: 1 is greedy; k > 1 samples and reports pass@k (at most 1024).")] = 1,
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Tokens a turn (default: the run's rollout.max_new_tokens).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="First env seed (default: the one training's evaluation uses).")] = None,
+    opponent: Annotated[str | None, typer.Option("--opponent", help="A multi-agent game's scripted opponent, one the env offers (default: the run's multi_agent.eval_opponent, else its opponent, else random).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="JSON file to write (default: <run>/eval/step-N-<env>.json, else ./eval-<env>.json).")] = None,
     transcripts: Annotated[Path | None, typer.Option("--transcripts", help="Rollout records of every episode (default: the JSON file's name with .rollouts.jsonl; the format of a run's rollouts.jsonl).")] = None,
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model of an adapter saved outside a run.")] = None,
@@ -38,6 +39,8 @@ def eval_command(
 ) -> None:
     """Evaluate a checkpoint or adapter on an env's held-out problems: a table, and JSON.
 
+    A multi-agent game is played greedily against a scripted opponent, the policy's seat alternating
+    (each role's own adapter for a learners run), as training's held-out evaluation plays it.
     KEY.PATH=VALUE arguments override the settings of a job config SOURCE (e.g. env.eval_kwargs.digits=3).
     """
     from tinker_algos import recording
@@ -57,7 +60,8 @@ def eval_command(
     quiet_third_party_progress()  # our table is the output, not Hugging Face's loading bars
     try:
         src = find_source(source, overrides=overrides or ())
-        settings = eval_settings(src.job, env_id=env, split=split, n=n, samples=samples, max_new_tokens=max_new_tokens, seed=seed)
+        settings = eval_settings(src.job, env_id=env, split=split, n=n, samples=samples, max_new_tokens=max_new_tokens, seed=seed,
+                                 opponent=opponent)
         target = output or default_output(src, settings.env.id)
         records = transcripts or target.with_name(target.name.removesuffix(".json") + ".rollouts.jsonl")
         records.parent.mkdir(parents=True, exist_ok=True)
@@ -74,12 +78,22 @@ def eval_command(
 
 
 def eval_table(report: dict) -> Table:
-    """The table ``opentinker eval`` prints: one row, the headline metrics of ``report``."""
+    """The table ``opentinker eval`` prints: one row, the headline metrics of ``report`` (a
+    multi-agent game's: the outcome rates against its opponent)."""
     m = report["metrics"]
     where = report["source"] + (f" (step {report['step']})" if report.get("step") is not None else "")
     kwargs = ", ".join(f"{k}={v}" for k, v in sorted(report["env_kwargs"].items()))
     title = f"{where}\n{report['env']}" + (f" [{kwargs}]" if kwargs else "")
+    if report.get("opponent"):
+        title += f"\nagainst {report['opponent']}"
     table = Table(title=escape(title), title_justify="left")
+    if report.get("opponent"):
+        columns = ["n", "win", "draw", "loss", "reward mean", "turns", "error rate"]
+        keys = ["eval/win_rate", "eval/draw_rate", "eval/loss_rate", "eval/reward_mean", "eval/turns_mean", "eval/error_rate"]
+        for c in columns:
+            table.add_column(c, justify="right")
+        table.add_row(str(report["n"]), *(f"{m[k]:.3f}" for k in keys))
+        return table
     columns = ["n", "samples", "accuracy", "reward mean", "turns", "errors"]
     passes = sorted((k for k in m if k.startswith("eval/pass@")), key=lambda k: int(k.rsplit("@", 1)[1]))
     for c in columns + [k.split("/", 1)[1] for k in passes]:

@@ -24,7 +24,18 @@ from typing import Any, Literal
 
 from tinker_algos.checkpoint import KIND as TRAINER_CHECKPOINT_KIND
 from tinker_algos.checkpoint import MANIFEST, CheckpointError, read_json_object, verify
+from tinker_algos.evaluation_settings import (
+    MAX_EVAL_PROBLEMS,  # noqa: F401  (re-exported)
+    MAX_EVAL_SAMPLES,  # noqa: F401  (re-exported)
+    EvalError,
+    EvalSettings,
+    check_counts,
+    check_env,
+    eval_settings,
+    split_size,
+)
 from tinker_algos.models import PolicyModel
+from tinker_algos.multiagent.learners import ROLES_DIR
 from tinker_algos.pass_at_k import pass_at_k, pass_ks  # noqa: F401  (re-exported: tinker_algos.evaluation.pass_at_k)
 from tinker_algos.run import (
     ADAPTER,
@@ -35,25 +46,17 @@ from tinker_algos.run import (
 )
 from tinker_algos.run_dir import RUN_MARKER
 from tinker_core.config import (
-    EnvConfig,
     JobConfig,
-    RolloutConfig,
-    StageConfig,
     load_config,
     parse_config,
 )
 from tinker_core.errors import ConfigError, OpenTinkerError
-from tinker_core.seeding import derive_seed
 
 SourceKind = Literal["run", "checkpoint", "adapter", "model", "config"]
 
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 """A file with one of these suffixes given to :func:`find_source` is read as a job config."""
-
-
-class EvalError(OpenTinkerError, ValueError):
-    """A source, env or setting ``opentinker eval``/``export`` cannot use (the message says which)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,8 @@ class Source:
     step: int | None = None
     #: newer checkpoints of the run that were skipped as damaged: ``"<dir>: <why>"``
     skipped: tuple[str, ...] = ()
+    #: a ``learners`` run checkpoint's own adapter of each role (``roles/<role>/adapter``)
+    role_adapters: tuple[tuple[str, Path], ...] = ()
 
 
 def _read_json(f: Path) -> dict[str, Any]:
@@ -113,7 +118,10 @@ def _from_trainer_checkpoint(kind: SourceKind, path: Path, trainer: Path, job: J
     weights_dir = trainer / ("adapter" if weights == "adapter" else "model")
     base = job.model.name if job is not None else manifest.get("base_model")
     step = step if step is not None else manifest.get("step")
-    return Source(kind, path, weights, weights_dir, base, job, checkpoint=trainer.parent if trainer.name == "trainer" else trainer, step=step)
+    checkpoint = trainer.parent if trainer.name == "trainer" else trainer
+    roles = checkpoint / ROLES_DIR if trainer.name == "trainer" else None
+    role_adapters = tuple((d.name, d / "adapter") for d in sorted(roles.iterdir()) if (d / "adapter").is_dir()) if roles is not None and roles.is_dir() else ()
+    return Source(kind, path, weights, weights_dir, base, job, checkpoint=checkpoint, step=step, role_adapters=role_adapters)
 
 
 def find_source(path: str | Path, *, overrides: Iterable[str] = ()) -> Source:
@@ -208,141 +216,6 @@ def load_policy(source: Source, *, base_model: str | None = None, device: str | 
     return policy, ADAPTER
 
 
-# ---- settings ---------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class EvalSettings:
-    """What to evaluate on and how: the env section, episodes, samples and sampling limits."""
-
-    env: EnvConfig
-    n: int
-    samples: int = 1
-    max_new_tokens: int = 16
-    stop: tuple[str, ...] = ("\n",)
-    max_turns: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-    #: the run's ``model.chat_template`` (how observations become prompts); None: the rollout's default
-    chat_template: str | None = None
-    #: True when ``n`` was asked for (``--n``): then :func:`check_env` refuses more problems than the
-    #: env's split holds, when the env can say (a default ``n`` plays as training's evaluation does)
-    n_asked: bool = False
-
-    @property
-    def eval_kwargs(self) -> dict[str, Any]:
-        """The env factory's arguments for evaluation (``eval_kwargs``, else ``kwargs``)."""
-        return dict(self.env.eval_kwargs if self.env.eval_kwargs is not None else self.env.kwargs)
-
-
-def _stage_for(job: JobConfig, env_id: str | None) -> StageConfig | None:
-    """The stage whose env an evaluation uses: the last with env ``env_id`` (any env when None)."""
-    for stage in reversed(job.resolved_stages()):
-        if stage.env is not None and (env_id is None or stage.env.id == env_id):
-            return stage
-    return None
-
-
-#: The most problems (``--n``) and samples a problem (``--samples``) one evaluation plays: an
-#: env with a finite split is capped by its size too (:func:`split_size`).
-MAX_EVAL_PROBLEMS = 100_000
-MAX_EVAL_SAMPLES = 1024
-
-
-def check_counts(n: int | None, samples: int) -> None:
-    """Refuse ``--n`` and ``--samples`` outside ``1..MAX_EVAL_PROBLEMS`` and ``1..MAX_EVAL_SAMPLES``:
-    an :class:`EvalError` naming the option, the limit and the fix."""
-    for option, value, most, what in (("--n", n, MAX_EVAL_PROBLEMS, "problems an evaluation plays"),
-                                      ("--samples", samples, MAX_EVAL_SAMPLES, "samples a problem")):
-        if value is not None and value < 1:
-            raise EvalError(f"{option} must be at least 1 ({what}), got {value}")
-        if value is not None and value > most:
-            raise EvalError(f"{option} {value} is over the limit of {most} {what}; pass {option} {most} or fewer")
-
-
-def split_size(env: object) -> int | None:
-    """How many problems ``env``'s split holds, when it can say: ``len(env)`` of an env that defines
-    ``__len__`` (``math/dataset-v0``: its records); None for an env that draws without end or is served elsewhere."""
-    try:
-        size = len(env) if hasattr(type(env), "__len__") else 0  # type: ignore[arg-type]
-    except Exception:  # an env whose __len__ is not a size
-        return None
-    return size if isinstance(size, int) and size > 0 else None
-
-
-def eval_settings(
-    job: JobConfig | None,
-    *,
-    env_id: str | None = None,
-    split: str | None = None,
-    n: int | None = None,
-    samples: int = 1,
-    max_new_tokens: int | None = None,
-    seed: int | None = None,
-) -> EvalSettings:
-    """The settings of an evaluation: the run's (``job``) held-out ones, with the options given.
-
-    ``env_id``: another env than the run's (or the env of a run without one); the run's own env
-    section is used when a stage trained on it. ``split``: sets the env's ``split`` argument.
-    """
-    check_counts(n, samples)
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise EvalError(f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-    stage = _stage_for(job, env_id) if job is not None else None
-    if stage is None and env_id is None:
-        where = "the run's config has no env" if job is not None else "this source has no run config"
-        raise EvalError(f"{where}; pass --env ID to choose the environment")
-    env = stage.env if stage is not None and stage.env is not None else EnvConfig(id=env_id)  # type: ignore[arg-type]
-    # the sampling limits the policy was trained with, also on another env than the run's
-    stage = stage or (job.resolved_stages()[-1] if job is not None else None)
-    rollout: RolloutConfig = stage.rollout if stage is not None and stage.rollout is not None else RolloutConfig()
-    if split is not None:
-        env = env.model_copy(update={"eval_kwargs": {**(env.eval_kwargs if env.eval_kwargs is not None else env.kwargs), "split": split}})
-    default_n = stage.algorithm.eval_size if stage is not None else 64
-    return EvalSettings(
-        env=env,
-        n=n if n is not None else default_n,
-        samples=samples,
-        max_new_tokens=max_new_tokens or rollout.max_new_tokens,
-        stop=tuple(rollout.stop),
-        max_turns=rollout.max_turns,
-        temperature=rollout.temperature if rollout.temperature > 0 else 1.0,
-        top_p=rollout.top_p,
-        top_k=rollout.top_k,
-        seed=seed if seed is not None else derive_seed(job.seed if job is not None else 0, "eval"),
-        chat_template=job.model.chat_template if job is not None else None,
-        n_asked=n is not None,
-    )
-
-
-def check_env(settings: EvalSettings) -> None:
-    """Build (and close) one env of ``settings``: an unknown id or bad argument is an :class:`EvalError`,
-    and so is an asked-for ``n`` over the problems of the env's split (:func:`split_size`)."""
-    from tinker_algos.run import make_env
-
-    env = settings.env
-    try:
-        if not env.address:
-            from tinker_core.registry import env_spec
-
-            if env_spec(env.id).roles:
-                raise EvalError(f"env {env.id!r} has roles (a multi-agent game); opentinker eval plays single-agent envs")
-        built = make_env(env, settings.eval_kwargs)
-    except EvalError:
-        raise
-    except Exception as e:  # an unknown id, an argument the env does not take, a server not there
-        raise EvalError(f"env {env.id!r} with arguments {settings.eval_kwargs}: {e}") from None
-    try:
-        size = split_size(built) if settings.n_asked else None
-    finally:
-        close = getattr(built, "close", None)
-        if close is not None:
-            close()
-    if size is not None and settings.n > size:
-        raise EvalError(f"--n {settings.n} is over the {size} problems of env {env.id!r} with arguments "
-                        f"{settings.eval_kwargs}; pass --n {size} or fewer")
-
-
 # ---- the evaluation -----------------------------------------------------------------------------
 @dataclass
 class EvalReport:
@@ -357,13 +230,31 @@ class EvalReport:
     samples: int
     metrics: dict[str, float]
     episodes: list[dict[str, Any]] = field(default_factory=list)
+    #: a multi-agent game's scripted opponent (None: a single-agent env)
+    opponent: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None = None) -> tuple[dict[str, float], list[dict[str, Any]]]:
+def load_role_adapters(policy: PolicyModel, source: Source) -> dict[str, str]:
+    """Each role's own adapter of a ``learners`` run checkpoint loaded into ``policy``: ``{role: adapter name}``
+    (empty for any other source)."""
+    for role, path in source.role_adapters:
+        policy.load_adapter(f"{ADAPTER}-{role}", path)
+    return {role: f"{ADAPTER}-{role}" for role, _ in source.role_adapters}
+
+
+def run_eval(
+    policy: PolicyModel, settings: EvalSettings, *, adapter: str | None = None, adapters: dict[str, str] | None = None
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """``(metrics, episodes)`` of ``settings.n`` problems, each played ``settings.samples`` times.
+
+    A multi-agent game is played as training's held-out evaluation plays it
+    (:func:`~tinker_algos.multiagent.grpo.evaluate_multi_agent`: greedy, game ``i`` with seed
+    ``seed + i`` and the policy in seat ``i % roles``, ``adapters[role]`` when given, against
+    ``settings.opponent``); its metrics are the outcome rates overall, per role and per seat, and
+    it returns no episodes.
 
     One sample a problem is greedy (temperature 0); more are sampled at ``settings.temperature``.
     Metrics, as training's held-out evaluation computes them: ``eval/accuracy`` (episodes
@@ -394,6 +285,15 @@ def run_eval(policy: PolicyModel, settings: EvalSettings, *, adapter: str | None
 
         renderer = PromptRenderer.from_config(policy.tokenizer, settings.chat_template or "auto")
         extra["renderer"] = renderer.with_system_prompt(settings.env.system_prompt)
+    if settings.opponent is not None:  # a multi-agent game (evaluate_source sets it for one)
+        from tinker_algos.multiagent.grpo import evaluate_multi_agent
+
+        metrics = evaluate_multi_agent(
+            policy, factory, settings.n, seed=settings.seed, max_new_tokens=settings.max_new_tokens, stop=settings.stop,
+            opponent_name=settings.opponent, adapter=adapter, adapters=adapters or None,
+            turn_timeout_s=settings.turn_timeout_s, max_steps=settings.max_turns, **extra,
+        )
+        return {**metrics, "eval/n": float(settings.n)}, []
     result = rollout(
         policy, factory, seeds, params, group_size=k, max_turns=settings.max_turns, adapter=adapter, **extra
     )
@@ -433,9 +333,11 @@ def evaluate_source(
     device: str | None = None,
 ) -> EvalReport:
     """Load ``source`` and evaluate it with ``settings`` (the env is checked before the model loads)."""
-    check_env(settings)
+    opponent = check_env(settings)  # None: a single-agent env
+    settings = replace(settings, opponent=opponent)
     policy, adapter = load_policy(source, base_model=base_model, device=device)
-    metrics, episodes = run_eval(policy, settings, adapter=adapter)
+    adapters = load_role_adapters(policy, source) if opponent is not None else None
+    metrics, episodes = run_eval(policy, settings, adapter=adapter, adapters=adapters)
     return EvalReport(
         source=str(source.checkpoint or source.path),
         kind=source.kind,
@@ -446,6 +348,7 @@ def evaluate_source(
         samples=settings.samples,
         metrics=metrics,
         episodes=episodes,
+        opponent=settings.opponent,
     )
 
 
@@ -465,6 +368,7 @@ __all__: Sequence[str] = (
     "Source",
     "check_counts",
     "check_env",
+    "load_role_adapters",
     "default_output",
     "eval_settings",
     "evaluate_source",
