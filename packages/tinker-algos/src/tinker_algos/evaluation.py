@@ -119,8 +119,10 @@ def _from_trainer_checkpoint(kind: SourceKind, path: Path, trainer: Path, job: J
     base = job.model.name if job is not None else manifest.get("base_model")
     step = step if step is not None else manifest.get("step")
     checkpoint = trainer.parent if trainer.name == "trainer" else trainer
-    roles = checkpoint / ROLES_DIR if trainer.name == "trainer" else None
-    role_adapters = tuple((d.name, d / "adapter") for d in sorted(roles.iterdir()) if (d / "adapter").is_dir()) if roles is not None and roles.is_dir() else ()
+    roles = checkpoint / ROLES_DIR  # a run checkpoint of a learners stage: an adapter per role
+    role_adapters: tuple[tuple[str, Path], ...] = ()
+    if trainer.name == "trainer" and roles.is_dir():
+        role_adapters = tuple((d.name, d / "adapter") for d in sorted(roles.iterdir()) if (d / "adapter").is_dir())
     return Source(kind, path, weights, weights_dir, base, job, checkpoint=checkpoint, step=step, role_adapters=role_adapters)
 
 
