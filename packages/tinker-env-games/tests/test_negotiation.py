@@ -303,6 +303,14 @@ def test_scripted_dialogues_are_trajectory_prefixes_of_deals(tmp_path: Path) -> 
     out = tmp_path / "sft.jsonl"
     assert sft_main([str(out), "--episodes", "6", "--seed", "3"]) == 0
     assert [json.loads(line) for line in out.read_text().splitlines()] == records
+    # --format messages: the same deals, a conversation per player and game, each reply a command
+    conversations = scripted_dialogues(6, seed=3, messages=True)
+    assert sft_main([str(out), "--episodes", "6", "--seed", "3", "--format", "messages"]) == 0
+    assert [json.loads(line) for line in out.read_text().splitlines()] == conversations
+    assert {(c["episode"], c["role"]) for c in conversations} == set(by_game)
+    for conv in conversations:
+        replies = [m["content"] for m in conv["messages"] if m["role"] == "assistant"]
+        assert [r + "\n" for r in replies] == [rec["completion"] for rec in by_game[(conv["episode"], conv["role"])]]
     with pytest.raises(ValueError, match="unknown scripted opponent"):
         scripted_dialogues(1, policies=("conceder", "minimax"))
 
