@@ -155,16 +155,11 @@ def check_env(settings: EvalSettings) -> str | None:
         built = make_env(env, settings.eval_kwargs)
     except Exception as e:  # an unknown id, an argument the env does not take, a server not there
         raise EvalError(f"env {env.id!r} with arguments {settings.eval_kwargs}: {e}") from None
-    if roles_of(built):
-        try:
-            return check_multi_agent(settings, built)
-        finally:
-            close = getattr(built, "close", None)
-            if close is not None:
-                close()
-    if settings.opponent is not None and settings.opponent_asked:
-        raise EvalError(f"--opponent applies to a multi-agent game; env {env.id!r} has no roles")
     try:
+        if roles_of(built):
+            return check_multi_agent(settings, built)
+        if settings.opponent_asked:
+            raise EvalError(f"--opponent applies to a multi-agent game; env {env.id!r} has no roles")
         size = split_size(built) if settings.n_asked else None
     finally:
         close = getattr(built, "close", None)
@@ -174,8 +169,6 @@ def check_env(settings: EvalSettings) -> str | None:
         raise EvalError(f"--n {settings.n} is over the {size} problems of env {env.id!r} with arguments "
                         f"{settings.eval_kwargs}; pass --n {size} or fewer")
     return None
-
-
 
 
 def roles_of(env: object) -> tuple[str, ...]:
