@@ -31,13 +31,16 @@ import random
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 import torch
 
 from tinker_algos.models import PolicyModel, atomic_dir
 from tinker_algos.trainer_config import TrainerConfig
+
+if TYPE_CHECKING:
+    from tinker_algos.run_plan import Progress
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -367,3 +370,36 @@ def _load_adapter(adapter_dir: Path, trainer: Checkpointable) -> None:
     unexpected = getattr(result, "unexpected_keys", [])
     if unexpected:
         raise CheckpointError(f"adapter weights in {adapter_dir} do not fit: unexpected {unexpected[:5]}")
+
+
+# ---- run checkpoints (checkpoints/step-N of a run directory) ------------------------------------
+
+
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """``checkpoints/step-N`` directories, oldest first (damaged ones included)."""
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[5:]))
+
+
+def verified_progress(ckpt: Path) -> tuple[Progress, bool]:
+    """Checkpoint ``ckpt``'s progress after checking its files; ``(progress, verified)``.
+
+    ``verified`` is False for a checkpoint written before checksums (no ``manifest.json`` in the
+    step directory, none in the trainer's): loadable but unchecked. Raises :class:`CheckpointError`
+    naming what is damaged.
+    """
+    if (ckpt / MANIFEST).exists():
+        verified = verify(ckpt)
+    elif verify(ckpt / "trainer"):
+        raise CheckpointError(f"{MANIFEST} is missing")
+    else:
+        verified = False
+    from tinker_algos.run_plan import Progress
+
+    try:
+        return Progress.read(ckpt), verified
+    except (OSError, ValueError, TypeError) as e:
+        raise CheckpointError(f"progress.json is unreadable: {e}") from e

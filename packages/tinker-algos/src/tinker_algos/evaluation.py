@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tinker_algos.checkpoint import KIND as TRAINER_CHECKPOINT_KIND
-from tinker_algos.checkpoint import MANIFEST, CheckpointError, read_json_object, verify
+from tinker_algos.checkpoint import (
+    MANIFEST,
+    CheckpointError,
+    read_json_object,
+    run_checkpoints,
+    verified_progress,
+    verify,
+)
 from tinker_algos.evaluation_settings import (
     MAX_EVAL_PROBLEMS,  # noqa: F401  (re-exported)
     MAX_EVAL_SAMPLES,  # noqa: F401  (re-exported)
@@ -37,13 +44,8 @@ from tinker_algos.evaluation_settings import (
 from tinker_algos.models import PolicyModel
 from tinker_algos.multiagent.learners import ROLES_DIR
 from tinker_algos.pass_at_k import pass_at_k, pass_ks  # noqa: F401  (re-exported: tinker_algos.evaluation.pass_at_k)
-from tinker_algos.run import (
-    ADAPTER,
-    RUN_CHECKPOINT_KIND,
-    _checkpoints,
-    _verified_progress,
-    env_factories,
-)
+from tinker_algos.rollout import env_factories
+from tinker_algos.run import ADAPTER, RUN_CHECKPOINT_KIND
 from tinker_algos.run_dir import RUN_MARKER
 from tinker_core.config import (
     JobConfig,
@@ -155,11 +157,11 @@ def find_source(path: str | Path, *, overrides: Iterable[str] = ()) -> Source:
         )
     job = _run_job(path)
     if job is not None or (path / "checkpoints").is_dir():
-        found = _checkpoints(path)
+        found = run_checkpoints(path)
         skipped: list[str] = []
         for ckpt in reversed(found):
             try:
-                progress, _verified = _verified_progress(ckpt)
+                progress, _verified = verified_progress(ckpt)
             except CheckpointError as e:
                 skipped.append(f"{ckpt}: {e}")
                 continue

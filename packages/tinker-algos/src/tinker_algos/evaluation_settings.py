@@ -148,7 +148,7 @@ def check_env(settings: EvalSettings) -> str | None:
     """Build (and close) one env of ``settings``: an unknown id or bad argument is an :class:`EvalError`,
     and so is an asked-for ``n`` over the problems of the env's split (:func:`split_size`). Returns
     the scripted opponent of a multi-agent game (:func:`check_multi_agent`), None for a single-agent env."""
-    from tinker_algos.run import make_env
+    from tinker_algos.rollout import make_env
 
     env = settings.env
     try:

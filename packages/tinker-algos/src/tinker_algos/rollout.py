@@ -51,6 +51,7 @@ from tinker_core.timeouts import CallRunner
 from tinker_core.tools import parse_tool_calls
 
 if TYPE_CHECKING:
+    from tinker_core.config import EnvConfig
     from tinker_core.env import TextEnv
 
 
@@ -420,3 +421,22 @@ def evaluate(
         "eval/turns_mean": m["eval/turns_mean"],
         "eval/error_rate": m["rollout/error_rate"],
     }
+
+
+def make_env(env: EnvConfig, kwargs: dict[str, Any]) -> Any:
+    """An env of the section ``env``: served from ``env.address``, or built in this process."""
+    if env.address:
+        from tinker_core.remote import RemoteEnv
+
+        return RemoteEnv(env.address, env.id, **kwargs)
+    import tinker_core
+
+    return tinker_core.make_env(env.id, **kwargs)
+
+
+def env_factories(env: EnvConfig | None) -> tuple[Callable[[], Any] | None, Callable[[], Any] | None]:
+    """``(train, eval)`` env factories of a stage (``eval_kwargs`` default to ``kwargs``); None without an env."""
+    if env is None:
+        return None, None
+    eval_kwargs = env.eval_kwargs if env.eval_kwargs is not None else env.kwargs
+    return partial(make_env, env, dict(env.kwargs)), partial(make_env, env, dict(eval_kwargs))

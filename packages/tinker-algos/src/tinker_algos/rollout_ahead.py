@@ -61,6 +61,10 @@ class RolloutsAhead:
         self.weights[step] = weights
         self.pending[step] = self.pool.submit(self._collect, step, weights)
 
+    def metrics(self) -> dict[str, float]:
+        """No metrics of its own (the distributed collector logs sync and staleness keys)."""
+        return {}
+
     def _collect(self, step: int, weights: dict[str, torch.Tensor]) -> RolloutResult:
         if self.copy is None:
             policy = self.ctx.policy

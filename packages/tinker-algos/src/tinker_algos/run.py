@@ -52,34 +52,40 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 
 from tinker_algos.algorithms import get_algorithm
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.checkpoint import (
-    MANIFEST,
     CheckpointError,
     load_state,
+    run_checkpoints,
     save_state,
     seal,
     set_rng_state,
-    verify,
+    verified_progress,
 )
-from tinker_algos.device import DeviceError, resolve_device, seed_everything
+from tinker_algos.device import seed_everything
+from tinker_algos.distributed.learners import DataParallelTrainer, LearnerLost
+from tinker_algos.distributed.replica import ADAPTER, job_lora, load_job_policy
 from tinker_algos.metrics import MetricsLog, plot_curves
-from tinker_algos.models import LoraSpec, PolicyModel, atomic_dir
+from tinker_algos.models import PolicyModel, atomic_dir
 from tinker_algos.progress import describe_model, quiet_third_party_progress
 from tinker_algos.prompts import PromptRenderer
 from tinker_algos.recording import Recorder, phase
+from tinker_algos.rollout import env_factories, make_env  # noqa: F401  (re-exported: their home was this module)
 from tinker_algos.run_dir import make_run_dir
 from tinker_algos.run_plan import Progress, StepPlan
 from tinker_algos.trainer import Trainer, TrainerConfig
-from tinker_core.config import EnvConfig, JobConfig, StageConfig, load_config, parse_config
+from tinker_core.config import JobConfig, StageConfig, load_config, parse_config
+from tinker_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tinker_algos.distributed.runtime import Runtime
 
 _T = TypeVar("_T")
-ADAPTER = "policy"
 #: the ``kind`` in a run checkpoint's manifest (``checkpoints/step-N/manifest.json``)
 RUN_CHECKPOINT_KIND = "opentinker-run-checkpoint"
 
@@ -125,7 +131,16 @@ def train(
     Hugging Face's own progress bars are switched off in this process (they would fill the job's log).
     """
     quiet_third_party_progress()
-    return Run(_as_config(config), Path(run_dir), _Callbacks(callbacks), shared).run()
+    job, cb = _as_config(config), _Callbacks(callbacks)
+    restarts = 0
+    while True:
+        try:
+            return Run(job, Path(run_dir), cb, shared).run()
+        except LearnerLost as e:
+            if restarts >= job.execution.max_restarts or not job.checkpoint.resume:
+                raise
+            restarts += 1
+            cb.on_log(f"{e}; restarting the learners from the newest checkpoint ({restarts} of {job.execution.max_restarts})")
 
 
 class Run:
@@ -150,6 +165,7 @@ class Run:
         self.last_metrics: dict[str, float] = {}
         self.final_eval: dict[str, float] = {}
         self.checkpoint: Path | None = None
+        self.runtime: Runtime | None = None
 
     # ---- the story ----------------------------------------------------------------------------
     def run(self) -> TrainResult:
@@ -162,6 +178,8 @@ class Run:
                     break
         finally:
             self.log.close()
+            if self.runtime is not None:
+                self.runtime.close()
         plot = self.plot()
         return self.finish(plot, time.perf_counter() - t_start)
 
@@ -181,24 +199,21 @@ class Run:
                 raise ValueError("train(shared=...) trains a LoRA adapter; this job fine-tunes the whole model (lora: null)")
             self.policy = self.shared.policy
         else:
-            try:
-                spec = resolve_device(job.model.device, job.model.precision)
-            except DeviceError as e:
-                raise e.in_config() from None
-            if job.model.threads is not None:
-                torch.set_num_threads(job.model.threads)
             self.cb.on_status(f"loading model {job.model.name}")
             t0 = time.perf_counter()
-            self.policy = PolicyModel.load(job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision)
+            self.policy = load_job_policy(job)
             self.cb.on_status(f"model {job.model.name} loaded in {time.perf_counter() - t0:.1f} s: {describe_model(self.policy)}")
         # model.chat_template: how env observations become prompts (a ConfigError naming it when unusable)
         self.renderer = PromptRenderer.from_config(self.policy.tokenizer, job.model.chat_template)
         self.in_turn(self.seed)  # after loading: a shared model was loaded once, earlier
-        self.lora = (
-            LoraSpec(rank=job.lora.rank, alpha=job.lora.alpha, dropout=job.lora.dropout, target_modules=list(job.lora.target_modules))
-            if job.lora
-            else None
-        )
+        self.lora = job_lora(job)
+        if job.execution.distributed:
+            if self.shared is not None:
+                raise ConfigError(["execution: a job on a shared model host runs in the host's process; give it no execution section (or run it alone)"])
+            from tinker_algos.distributed.runtime import Runtime
+
+            self.cb.on_status(f"starting {job.execution.rollout_workers} rollout workers and {job.execution.learners} learners on Ray")
+            self.runtime = Runtime(job, self.dir, self.policy.device)
         self.adapter = (self.shared.adapter if self.shared is not None else ADAPTER) if self.lora else None
         self.log = MetricsLog.for_job(self.dir, job, resume_step=self.global_step)
         resumed = self.global_step if self.resume_from is not None else None
@@ -216,10 +231,10 @@ class Run:
         Each newer one that is damaged is skipped with a log line naming it and why; when none is
         intact, a :class:`CheckpointError` says so (nothing is deleted either way).
         """
-        found = _checkpoints(self.dir)
+        found = run_checkpoints(self.dir)
         for ckpt in reversed(found):
             try:
-                progress, verified = _verified_progress(ckpt)
+                progress, verified = verified_progress(ckpt)
             except CheckpointError as e:
                 self.cb.on_log(f"skipping damaged checkpoint {ckpt}: {e}")
                 continue
@@ -268,7 +283,9 @@ class Run:
         construction (a reference policy) is the stage's real starting point.
         """
         stage = self.stages[si]
-        trainer = Trainer(self.policy, trainer_config(stage), adapter=self.adapter, lora=self.lora, adapter_seed=self.job.seed)
+        group = self.runtime.learners if self.runtime is not None else None
+        trainer_cls = Trainer if group is None else DataParallelTrainer
+        trainer = trainer_cls(self.policy, trainer_config(stage), adapter=self.adapter, lora=self.lora, adapter_seed=self.job.seed)
         resuming_here = self.resume_from is not None and si == self.progress.stage_index
         if resuming_here:
             assert self.resume_from is not None
@@ -276,10 +293,13 @@ class Run:
             load_state(self.resume_from / "trainer", trainer, with_optimizer=start > 0, check=False)
             if start == 0:
                 set_rng_state(torch.load(self.resume_from / "trainer" / "rng_state.pt", weights_only=False))
+        if isinstance(trainer, DataParallelTrainer) and group is not None:
+            trainer.attach(group)  # every learner starts from these weights and this optimizer state
         env_factory, eval_env_factory = env_factories(stage.env)
         ctx = StageContext(
             self.job, stage, si, self.policy, trainer, self.dir, self.adapter, env_factory, eval_env_factory, self.cb.on_log,
             renderer=self.renderer.with_system_prompt(stage.env.system_prompt if stage.env is not None else None),
+            runtime=self.runtime,
         )
         algo = get_algorithm(stage.algorithm.name)(ctx)
         if resuming_here:
@@ -366,7 +386,7 @@ class Run:
             seal(tmp, {"kind": RUN_CHECKPOINT_KIND, "progress": asdict(progress)})  # last: checksums of all the above
 
         final = atomic_dir(self.dir / "checkpoints" / f"step-{progress.global_step:06d}", write, overwrite=True)
-        for old in _checkpoints(self.dir)[: -self.job.checkpoint.keep]:
+        for old in run_checkpoints(self.dir)[: -self.job.checkpoint.keep]:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
@@ -448,50 +468,3 @@ def trainer_config(stage: StageConfig) -> TrainerConfig:
         micro_batch_size=algo.micro_batch_size,
         share_prefix=algo.share_prefix,
     )
-
-
-def make_env(env: EnvConfig, kwargs: dict[str, Any]) -> Any:
-    """An env of the section ``env``: served from ``env.address``, or built in this process."""
-    if env.address:
-        from tinker_core.remote import RemoteEnv
-
-        return RemoteEnv(env.address, env.id, **kwargs)
-    import tinker_core
-
-    return tinker_core.make_env(env.id, **kwargs)
-
-
-def env_factories(env: EnvConfig | None) -> tuple[Callable[[], Any] | None, Callable[[], Any] | None]:
-    """``(train, eval)`` env factories of a stage (``eval_kwargs`` default to ``kwargs``); None without an env."""
-    if env is None:
-        return None, None
-    eval_kwargs = env.eval_kwargs if env.eval_kwargs is not None else env.kwargs
-    return partial(make_env, env, dict(env.kwargs)), partial(make_env, env, dict(eval_kwargs))
-
-
-def _checkpoints(run_dir: Path) -> list[Path]:
-    """``checkpoints/step-N`` directories, oldest first (damaged ones included)."""
-    root = run_dir / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name[5:].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[5:]))
-
-
-def _verified_progress(ckpt: Path) -> tuple[Progress, bool]:
-    """Checkpoint ``ckpt``'s progress after checking its files; ``(progress, verified)``.
-
-    ``verified`` is False for a checkpoint written before checksums (no ``manifest.json`` in the
-    step directory, none in the trainer's): loadable but unchecked. Raises :class:`CheckpointError`
-    naming what is damaged.
-    """
-    if (ckpt / MANIFEST).exists():
-        verified = verify(ckpt)
-    elif verify(ckpt / "trainer"):
-        raise CheckpointError(f"{MANIFEST} is missing")
-    else:
-        verified = False
-    try:
-        return Progress.read(ckpt), verified
-    except (OSError, ValueError, TypeError) as e:
-        raise CheckpointError(f"progress.json is unreadable: {e}") from e

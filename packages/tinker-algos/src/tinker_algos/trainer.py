@@ -102,6 +102,9 @@ class Trainer:
         self.skipped_steps = 0
         self._pending_calls = 0
         self._nonfinite_pending = False
+        #: set by a data-parallel learner group: ``optim_step`` first sums the gradients over it
+        #: (``torch.distributed``'s default group), so every learner applies the same update
+        self.data_parallel = False
 
     # ---- helpers ----------------------------------------------------------------------------
     @property
@@ -180,6 +183,7 @@ class Trainer:
         returns_B_T: ArrayLike | None = None,
         return_logprobs: bool = False,
         temperature: float = 1.0,
+        batch_totals: tuple[float, float] | None = None,
         **loss_config: Any,
     ) -> dict[str, float] | tuple[dict[str, float], np.ndarray]:
         """Add the gradient of ``loss_scale * aggregate(loss(batch))`` to the parameters.
@@ -190,8 +194,7 @@ class Trainer:
                 loss's ``sampling_logprobs_B_T``.
             loss: a registered loss name (``tinker_core.registry.get_loss``).
             agg: one of :func:`aggregation_modes`.
-            loss_scale: multiplies the aggregated loss before backward (e.g. ``1/k`` for ``k``
-                accumulated calls).
+            loss_scale: multiplies the aggregated loss before backward (``1/k`` for ``k`` calls).
             advantages_B_T: defaults to ``batch.advantages_B_T``.
             ref_logprobs_B_T, weights_B_T, values_B_T, old_values_B_T, returns_B_T: passed to
                 the loss as :class:`tinker_core.contracts.LossInputs` fields.
@@ -199,6 +202,8 @@ class Trainer:
                 anyway (what a caller would otherwise get from a second ``forward(batch)``).
             temperature: divides the logits before the log-softmax (the policy the loss sees is
                 the one the sampler drew from at that temperature; GRPO passes the rollout's).
+            batch_totals: ``(trained tokens, rows)`` of the whole batch when ``batch`` is one
+                data-parallel learner's share of it (weighted into the whole batch's loss).
             **loss_config: the loss's own keys (``eps_low``, ``beta`` ...).
 
         Returns:
@@ -211,11 +216,7 @@ class Trainer:
             token, or those after a NaN/inf loss) are scored under ``no_grad`` so that every row
             is filled.
         """
-        import tinker_core.registry
-
-        if agg not in aggregation_modes():
-            raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
-        entry = tinker_core.registry.get_loss(loss)
+        entry = _loss_entry(loss, agg)
         self._activate()
         tokens, attn, mask = self._tensors(batch)
         B, T = tokens.shape
@@ -233,7 +234,7 @@ class Trainer:
             loss=loss, loss_fn=entry.obj, loss_config=loss_config, agg=agg, loss_scale=loss_scale,
             tokens=tokens, attn=attn, mask=mask, consts=consts, spec=self.policy.spec, temperature=temperature,
             share_prefix=self.config.share_prefix,
-            total_tokens=trained_tokens(mask), total_rows=float((mask.sum(-1) > 0).sum()),
+            total_tokens=batch_totals[0] if batch_totals else trained_tokens(mask), total_rows=batch_totals[1] if batch_totals else float((mask.sum(-1) > 0).sum()),
             logprobs_B_T=np.zeros((B, T), dtype=np.float32) if return_logprobs else None,
         )
         module = self.policy.module
@@ -294,8 +295,10 @@ class Trainer:
             **param_overrides: optimizer param-group keys to set before the update (and keep),
                 e.g. ``betas=(0.9, 0.95)``, ``weight_decay=0.1`` (on the decayed group only).
         """
-        if self._pending_calls == 0:
+        if self._pending_calls == 0 and not self.data_parallel:
             raise ValueError("optim_step called with no gradients accumulated; call forward_backward first")
+        if self.data_parallel:
+            self._sum_gradients_over_learners()
         grads = [p.grad for p in self.params if p.grad is not None]
         if grads:
             norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
@@ -331,6 +334,29 @@ class Trainer:
             "step": float(self.step),
         }
 
+    def _sum_gradients_over_learners(self) -> None:
+        """Sum every learner's gradients (one flat all-reduce), so each holds the whole batch's.
+
+        A parameter keeps ``grad = None`` only when it has none on every learner (as one learner
+        with the whole batch would have it: AdamW skips such parameters), and a NaN/inf loss on
+        any learner skips the update on all of them.
+        """
+        import torch.distributed as dist
+
+        has_B = torch.tensor([float(p.grad is not None) for p in self.params] + [float(self._nonfinite_pending)], device=self.device)
+        dist.all_reduce(has_B, op=dist.ReduceOp.MAX)
+        self._nonfinite_pending = bool(has_B[-1] > 0)
+        with_grad = [p for p, h in zip(self.params, has_B[:-1].tolist(), strict=True) if h > 0]
+        if not with_grad:
+            return
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in with_grad])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        offset = 0
+        for p in with_grad:
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p).clone()
+            offset += n
+
     def zero_grad(self) -> None:
         """Drop accumulated gradients (and a pending NaN flag)."""
         self.optimizer.zero_grad(set_to_none=True)
@@ -362,6 +388,15 @@ class Trainer:
     def load_state(self, path: str | Path, *, with_optimizer: bool = True) -> dict[str, Any]:
         """Restore a checkpoint; returns its manifest. See :func:`tinker_algos.checkpoint.load_state`."""
         return checkpoint.load_state(path, self, with_optimizer=with_optimizer)
+
+
+def _loss_entry(loss: str, agg: str) -> Any:
+    """The registry entry of ``loss``, after checking ``agg`` is an aggregation mode."""
+    import tinker_core.registry
+
+    if agg not in aggregation_modes():
+        raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
+    return tinker_core.registry.get_loss(loss)
 
 
 def restore_trainer(path: str | Path, *, policy: PolicyModel | None = None, device: str | None = None) -> tuple[Trainer, dict[str, Any]]:

@@ -25,6 +25,7 @@ from tinker_core.config import JobConfig, StageConfig
 from tinker_core.seeding import derive_seed
 
 if TYPE_CHECKING:
+    from tinker_algos.distributed.runtime import Runtime
     from tinker_algos.prompts import PromptRenderer
     from tinker_algos.rollout import RolloutResult
     from tinker_algos.sampler import SamplingParams
@@ -43,6 +44,7 @@ class StageContext:
     eval_env_factory: Callable[[], Any] | None
     log: Callable[[str], None]
     renderer: PromptRenderer | None = None  # a tinker_algos.prompts.PromptRenderer (model.chat_template); None = 'auto'
+    runtime: Runtime | None = None  # the run's rollout workers and learners (execution); None: one process
 
     @property
     def algo(self) -> Any:

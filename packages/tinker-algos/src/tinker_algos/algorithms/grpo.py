@@ -66,7 +66,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -89,6 +89,9 @@ from tinker_algos.rollout_ahead import RolloutsAhead
 from tinker_core.config import GRPOParams
 from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tinker_algos.distributed.rollouts import DistributedRollouts
 
 
 class GRPO(Algorithm):
@@ -132,7 +135,21 @@ class GRPO(Algorithm):
         k = int(getattr(ctx.rollout_cfg, "max_staleness", 0) or 0)
         if k and self.multi_agent is not None:
             raise ConfigError(["rollout.max_staleness: sampling ahead is for single-agent envs; set it to 0 for a multi-agent env"])
-        self.ahead = RolloutsAhead(ctx, k) if k else None
+        self.ahead: RolloutsAhead | DistributedRollouts | None = RolloutsAhead(ctx, k) if k else None
+        if ctx.job.execution.rollout_workers:
+            self.ahead = self.distributed_rollouts(k)
+
+    def distributed_rollouts(self, k: int) -> DistributedRollouts:
+        """The stage's collector on rollout workers (``execution.rollout_workers``): single-agent
+        envs only (a multi-agent game or an agent program samples in the job's process)."""
+        from tinker_algos import agent_program
+        from tinker_algos.distributed.rollouts import DistributedRollouts
+
+        if self.multi_agent is not None or agent_program.is_agent_program(self.ctx.stage.env):
+            what = "a multi-agent env" if self.multi_agent is not None else "agent programs"
+            raise ConfigError([f"execution.rollout_workers: rollout workers sample single-agent envs; {self.ctx.where} plays {what}, so set rollout_workers to 0"])
+        assert self.ctx.runtime is not None, "a run with execution.rollout_workers holds a Runtime"
+        return DistributedRollouts(self.ctx, k, self.ctx.runtime)
 
     # ---- one step -----------------------------------------------------------------------------
     def collect(self, step: int) -> RolloutResult | MultiAgentRolloutResult:
@@ -175,6 +192,8 @@ class GRPO(Algorithm):
         if self.league is not None:
             self.league.after_step(step)
             metrics.update(self.league.metrics())
+        if self.ahead is not None:
+            metrics.update(self.ahead.metrics())  # on rollout workers: sync/*, staleness/*, time/idle_frac/*
         return metrics
 
     def learn(

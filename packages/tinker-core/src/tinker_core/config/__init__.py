@@ -20,6 +20,7 @@ Every public name of the five is importable from ``tinker_core.config``.
 
 from __future__ import annotations
 
+from tinker_core.config.execution import ExecutionConfig, WorkerResources
 from tinker_core.config.loading import (
     CONFIG_TOO_DEEP,
     MAX_CONFIG_BYTES,
@@ -98,6 +99,7 @@ __all__ = [
     "DPOParams",
     "EXAMPLE",
     "EnvConfig",
+    "ExecutionConfig",
     "GRPOAlgorithm",
     "GRPOParams",
     "JobConfig",
@@ -124,6 +126,7 @@ __all__ = [
     "StageConfig",
     "TRACKERS",
     "Tracker",
+    "WorkerResources",
     "apply_overrides",
     "check_config_shape",
     "check_config_size",

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tinker_core.config.execution import ExecutionConfig, check_topology
 from tinker_core.config.multi_agent import MultiAgentConfig
 from tinker_core.config.recording import RolloutsLogConfig
 
@@ -422,6 +423,10 @@ class JobConfig(_Model):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Sampling episodes.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and schedule.")
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="CPUs, GPUs, memory.")
+    execution: ExecutionConfig = Field(
+        default_factory=ExecutionConfig,
+        description="Rollout workers and data-parallel learners (the execution section); by default the job runs in one process.",
+    )
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="When to checkpoint.")
     logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Metrics outputs.")
     priority: int = Field(0, ge=-100, le=100, description="Higher runs first in the scheduler's queue.")
@@ -445,6 +450,7 @@ class JobConfig(_Model):
         for stage in self.resolved_stages():
             if stage.algorithm.name != "sft" and stage.algorithm.name != "dpo" and stage.env is None:
                 raise ValueError(f"algorithm {stage.algorithm.name!r} needs an 'env'")
+        check_topology(self)
         return self
 
     def resolved_stages(self) -> list[StageConfig]:

@@ -7,6 +7,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from tinker_core.config.execution import ExecutionConfig, WorkerResources
 from tinker_core.config.models import (
     ALGORITHM_MODELS,
     AlgorithmConfig,
@@ -58,6 +59,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("rollout", RolloutConfig),
     ("optimizer", OptimizerConfig),
     ("resources", ResourcesConfig),
+    ("execution", ExecutionConfig),
+    ("execution.rollout_worker / execution.learner", WorkerResources),
     ("checkpoint", CheckpointConfig),
     ("logging", LoggingConfig),
     ("logging.rollouts", RolloutsLogConfig),

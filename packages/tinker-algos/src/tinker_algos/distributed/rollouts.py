@@ -1,0 +1,364 @@
+"""A stage's episodes sampled on rollout workers (``execution.rollout_workers: N``).
+
+:class:`DistributedRollouts` is the collector a GRPO stage uses instead of sampling in its own
+process. Each step ``s`` (the learner then holds version ``s``: the stage's weights after ``s``
+updates) it
+
+1. **publishes** version ``s``: the trainable weights as a :class:`WeightRecord` in Ray's object
+   store and in ``<run_dir>/weights/stage-<n>/v-<s>/`` (the durable copy; the newest
+   ``max_staleness + 2`` are kept), and the learner's logprobs of the probe batch;
+2. **admits** the steps ``s .. s + S`` (:class:`~tinker_algos.distributed.staleness.StalenessBound`):
+   each step's task seeds are cut into N contiguous chunks (:class:`Unit`), chunk ``c`` sampled by
+   worker ``c`` with version ``s`` -- the newest -- and the sampling seed of ``(step, c)`` (with one
+   worker, the step's own seed: a one-worker job samples exactly what the job's process would);
+3. **takes** step ``s``'s units: a unit whose worker died is sent again (to the same worker once
+   Ray restarted it, else to a live one; the same seeds and version give the same episodes); each
+   worker's :class:`SyncReport` is checked against the record it names -- the digest of its
+   parameters must be the manifest's SHA-256, and its probe logprobs within
+   ``execution.sync_tolerance`` of the learner's -- else the job fails with
+   :class:`~tinker_algos.distributed.weights.WeightSyncError` naming the worker and the version;
+   a group sampled more than ``S`` versions ago is dropped and sampled again
+   (``staleness_strategy: drop``) or fails the job (``wait``: it cannot happen unless a worker
+   ignored the weights it was sent).
+
+With ``S = 0`` and any N the batches are deterministic (the same seed gives the same metrics);
+with ``S = k`` they are too, each step sampled with version ``s - k`` exactly, like the
+in-process sample-ahead (:mod:`tinker_algos.rollouts_ahead`), and its checkpoint state is the same
+shape: the weights of every batch not yet trained on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from tinker_algos.distributed.faults import Faults
+from tinker_algos.distributed.replica import trainable
+from tinker_algos.distributed.rollout_worker import (
+    SyncReport,
+    Unit,
+    UnitResult,
+    probe_logprobs,
+    unit_seeds,
+    weights_dir,
+)
+from tinker_algos.distributed.staleness import StalenessBound, staleness_metrics
+from tinker_algos.distributed.weights import WeightDirectory, WeightRecord, WeightSyncError, pack
+from tinker_algos.recording import phase
+from tinker_algos.rollout import RolloutError, RolloutResult
+
+if TYPE_CHECKING:
+    from tinker_algos.algorithms.base import StageContext
+    from tinker_algos.distributed.runtime import Runtime
+
+logger = logging.getLogger(__name__)
+PROBE_TEXT = "Weight sync probe: 12+34=46, 7*8=56. The quick brown fox jumps over the lazy dog."
+SELF_TEST_SEED = 1234
+
+
+def probe_tokens(tokenizer: Any, rows: int = 2) -> np.ndarray:
+    """The fixed probe batch: ``rows`` copies of :data:`PROBE_TEXT`'s tokens, shifted by one
+    token each (so the rows differ)."""
+    ids = list(tokenizer.encode(PROBE_TEXT, add_special_tokens=False))[:48]
+    return np.asarray([ids[i:] + ids[:i] for i in range(rows)], dtype=np.int64)
+
+
+@dataclass
+class Published:
+    """A version the learner published: its record's reference, manifest and probe logprobs."""
+
+    record: WeightRecord
+    ref: Any
+    probe: np.ndarray
+    publish_s: float
+
+
+class DistributedRollouts:
+    """A GRPO stage's collector on rollout workers (see the module docstring)."""
+
+    def __init__(self, ctx: StageContext, k: int, runtime: Runtime) -> None:
+        self.ctx, self.k, self.runtime = ctx, k, runtime
+        ex = ctx.job.execution
+        self.ex = ex
+        self.pool = runtime.rollout_pool(probe_tokens(ctx.policy.tokenizer))
+        if len(self.pool.actors) > ctx.rollout_cfg.prompts_per_step:
+            from tinker_core.errors import ConfigError
+
+            raise ConfigError([f"execution.rollout_workers: {len(self.pool.actors)} workers for {ctx.rollout_cfg.prompts_per_step} groups per step ({ctx.where}); use at most {ctx.rollout_cfg.prompts_per_step}"])
+        self.probe = probe_tokens(ctx.policy.tokenizer)
+        self.bound = StalenessBound(k, ctx.rollout_cfg.prompts_per_step)
+        self.chunks = len(self.pool.actors)
+        self.dir = WeightDirectory(weights_dir(ctx.run_dir, ctx.stage_index))
+        self.published: dict[int, Published] = {}
+        self.pending: dict[int, list[tuple[int, Unit, Any]]] = {}  # step -> (worker, unit, ref)
+        self.dispatched_upto = -1
+        self.faults = Faults.parse(runtime.faults, "job", None)
+        self.last_take = time.perf_counter()
+        self.busy: Counter[str] = Counter()
+        self.step_metrics: dict[str, float] = {}
+        self.notes_logged: set[str] = set()
+        self.restored: dict[int, dict[str, torch.Tensor]] = {}
+        self.self_tested = False
+
+    # ---- the step ------------------------------------------------------------------------------
+    def take(self, step: int) -> RolloutResult:
+        """Step ``step``'s episodes (publish version ``step``, admit, wait; see the module docstring)."""
+        t0 = time.perf_counter()
+        self.step_metrics = {}
+        self.dispatched_upto = max(self.dispatched_upto, step - 1)  # a resumed stage: the steps before are done
+        with phase("sync"):
+            self.publish(step)
+        if not self.self_tested and self.ex.sync_self_test:
+            self.self_test(step)
+        self.admit(step)
+        with phase("rollout_wait"):
+            results = self.gather(step)
+        merged = self.merge(results, time.perf_counter() - t0)
+        self.step_metrics.update(self.worker_metrics(results))
+        self.step_metrics.update(staleness_metrics([r.version for r in results for _ in range(len(r.result.groups))], step))
+        self.retire(step)
+        return merged
+
+    def start(self, step: int) -> None:
+        """Nothing: :meth:`take` already started the next steps' units."""
+
+    def metrics(self) -> dict[str, float]:
+        """The last step's ``sync/*``, ``staleness/*``, ``rollout/reissued_groups`` and timing keys."""
+        return dict(self.step_metrics)
+
+    # ---- publishing ----------------------------------------------------------------------------
+    def publish(self, version: int, weights: dict[str, torch.Tensor] | None = None) -> Published:
+        """Version ``version``: the learner's trainable weights now (or ``weights``, restored from a checkpoint)."""
+        import ray
+
+        if version in self.published:
+            return self.published[version]
+        t0 = time.perf_counter()
+        named = self._named(weights)
+        record = pack(named.items(), version=version, kind="adapter" if self.ctx.adapter else "full")
+        ref = ray.put(record)
+        self.dir.write(record)
+        if weights is None:
+            probe = probe_logprobs(self.ctx.policy, self.ctx.adapter, self.probe)
+        else:  # a restored version: its probe on a copy holding those weights
+            probe = self._probe_of(weights)
+        pub = Published(record, ref, probe, time.perf_counter() - t0)
+        self.published[version] = pub
+        self.step_metrics["time/sync_s"] = pub.publish_s
+        self.step_metrics["sync/mb"] = record.manifest.nbytes / 2**20
+        previous = self.published.get(version - 1)
+        self.step_metrics["sync/changed"] = float(previous is None or previous.record.manifest.sha256 != record.manifest.sha256)
+        return pub
+
+    def _named(self, weights: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        if weights is not None:
+            return weights
+        return {n: p.detach() for n, p in trainable(self.ctx.policy, self.ctx.adapter).items()}
+
+    def _probe_of(self, weights: dict[str, torch.Tensor]) -> np.ndarray:
+        params = trainable(self.ctx.policy, self.ctx.adapter)
+        saved = {n: p.detach().clone() for n, p in params.items()}
+        with torch.no_grad():
+            for n, p in params.items():
+                p.copy_(weights[n])
+            try:
+                return probe_logprobs(self.ctx.policy, self.ctx.adapter, self.probe)
+            finally:
+                for n, p in params.items():
+                    p.copy_(saved[n])
+
+    def retire(self, step: int) -> None:
+        """Forget the versions no pending unit names; keep ``k + 2`` on disk."""
+        needed = {u.version for units in self.pending.values() for _, u, _ in units} | {step}
+        for v in [v for v in self.published if v not in needed and v < step]:
+            del self.published[v]
+        self.dir.retire(step - self.k - 1)
+
+    # ---- dispatch ------------------------------------------------------------------------------
+    def admit(self, version: int) -> None:
+        """Dispatch the units of every step the bound admits at ``version`` not dispatched yet."""
+        last = min(self.bound.last_admitted_step(version), self.ctx.algo.steps - 1)
+        for t in range(self.dispatched_upto + 1, last + 1):
+            used = self.restored_version(t, version)
+            self.dispatch(t, used)
+            self.dispatched_upto = t
+
+    def restored_version(self, step: int, version: int) -> int:
+        """The version step ``step`` samples with: a resumed run's pending batches keep theirs."""
+        if step in self.restored:
+            v = max(0, step - self.k)
+            self.publish(v, self.restored.pop(step))
+            return v
+        return version
+
+    def dispatch(self, step: int, version: int) -> None:
+        pub = self.published[version]
+        seeds = self.ctx.task_seeds(step)
+        units = []
+        for c, (first, chunk) in enumerate(unit_seeds(seeds, self.chunks)):
+            sample_seed = self.ctx.step_seed(step, "sample") if self.chunks == 1 else self.ctx.step_seed(step, "sample", c)
+            unit = Unit(self.ctx.stage_index, step, c, first, tuple(chunk), sample_seed, version, [pub.ref], str(self.dir.root))
+            w = self.pool.live_worker(c)
+            units.append((w, unit, self.pool.submit(w, unit)))
+        self.pending[step] = units
+
+    # ---- gathering -----------------------------------------------------------------------------
+    def gather(self, step: int) -> list[UnitResult]:
+        """Step ``step``'s unit results in chunk order: dead workers' units sent again, every sync
+        report checked, too-stale units dropped and sampled again (``drop``)."""
+        import ray
+
+        units = self.pending.pop(step)
+        results: dict[int, UnitResult] = {}
+        reissued = dropped = 0
+        todo = list(units)
+        while todo:
+            w, unit, ref = todo.pop(0)
+            try:
+                res: UnitResult = ray.get(ref)
+            except ray.exceptions.RayTaskError as e:
+                cause = e.as_instanceof_cause()
+                if isinstance(cause, RolloutError | WeightSyncError):
+                    raise cause from None
+                raise
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError) as e:
+                if not getattr(e, "preempted", False) and self._gave_up(w):
+                    self.pool.dead.add(w)
+                reissued += len(unit.task_seeds)
+                w2 = self.pool.live_worker(w)
+                self.ctx.log(f"rollout worker {self.pool.names[w]} died during step {step} ({type(e).__name__}); its {len(unit.task_seeds)} groups go to {self.pool.names[w2]}")
+                todo.append((w2, unit, self.pool.submit(w2, unit)))
+                continue
+            for note in res.notes:
+                self.ctx.log(note)
+            self.check_sync(res)
+            if self.bound.stale([res.version], step):
+                if self.ex.staleness_strategy == "wait":
+                    raise WeightSyncError(
+                        f"rollout worker {res.worker} sampled step {step} with weights v{res.version}, more than "
+                        f"rollout.max_staleness={self.k} versions behind the learner's v{step} (staleness_strategy: wait)"
+                    )
+                dropped += len(unit.task_seeds)
+                fresh = replace(unit, version=step, record=[self.published[step].ref])
+                todo.append((w, fresh, self.pool.submit(self.pool.live_worker(w), fresh)))
+                continue
+            self.busy[res.worker] += res.busy_s
+            results[unit.chunk] = res
+        self.step_metrics["rollout/reissued_groups"] = float(reissued)
+        self.step_metrics["staleness/dropped_groups"] = float(dropped)
+        return [results[c] for c in sorted(results)]
+
+    def _gave_up(self, worker: int) -> bool:
+        """Whether Ray will not restart ``worker`` any more (its state is DEAD for good)."""
+        import ray
+
+        try:
+            ray.get(self.pool.actors[worker].ready.remote(), timeout=120)
+            return False
+        except Exception:  # noqa: BLE001 - dead for good, or not back in time
+            return True
+
+    def check_sync(self, res: UnitResult) -> None:
+        """The worker holds the weights of the version it reports, bit for bit, and its probe
+        logprobs agree with the learner's (see the module docstring)."""
+        sync = res.sync
+        pub = self.published.get(sync.version)
+        if pub is None:
+            return  # a version retired meanwhile (cannot be checked any more)
+        self.verify_report(sync, pub)
+
+    def verify_report(self, sync: SyncReport, pub: Published) -> None:
+        manifest = pub.record.manifest
+        if sync.digest != manifest.sha256:
+            raise WeightSyncError(
+                f"rollout worker {sync.worker} reports weights v{sync.version}, but its parameters hash to "
+                f"{sync.digest[:12]}, not the record's {manifest.sha256[:12]}: the update did not reach its model"
+            )
+        if sync.probe_logprobs is not None:
+            gap = float(np.abs(sync.probe_logprobs - pub.probe).mean())
+            self.step_metrics["sync/probe_gap_max"] = max(self.step_metrics.get("sync/probe_gap_max", 0.0), gap)
+            if gap > self.ex.sync_tolerance:
+                raise WeightSyncError(
+                    f"rollout worker {sync.worker} with weights v{sync.version}: its probe logprobs differ from the "
+                    f"learner's by {gap:.3g} nats per token (execution.sync_tolerance {self.ex.sync_tolerance:g})"
+                )
+
+    def self_test(self, version: int) -> None:
+        """Scramble worker 0's weights and check that the sync check fails on it; then reload."""
+        import ray
+
+        pub = self.published[version]
+        unit = Unit(self.ctx.stage_index, -1, 0, 0, (), 0, version, [pub.ref], str(self.dir.root))
+        actor = self.pool.actors[self.pool.live_worker(0)]
+        self.verify_report(ray.get(actor.load_and_report.remote(unit)), pub)  # the real weights pass
+        scrambled: SyncReport = ray.get(actor.scramble.remote(SELF_TEST_SEED))
+        scrambled.version = version
+        try:
+            self.verify_report(scrambled, pub)
+        except WeightSyncError as e:
+            self.ctx.log(f"weight sync self-test: a scrambled {scrambled.worker} is caught ({e})")
+        else:
+            raise WeightSyncError(f"weight sync self-test: {scrambled.worker}'s scrambled weights passed the check; the check proves nothing")
+        self.verify_report(ray.get(actor.load_and_report.remote(unit)), pub)  # and the real weights are back
+        self.self_tested = True
+
+    # ---- results -------------------------------------------------------------------------------
+    def merge(self, results: list[UnitResult], seconds: float) -> RolloutResult:
+        """The units' episodes as one result, groups numbered across the step."""
+        episodes = []
+        errors: Counter[str] = Counter()
+        new_tokens = 0
+        for res in results:
+            offset = self._first_group(res)
+            for e in res.result.episodes:
+                e.group += offset
+                if e.trajectory is not None:
+                    e.trajectory.group_id += offset
+                episodes.append(e)
+            errors.update(res.result.errors)
+            new_tokens += res.result.new_tokens
+        return RolloutResult(episodes, errors, new_tokens, seconds)
+
+    def _first_group(self, res: UnitResult) -> int:
+        parts = np.array_split(np.arange(self.ctx.rollout_cfg.prompts_per_step), self.chunks)
+        return int(parts[res.chunk][0])
+
+    def worker_metrics(self, results: list[UnitResult]) -> dict[str, float]:
+        """``time/idle_frac/<worker>`` (the part of the last step's wall time each worker did not
+        sample or load weights), their mean as ``time/rollout_idle_frac``, and ``sync/workers``
+        (the live workers)."""
+        now = time.perf_counter()
+        wall = max(now - self.last_take, 1e-9)
+        self.last_take = now
+        out = {}
+        for name in self.pool.names:
+            out[f"time/idle_frac/{name}"] = max(0.0, 1.0 - self.busy.pop(name, 0.0) / wall)
+        out["time/rollout_idle_frac"] = float(np.mean(list(out.values()))) if out else 0.0
+        out["sync/workers"] = float(len(self.pool.names) - len(self.pool.dead))
+        return out
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The weights of every batch dispatched but not trained on yet, by step (as the
+        in-process sample-ahead keeps them)."""
+        out: dict[int, dict[str, torch.Tensor]] = {}
+        for step, units in self.pending.items():
+            v = units[0][1].version
+            out[int(step)] = {k: t.clone() for k, t in _tensors(self.published[v].record).items()}
+        return {"ahead_weights": out}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Sample the pending batches again with the weights they were first sampled with."""
+        self.restored = {int(s): w for s, w in state.get("ahead_weights", {}).items()}
+
+
+def _tensors(record: WeightRecord) -> dict[str, torch.Tensor]:
+    from tinker_algos.distributed.weights import unpack
+
+    return unpack(record)
