@@ -152,9 +152,17 @@ class DistributedRollouts:
         self.published[version] = pub
         self.step_metrics["time/sync_s"] = pub.publish_s
         self.step_metrics["sync/mb"] = record.manifest.nbytes / 2**20
-        previous = self.published.get(version - 1)
-        self.step_metrics["sync/changed"] = float(previous is None or previous.record.manifest.sha256 != record.manifest.sha256)
+        self.step_metrics["sync/changed"] = float(self._previous_sha(version) != record.manifest.sha256)
         return pub
+
+    def _previous_sha(self, version: int) -> str | None:
+        """The SHA-256 of version ``version - 1`` (published here, or on disk from before a restart)."""
+        previous = self.published.get(version - 1)
+        if previous is not None:
+            return previous.record.manifest.sha256
+        if version - 1 in self.dir.versions():
+            return self.dir.read(version - 1).manifest.sha256
+        return None
 
     def _named(self, weights: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
         if weights is not None:
@@ -254,15 +262,19 @@ class DistributedRollouts:
         self.step_metrics["staleness/dropped_groups"] = float(dropped)
         return [results[c] for c in sorted(results)]
 
-    def _gave_up(self, worker: int) -> bool:
-        """Whether Ray will not restart ``worker`` any more (its state is DEAD for good)."""
+    def _gave_up(self, worker: int, wait_s: float = 120.0) -> bool:
+        """Whether ``worker`` stays dead: Ray did not bring it back within ``wait_s`` (its
+        restarts are used up, or its node is gone for good)."""
         import ray
 
-        try:
-            ray.get(self.pool.actors[worker].ready.remote(), timeout=120)
-            return False
-        except Exception:  # noqa: BLE001 - dead for good, or not back in time
-            return True
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self.pool.actors[worker].ready.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                return False
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError, ray.exceptions.GetTimeoutError):
+                time.sleep(0.5)  # still restarting: calls fail until it is alive again
+        return True
 
     def check_sync(self, res: UnitResult) -> None:
         """The worker holds the weights of the version it reports, bit for bit, and its probe
