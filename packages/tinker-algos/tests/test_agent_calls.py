@@ -109,3 +109,44 @@ def test_the_transcript_shows_each_prompt_after_the_context_it_extends():
     calls = [ProxyCall((1, 2), (3,), (-0.1,), "stop", "a"), ProxyCall((1, 2, 3, 4), (5,), (-0.1,), "stop", "b"),
              ProxyCall((9,), (6,), (-0.1,), "stop", "c")]
     assert transcript(calls, lambda ids: ",".join(map(str, ids))) == [("1,2", "a"), ("4", "b"), ("9", "c")]
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"entry": "pty:spawn"}, "entry"),
+    ({"entry": "subprocess:check_call"}, "entry"),
+    ({"entry": "fenced_agent:run", "tasks": "os:listdir"}, "tasks"),
+    ({"entry": "fenced_agent:run", "reward": "subprocess:call"}, "reward"),
+])
+def test_in_a_schedulers_job_only_allowed_code_is_imported(tmp_path, monkeypatch, kwargs, field):
+    """The worker's side of a scheduler's allowed_imports (tinker_core.import_policy.enforced): the
+    env refuses before importing anything, so the command its task names never runs."""
+    from tinker_algos.agent_program import AgentProgramEnv
+    from tinker_core.import_policy import ImportPolicy, ImportRefused, enforced
+
+    (tmp_path / "fenced_agent.py").write_text("TASKS = [1]\n\ndef run(task, client):\n    return 1.0\n")
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])  # importable, as an installed package is
+    marker = tmp_path / "ran"
+    args = {"tasks": [["sh", "-c", f"touch {marker}"]], **kwargs}
+    with enforced(ImportPolicy(("fenced_agent:*",))):
+        with pytest.raises(ImportRefused, match=rf"^env.kwargs.{field}: '{kwargs[field]}' is not code this scheduler"):
+            AgentProgramEnv(**args)
+        # the allowed program loads, from the installed packages only: a folder on sys.path is refused
+        assert AgentProgramEnv(entry="fenced_agent:run", tasks="fenced_agent:TASKS").tasks == [1]
+        with pytest.raises(ImportRefused, match=r"^env.kwargs.path: .*installed packages only"):
+            AgentProgramEnv(entry="fenced_agent:run", tasks=[1], path=str(tmp_path))
+    assert not marker.exists()
+
+
+def test_an_isolated_episodes_child_process_enforces_the_same_policy(tmp_path):
+    from tinker_algos.agent_isolation import ProcessPlay
+    from tinker_core.import_policy import ImportPolicy, enforced
+
+    marker = tmp_path / "ran"
+    with enforced(ImportPolicy(("fenced_agent:*",))):
+        play = ProcessPlay("os:system", None, f"touch {marker}", "ep-0-0", "http://127.0.0.1:9", 30.0, tmp_path / "out.json")
+    play.start()
+    play.wait(60)
+    play.stop()
+    finished, _, reason, detail = play.outcome()
+    assert finished and reason == "agent_error" and "env.kwargs.entry: 'os:system' is not code this scheduler" in detail
+    assert not marker.exists()

@@ -156,3 +156,15 @@ def test_an_action_without_one_text_field_asks_for_action_field(adapters_only):
     # the env reads action.word, which TwoFields lacks: the episode ends with the error, not a crash
     obs, reward, terminated, _, info = env.step("rettor")
     assert (obs, reward, terminated) == ("", 0.0, True) and "AttributeError" in info["error"]
+
+
+def test_on_a_scheduler_only_the_classes_its_operator_allowed_are_imported(adapters_only):
+    with tinker_core.enforced(tinker_core.ImportPolicy(("json:*",))):  # what a scheduler's worker enforces
+        with pytest.raises(tinker_core.ImportRefused, match=r"^env.kwargs.environment: 'collections:OrderedDict' is not code"):
+            OpenEnvEnv("collections:OrderedDict")
+        with pytest.raises(tinker_core.ImportRefused, match=r"^env.kwargs.action: 'collections:OrderedDict' is not code"):
+            OpenEnvEnv(ReverseEnvironment, action="collections:OrderedDict")
+        with pytest.raises(AdapterError, match="is not an OpenEnv Environment"):  # allowed: imported, then checked
+            OpenEnvEnv("json:JSONDecoder")
+    assert tinker_core.env_spec("openenv/env-v0").import_kwargs == ("environment", "action")
+    assert tinker_core.env_spec("openenv/remote-v0").import_kwargs == ()

@@ -180,3 +180,13 @@ def test_an_env_that_downloads_its_dataset_offline_names_the_missing_network(mon
     with pytest.raises(AdapterError, match=r"'vf_hub'\): load_environment\(\) failed: .*it downloads something at "
                                            r"start-up .* and there is no network"):
         VerifiersEnv("vf_hub", path=ENVS)
+
+
+def test_on_a_scheduler_only_the_modules_its_operator_allowed_are_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(ENVS)  # importable, as an installed environment package is
+    with tinker_core.enforced(tinker_core.ImportPolicy(("vf_sums",))):  # what a scheduler's worker enforces
+        assert VerifiersEnv("vf-sums").tasks
+        with pytest.raises(tinker_core.ImportRefused, match=r"^env.kwargs.environment: 'vf_judged:load_environment' is not"):
+            VerifiersEnv("vf_judged")
+        with pytest.raises(tinker_core.ImportRefused, match=r"^env.kwargs.path: .*installed packages only"):
+            VerifiersEnv("vf_sums", path=ENVS)

@@ -39,6 +39,7 @@ AGENT_PROGRAM_SPEC = EnvSpec(
     description="An agent program run(task, client) -> reward, trained through the rollout proxy "
     "(kwargs: entry 'module:run', tasks: a list or 'module:TASKS', timeout_s, reward 'module:fn', path, isolation: thread | process)",
     agent_program=True,
+    import_kwargs=("entry", "tasks", "reward"),
 )
 """The spec of the env ``agent/program-v0`` (:mod:`tinker_algos.agent_program`), here so that the
 plugin registers it without importing torch."""

@@ -5,7 +5,8 @@ process: no start-up cost, but an agent that ends its process (``os._exit``, a s
 native library, a signal) ends the training job with it. ``process`` runs each episode in a child
 Python process of its own (:class:`ProcessPlay`): the child puts the training process's
 ``sys.path`` (plus ``path`` and the working directory, as :func:`load_ref` does) on its own,
-imports the entry the same way, builds its own ``openai.OpenAI`` client on the proxy's URL with
+enforces the scheduler's import policy when the parent runs under one
+(:mod:`tinker_core.import_policy`), imports the entry the same way, builds its own ``openai.OpenAI`` client on the proxy's URL with
 the episode's key, runs ``run(task, client)`` and writes the result back as JSON. A child that
 exits abnormally is a failed episode (``agent_crash``, naming the exit code or signal); a result
 JSON cannot hold is ``agent_bad_result``; at the episode's timeout the child's whole process
@@ -30,6 +31,13 @@ from typing import Any
 
 from tinker_core.agent_program import ISOLATION_MODES  # the values of env.kwargs.isolation
 from tinker_core.errors import ConfigError
+from tinker_core.import_policy import (
+    ImportPolicy,
+    active_patterns,
+    check_import,
+    enforced,
+    import_folders,
+)
 
 __all__ = ["ISOLATION_MODES", "ProcessPlay", "load_ref"]
 
@@ -38,12 +46,17 @@ _CHILD = "from tinker_algos.agent_isolation import _child_main; _child_main()"
 
 def load_ref(ref: str, what: str, path: str | None) -> Any:
     """The object ``module:attr`` names, imported with ``path`` (when given) and the working
-    directory on ``sys.path`` (a ConfigError naming ``env.kwargs.<what>`` and the fix otherwise)."""
+    directory on ``sys.path`` (a ConfigError naming ``env.kwargs.<what>`` and the fix otherwise).
+
+    In a scheduler's job, only code its operator allowed is imported, from the installed packages
+    (no folder goes on ``sys.path``): :func:`tinker_core.check_import` refuses anything else with
+    :class:`~tinker_core.import_policy.ImportRefused` before it is imported."""
     module, sep, attr = ref.partition(":")
     if not sep or not module or not attr:
         raise ConfigError([f"env.kwargs.{what}: {ref!r} is not 'module:attr' (e.g. 'my_agent:run')"])
-    for folder in (path, os.getcwd()):
-        if folder and folder not in sys.path:
+    check_import(ref, f"env.kwargs.{what}")
+    for folder in reversed(import_folders(path)):
+        if folder not in sys.path:
             sys.path.insert(0, folder)
     try:
         obj = getattr(importlib.import_module(module), attr)
@@ -66,6 +79,13 @@ def _child_main() -> None:
     for folder in reversed(job["sys_path"]):
         if folder not in sys.path:
             sys.path.insert(0, folder)
+    with contextlib.ExitStack() as policies:  # the scheduler's import policy, as in the parent
+        for patterns in job["allowed_imports"]:
+            policies.enter_context(enforced(ImportPolicy(patterns)))
+        _child_play(job)
+
+
+def _child_play(job: dict[str, Any]) -> None:
     out: dict[str, Any]
     try:
         run = load_ref(job["entry"], "entry", job["path"])
@@ -97,7 +117,8 @@ class ProcessPlay:
                  out: Path) -> None:
         self.out = out
         self.job = {"entry": entry, "path": path, "task": task, "episode_id": episode_id, "base_url": base_url,
-                    "timeout_s": timeout_s, "out": str(out), "sys_path": [p for p in sys.path if p]}
+                    "timeout_s": timeout_s, "out": str(out), "sys_path": [p for p in sys.path if p],
+                    "allowed_imports": active_patterns()}
         self.proc: subprocess.Popen[bytes] | None = None
         self.killed = False
 
@@ -108,7 +129,8 @@ class ProcessPlay:
         except Exception as e:  # noqa: BLE001 - a task the child cannot receive
             raise ConfigError([f"env.kwargs.tasks: with isolation: process each task is sent to a child process and "
                                f"must be picklable ({type(e).__name__}: {e}); use plain data (dicts, lists, str)"]) from e
-        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, cwd=os.getcwd(),
+        # -P: not the working directory on sys.path; the child gets this process's (and load_ref's)
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", _CHILD], stdin=subprocess.PIPE, cwd=os.getcwd(),
                                      start_new_session=True)
         assert self.proc.stdin is not None
         try:

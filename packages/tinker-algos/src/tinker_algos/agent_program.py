@@ -28,7 +28,8 @@ tasks (``eval_kwargs.tasks``) with greedy sampling. Metrics besides the rollout'
 started by a call that did not extend the episode's context; each segment is a row of its group).
 
 ``entry``, ``tasks`` and ``reward`` are imported with the working directory (and ``path``, when
-given) on ``sys.path``. ``isolation: process`` runs each episode in a child process instead of a
+given) on ``sys.path``; in a scheduler's job, only if its operator allowed them
+(``--allow-import``), from its installed packages alone (:mod:`tinker_core.import_policy`). ``isolation: process`` runs each episode in a child process instead of a
 thread, so that an agent that kills its process fails its episode, not the job
 (:mod:`tinker_algos.agent_isolation`).
 

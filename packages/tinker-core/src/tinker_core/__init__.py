@@ -12,6 +12,11 @@ them from here only (``from tinker_core import TextEnv``), never from a submodul
   :func:`tool_calls_of` (what an env reads from an action), :func:`tool_message` (its answer),
   :func:`format_tool_call` (a call in the default format, e.g. for warm-start data);
 * the hook marker, the ``register`` callback types, the registry look-ups, :func:`make_env`;
+* the import policy (:mod:`tinker_core.import_policy`): :func:`check_import` and
+  :func:`import_folders`, which an env that imports code its kwargs name (declared in
+  :attr:`EnvSpec.import_kwargs`) calls first, so that a scheduler's jobs import only what its
+  operator allowed (:class:`ImportRefused` otherwise); :func:`enforced` and
+  :class:`ImportPolicy` to test an env under a scheduler's policy;
 * the conformance kit's checks and the errors.
 
 Everything else is imported from its submodule: remote envs (:mod:`tinker_core.remote`), the turn
@@ -76,6 +81,11 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.hookspecs import OptimizerRegister as OptimizerRegister
     from tinker_core.hookspecs import RolloutProxyRegister as RolloutProxyRegister
     from tinker_core.hookspecs import hookimpl as hookimpl
+    from tinker_core.import_policy import ImportPolicy as ImportPolicy
+    from tinker_core.import_policy import ImportRefused as ImportRefused
+    from tinker_core.import_policy import check_import as check_import
+    from tinker_core.import_policy import enforced as enforced
+    from tinker_core.import_policy import import_folders as import_folders
     from tinker_core.lazy import lazy_package as lazy_package
     from tinker_core.opponents import OpponentFactory as OpponentFactory
     from tinker_core.opponents import make_opponent as make_opponent

@@ -72,6 +72,13 @@ class EnvSpec:
             a program ``run(task, client)`` through the job's rollout proxy instead of by
             ``step``; the trainer reads it from the registered spec before building the env.
             Omitted from :meth:`to_dict` when false.
+        import_kwargs: the env's kwargs that name code it imports: a ``"module:attr"`` string or
+            a module name (``agent/program-v0``'s ``entry``, ``tasks``, ``reward``). A scheduler
+            refuses a job whose value there is not code its operator allowed, and refuses such
+            an env's ``path`` kwarg (a folder put on ``sys.path``) unless it allows everything
+            (:mod:`tinker_core.import_policy`); the env loads that code after
+            :func:`tinker_core.check_import`. A kwarg value of another type (a list of tasks) is
+            data. Omitted from :meth:`to_dict` when empty.
         metadata: anything else JSON-serialisable (tags, citation, default kwargs...).
     """
 
@@ -86,6 +93,7 @@ class EnvSpec:
     system_prompt: str = ""
     tools: tuple[dict[str, Any], ...] = ()
     agent_program: bool = False
+    import_kwargs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         parse_env_id(self.id)
@@ -104,6 +112,7 @@ class EnvSpec:
         # normalise sequences so a JSON round trip gives an equal object
         object.__setattr__(self, "reward_range", (float(lo), float(hi)))
         object.__setattr__(self, "roles", tuple(self.roles))
+        object.__setattr__(self, "import_kwargs", tuple(self.import_kwargs))
         if self.tools:
             object.__setattr__(self, "tools", check_tools(self.tools, f"EnvSpec {self.id!r}: tools"))
         else:
@@ -130,6 +139,10 @@ class EnvSpec:
             del d["tools"]
         if not self.agent_program:
             del d["agent_program"]
+        if self.import_kwargs:
+            d["import_kwargs"] = list(self.import_kwargs)
+        else:
+            del d["import_kwargs"]
         return d
 
     def to_json(self) -> str:
@@ -147,6 +160,8 @@ class EnvSpec:
             data["roles"] = tuple(data["roles"])
         if "tools" in data:
             data["tools"] = tuple(data["tools"])
+        if "import_kwargs" in data:
+            data["import_kwargs"] = tuple(data["import_kwargs"])
         return cls(**data)
 
     @classmethod

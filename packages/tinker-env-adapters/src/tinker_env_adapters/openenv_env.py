@@ -35,7 +35,7 @@ import urllib.request
 from dataclasses import replace
 from typing import Any
 
-from tinker_core import EnvSpec, Observation, TextEnv
+from tinker_core import EnvSpec, Observation, TextEnv, check_import
 from tinker_env_adapters._common import AdapterError, json_dict, require
 
 __all__ = ["DEFAULT_MAX_TURNS", "OpenEnvEnv", "OpenEnvRemoteEnv", "openenv_spec"]
@@ -71,6 +71,7 @@ def openenv_spec(kind: str) -> EnvSpec:
                 "reward_range": "the step reward range (default [0, 1]; rewards are clipped to it)",
             },
         },
+        import_kwargs=("environment", "action") if kind == "env" else (),
     )
 
 
@@ -78,6 +79,7 @@ def _import(target: str, env_id: str, what: str) -> Any:
     module, sep, name = target.partition(":")
     if not sep or not module or not name:
         raise AdapterError(f"env {env_id!r}: {what} must be 'package.module:Name', got {target!r}")
+    check_import(target, f"env.kwargs.{what}")  # on a scheduler: only what its operator allowed
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:

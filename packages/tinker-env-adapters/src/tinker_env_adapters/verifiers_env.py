@@ -37,7 +37,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from typing import Any
 
-from tinker_core import AgentProgram, EnvSpec
+from tinker_core import AgentProgram, EnvSpec, check_import, import_folders
 from tinker_env_adapters._common import AdapterError, require
 
 __all__ = ["ENV_ID", "VerifiersEnv", "verifiers_spec"]
@@ -62,6 +62,7 @@ def verifiers_spec() -> EnvSpec:
         max_turns=1,
         reward_range=(0.0, 1.0),
         agent_program=True,
+        import_kwargs=("environment",),
         metadata={"ecosystem": "verifiers", "extra": EXTRA},
     )
 
@@ -130,7 +131,8 @@ class VerifiersEnv(AgentProgram):
 
     def _load(self, vf: Any, where: str, env_args: dict[str, Any]) -> Any:
         name = _module_name(self.environment)
-        added = [p for p in (self.path, ".") if p and p not in sys.path]
+        check_import(f"{name}:load_environment", "env.kwargs.environment")  # on a scheduler: only what it allows
+        added = [p for p in import_folders(self.path) if p not in sys.path]
         sys.path[:0] = added
         try:
             module = importlib.import_module(name)

@@ -98,6 +98,7 @@ OPTIONS = _options()
 
 def _check(values: dict[str, Any]) -> None:
     """Refuse bad option values before anything starts (exit 2, naming the flag)."""
+    from tinker_core.import_policy import ImportPolicy
     from tinker_scheduler.auth import AuthMode
 
     for o in OPTIONS:
@@ -113,6 +114,10 @@ def _check(values: dict[str, Any]) -> None:
     except ValueError:
         _fail(f"--auth: {values['auth']!r} is not a mode", "use --auth auto, --auth required or --auth none")
     _check_tls(values["tls_cert"], values["tls_key"])
+    try:
+        ImportPolicy(tuple(values["allowed_imports"] or ()))
+    except ValueError as e:
+        _fail(f"--allow-import: {str(e).removeprefix('allowed_imports: ')}")
     for root in values["model_roots"] or ():
         if not root.is_dir():
             _fail(f"--model-root: {root} is not a directory", "pass a directory that holds models or data files")
@@ -141,6 +146,7 @@ def _config(values: dict[str, Any]) -> SchedulerConfig:
     fields = {o.name: values[o.name] for o in OPTIONS if o.name not in FRONTS}
     fields["metrics_port"] = None if values["metrics_port"] < 0 else values["metrics_port"]
     fields["model_roots"] = tuple(values["model_roots"] or ())
+    fields["allowed_imports"] = tuple(values["allowed_imports"] or ())
     return SchedulerConfig(**fields)
 
 

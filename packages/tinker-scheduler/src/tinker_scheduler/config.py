@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_algos.tinker_ops import RequestLimits
+from tinker_core.import_policy import ImportPolicy
 from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler.auth import AuthMode
 
@@ -152,6 +153,15 @@ class SchedulerConfig:
         "A directory whose models and data files jobs and sessions may load (repeatable); otherwise only "
         "presets ('tiny'), hub ids and a tenant's own run outputs.", flag="--model-root", type=list[Path] | None,
         default=None))
+    #: Code jobs may import besides the registered env plugins: patterns ``pkg.module:name``,
+    #: ``pkg.module`` (any name in it), ``pkg.*`` (the package and its modules) or ``*``
+    #: (anything). A job whose config names other code (``agent/program-v0``'s ``entry``,
+    #: ``tasks``, ``reward``; any env kwarg its spec declares in ``import_kwargs``) is refused at
+    #: Submit, and its worker refuses to import it (see :mod:`tinker_core.import_policy`).
+    allowed_imports: tuple[str, ...] = field(default=(), metadata=cli(
+        "Code jobs may import besides the registered env plugins, e.g. an agent program's entry (repeatable): "
+        "'pkg.module:name', 'pkg.module' (any name in it), 'pkg.*' (the package and its modules) or '*' (anything); "
+        "default: none.", flag="--allow-import", type=list[str] | None, default=None))
     #: TrainingService limits, checked before a request is queued on a model host (besides the
     #: model's context length): data per Forward/ForwardBackward, sequences per
     #: ComputeLogprobs, and sequences sampled (prompts x num_samples) per Sample.
@@ -195,6 +205,7 @@ class SchedulerConfig:
                 object.__setattr__(self, name, Path(value))
         roots = (self.model_roots,) if isinstance(self.model_roots, str | Path) else self.model_roots
         object.__setattr__(self, "model_roots", tuple(Path(r) for r in roots))
+        object.__setattr__(self, "allowed_imports", ImportPolicy(self.allowed_imports or ()).patterns)  # ValueError naming a bad one
         object.__setattr__(self, "auth", AuthMode(self.auth))
         object.__setattr__(self, "max_message_bytes", int(self.max_message_bytes))
         object.__setattr__(self, "max_jobs_per_host", int(self.max_jobs_per_host))

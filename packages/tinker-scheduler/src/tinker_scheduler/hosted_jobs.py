@@ -71,7 +71,9 @@ class HostedJobs:
         self._finished: OrderedDict[str, Any] = OrderedDict()  # job id -> JobWorker not drained yet
         self._lock = threading.Lock()
 
-    def run(self, job_id: str, runner: str, config: Any, run_dir: str) -> dict[str, Any]:
+    def run(
+        self, job_id: str, runner: str, config: Any, run_dir: str, allowed_imports: tuple[str, ...] | None = None,
+    ) -> dict[str, Any]:
         """Run a LoRA job on the host's model until it ends; never raises (see ``ModelHost.run_job``)."""
         from tinker_scheduler.worker import JobWorker
 
@@ -84,7 +86,8 @@ class HostedJobs:
             others = len(self._jobs) - 1
         job.worker._push({"kind": "log", "source": "scheduler", "level": "INFO", "text": self._describe(job, others)})
         try:
-            return cast(dict[str, Any], job.worker.run(runner, config, run_dir, capture="thread", shared=job))
+            return cast(dict[str, Any], job.worker.run(runner, config, run_dir, capture="thread",
+                                                       allowed_imports=allowed_imports, shared=job))
         finally:
             def unload() -> None:
                 # the job's adapter, and those it added after its name (multi-agent role

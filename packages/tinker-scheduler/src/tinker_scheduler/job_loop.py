@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tinker_core.import_policy import ImportPolicy, refused_import
 from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostArgs, HostKey, HostPool
 from tinker_scheduler.job_records import JobConfigs
@@ -41,6 +42,7 @@ REPLAN_S = 5.0
 """The queue is re-planned at least this often even when nothing seems to have changed."""
 
 if TYPE_CHECKING:
+    from tinker_core.config import JobConfig
     from tinker_scheduler.metrics import SchedulerMetrics
 
 logger = logging.getLogger("tinker_scheduler")
@@ -357,6 +359,11 @@ class JobLoop:
         self.metrics.queue_wait.observe(max(0.0, now - job.queued_at))
         return attempt
 
+    def _refused_import(self, config: JobConfig) -> str | None:
+        """Submit's import check again, on the stored config, before the job starts: a job stored
+        before the check existed, or before the operator narrowed ``allowed_imports``, fails."""
+        return refused_import(config, ImportPolicy(self.config.allowed_imports))
+
     def _launch_shared(self, job: JobRecord, key: HostKey, host_kwargs: HostArgs, *, demand: Resources | None) -> bool:
         """Start a LoRA job on a shared model host (an existing one, or a new one reserving ``demand``)."""
         host = self.hosts.attach_job(job.id, key, host_kwargs, demand, self.config.max_jobs_per_host)
@@ -368,7 +375,13 @@ class JobLoop:
             return True
         try:
             config = self.configs.of(job)
-            result_ref = host.actor.run_job.remote(job.id, self.config.runner, config, job.run_dir)
+            refusal = self._refused_import(config)
+            if refusal is not None:
+                self.hosts.detach_job(key, job.id)
+                self._end(job, JobState.FAILED, refusal)
+                return True
+            result_ref = host.actor.run_job.remote(job.id, self.config.runner, config, job.run_dir,
+                                                   self.config.allowed_imports)
         except Exception as e:  # noqa: BLE001 - any failure to start is the job's failure
             self.hosts.detach_job(key, job.id)
             self._end(job, JobState.FAILED, f"could not start the job on its model host: {type(e).__name__}: {e}")
@@ -384,7 +397,12 @@ class JobLoop:
             return
         try:
             config = self.configs.of(job)
-            actor, group, result_ref = start_worker(job.id, demand, self.config.runner, config, job.run_dir)
+            refusal = self._refused_import(config)
+            if refusal is not None:
+                self._end(job, JobState.FAILED, refusal)
+                return
+            actor, group, result_ref = start_worker(job.id, demand, self.config.runner, config, job.run_dir,
+                                                    allowed_imports=self.config.allowed_imports)
         except Exception as e:  # noqa: BLE001 - any failure to place is the job's failure
             self._end(job, JobState.FAILED, f"could not start the job on Ray: {type(e).__name__}: {e}")
             return

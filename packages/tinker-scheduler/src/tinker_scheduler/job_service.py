@@ -26,6 +26,7 @@ from tinker_core.config import (
     parse_config,
 )
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
+from tinker_core.import_policy import ImportPolicy, refused_import
 from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
 from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.errors import StatusError
@@ -188,6 +189,11 @@ class JobBackend(Protocol):
         ...
 
     @property
+    def imports(self) -> ImportPolicy:
+        """Which code a job may import besides the registered env plugins (``allowed_imports``)."""
+        ...
+
+    @property
     def capacity(self) -> Resources:
         """The whole cluster's resources (a job that needs more is refused)."""
         ...
@@ -268,6 +274,9 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
             self.scheduler.paths.check_job(config, tenant)
         except StatusError as e:
             abort(context, getattr(grpc.StatusCode, e.code), str(e))
+        refusal = refused_import(config, self.scheduler.imports)  # before anything is imported or run
+        if refusal is not None:
+            abort(context, grpc.StatusCode.PERMISSION_DENIED, refusal)
         demand = demand_of(config)
         too_big = demand.exceeds(self.scheduler.capacity)
         if too_big:

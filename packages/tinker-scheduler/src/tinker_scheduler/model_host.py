@@ -266,19 +266,22 @@ class ModelHost:
         return self.executor.cancel(token)
 
     # ---- jobs (see tinker_scheduler.hosted_jobs) ---------------------------------------------
-    def run_job(self, job_id: str, runner: str, config: Any, run_dir: str) -> dict[str, Any]:
+    def run_job(
+        self, job_id: str, runner: str, config: Any, run_dir: str, allowed_imports: tuple[str, ...] | None = None,
+    ) -> dict[str, Any]:
         """Run a LoRA job on this host's model until it ends; never raises.
 
         Calls ``runner(config, run_dir=..., callbacks=..., shared=HostedJob)`` in this thread
         (a runner with ``tinker_algos.train``'s signature), reporting through a
-        :class:`tinker_scheduler.worker.JobWorker` (:meth:`drain_job`, :meth:`stop_job`).
-        When the job ends its adapter is unloaded from the model.
+        :class:`tinker_scheduler.worker.JobWorker` (:meth:`drain_job`, :meth:`stop_job`), which
+        enforces the import policy ``allowed_imports`` while it runs. When the job ends its
+        adapter is unloaded from the model.
         """
         if self.load_error is not None:
             e = self.load_error  # a DeviceError names the job config's field, model.device
             detail = e.in_config() if hasattr(e, "in_config") else str(e)
             return {"status": "failed", "error": f"{type(e).__name__}: {detail}", "config_error": False}
-        return self.jobs.run(job_id, runner, config, run_dir)
+        return self.jobs.run(job_id, runner, config, run_dir, allowed_imports)
 
     def drain_job(self, job_id: str, stored: int = 0) -> list[dict[str, Any]]:
         """The job's reports since the last drain (see ``JobWorker.drain``); [] once it is gone."""

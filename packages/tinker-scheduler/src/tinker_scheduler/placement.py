@@ -130,10 +130,14 @@ def shared_host_of(config: JobConfig) -> tuple[HostKey, HostArgs] | None:
                  "revision": model.revision, "tokenizer": model.tokenizer}
 
 
-def start_worker(job_id: str, demand: Resources, runner: str, config: JobConfig, run_dir: str) -> tuple[Any, Any, Any]:
+def start_worker(
+    job_id: str, demand: Resources, runner: str, config: JobConfig, run_dir: str, *,
+    allowed_imports: tuple[str, ...] | None = None,
+) -> tuple[Any, Any, Any]:
     """Start a job in a :class:`~tinker_scheduler.worker.JobWorker` actor in a placement group
     of ``demand``, on whichever node Ray finds room; returns ``(actor, placement group, ref of
-    run())``. ``run_dir`` must be reachable at this path from every node (see the module doc)."""
+    run())``. ``run_dir`` must be reachable at this path from every node (see the module doc).
+    ``allowed_imports``: the import policy the worker enforces while the job runs."""
     import ray
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -161,7 +165,7 @@ def start_worker(job_id: str, demand: Resources, runner: str, config: JobConfig,
         )
         .remote(job_id)
     )
-    return actor, group, actor.run.remote(runner, config, run_dir)
+    return actor, group, actor.run.remote(runner, config, run_dir, allowed_imports=allowed_imports)
 
 
 def release_worker(run: RunningJob) -> None:

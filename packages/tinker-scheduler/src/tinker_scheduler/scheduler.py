@@ -29,6 +29,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tinker_core.import_policy import ImportPolicy
 from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostPool
@@ -66,6 +67,7 @@ class Scheduler:
         self.db_path = self.config.db_path
         self.runs_dir = self.config.runs_path
         self.paths = PathPolicy(self.runs_dir, self.config.model_roots)  # what tenants may read and write
+        self.imports = ImportPolicy(self.config.allowed_imports)  # what code their jobs may import
         self._runner_shares = False  # whether the runner accepts shared= (set by start())
         self.hosts: HostPool | None = None  # the model hosts, set by start()
         self.training: SessionManager | None = None  # TrainingService sessions, set by start()

@@ -1,4 +1,4 @@
-"""Test helpers: a deterministic test workload and a small JobService client.
+"""Test helpers: a deterministic test workload, a test agent program and a small JobService client.
 
 :func:`sleep_train` is a **test workload, not a stand-in for training**: it has the signature and
 the callback behaviour of ``tinker_algos.train`` (metrics per step, checkpoints, ``should_stop``,
@@ -20,6 +20,9 @@ workload does not otherwise use; ``algorithm.params`` is typed per algorithm):
 Files it writes in ``run_dir`` (tests read them): ``checkpoints/step-NNNNNN.json``,
 ``attempts.jsonl`` (one line per call: the step it started from), ``metrics.jsonl`` and
 ``completions.txt`` (one line each time it completes).
+
+:func:`echo_agent` is an agent program (``env: {id: agent/program-v0, kwargs: {entry:
+ECHO_AGENT}}``) for the tests of a scheduler's ``allowed_imports``.
 
 :class:`JobClient` wraps the generated gRPC stub with the API key metadata; the real client
 SDK lives in tinker-client. :class:`SchedulerProcess` runs ``python -m tinker_scheduler start``
@@ -272,6 +275,20 @@ def job_config_text(
     if priority is not None:
         lines.append(f"priority: {priority}")
     return "\n".join(lines) + "\n"
+
+
+#: A test agent program (``agent/program-v0``'s ``entry``) that a scheduler's operator may allow.
+ECHO_AGENT = "tinker_scheduler.testing:echo_agent"
+
+
+def echo_agent(task: Any, client: Any) -> float:
+    """A test agent program: one completion of ``task`` through the job's rollout proxy, reward 1.
+
+    Like :func:`sleep_train`, it lives in the package because Ray workers must import it (a
+    scheduler imports an agent program only from its installed packages, when its operator
+    allows it: ``allowed_imports``)."""
+    reply = client.completions.create(model="policy", prompt=str(task), max_tokens=2)
+    return 1.0 if reply.choices else 0.0
 
 
 # ---- a scheduler in its own process ---------------------------------------------------------

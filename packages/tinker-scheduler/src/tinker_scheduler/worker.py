@@ -28,9 +28,11 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from tinker_core.import_policy import ImportPolicy, enforced
 
 #: Events kept when the scheduler falls behind; older ones are dropped first.
 MAX_BUFFERED_EVENTS = 100_000
@@ -169,12 +171,19 @@ class JobWorker:
             self._events.clear()
         return events
 
-    def run(self, runner: str, config: Any, run_dir: str, *, capture: str = "process", **runner_kwargs: Any) -> dict[str, Any]:
+    def run(
+        self, runner: str, config: Any, run_dir: str, *, capture: str = "process",
+        allowed_imports: Sequence[str] | None = None, **runner_kwargs: Any,
+    ) -> dict[str, Any]:
         """Run the job to completion, interruption or failure; never raises.
 
         :param capture: ``"process"``: everything written to ``sys.stdout``/``sys.stderr`` in
             this process becomes the job's log (one job per process); ``"thread"``: only what
             this thread writes (several jobs share the process, see ``model_host``).
+        :param allowed_imports: the scheduler's import policy, enforced on this process while the
+            job runs (:func:`tinker_core.import_policy.enforced`): the code a config names
+            (an agent program's ``entry``...) is imported only if it allows it. None: not enforced
+            (a direct call, as in tests).
         :param runner_kwargs: passed on to the runner (``shared=`` on a model host).
         :returns: ``{"status": "completed" | "interrupted", "step", "metrics", "checkpoint",
             "plot", "eval"}`` from the runner's result, or ``{"status": "failed", "error",
@@ -189,9 +198,10 @@ class JobWorker:
             redirects: tuple[Any, Any] = (_thread_redirect("stdout", out), _thread_redirect("stderr", err))
         else:
             redirects = (contextlib.redirect_stdout(out), contextlib.redirect_stderr(err))
+        policy = contextlib.nullcontext() if allowed_imports is None else enforced(ImportPolicy(tuple(allowed_imports)))
         try:
             fn = resolve_runner(runner)
-            with redirects[0], redirects[1]:
+            with redirects[0], redirects[1], policy:
                 result = fn(config, run_dir=Path(run_dir), callbacks=_Callbacks(self), **runner_kwargs)
             return _summary(result)
         except BaseException as exc:  # a failing job must not kill the actor: report it
