@@ -62,3 +62,35 @@ def test_a_real_two_step_tiny_sft_job_runs_through_the_scheduler(make_scheduler,
     assert Path(final.checkpoint_path).exists()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_distributed_job_spreads_over_its_own_actors_in_the_jobs_placement_group(make_scheduler, tmp_path):
+    """A GRPO job with a rollout worker and two learners: the scheduler reserves a bundle for
+    each actor beside the job's own, and the job's actors take them (its placement group)."""
+    from tinker_scheduler.job_service import demand_of
+    from tinker_core.config import parse_config
+
+    config = {
+        "name": "tiny-dist",
+        "seed": 0,
+        "model": {"name": "tiny", "device": "cpu"},
+        "env": {"id": "echo/echo-v0", "kwargs": {"words": ["ab", "cd"]}},
+        "algorithm": {"name": "grpo", "steps": 2, "eval_size": 2},
+        "rollout": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 3},
+        "logging": {"tensorboard": False, "plot": False},
+        "resources": {"cpus": 1},
+        "execution": {"rollout_workers": 1, "learners": 2, "rollout_worker": {"num_cpus": 0.5}, "learner": {"num_cpus": 0.5}},
+    }
+    demand = demand_of(parse_config(config))
+    assert (demand.cpus, demand.gpus) == (2.0, 0.0)
+    scheduler = make_scheduler(runner=DEFAULT_RUNNER)
+    with JobClient(scheduler.address) as client:
+        job = client.submit(json.dumps(config), request_id="tiny-dist")
+        events = list(client.watch(job.id, timeout=300))
+        final = client.get(job.id)
+    assert final.state == jobs_pb2.JOB_STATE_SUCCEEDED, final.reason
+    metrics = [e.metrics for e in events if e.WhichOneof("event") == "metrics"]
+    assert [m.step for m in metrics][:2] == [1, 2]
+    assert all(m.values["sync/workers"] == 1.0 and m.values["staleness/max"] == 0.0 for m in metrics[:2])
+    assert (Path(final.run_dir) / "weights" / "stage-0").is_dir()

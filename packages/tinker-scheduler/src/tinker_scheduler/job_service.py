@@ -379,7 +379,12 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
 
 
 def demand_of(config: JobConfig) -> Resources:
-    """What a job reserves: ``resources.cpus``, ``gpus`` and ``memory_gb`` (None -> 0)."""
+    """What a job reserves: ``resources.cpus``, ``gpus`` and ``memory_gb`` (None -> 0), plus
+    those of each rollout worker and learner actor of its ``execution`` section."""
     r = config.resources
-    return Resources(cpus=r.cpus, gpus=r.gpus, memory_gb=r.memory_gb or 0.0)
+    total = Resources(cpus=r.cpus, gpus=r.gpus, memory_gb=r.memory_gb or 0.0)
+    ex = config.execution
+    for count, w in ((ex.rollout_workers, ex.rollout_worker), (ex.learners - 1, ex.learner)):
+        total = total + Resources(cpus=count * w.num_cpus, gpus=count * w.num_gpus, memory_gb=count * (w.memory_gb or 0.0))
+    return total
 

@@ -121,8 +121,8 @@ def _whole(amount: float | None) -> int | None:
 def shared_host_of(config: JobConfig) -> tuple[HostKey, HostArgs] | None:
     """The model host key and ``ModelHost`` arguments of a job (a ``JobConfig``) that may share
     a host -- a LoRA job -- else None."""
-    if config.lora is None:
-        return None
+    if config.lora is None or config.execution.distributed:
+        return None  # a distributed job needs its own process (its learner group, its workers)
     model = config.model
     precision = model.precision
     key = HostKey.of(model.name, precision, model.device, revision=model.revision, tokenizer=model.tokenizer)
@@ -135,7 +135,8 @@ def start_worker(
     allowed_imports: tuple[str, ...] | None = None,
 ) -> tuple[Any, Any, Any]:
     """Start a job in a :class:`~tinker_scheduler.worker.JobWorker` actor in a placement group
-    of ``demand``, on whichever node Ray finds room; returns ``(actor, placement group, ref of
+    of ``demand`` (a bundle for the job's actor, one for each of its rollout workers and learner
+    actors, placed PACK or SPREAD by ``execution.placement``), on whichever nodes Ray finds room; returns ``(actor, placement group, ref of
     run())``. ``run_dir`` must be reachable at this path from every node (see the module doc).
     ``allowed_imports``: the import policy the worker enforces while the job runs."""
     import ray
@@ -144,18 +145,23 @@ def start_worker(
 
     from tinker_scheduler.worker import JobWorker
 
-    bundle: dict[str, float] = {"CPU": demand.cpus}
-    if demand.gpus > 0:
-        bundle["GPU"] = demand.gpus
-    if demand.memory_gb > 0:
-        bundle["memory"] = demand.memory_gb * GIB
-    group = placement_group([bundle], strategy="PACK", name=f"opentinker-{job_id}")
+    from tinker_algos.distributed.cluster import bundles
+
+    own = config.resources  # the job's own actor; ``demand`` adds its rollout workers and learners
+    bundle: dict[str, float] = {"CPU": own.cpus}
+    if own.gpus > 0:
+        bundle["GPU"] = own.gpus
+    if own.memory_gb:
+        bundle["memory"] = own.memory_gb * GIB
+    # bundle 0: the job's actor; then one per rollout worker and learner actor (tinker_algos.distributed)
+    strategy = config.execution.placement.upper() if config.execution.distributed else "PACK"
+    group = placement_group([bundle, *bundles(config)], strategy=strategy, name=f"opentinker-{job_id}")
     actor = (
         cast(Any, ray.remote(JobWorker))
         .options(
-            num_cpus=demand.cpus,
-            num_gpus=demand.gpus,
-            memory=demand.memory_gb * GIB if demand.memory_gb > 0 else None,
+            num_cpus=own.cpus,
+            num_gpus=own.gpus,
+            memory=own.memory_gb * GIB if own.memory_gb else None,
             max_concurrency=4,
             max_restarts=0,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
