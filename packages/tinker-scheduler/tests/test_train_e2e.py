@@ -68,8 +68,8 @@ def test_a_real_two_step_tiny_sft_job_runs_through_the_scheduler(make_scheduler,
 def test_a_distributed_job_spreads_over_its_own_actors_in_the_jobs_placement_group(make_scheduler, tmp_path):
     """A GRPO job with a rollout worker and two learners: the scheduler reserves a bundle for
     each actor beside the job's own, and the job's actors take them (its placement group)."""
-    from tinker_scheduler.job_service import demand_of
     from tinker_core.config import parse_config
+    from tinker_scheduler.job_service import demand_of
 
     config = {
         "name": "tiny-dist",

@@ -143,9 +143,8 @@ def start_worker(
     from ray.util.placement_group import placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from tinker_scheduler.worker import JobWorker
-
     from tinker_algos.distributed.cluster import bundles
+    from tinker_scheduler.worker import JobWorker
 
     own = config.resources  # the job's own actor; ``demand`` adds its rollout workers and learners
     bundle: dict[str, float] = {"CPU": own.cpus}
