@@ -57,6 +57,7 @@ def _bundle(r: WorkerResources) -> dict[str, float]:
         b["GPU"] = r.num_gpus
     if r.memory_gb:
         b["memory"] = r.memory_gb * GIB
+    b.update(r.resources)
     return b
 
 
@@ -113,6 +114,7 @@ class Placement:
             num_cpus=res.num_cpus,
             num_gpus=res.num_gpus,
             memory=res.memory_gb * GIB if res.memory_gb else None,
+            resources=dict(res.resources) or None,
             max_restarts=max_restarts,
             max_task_retries=0,
             max_concurrency=1,

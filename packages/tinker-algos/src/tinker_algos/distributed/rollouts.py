@@ -212,9 +212,17 @@ class DistributedRollouts:
         for c, (first, chunk) in enumerate(unit_seeds(seeds, self.chunks)):
             sample_seed = self.ctx.step_seed(step, "sample") if self.chunks == 1 else self.ctx.step_seed(step, "sample", c)
             unit = Unit(self.ctx.stage_index, step, c, first, tuple(chunk), sample_seed, version, [pub.ref], str(self.dir.root))
-            w = self.pool.live_worker(c)
-            units.append((w, unit, self.pool.submit(w, unit)))
+            w, ref = self.send(unit, c)
+            units.append((w, unit, ref))
         self.pending[step] = units
+
+    def send(self, unit: Unit, preferred: int) -> tuple[int, Any]:
+        """``(worker, ref)`` of ``unit`` sent to ``preferred`` or the next live worker;
+        ``(-1, None)`` when none is left (the job's process samples it when the step is taken)."""
+        if len(self.pool.dead) == len(self.pool.actors):
+            return -1, None
+        w = self.pool.live_worker(preferred)
+        return w, self.pool.submit(w, unit)
 
     # ---- gathering -----------------------------------------------------------------------------
     def gather(self, step: int) -> list[UnitResult]:
@@ -229,20 +237,24 @@ class DistributedRollouts:
         while todo:
             w, unit, ref = todo.pop(0)
             try:
-                res: UnitResult = ray.get(ref)
+                res: UnitResult = ray.get(ref) if ref is not None else self.sample_here(unit)
             except ray.exceptions.RayTaskError as e:
                 cause = e.as_instanceof_cause()
                 if isinstance(cause, RolloutError | WeightSyncError):
                     raise cause from None
                 raise
             except (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError) as e:
-                if not getattr(e, "preempted", False) and self._gave_up(w):
+                if self._gave_up(w):
                     self.pool.dead.add(w)
                 reissued += len(unit.task_seeds)
-                w2 = self.pool.live_worker(w)
-                self.ctx.log(f"rollout worker {self.pool.names[w]} died during step {step} ({type(e).__name__}); its {len(unit.task_seeds)} groups go to {self.pool.names[w2]}")
-                todo.append((w2, unit, self.pool.submit(w2, unit)))
-                continue
+                if len(self.pool.dead) == len(self.pool.actors):
+                    self.ctx.log(f"every rollout worker is gone (the last, {self.pool.names[w]}, during step {step}); the job's process samples their groups")
+                    res = self.sample_here(unit)
+                else:
+                    w2, ref2 = self.send(unit, w)
+                    self.ctx.log(f"rollout worker {self.pool.names[w]} died during step {step} ({type(e).__name__}); its {len(unit.task_seeds)} groups go to {self.pool.names[w2]}")
+                    todo.append((w2, unit, ref2))
+                    continue
             for note in res.notes:
                 self.ctx.log(note)
             self.check_sync(res)
@@ -254,7 +266,8 @@ class DistributedRollouts:
                     )
                 dropped += len(unit.task_seeds)
                 fresh = replace(unit, version=step, record=[self.published[step].ref])
-                todo.append((w, fresh, self.pool.submit(self.pool.live_worker(w), fresh)))
+                w2, ref2 = self.send(fresh, max(w, 0))
+                todo.append((w2, fresh, ref2))
                 continue
             self.busy[res.worker] += res.busy_s
             results[unit.chunk] = res
@@ -262,12 +275,34 @@ class DistributedRollouts:
         self.step_metrics["staleness/dropped_groups"] = float(dropped)
         return [results[c] for c in sorted(results)]
 
-    def _gave_up(self, worker: int, wait_s: float = 120.0) -> bool:
-        """Whether ``worker`` stays dead: Ray did not bring it back within ``wait_s`` (its
-        restarts are used up, or its node is gone for good)."""
+    def sample_here(self, unit: Unit) -> UnitResult:
+        """Sample ``unit`` in the job's own process (no rollout worker left): what a worker holding
+        the unit's weights would sample -- with the learner's current weights, which are the
+        unit's unless it was sampled ahead (``max_staleness > 0``: then it is checked as stale)."""
+        from tinker_algos.rollout import rollout
+        from tinker_algos.sampler import SamplingParams
+
+        t0 = time.perf_counter()
+        r = self.ctx.rollout_cfg
+        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                                stop=tuple(r.stop), seed=unit.sample_seed)
+        result = rollout(
+            self.ctx.policy, self.ctx.require_env(), list(unit.task_seeds), params, group_size=r.group_size, max_turns=r.max_turns,
+            adapter=self.ctx.adapter, turn_timeout_s=r.turn_timeout_s, max_error_rate=r.max_error_rate,
+            renderer=self.ctx.renderer, reuse_kv_cache=r.reuse_kv_cache,
+        )
+        version = max(self.published)
+        sync = SyncReport("job", version, self.published[version].record.manifest.sha256, None)
+        return UnitResult(unit.step, unit.chunk, version, result, sync, "job", time.perf_counter() - t0)
+
+    def _gave_up(self, worker: int) -> bool:
+        """Whether ``worker`` stays dead: Ray did not bring it back within
+        ``execution.worker_restart_timeout_s`` (its restarts are used up, or its node is gone)."""
         import ray
 
-        deadline = time.monotonic() + wait_s
+        if worker in self.pool.dead:
+            return True
+        deadline = time.monotonic() + self.ex.worker_restart_timeout_s
         while time.monotonic() < deadline:
             try:
                 ray.get(self.pool.actors[worker].ready.remote(), timeout=max(1.0, deadline - time.monotonic()))

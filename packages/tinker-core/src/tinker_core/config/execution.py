@@ -16,14 +16,16 @@ step trains. Kept apart from :mod:`tinker_core.config.models`: its own section, 
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_ROLLOUT_WORKERS = 1024
 """``execution.rollout_workers``."""
 MAX_LEARNERS = 256
 """``execution.learners``."""
+RESOURCE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
 class _Model(BaseModel):
@@ -36,6 +38,21 @@ class WorkerResources(_Model):
     num_cpus: float = Field(1.0, gt=0.0, le=1024.0, description="CPU cores the actor reserves (fractions allowed, e.g. 0.5).")
     num_gpus: float = Field(0.0, ge=0.0, le=64.0, description="GPUs the actor reserves; a fraction shares one GPU between actors (e.g. 0.25).")
     memory_gb: float | None = Field(None, gt=0.0, le=100_000.0, description="Memory the actor reserves, in GiB; None reserves none.")
+    resources: dict[str, float] = Field(
+        default_factory=dict, max_length=16,
+        description="Custom Ray resources the actor reserves, e.g. {rollout-node: 1} to place it on the nodes started with "
+        "ray start --resources '{\"rollout-node\": 4}' (names of 1-64 letters, digits, '-', '_', '.', ':'; amounts > 0).",
+    )
+
+    @field_validator("resources")
+    @classmethod
+    def _resource_names(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, amount in v.items():
+            if not RESOURCE_NAME_RE.fullmatch(name) or name in ("CPU", "GPU", "memory"):
+                raise ValueError(f"resource name {name!r}: use 1-64 letters, digits, '-', '_', '.', ':' (CPUs, GPUs and memory have their own fields)")
+            if not 0 < amount <= 1e6:
+                raise ValueError(f"resources[{name!r}] = {amount}: give an amount above 0 (at most 1e6)")
+        return v
 
 
 class ExecutionConfig(_Model):
@@ -84,6 +101,11 @@ class ExecutionConfig(_Model):
         True,
         description="At start, scramble one worker's weights and check that the sync check catches it (a check that "
         "cannot fail proves nothing); the job fails if it does not.",
+    )
+    worker_restart_timeout_s: float = Field(
+        120.0, gt=0.0, le=86_400.0,
+        description="How long a step waits for Ray to bring back a rollout worker that died before it gives up on it "
+        "(its groups go to the live workers; with none left, the job's own process samples them).",
     )
     max_restarts: int = Field(
         3, ge=0, le=100,
