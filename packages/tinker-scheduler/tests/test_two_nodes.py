@@ -13,6 +13,7 @@ root, no ``ip``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -62,10 +63,8 @@ def _run(*cmd: str) -> None:
 def _kill_namespace(ns: str) -> None:
     pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 @pytest.fixture
