@@ -182,6 +182,7 @@ class RolloutWorker:
         )
         sync = self.report(with_probe=fresh)
         assert self.version is not None
+        stamp_version(result, self.version[1], self.name)
         return UnitResult(unit.step, unit.chunk, self.version[1], result, sync, self.name, time.perf_counter() - t0, loaded_s, notes)
 
     def load_and_report(self, unit: Unit) -> SyncReport:
@@ -199,6 +200,15 @@ class RolloutWorker:
             for p in trainable(self.policy, self.adapter).values():
                 p.add_(torch.randn(p.shape, generator=gen).to(p.device, p.dtype) * 0.05)
         return self.report(with_probe=True)
+
+
+def stamp_version(result: RolloutResult, version: int, worker: str) -> None:
+    """Record on every trajectory the weight version its generated spans were sampled with (one
+    per turn: a worker's weights change only between units) and the worker that sampled it."""
+    for e in result.episodes:
+        if e.trajectory is not None:
+            e.trajectory.info["weight_versions"] = [version] * max(e.turns, 1)
+            e.trajectory.info["rollout_worker"] = worker
 
 
 def unit_seeds(task_seeds: list[int], chunks: int) -> list[tuple[int, list[int]]]:

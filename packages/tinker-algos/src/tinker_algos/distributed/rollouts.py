@@ -45,6 +45,7 @@ from tinker_algos.distributed.rollout_worker import (
     Unit,
     UnitResult,
     probe_logprobs,
+    stamp_version,
     unit_seeds,
     weights_dir,
 )
@@ -121,9 +122,20 @@ class DistributedRollouts:
             results = self.gather(step)
         merged = self.merge(results, time.perf_counter() - t0)
         self.step_metrics.update(self.worker_metrics(results))
-        self.step_metrics.update(staleness_metrics([r.version for r in results for _ in range(len(r.result.groups))], step))
+        self.step_metrics.update(self.staleness(merged, step))
         self.retire(step)
         return merged
+
+    @staticmethod
+    def staleness(result: RolloutResult, step: int) -> dict[str, float]:
+        """``staleness/*`` of the step's groups, from the versions stamped on their trajectories."""
+        versions, spans = [], []
+        for group in result.groups:
+            stamped = [v for t in group.trajectories for v in t.info.get("weight_versions", [])]
+            if stamped:
+                versions.append(min(stamped))
+                spans.append(max(stamped) - min(stamped))
+        return staleness_metrics(versions, step, spans)
 
     def start(self, step: int) -> None:
         """Nothing: :meth:`take` already started the next steps' units."""
@@ -293,6 +305,7 @@ class DistributedRollouts:
         )
         version = max(self.published)
         sync = SyncReport("job", version, self.published[version].record.manifest.sha256, None)
+        stamp_version(result, version, "job")
         return UnitResult(unit.step, unit.chunk, version, result, sync, "job", time.perf_counter() - t0)
 
     def _gave_up(self, worker: int) -> bool:
