@@ -106,6 +106,7 @@ class RolloutWorker:
         self.probe_tokens = probe_tokens
         self.strategy = strategy
         self.version: tuple[int, int] | None = None  # (stage, version) of the weights held
+        self.digest: str | None = None  # SHA-256 of the trainable parameters at the last load
         self.stage_index: int | None = None
         self.env_factory: Any = None
         self.renderer: Any = None
@@ -142,10 +143,13 @@ class RolloutWorker:
             return WeightDirectory(unit.weights_dir).read(unit.version)
 
     def report(self, with_probe: bool) -> SyncReport:
+        """What this worker holds. ``with_probe`` (after a load): hash the parameters again and
+        score the probe batch; otherwise the digest of the last load (nothing changed them since)."""
         version = self.version[1] if self.version is not None else -1
-        digest = params_digest(trainable(self.policy, self.adapter).items())
+        if with_probe or self.digest is None:
+            self.digest = params_digest(trainable(self.policy, self.adapter).items())
         probe = probe_logprobs(self.policy, self.adapter, self.probe_tokens) if with_probe else None
-        return SyncReport(self.name, version, digest, probe)
+        return SyncReport(self.name, version, self.digest, probe)
 
     # ---- work ---------------------------------------------------------------------------------
     def ready(self) -> str:
