@@ -157,9 +157,6 @@ class RolloutWorker:
 
     def collect(self, unit: Unit) -> UnitResult:
         """Sample the unit's groups (see the module docstring)."""
-        from tinker_algos.rollout import rollout
-        from tinker_algos.sampler import SamplingParams
-
         self.faults.maybe_exit("exit", unit.step)
         t0 = time.perf_counter()
         notes: list[str] = []
@@ -173,17 +170,8 @@ class RolloutWorker:
             before = self.version
             loaded_s = self._load(unit)
             fresh = self.version != before
-        stage = self.job.resolved_stages()[unit.stage]
-        r = stage.rollout
-        params = SamplingParams(
-            max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-            stop=tuple(r.stop), seed=unit.sample_seed,
-        )
-        result = rollout(
-            self.policy, self.env_factory, list(unit.task_seeds), params,
-            group_size=r.group_size, max_turns=r.max_turns, adapter=self.adapter, turn_timeout_s=r.turn_timeout_s,
-            max_error_rate=r.max_error_rate, renderer=self.renderer, reuse_kv_cache=r.reuse_kv_cache,
-        )
+        rollout_cfg = self.job.resolved_stages()[unit.stage].rollout
+        result = sample_unit(unit, self.policy, self.env_factory, self.renderer, self.adapter, rollout_cfg)
         sync = self.report(with_probe=fresh)
         assert self.version is not None
         stamp_version(result, self.version[1], self.name)
@@ -204,6 +192,22 @@ class RolloutWorker:
             for p in trainable(self.policy, self.adapter).values():
                 p.add_(torch.randn(p.shape, generator=gen).to(p.device, p.dtype) * 0.05)
         return self.report(with_probe=True)
+
+
+def sample_unit(unit: Unit, policy: Any, env_factory: Any, renderer: Any, adapter: str | None, r: Any) -> RolloutResult:
+    """The unit's episodes: :func:`~tinker_algos.rollout.rollout` of its task seeds with its
+    sampling seed and the stage's rollout section ``r`` (what the job's process would sample)."""
+    from tinker_algos.rollout import rollout
+    from tinker_algos.sampler import SamplingParams
+
+    params = SamplingParams(
+        max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+        stop=tuple(r.stop), seed=unit.sample_seed,
+    )
+    return rollout(
+        policy, env_factory, list(unit.task_seeds), params, group_size=r.group_size, max_turns=r.max_turns, adapter=adapter,
+        turn_timeout_s=r.turn_timeout_s, max_error_rate=r.max_error_rate, renderer=renderer, reuse_kv_cache=r.reuse_kv_cache,
+    )
 
 
 def stamp_version(result: RolloutResult, version: int, worker: str) -> None:

@@ -45,6 +45,7 @@ from tinker_algos.distributed.rollout_worker import (
     Unit,
     UnitResult,
     probe_logprobs,
+    sample_unit,
     stamp_version,
     unit_seeds,
     weights_dir,
@@ -291,18 +292,9 @@ class DistributedRollouts:
         """Sample ``unit`` in the job's own process (no rollout worker left): what a worker holding
         the unit's weights would sample -- with the learner's current weights, which are the
         unit's unless it was sampled ahead (``max_staleness > 0``: then it is checked as stale)."""
-        from tinker_algos.rollout import rollout
-        from tinker_algos.sampler import SamplingParams
-
         t0 = time.perf_counter()
-        r = self.ctx.rollout_cfg
-        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                stop=tuple(r.stop), seed=unit.sample_seed)
-        result = rollout(
-            self.ctx.policy, self.ctx.require_env(), list(unit.task_seeds), params, group_size=r.group_size, max_turns=r.max_turns,
-            adapter=self.ctx.adapter, turn_timeout_s=r.turn_timeout_s, max_error_rate=r.max_error_rate,
-            renderer=self.ctx.renderer, reuse_kv_cache=r.reuse_kv_cache,
-        )
+        ctx = self.ctx
+        result = sample_unit(unit, ctx.policy, ctx.require_env(), ctx.renderer, ctx.adapter, ctx.rollout_cfg)
         version = max(self.published)
         sync = SyncReport("job", version, self.published[version].record.manifest.sha256, None)
         stamp_version(result, version, "job")
