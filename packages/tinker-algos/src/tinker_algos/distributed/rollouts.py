@@ -163,6 +163,8 @@ class DistributedRollouts:
             probe = self._probe_of(weights)
         pub = Published(record, ref, probe, time.perf_counter() - t0)
         self.published[version] = pub
+        if weights is not None:
+            return pub  # a resumed run's pending version: not this step's sync
         self.step_metrics["time/sync_s"] = pub.publish_s
         self.step_metrics["sync/mb"] = record.manifest.nbytes / 2**20
         self.step_metrics["sync/changed"] = float(self._previous_sha(version) != record.manifest.sha256)
