@@ -91,7 +91,7 @@ def _child_play(job: dict[str, Any]) -> None:
         run = load_ref(job["entry"], "entry", job["path"])
         import openai
 
-        client = openai.OpenAI(base_url=job["base_url"], api_key=job["episode_id"], max_retries=0, timeout=job["timeout_s"])
+        client = openai.OpenAI(base_url=job["base_url"], api_key=job["api_key"], max_retries=0, timeout=job["timeout_s"])
         try:
             result = run(job["task"], client)
         finally:
@@ -113,10 +113,10 @@ class ProcessPlay:
     """One episode's child process (``isolation: process``): :meth:`start` it, :meth:`stop` it at
     the deadline, then :meth:`outcome` says how it ended."""
 
-    def __init__(self, entry: str, path: str | None, task: Any, episode_id: str, base_url: str, timeout_s: float,
+    def __init__(self, entry: str, path: str | None, task: Any, api_key: str, base_url: str, timeout_s: float,
                  out: Path) -> None:
         self.out = out
-        self.job = {"entry": entry, "path": path, "task": task, "episode_id": episode_id, "base_url": base_url,
+        self.job = {"entry": entry, "path": path, "task": task, "api_key": api_key, "base_url": base_url,
                     "timeout_s": timeout_s, "out": str(out), "sys_path": [p for p in sys.path if p],
                     "allowed_imports": active_patterns()}
         self.proc: subprocess.Popen[bytes] | None = None

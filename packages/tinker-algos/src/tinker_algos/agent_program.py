@@ -11,7 +11,8 @@ Each step, every task (``rollout.prompts_per_step`` of them, task ``p`` being
 ``tasks[seed_p % len(tasks)]``) is run by ``rollout.group_size`` episodes at once, each in its own
 thread with its own ``openai.OpenAI`` client pointed at the job's rollout proxy (tinker-serve's
 ``openai`` proxy, found through the ``opentinker_register_rollout_proxies`` hook) with the
-episode's id as its API key. The proxy serves the current policy and records every call's token
+episode's key as its API key (a random secret the proxy issues per episode and revokes when the
+episode ends). The proxy serves the current policy and records every call's token
 ids and logprobs; :func:`tinker_algos.agent_calls.merge_calls` turns an episode's calls into
 trajectories that train exactly like env rollouts (prompt, tool and user tokens masked, sampled
 tokens trained as sampled), as one :class:`~tinker_algos.rollout.RolloutResult`.
@@ -138,9 +139,11 @@ class _Play:
 
     group: int
     task: Any
-    #: the id its client sends as the API key; it seeds the proxy's sampling of each call (with
-    #: the job's seed for the step), so it is derived from the episode's place in the rollout
+    #: it seeds the proxy's sampling of each call (with the job's seed for the step), so it is
+    #: derived from the episode's place in the rollout; it is not a credential
     episode_id: str
+    #: what its client sends as the API key: the proxy's random key for this episode
+    key: str = ""
     result: Any = None
     #: what the agent raised (thread mode) or its text (process mode)
     error: BaseException | str | None = None
@@ -153,7 +156,7 @@ class _Play:
 def _play(program: AgentProgram, play: _Play, base_url: str) -> None:
     import openai
 
-    client = openai.OpenAI(base_url=base_url, api_key=play.episode_id, max_retries=0, timeout=program.timeout_s)
+    client = openai.OpenAI(base_url=base_url, api_key=play.key, max_retries=0, timeout=program.timeout_s)
     try:
         play.result = program.run(play.task, client)
     except BaseException as e:  # noqa: BLE001 - an agent's failure is its episode's, never the job's
@@ -178,7 +181,7 @@ def _run_processes(program: AgentProgram, plays: list[_Play], base_url: str) -> 
     """Play each episode in a child process until the timeout, then kill what still runs
     (``isolation: process``; :class:`~tinker_algos.agent_isolation.ProcessPlay`)."""
     with tempfile.TemporaryDirectory(prefix="agents-") as tmp:
-        children = [ProcessPlay(program.entry, program.path, p.task, p.episode_id, base_url, program.timeout_s,
+        children = [ProcessPlay(program.entry, program.path, p.task, p.key, base_url, program.timeout_s,
                                 Path(tmp) / f"{i}.json") for i, p in enumerate(plays)]
         deadline = time.monotonic() + program.timeout_s
         try:
@@ -278,7 +281,7 @@ def agent_rollout(
     plays = [_Play(g, task, f"ep-{g}-{k}") for g, task in enumerate(chosen) for k in range(group_size)]
     with start(policy, renderer, params, adapter=adapter, max_context_tokens=max_context_tokens) as proxy, phase("agents"):
         for p in plays:
-            proxy.open_episode(p.episode_id)
+            p.key = proxy.open_episode(p.episode_id)
         if program.isolation == "process":
             _run_processes(program, plays, proxy.base_url)
         else:

@@ -63,7 +63,7 @@ class AgentProgram(TextEnv):
 
     def run(self, task: Any, client: Any) -> Any:
         """Play one episode of ``task`` with ``client`` (an ``openai.OpenAI`` pointed at the proxy,
-        the episode's id as its API key) and return what :meth:`score` turns into the reward."""
+        the episode's key as its API key) and return what :meth:`score` turns into the reward."""
         raise NotImplementedError(f"{type(self).__name__} must implement run(task, client)")
 
     def score(self, task: Any, result: Any) -> float:
