@@ -21,8 +21,9 @@ tokens trained as sampled), as one :class:`~tinker_algos.rollout.RolloutResult`.
 scored by ``reward: "module:fn"`` as ``fn(task, result) -> float``. An episode fails, with its
 reason counted under ``rollout/errors/<reason>`` and left out of training, when its agent raises
 (``agent_error``), runs past ``timeout_s`` (``agent_timeout``; its later calls are refused),
-returns no reward (``agent_bad_result``), made no call (``agent_no_calls``) or, with ``isolation:
-process``, ended its process (``agent_crash``, naming the exit code or signal); the job fails only
+returns no reward (``agent_bad_result``), made no call (``agent_no_calls``) or ended its process
+(``agent_crash``: with ``isolation: process``, naming the exit code or signal; in thread mode, an
+``os._exit`` call, :mod:`tinker_algos.agent_threads`); the job fails only
 above ``rollout.max_error_rate``. Held-out evaluation runs ``eval_size`` episodes over the eval
 tasks (``eval_kwargs.tasks``) with greedy sampling. Metrics besides the rollout's:
 ``agent/calls_mean`` (calls per finished episode) and ``agent/segments_rewritten`` (segments
@@ -30,9 +31,12 @@ started by a call that did not extend the episode's context; each segment is a r
 
 ``entry``, ``tasks`` and ``reward`` are imported with the working directory (and ``path``, when
 given) on ``sys.path``; in a scheduler's job, only if its operator allowed them
-(``--allow-import``), from its installed packages alone (:mod:`tinker_core.import_policy`). ``isolation: process`` runs each episode in a child process instead of a
-thread, so that an agent that kills its process fails its episode, not the job
-(:mod:`tinker_algos.agent_isolation`).
+(``--allow-import``), from its installed packages alone (:mod:`tinker_core.import_policy`).
+``isolation: process`` runs each episode in a child process instead of a thread, so that an
+agent that kills its process fails its episode, not the job, and every process it started is
+killed when the episode ends (:mod:`tinker_algos.agent_isolation`). Left out, ``isolation`` is
+``process`` in a scheduler's job and ``thread`` elsewhere
+(:func:`tinker_core.agent_program.default_isolation`).
 
 Any env whose registered spec says ``agent_program=True`` is played the same way: it is a
 :class:`tinker_core.AgentProgram` (tinker-core's contract), of which :class:`AgentProgramEnv` is
@@ -62,9 +66,10 @@ from tinker_algos.agent_calls import (
     transcript,
 )
 from tinker_algos.agent_isolation import ISOLATION_MODES, ProcessPlay, load_ref
+from tinker_algos.agent_threads import AgentExit, agent_thread, guarded
 from tinker_algos.recording import phase, record_eval
 from tinker_algos.rollout import Episode, RolloutError, RolloutResult
-from tinker_core.agent_program import AgentProgram
+from tinker_core.agent_program import AgentProgram, default_isolation
 from tinker_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -85,15 +90,17 @@ class AgentProgramEnv(AgentProgram):
 
     def __init__(
         self, entry: str, tasks: Sequence[Any] | str, timeout_s: float = 120.0, reward: str | None = None,
-        path: str | None = None, proxy: str = "openai", isolation: str = "thread",
+        path: str | None = None, proxy: str = "openai", isolation: str | None = None,
     ) -> None:
         super().__init__()
         self.env_spec = SPEC
+        isolation = default_isolation(entry) if isolation is None else isolation
         if isolation not in ISOLATION_MODES:
             raise ConfigError([f"env.kwargs.isolation: {isolation!r} is not one of {', '.join(ISOLATION_MODES)}; "
                                "'process' runs each episode in a child process (an agent that kills its process "
                                "fails its episode, not the job)"])
-        #: ``thread`` or ``process``: where each episode's ``run`` runs (:mod:`tinker_algos.agent_isolation`)
+        #: ``thread`` or ``process``: where each episode's ``run`` runs (:mod:`tinker_algos.agent_isolation`);
+        #: left out, ``process`` in a scheduler's job and ``thread`` elsewhere (:func:`tinker_core.agent_program.default_isolation`)
         self.isolation = isolation
         self.entry, self.path = entry, path
         self.run: Callable[..., Any] = load_ref(entry, "entry", path)
@@ -158,7 +165,10 @@ def _play(program: AgentProgram, play: _Play, base_url: str) -> None:
 
     client = openai.OpenAI(base_url=base_url, api_key=play.key, max_retries=0, timeout=program.timeout_s)
     try:
-        play.result = program.run(play.task, client)
+        with agent_thread():
+            play.result = program.run(play.task, client)
+    except AgentExit as e:  # os._exit in thread mode: the episode's crash, not the job's end
+        play.error, play.reason = str(e), "agent_crash"
     except BaseException as e:  # noqa: BLE001 - an agent's failure is its episode's, never the job's
         play.error = e
     finally:
@@ -170,11 +180,12 @@ def _run_threads(program: AgentProgram, plays: list[_Play], base_url: str) -> No
     """Play each episode in a thread of this process until the timeout (``isolation: thread``)."""
     threads = [threading.Thread(target=_play, args=(program, p, base_url), name=f"agent-{i}", daemon=True)
                for i, p in enumerate(plays)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + program.timeout_s
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+    with guarded():  # os._exit and os.chdir of an agent thread (tinker_algos.agent_threads)
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + program.timeout_s
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 def _run_processes(program: AgentProgram, plays: list[_Play], base_url: str) -> None:

@@ -153,7 +153,8 @@ class Run:
 
     def __init__(self, job: JobConfig, run_dir: Path, callbacks: _Callbacks, shared: SharedModel | None) -> None:
         self.job = job
-        self.dir = run_dir
+        self.dir = run_dir.absolute()  # absolute before any agent runs: an agent's os.chdir cannot move it
+        self.shown_dir = str(run_dir)  # as the caller named it, in the result
         self.cb = callbacks
         self.shared = shared
         self.in_turn: Callable[[Callable[[], Any]], Any] = shared.run if shared is not None else _call
@@ -403,7 +404,7 @@ class Run:
             status=self.status,
             step=self.global_step,
             metrics=self.last_metrics,
-            run_dir=str(self.dir),
+            run_dir=self.shown_dir,
             checkpoint=str(self.checkpoint) if self.checkpoint else None,
             plot=str(plot) if plot else None,
             eval=self.final_eval,
