@@ -67,6 +67,11 @@ def load_ref(ref: str, what: str, path: str | None) -> Any:
     except (ImportError, AttributeError) as e:
         raise ConfigError([f"env.kwargs.{what}: cannot load {ref!r} ({type(e).__name__}: {e}); run from the folder that "
                            "holds the module or set env.kwargs.path to it"]) from e
+    except Exception as e:  # noqa: BLE001 - the module itself is broken: a syntax error, a raise at import
+        where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) and e.filename else ""
+        message = (e.msg if isinstance(e, SyntaxError) else str(e)).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError([f"env.kwargs.{what}: importing {module!r} for {ref!r} failed: {type(e).__name__}: {message}{where}; "
+                           "fix the module (python -c 'import " + module + "' shows the traceback)"]) from e
     return obj
 
 

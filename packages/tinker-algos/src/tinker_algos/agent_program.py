@@ -106,12 +106,9 @@ class AgentProgramEnv(AgentProgram):
         self.run: Callable[..., Any] = load_ref(entry, "entry", path)
         if not callable(self.run):
             raise ConfigError([f"env.kwargs.entry: {entry!r} is not callable; name a function run(task, client)"])
-        loaded = load_ref(tasks, "tasks", path) if isinstance(tasks, str) else tasks
-        self.tasks = list(loaded() if callable(loaded) else loaded)
-        if not self.tasks:
-            raise ConfigError(["env.kwargs.tasks: no tasks; give a non-empty list or 'module:TASKS'"])
-        if not timeout_s > 0:
-            raise ConfigError([f"env.kwargs.timeout_s: must be > 0 seconds, got {timeout_s!r}"])
+        self.tasks = _task_list(tasks, path)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+            raise ConfigError([f"env.kwargs.timeout_s: must be a number of seconds > 0, got {timeout_s!r}"])
         self.timeout_s = float(timeout_s)
         self.reward_fn = load_ref(reward, "reward", path) if reward else None
         self.proxy = proxy
@@ -124,6 +121,24 @@ class AgentProgramEnv(AgentProgram):
             return super().score(task, result)
         except ValueError as e:
             raise ValueError(f"{e}, or set env.kwargs.reward to a scoring function") from None
+
+
+def _task_list(tasks: Any, path: str | None) -> list[Any]:
+    """``env.kwargs.tasks`` as a non-empty list: a list, or ``'module:TASKS'`` naming a sequence or
+    a function returning one (a ConfigError naming the field otherwise)."""
+    loaded = load_ref(tasks, "tasks", path) if isinstance(tasks, str) else tasks
+    try:
+        if callable(loaded):
+            loaded = loaded()
+        if isinstance(loaded, str | bytes | dict) or not isinstance(loaded, Sequence | list | tuple):
+            raise TypeError(f"{type(loaded).__name__} is not a list")
+        out = list(loaded)
+    except Exception as e:  # noqa: BLE001 - anything that is not a list of tasks
+        raise ConfigError([f"env.kwargs.tasks: {tasks!r} gives no list of tasks ({type(e).__name__}: {e}); give a list or "
+                           "'module:TASKS'"]) from None
+    if not out:
+        raise ConfigError(["env.kwargs.tasks: no tasks; give a non-empty list or 'module:TASKS'"])
+    return out
 
 
 def is_agent_program(env_cfg: Any) -> bool:

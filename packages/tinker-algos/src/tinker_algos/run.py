@@ -70,6 +70,7 @@ from tinker_algos.checkpoint import (
 from tinker_algos.device import seed_everything
 from tinker_algos.distributed.learners import DataParallelTrainer, LearnerLost
 from tinker_algos.distributed.replica import ADAPTER, job_lora, load_job_policy
+from tinker_algos.env_probe import check_stage_env
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import PolicyModel, atomic_dir
 from tinker_algos.progress import describe_model, quiet_third_party_progress
@@ -296,6 +297,8 @@ class Run:
                 set_rng_state(torch.load(self.resume_from / "trainer" / "rng_state.pt", weights_only=False))
         if isinstance(trainer, DataParallelTrainer) and group is not None:
             trainer.attach(group)  # every learner starts from these weights and this optimizer state
+        own_env = bool(self.job.stages) and self.job.stages[si].env is not None
+        check_stage_env(stage.env, f"stages[{si}].env" if own_env else "env")  # a bad env argument: one line, before any rollout
         env_factory, eval_env_factory = env_factories(stage.env)
         ctx = StageContext(
             self.job, stage, si, self.policy, trainer, self.dir, self.adapter, env_factory, eval_env_factory, self.cb.on_log,
