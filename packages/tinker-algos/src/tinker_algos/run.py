@@ -71,6 +71,7 @@ from tinker_algos.device import seed_everything
 from tinker_algos.distributed.learners import DataParallelTrainer, LearnerLost
 from tinker_algos.distributed.replica import ADAPTER, job_lora, load_job_policy
 from tinker_algos.env_probe import check_stage_env
+from tinker_algos.hub.cache import clean_atomic_leftovers
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import PolicyModel, atomic_dir
 from tinker_algos.progress import describe_model, quiet_third_party_progress
@@ -189,6 +190,8 @@ class Run:
         """Write config.json, find the checkpoint to resume from, load the model, seed every RNG."""
         make_run_dir(self.dir)  # a new run dir gets the marker --fresh looks for
         (self.dir / "config.json").write_text(self.job.model_dump_json(indent=1), encoding="utf-8")
+        for note in clean_atomic_leftovers(self.dir / "checkpoints"):  # a checkpoint a killed run was writing
+            self.cb.on_log(f"checkpoints: {note}")
         intact = self.newest_intact_checkpoint() if self.job.checkpoint.resume else None
         if intact is not None:
             self.resume_from = self.checkpoint = intact[0]
