@@ -136,8 +136,8 @@ def test_an_agents_sdk_episode_is_recorded_token_for_token(tiny_policy: Any, tra
     renderer = PromptRenderer.from_config(tiny_policy.tokenizer, "auto")
     proxy = ScriptedProxy(tiny_policy, renderer, SamplingParams(max_new_tokens=64, temperature=1.0, seed=0))
     with proxy.running():
-        proxy.open_episode("ep-sdk")
-        client = openai.OpenAI(base_url=proxy.base_url, api_key="ep-sdk", max_retries=0, timeout=60)
+        key = proxy.open_episode("ep-sdk")
+        client = openai.OpenAI(base_url=proxy.base_url, api_key=key, max_retries=0, timeout=60)
 
         async def host() -> float:  # an async host calling the sync agent: a loop already runs
             return agents_sdk_agent.run({"a": 10, "b": 11}, client)

@@ -35,9 +35,22 @@ import os
 from calculator_agent import run as calculator
 
 
+def _slot():
+    """This episode's place among the episodes started so far (0, 1, ...): a file claimed atomically."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slots")
+    os.makedirs(folder, exist_ok=True)
+    i = 0
+    while True:
+        try:
+            os.close(os.open(os.path.join(folder, str(i)), os.O_CREAT | os.O_EXCL))
+            return i
+        except FileExistsError:
+            i += 1
+
+
 def run(task, client):
-    if int(client.api_key.rsplit("-", 1)[-1]) % 2:  # odd episodes of a group (ids ep-<group>-<k>): the agent
-        # ends its process after its first call, as a segfault would
+    if _slot() % 2:  # every second episode to start (the client's key is a random secret, not its place):
+        # the agent ends its process after its first call, as a segfault would
         client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
         os._exit(3)
     return calculator(task, client)

@@ -5,7 +5,7 @@ docs/guides/train-an-existing-agent.md, "With the OpenAI Agents SDK").
 
 Three things make it train through the rollout proxy: the model is the SDK's Chat Completions
 model (the proxy serves no Responses API), on an ``AsyncOpenAI`` client built from the episode's
-client (its ``base_url`` and ``api_key``, the episode id), and tracing is off (the SDK would
+client (its ``base_url`` and ``api_key``, the episode's key), and tracing is off (the SDK would
 otherwise export traces to OpenAI)."""
 
 import asyncio

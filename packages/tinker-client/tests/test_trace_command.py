@@ -47,3 +47,11 @@ def test_trace_of_a_run_without_one_exits_2_with_a_hint(tmp_path):
     (tmp_path / "trace.json").write_text("not a trace")
     result = CliRunner().invoke(app, ["trace", str(tmp_path)])
     assert result.exit_code == 2 and "is not a trace" in result.output
+
+
+def test_trace_of_deeply_nested_json_is_one_error_line(tmp_path):
+    """Issue 43: 200,000-deep JSON gave a RecursionError traceback."""
+    (tmp_path / "trace.json").write_text("[" * 200_000)
+    result = CliRunner().invoke(app, ["trace", str(tmp_path)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "nests JSON too deeply to parse" in result.output and "Traceback" not in result.output

@@ -114,22 +114,27 @@ def test_a_run_that_keeps_writing_is_followed(client, run_dir):
     assert rollouts(client, step=7)["total"] == GROUPS * GROUP_SIZE
 
 
-def test_a_compare_report_dir_brings_its_jobs_run_dirs(tmp_path):
-    a, b = write_run(tmp_path / "elsewhere" / "a-s0", steps=2), write_run(tmp_path / "elsewhere" / "b-s0", steps=3)
+def test_a_compare_report_dir_brings_its_jobs_run_dirs_inside_it_only(tmp_path):
+    """A report.json names its jobs' run dirs; the viewer serves those inside the report dir (as
+    written, or in compare's layout wherever the report was moved) and names the others in a
+    warning: a report cannot point the viewer at dirs it was not given (issue 43)."""
     report = tmp_path / "compare-x"
+    a = write_run(report / "jobs" / "a" / "seed-0", steps=2)
+    elsewhere = write_run(tmp_path / "elsewhere" / "b-s0", steps=3)
     moved = write_run(report / "jobs" / "d" / "seed-1", steps=1)  # compare's layout, its run_dir not found as written
-    jobs = [{"variant": "a", "seed": 0, "run_dir": str(a)}, {"variant": "b", "seed": 0, "run_dir": str(b)},
+    jobs = [{"variant": "a", "seed": 0, "run_dir": "compare-x/jobs/a/seed-0"}, {"variant": "b", "seed": 0, "run_dir": str(elsewhere)},
             {"variant": "c", "seed": 0, "run_dir": str(tmp_path / "gone")},
-            {"variant": "d", "seed": 1, "run_dir": "old/place/jobs/d/seed-1"}]
+            {"variant": "d", "seed": 1, "run_dir": "old/place/jobs/d/seed-1"}, {"variant": "e", "seed": 0, "run_dir": "../elsewhere/b-s0"}]
     (report / "report.json").write_text(json.dumps({"variants": {}, "jobs": jobs}))
     (report / "report.md").write_text("# Compare x\n")
     client = TestClient(create_app(load_runs([report])))
     runs = client.get("/api/runs").json()
-    assert [(r["name"], r["report"]) for r in runs] == [
-        ("compare-x", True), ("a/seed-0", False), ("b/seed-0", False), ("d/seed-1", False)]
-    assert runs[3]["path"] == str(moved.resolve())
+    assert [(r["name"], r["report"]) for r in runs] == [("compare-x", True), ("a/seed-0", False), ("d/seed-1", False)]
+    assert runs[1]["path"] == str(a.resolve()) and runs[2]["path"] == str(moved.resolve())
+    [warning] = runs[0]["warnings"]
+    assert "2 run dir(s) outside this report dir, not served" in warning and str(elsewhere) in warning
     assert client.get("/api/runs/0/report").json()["markdown"] == "# Compare x\n"
-    assert client.get("/api/runs/2/metrics").json()["steps"] == [1, 2, 3]
+    assert client.get("/api/runs/1/metrics").json()["steps"] == [1, 2]
 
 
 def test_load_runs_names_a_dir_that_is_not_a_run_dir(tmp_path):

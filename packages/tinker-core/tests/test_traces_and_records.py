@@ -98,3 +98,16 @@ def test_logging_rollouts_is_typed_in_the_config():
     assert job.logging.rollouts == RolloutsLogConfig(every=1, per_step=16, keep="all") and job.logging.trace is True
     with pytest.raises(ValueError, match="keep"):
         parse_config({"name": "j", "algorithm": {"name": "sft"}, "logging": {"rollouts": {"keep": "best"}}}, check_plugins=False)
+
+
+def test_a_deeply_nested_or_odd_trace_is_a_clean_error(tmp_path) -> None:
+    """Issue 43: ``opentinker trace`` on 200,000-deep JSON printed a RecursionError traceback."""
+    for name, text in (("array.json", "[" * 200_000), ("object.json", '{"traceEvents": ' + "[" * 200_000 + "]" * 200_000 + "}")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(ValueError, match="nests JSON too deeply to parse"):
+            read_trace(tmp_path / name)
+    (tmp_path / "odd.json").write_text('[1, "x", {"ph": "X", "dur": "slow", "name": "a", "args": []}, '
+                                       '{"ph": "X", "dur": 1000, "name": "step", "args": ["not", "a", "dict"]}]')
+    events = read_trace(tmp_path / "odd.json")
+    assert len(events) == 2 and [s.name for s in summarise(events)] == ["step"]
+    assert summarise(events, stage="x") == []

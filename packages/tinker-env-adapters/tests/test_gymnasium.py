@@ -45,3 +45,11 @@ def test_gymnasium_s_registry_is_registered_but_not_opentinker_s_own_envs(adapte
     envs = next(p for p in list_plugins() if p.distribution == "tinker-env-adapters").registers["envs"]
     assert {"gym/FrozenLake-v1", "gym/CartPole-v1"} <= set(envs)
     assert not [e for e in envs if e.startswith("gym/gym.") or e.startswith("gym/math")]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_max_turns_must_be_at_least_1(adapters_only: None, bad: object) -> None:
+    """Issue 43: ``max_turns: 0`` read as "the default" and was accepted."""
+    with pytest.raises(AdapterError, match=r"max_turns must be an int >= 1"):
+        tinker_core.make_env("gym/FrozenLake-v1", max_turns=bad)
+    assert tinker_core.make_env("gym/FrozenLake-v1", max_turns=1).env_spec.max_turns == 1

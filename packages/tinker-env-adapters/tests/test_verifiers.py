@@ -78,7 +78,7 @@ def endpoint() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 
 
 def client(url: str, key: str) -> openai.OpenAI:
-    """What an agent program's episode gets: a client with the episode's id as its key."""
+    """What an agent program's episode gets: a client with the episode's key as its API key."""
     return openai.OpenAI(base_url=url, api_key=key, max_retries=0)
 
 

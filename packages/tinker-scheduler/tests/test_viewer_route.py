@@ -118,3 +118,21 @@ def test_a_real_schedulers_serve_route_views_the_job_it_ran(make_scheduler):
         assert get(base)[0] == 200
     finally:
         route.stop()
+
+
+def test_a_tenants_corrupt_run_dir_is_a_warning_and_the_page_runs_no_inline_script(world, tmp_path):
+    """Issue 43: the scheduler's viewer keeps the tenant's key in the page, so its page runs only
+    its own script (CSP) and shows text as text; a job's corrupt file is a warning, not a 500."""
+    url, keys, jobs = world
+    base = f"{url}{PREFIX}{jobs['alice']}/"
+    status, _, headers = get(base)
+    csp = {k.lower(): v for k, v in headers.items()}["content-security-policy"]
+    assert status == 200 and "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    status, runs, _ = get(base + "api/runs", keys["alice"])
+    run_dir = Path(runs[0]["path"])
+    (run_dir / "result.json").write_text("[" * 200_000)
+    (run_dir / "config.json").write_text("[1]")
+    assert get(base + "api/runs/0/config", keys["alice"])[0] == 200
+    status, runs, _ = get(base + "api/runs", keys["alice"])
+    assert status == 200 and runs[0]["warnings"] == ["config.json: a JSON list, not an object; ignored",
+                                                     "result.json: nested too deeply to parse; ignored"]

@@ -29,8 +29,9 @@ def proxy_for(policy: Any, renderer: PromptRenderer | None = None, **params: Any
     return RolloutProxy(policy, renderer, SamplingParams(**{"max_new_tokens": 8, "temperature": 1.0, "seed": 3, **params}))
 
 
-def client(proxy: RolloutProxy, episode: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=proxy.base_url, api_key=episode, max_retries=0, timeout=60)
+def client(proxy: RolloutProxy, key: str) -> openai.OpenAI:
+    """An agent's client: the episode's key (from ``open_episode``) as its API key."""
+    return openai.OpenAI(base_url=proxy.base_url, api_key=key, max_retries=0, timeout=60)
 
 
 def three_turn_agent(c: openai.OpenAI, marker: str, tools: bool = True) -> list[Any]:
@@ -69,8 +70,8 @@ def assert_token_exact(calls: list[ProxyCall], traj: Any) -> None:
 def test_training_tokens_equal_the_sampled_tokens_call_by_call(policy: Any) -> None:
     proxy = proxy_for(policy)
     with proxy.running():
-        proxy.open_episode("ep-a")
-        answers = three_turn_agent(client(proxy, "ep-a"), "A", tools=False)
+        key = proxy.open_episode("ep-a")
+        answers = three_turn_agent(client(proxy, key), "A", tools=False)
         calls = proxy.close_episode("ep-a")
     assert len(calls) == 3
     for call, out in zip(calls, answers, strict=True):
@@ -110,8 +111,8 @@ def test_a_chat_template_tool_episode_is_token_exact(chat_policy: Any) -> None:
     own replies (as the openai client returns them), so every call extends the last exactly."""
     proxy = proxy_for(chat_policy, max_new_tokens=12)
     with proxy.running():
-        proxy.open_episode("ep-chat")
-        three_turn_agent(client(proxy, "ep-chat"), "C", tools=True)
+        key = proxy.open_episode("ep-chat")
+        three_turn_agent(client(proxy, key), "C", tools=True)
         calls = proxy.close_episode("ep-chat")
     trajs = merge_calls(calls, reward=0.5)
     assert len(trajs) == 1, "a conversation that only appends is one segment"
@@ -125,11 +126,10 @@ def test_two_agents_at_once_never_mix_their_calls(policy: Any) -> None:
     proxy = proxy_for(policy)
     done: dict[str, list[Any]] = {}
     with proxy.running():
-        for ep in ("ep-x", "ep-y"):
-            proxy.open_episode(ep)
+        keys = {ep: proxy.open_episode(ep) for ep in ("ep-x", "ep-y")}
 
         def agent(ep: str, marker: str) -> None:
-            done[ep] = three_turn_agent(client(proxy, ep), marker, tools=False)
+            done[ep] = three_turn_agent(client(proxy, keys[ep]), marker, tools=False)
 
         threads = [threading.Thread(target=agent, args=(ep, m)) for ep, m in (("ep-x", "XXXX"), ("ep-y", "YYYY"))]
         for t in threads:
@@ -147,27 +147,22 @@ def test_two_agents_at_once_never_mix_their_calls(policy: Any) -> None:
         assert_token_exact(calls[ep], traj)
 
 
-def test_the_episode_comes_from_the_key_the_header_or_the_user_field(policy: Any) -> None:
+def test_a_closed_episodes_key_takes_no_more_calls(policy: Any) -> None:
     proxy = proxy_for(policy)
+    msgs = [{"role": "user", "content": "hi"}]
     with proxy.running():
-        proxy.open_episode("ep-h")
-        proxy.open_episode("ep-u")
-        anon = openai.OpenAI(base_url=proxy.base_url, api_key="not-an-episode", max_retries=0)
-        msgs = [{"role": "user", "content": "hi"}]
-        anon.chat.completions.create(model="m", messages=msgs, extra_headers={"X-OpenTinker-Episode": "ep-h"})
-        anon.chat.completions.create(model="m", messages=msgs, user="ep-u")
-        with pytest.raises(openai.AuthenticationError, match="names no open episode"):
-            anon.chat.completions.create(model="m", messages=msgs)
-        assert len(proxy.close_episode("ep-h")) == 1 and len(proxy.close_episode("ep-u")) == 1
-        with pytest.raises(openai.AuthenticationError):  # a closed episode takes no more calls
-            client(proxy, "ep-h").chat.completions.create(model="m", messages=msgs)
+        key = proxy.open_episode("ep-h")
+        client(proxy, key).chat.completions.create(model="m", messages=msgs)
+        assert len(proxy.close_episode("ep-h")) == 1
+        with pytest.raises(openai.AuthenticationError, match="revoked"):
+            client(proxy, key).chat.completions.create(model="m", messages=msgs)
 
 
 def test_a_rewritten_history_starts_a_new_segment_and_completions_record_too(policy: Any) -> None:
     proxy = proxy_for(policy)
     with proxy.running():
-        proxy.open_episode("ep-r")
-        c = client(proxy, "ep-r")
+        key = proxy.open_episode("ep-r")
+        c = client(proxy, key)
         first = c.completions.create(model="m", prompt="Q: 1+1=", max_tokens=4)
         # the agent continues its own text exactly: the same segment
         second = list(c.completions.create(model="m", prompt="Q: 1+1=" + first.choices[0].text + "\nQ: 2+2=", max_tokens=4, stream=True))
@@ -263,8 +258,8 @@ def test_a_tool_call_round_trip_extends_the_episode_exactly(chat_policy: Any) ->
     proxy = ScriptedProxy(chat_policy, renderer, SamplingParams(max_new_tokens=32, temperature=1.0, seed=0))
     proxy.script = ['<tool_call>\n{"name": "calculator", "arguments": {"expression": "12+30"}}\n</tool_call>', "42"]
     with proxy.running():
-        proxy.open_episode("ep-t")
-        c = client(proxy, "ep-t")
+        key = proxy.open_episode("ep-t")
+        c = client(proxy, key)
         messages: list[Any] = [{"role": "user", "content": "12+30?"}]
         first = c.chat.completions.create(model="m", messages=messages, tools=[CALC])
         msg = first.choices[0].message
@@ -288,8 +283,8 @@ def test_tool_call_ids_are_unique_in_an_episode(chat_policy: Any) -> None:
     block = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "%s"}}\n</tool_call>'
     proxy.script = [block % "12+30", f"{block % '1+1'}\n{block % '2+2'}", "42"]
     with proxy.running():
-        proxy.open_episode("ep-ids")
-        c = client(proxy, "ep-ids")
+        key = proxy.open_episode("ep-ids")
+        c = client(proxy, key)
         messages: list[Any] = [{"role": "user", "content": "12+30?"}]
         ids = []
         for _ in range(3):

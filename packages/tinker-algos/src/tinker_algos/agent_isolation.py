@@ -9,8 +9,10 @@ enforces the scheduler's import policy when the parent runs under one
 (:mod:`tinker_core.import_policy`), imports the entry the same way, builds its own ``openai.OpenAI`` client on the proxy's URL with
 the episode's key, runs ``run(task, client)`` and writes the result back as JSON. A child that
 exits abnormally is a failed episode (``agent_crash``, naming the exit code or signal); a result
-JSON cannot hold is ``agent_bad_result``; at the episode's timeout the child's whole process
-group is killed and reaped, so nothing outlives the rollout.
+JSON cannot hold is ``agent_bad_result``. When the episode ends (its timeout, or the child's
+exit), every process it started is killed: the child's process group, its descendants and any
+process carrying the episode's marker, a ``setsid`` grandchild included
+(:mod:`tinker_algos.process_tree`), so nothing outlives the rollout.
 
 This module is torch-free: the child imports only it, ``tinker_core.errors`` and the agent.
 """
@@ -22,6 +24,7 @@ import importlib
 import json
 import os
 import pickle
+import secrets
 import signal
 import subprocess
 import sys
@@ -29,6 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from tinker_algos.process_tree import MARKER_VAR, adopt_orphans, kill_episode
 from tinker_core.agent_program import ISOLATION_MODES  # the values of env.kwargs.isolation
 from tinker_core.errors import ConfigError
 from tinker_core.import_policy import (
@@ -63,6 +67,11 @@ def load_ref(ref: str, what: str, path: str | None) -> Any:
     except (ImportError, AttributeError) as e:
         raise ConfigError([f"env.kwargs.{what}: cannot load {ref!r} ({type(e).__name__}: {e}); run from the folder that "
                            "holds the module or set env.kwargs.path to it"]) from e
+    except Exception as e:  # noqa: BLE001 - the module itself is broken: a syntax error, a raise at import
+        where = f" ({e.filename}, line {e.lineno})" if isinstance(e, SyntaxError) and e.filename else ""
+        message = (e.msg if isinstance(e, SyntaxError) else str(e)).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError([f"env.kwargs.{what}: importing {module!r} for {ref!r} failed: {type(e).__name__}: {message}{where}; "
+                           "fix the module (python -c 'import " + module + "' shows the traceback)"]) from e
     return obj
 
 
@@ -75,6 +84,7 @@ def _json_default(obj: Any) -> Any:
 def _child_main() -> None:
     """The child's side: read the episode (pickled, on stdin), run it, write ``{"result": ...}``,
     ``{"error": text}`` or ``{"bad_result": text}`` to the file the episode names."""
+    adopt_orphans()  # the agent's orphaned processes stay in this tree (killed below, or by the parent)
     job = pickle.load(sys.stdin.buffer)
     for folder in reversed(job["sys_path"]):
         if folder not in sys.path:
@@ -82,7 +92,10 @@ def _child_main() -> None:
     with contextlib.ExitStack() as policies:  # the scheduler's import policy, as in the parent
         for patterns in job["allowed_imports"]:
             policies.enter_context(enforced(ImportPolicy(patterns)))
-        _child_play(job)
+        try:
+            _child_play(job)
+        finally:  # what the agent left running (a setsid grandchild too) ends with its episode
+            kill_episode(os.getpid(), None, group=False)
 
 
 def _child_play(job: dict[str, Any]) -> None:
@@ -91,7 +104,7 @@ def _child_play(job: dict[str, Any]) -> None:
         run = load_ref(job["entry"], "entry", job["path"])
         import openai
 
-        client = openai.OpenAI(base_url=job["base_url"], api_key=job["episode_id"], max_retries=0, timeout=job["timeout_s"])
+        client = openai.OpenAI(base_url=job["base_url"], api_key=job["api_key"], max_retries=0, timeout=job["timeout_s"])
         try:
             result = run(job["task"], client)
         finally:
@@ -113,14 +126,16 @@ class ProcessPlay:
     """One episode's child process (``isolation: process``): :meth:`start` it, :meth:`stop` it at
     the deadline, then :meth:`outcome` says how it ended."""
 
-    def __init__(self, entry: str, path: str | None, task: Any, episode_id: str, base_url: str, timeout_s: float,
+    def __init__(self, entry: str, path: str | None, task: Any, api_key: str, base_url: str, timeout_s: float,
                  out: Path) -> None:
         self.out = out
-        self.job = {"entry": entry, "path": path, "task": task, "episode_id": episode_id, "base_url": base_url,
+        self.job = {"entry": entry, "path": path, "task": task, "api_key": api_key, "base_url": base_url,
                     "timeout_s": timeout_s, "out": str(out), "sys_path": [p for p in sys.path if p],
                     "allowed_imports": active_patterns()}
         self.proc: subprocess.Popen[bytes] | None = None
         self.killed = False
+        #: in the child's environment, inherited by whatever it starts: how :meth:`stop` finds them
+        self.marker = secrets.token_hex(16)
 
     def start(self) -> None:
         """Start the child (in a session of its own, so :meth:`stop` ends its children too)."""
@@ -131,7 +146,7 @@ class ProcessPlay:
                                f"must be picklable ({type(e).__name__}: {e}); use plain data (dicts, lists, str)"]) from e
         # -P: not the working directory on sys.path; the child gets this process's (and load_ref's)
         self.proc = subprocess.Popen([sys.executable, "-P", "-c", _CHILD], stdin=subprocess.PIPE, cwd=os.getcwd(),
-                                     start_new_session=True)
+                                     start_new_session=True, env={**os.environ, MARKER_VAR: self.marker})
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(payload)
@@ -146,15 +161,15 @@ class ProcessPlay:
             self.proc.wait(timeout=max(seconds, 0.0))
 
     def stop(self) -> None:
-        """Kill the child's process group if it still runs, and reap it."""
+        """Kill the child if it still runs and every process the episode started (its group, its
+        descendants, whatever carries its marker: :func:`~tinker_algos.process_tree.kill_episode`),
+        and reap the child."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.killed = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_episode(self.proc.pid, self.marker)  # before the reap: the child's id is not reused meanwhile
         self.proc.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):  # the agent's own children, if any outlived it
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_episode(None, self.marker)  # what the child's last moments started
 
     def outcome(self) -> tuple[bool, Any, str | None, str]:
         """``(finished, result, reason, detail)``: ``finished`` is False for a killed child;

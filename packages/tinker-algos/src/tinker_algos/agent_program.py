@@ -11,7 +11,8 @@ Each step, every task (``rollout.prompts_per_step`` of them, task ``p`` being
 ``tasks[seed_p % len(tasks)]``) is run by ``rollout.group_size`` episodes at once, each in its own
 thread with its own ``openai.OpenAI`` client pointed at the job's rollout proxy (tinker-serve's
 ``openai`` proxy, found through the ``opentinker_register_rollout_proxies`` hook) with the
-episode's id as its API key. The proxy serves the current policy and records every call's token
+episode's key as its API key (a random secret the proxy issues per episode and revokes when the
+episode ends). The proxy serves the current policy and records every call's token
 ids and logprobs; :func:`tinker_algos.agent_calls.merge_calls` turns an episode's calls into
 trajectories that train exactly like env rollouts (prompt, tool and user tokens masked, sampled
 tokens trained as sampled), as one :class:`~tinker_algos.rollout.RolloutResult`.
@@ -20,8 +21,9 @@ tokens trained as sampled), as one :class:`~tinker_algos.rollout.RolloutResult`.
 scored by ``reward: "module:fn"`` as ``fn(task, result) -> float``. An episode fails, with its
 reason counted under ``rollout/errors/<reason>`` and left out of training, when its agent raises
 (``agent_error``), runs past ``timeout_s`` (``agent_timeout``; its later calls are refused),
-returns no reward (``agent_bad_result``), made no call (``agent_no_calls``) or, with ``isolation:
-process``, ended its process (``agent_crash``, naming the exit code or signal); the job fails only
+returns no reward (``agent_bad_result``), made no call (``agent_no_calls``) or ended its process
+(``agent_crash``: with ``isolation: process``, naming the exit code or signal; in thread mode, an
+``os._exit`` call, :mod:`tinker_algos.agent_threads`); the job fails only
 above ``rollout.max_error_rate``. Held-out evaluation runs ``eval_size`` episodes over the eval
 tasks (``eval_kwargs.tasks``) with greedy sampling. Metrics besides the rollout's:
 ``agent/calls_mean`` (calls per finished episode) and ``agent/segments_rewritten`` (segments
@@ -29,9 +31,12 @@ started by a call that did not extend the episode's context; each segment is a r
 
 ``entry``, ``tasks`` and ``reward`` are imported with the working directory (and ``path``, when
 given) on ``sys.path``; in a scheduler's job, only if its operator allowed them
-(``--allow-import``), from its installed packages alone (:mod:`tinker_core.import_policy`). ``isolation: process`` runs each episode in a child process instead of a
-thread, so that an agent that kills its process fails its episode, not the job
-(:mod:`tinker_algos.agent_isolation`).
+(``--allow-import``), from its installed packages alone (:mod:`tinker_core.import_policy`).
+``isolation: process`` runs each episode in a child process instead of a thread, so that an
+agent that kills its process fails its episode, not the job, and every process it started is
+killed when the episode ends (:mod:`tinker_algos.agent_isolation`). Left out, ``isolation`` is
+``process`` in a scheduler's job and ``thread`` elsewhere
+(:func:`tinker_core.agent_program.default_isolation`).
 
 Any env whose registered spec says ``agent_program=True`` is played the same way: it is a
 :class:`tinker_core.AgentProgram` (tinker-core's contract), of which :class:`AgentProgramEnv` is
@@ -61,9 +66,10 @@ from tinker_algos.agent_calls import (
     transcript,
 )
 from tinker_algos.agent_isolation import ISOLATION_MODES, ProcessPlay, load_ref
+from tinker_algos.agent_threads import AgentExit, agent_thread, guarded
 from tinker_algos.recording import phase, record_eval
 from tinker_algos.rollout import Episode, RolloutError, RolloutResult
-from tinker_core.agent_program import AgentProgram
+from tinker_core.agent_program import AgentProgram, default_isolation
 from tinker_core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -84,26 +90,25 @@ class AgentProgramEnv(AgentProgram):
 
     def __init__(
         self, entry: str, tasks: Sequence[Any] | str, timeout_s: float = 120.0, reward: str | None = None,
-        path: str | None = None, proxy: str = "openai", isolation: str = "thread",
+        path: str | None = None, proxy: str = "openai", isolation: str | None = None,
     ) -> None:
         super().__init__()
         self.env_spec = SPEC
+        isolation = default_isolation(entry) if isolation is None else isolation
         if isolation not in ISOLATION_MODES:
             raise ConfigError([f"env.kwargs.isolation: {isolation!r} is not one of {', '.join(ISOLATION_MODES)}; "
                                "'process' runs each episode in a child process (an agent that kills its process "
                                "fails its episode, not the job)"])
-        #: ``thread`` or ``process``: where each episode's ``run`` runs (:mod:`tinker_algos.agent_isolation`)
+        #: ``thread`` or ``process``: where each episode's ``run`` runs (:mod:`tinker_algos.agent_isolation`);
+        #: left out, ``process`` in a scheduler's job and ``thread`` elsewhere (:func:`tinker_core.agent_program.default_isolation`)
         self.isolation = isolation
         self.entry, self.path = entry, path
         self.run: Callable[..., Any] = load_ref(entry, "entry", path)
         if not callable(self.run):
             raise ConfigError([f"env.kwargs.entry: {entry!r} is not callable; name a function run(task, client)"])
-        loaded = load_ref(tasks, "tasks", path) if isinstance(tasks, str) else tasks
-        self.tasks = list(loaded() if callable(loaded) else loaded)
-        if not self.tasks:
-            raise ConfigError(["env.kwargs.tasks: no tasks; give a non-empty list or 'module:TASKS'"])
-        if not timeout_s > 0:
-            raise ConfigError([f"env.kwargs.timeout_s: must be > 0 seconds, got {timeout_s!r}"])
+        self.tasks = _task_list(tasks, path)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+            raise ConfigError([f"env.kwargs.timeout_s: must be a number of seconds > 0, got {timeout_s!r}"])
         self.timeout_s = float(timeout_s)
         self.reward_fn = load_ref(reward, "reward", path) if reward else None
         self.proxy = proxy
@@ -116,6 +121,24 @@ class AgentProgramEnv(AgentProgram):
             return super().score(task, result)
         except ValueError as e:
             raise ValueError(f"{e}, or set env.kwargs.reward to a scoring function") from None
+
+
+def _task_list(tasks: Any, path: str | None) -> list[Any]:
+    """``env.kwargs.tasks`` as a non-empty list: a list, or ``'module:TASKS'`` naming a sequence or
+    a function returning one (a ConfigError naming the field otherwise)."""
+    loaded = load_ref(tasks, "tasks", path) if isinstance(tasks, str) else tasks
+    try:
+        if callable(loaded):
+            loaded = loaded()
+        if isinstance(loaded, str | bytes | dict) or not isinstance(loaded, Sequence | list | tuple):
+            raise TypeError(f"{type(loaded).__name__} is not a list")
+        out = list(loaded)
+    except Exception as e:  # noqa: BLE001 - anything that is not a list of tasks
+        raise ConfigError([f"env.kwargs.tasks: {tasks!r} gives no list of tasks ({type(e).__name__}: {e}); give a list or "
+                           "'module:TASKS'"]) from None
+    if not out:
+        raise ConfigError(["env.kwargs.tasks: no tasks; give a non-empty list or 'module:TASKS'"])
+    return out
 
 
 def is_agent_program(env_cfg: Any) -> bool:
@@ -138,9 +161,11 @@ class _Play:
 
     group: int
     task: Any
-    #: the id its client sends as the API key; it seeds the proxy's sampling of each call (with
-    #: the job's seed for the step), so it is derived from the episode's place in the rollout
+    #: it seeds the proxy's sampling of each call (with the job's seed for the step), so it is
+    #: derived from the episode's place in the rollout; it is not a credential
     episode_id: str
+    #: what its client sends as the API key: the proxy's random key for this episode
+    key: str = ""
     result: Any = None
     #: what the agent raised (thread mode) or its text (process mode)
     error: BaseException | str | None = None
@@ -153,9 +178,12 @@ class _Play:
 def _play(program: AgentProgram, play: _Play, base_url: str) -> None:
     import openai
 
-    client = openai.OpenAI(base_url=base_url, api_key=play.episode_id, max_retries=0, timeout=program.timeout_s)
+    client = openai.OpenAI(base_url=base_url, api_key=play.key, max_retries=0, timeout=program.timeout_s)
     try:
-        play.result = program.run(play.task, client)
+        with agent_thread():
+            play.result = program.run(play.task, client)
+    except AgentExit as e:  # os._exit in thread mode: the episode's crash, not the job's end
+        play.error, play.reason = str(e), "agent_crash"
     except BaseException as e:  # noqa: BLE001 - an agent's failure is its episode's, never the job's
         play.error = e
     finally:
@@ -167,18 +195,19 @@ def _run_threads(program: AgentProgram, plays: list[_Play], base_url: str) -> No
     """Play each episode in a thread of this process until the timeout (``isolation: thread``)."""
     threads = [threading.Thread(target=_play, args=(program, p, base_url), name=f"agent-{i}", daemon=True)
                for i, p in enumerate(plays)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + program.timeout_s
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+    with guarded():  # os._exit and os.chdir of an agent thread (tinker_algos.agent_threads)
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + program.timeout_s
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 def _run_processes(program: AgentProgram, plays: list[_Play], base_url: str) -> None:
     """Play each episode in a child process until the timeout, then kill what still runs
     (``isolation: process``; :class:`~tinker_algos.agent_isolation.ProcessPlay`)."""
     with tempfile.TemporaryDirectory(prefix="agents-") as tmp:
-        children = [ProcessPlay(program.entry, program.path, p.task, p.episode_id, base_url, program.timeout_s,
+        children = [ProcessPlay(program.entry, program.path, p.task, p.key, base_url, program.timeout_s,
                                 Path(tmp) / f"{i}.json") for i, p in enumerate(plays)]
         deadline = time.monotonic() + program.timeout_s
         try:
@@ -278,7 +307,7 @@ def agent_rollout(
     plays = [_Play(g, task, f"ep-{g}-{k}") for g, task in enumerate(chosen) for k in range(group_size)]
     with start(policy, renderer, params, adapter=adapter, max_context_tokens=max_context_tokens) as proxy, phase("agents"):
         for p in plays:
-            proxy.open_episode(p.episode_id)
+            p.key = proxy.open_episode(p.episode_id)
         if program.isolation == "process":
             _run_processes(program, plays, proxy.base_url)
         else:

@@ -26,7 +26,7 @@ def compare_command(
     jobs_at_once: Annotated[int, typer.Option("--jobs", "-j", help="Embedded: run this many jobs at once, each in its own process (give the jobs model.threads so that jobs x threads <= cores).")] = 1,
 ) -> None:
     """Run every (variant, seed) job of FILE not completed yet, then write report.md, report.json and curves.png."""
-    from tinker_algos.compare.report import report_of, write_report
+    from tinker_algos.compare.report import check_output, report_of, write_report
     from tinker_algos.compare.runner import check_not_stale, run_embedded
     from tinker_algos.compare.spec import CompareError, expand, load_spec
 
@@ -38,6 +38,7 @@ def compare_command(
         spec = load_spec(file, output=output)
         jobs = expand(spec)
         check_not_stale(spec.output, jobs)
+        check_output(spec.output)  # before any job runs: never overwrite report files it did not write
     except CompareError as e:
         _fail(str(e))
     typer.echo(f"compare {file}: {len(spec.variants)} variant(s) x {len(spec.seeds)} seed(s) = {len(jobs)} jobs; output: {spec.output}")

@@ -107,8 +107,16 @@ OPTIMIZER_DESCRIPTIONS: dict[str, str] = {
 
 def agent_program_env(**kwargs: Any) -> Any:
     """An agent program run(task, client) -> reward, trained through the rollout proxy."""
-    from tinker_algos.agent_program import AgentProgramEnv
+    import inspect
 
+    from tinker_algos.agent_program import AgentProgramEnv
+    from tinker_core.errors import ConfigError, did_you_mean
+
+    takes = [n for n in inspect.signature(AgentProgramEnv).parameters if n != "self"]
+    unknown = [(k, did_you_mean(k, takes)) for k in kwargs if k not in takes]
+    if unknown:
+        raise ConfigError([f"env.kwargs.{k}: agent/program-v0 takes no argument {k!r}{f'; did you mean {near!r}?' if near else ''} "
+                           f"(it takes {', '.join(takes)})" for k, near in unknown])
     return AgentProgramEnv(**kwargs)
 
 

@@ -70,6 +70,8 @@ from tinker_algos.checkpoint import (
 from tinker_algos.device import seed_everything
 from tinker_algos.distributed.learners import DataParallelTrainer, LearnerLost
 from tinker_algos.distributed.replica import ADAPTER, job_lora, load_job_policy
+from tinker_algos.env_probe import check_stage_env
+from tinker_algos.hub.cache import clean_atomic_leftovers
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import PolicyModel, atomic_dir
 from tinker_algos.progress import describe_model, quiet_third_party_progress
@@ -153,7 +155,8 @@ class Run:
 
     def __init__(self, job: JobConfig, run_dir: Path, callbacks: _Callbacks, shared: SharedModel | None) -> None:
         self.job = job
-        self.dir = run_dir
+        self.dir = run_dir.absolute()  # absolute before any agent runs: an agent's os.chdir cannot move it
+        self.shown_dir = str(run_dir)  # as the caller named it, in the result
         self.cb = callbacks
         self.shared = shared
         self.in_turn: Callable[[Callable[[], Any]], Any] = shared.run if shared is not None else _call
@@ -187,6 +190,8 @@ class Run:
         """Write config.json, find the checkpoint to resume from, load the model, seed every RNG."""
         make_run_dir(self.dir)  # a new run dir gets the marker --fresh looks for
         (self.dir / "config.json").write_text(self.job.model_dump_json(indent=1), encoding="utf-8")
+        for note in clean_atomic_leftovers(self.dir / "checkpoints"):  # a checkpoint a killed run was writing
+            self.cb.on_log(f"checkpoints: {note}")
         intact = self.newest_intact_checkpoint() if self.job.checkpoint.resume else None
         if intact is not None:
             self.resume_from = self.checkpoint = intact[0]
@@ -295,6 +300,8 @@ class Run:
                 set_rng_state(torch.load(self.resume_from / "trainer" / "rng_state.pt", weights_only=False))
         if isinstance(trainer, DataParallelTrainer) and group is not None:
             trainer.attach(group)  # every learner starts from these weights and this optimizer state
+        own_env = bool(self.job.stages) and self.job.stages[si].env is not None
+        check_stage_env(stage.env, f"stages[{si}].env" if own_env else "env")  # a bad env argument: one line, before any rollout
         env_factory, eval_env_factory = env_factories(stage.env)
         ctx = StageContext(
             self.job, stage, si, self.policy, trainer, self.dir, self.adapter, env_factory, eval_env_factory, self.cb.on_log,
@@ -403,7 +410,7 @@ class Run:
             status=self.status,
             step=self.global_step,
             metrics=self.last_metrics,
-            run_dir=str(self.dir),
+            run_dir=self.shown_dir,
             checkpoint=str(self.checkpoint) if self.checkpoint else None,
             plot=str(plot) if plot else None,
             eval=self.final_eval,

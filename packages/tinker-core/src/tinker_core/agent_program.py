@@ -18,7 +18,9 @@ This module is the contract between a package that *provides* such envs and the 
 
 ``agent/program-v0`` (tinker-algos: ``run`` named by ``entry: "module:run"``) and the
 ``verifiers/...`` envs of tinker-env-adapters are both agent programs. Only a program with an
-importable ``entry`` can run each episode in a child process (``isolation: process``).
+importable ``entry`` can run each episode in a child process (``isolation: process``); that is
+the default for such a program in a scheduler's job (:func:`default_isolation`), where one
+agent must not be able to end, or change the working directory of, the job that trains it.
 """
 
 from __future__ import annotations
@@ -29,11 +31,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinker_core.env import TextEnv
+from tinker_core.import_policy import policy_enforced
 
-__all__ = ["ISOLATION_MODES", "AgentProgram"]
+__all__ = ["ISOLATION_MODES", "AgentProgram", "default_isolation"]
 
 ISOLATION_MODES = ("thread", "process")
 """Where an episode's ``run`` runs: a thread of the trainer, or a child process (``entry`` only)."""
+
+
+def default_isolation(entry: str | None) -> str:
+    """``isolation`` when a config leaves it out: ``process`` for a program with an importable
+    ``entry`` in a scheduler's job (a scheduler's policy is enforced,
+    :func:`tinker_core.import_policy.policy_enforced`), else ``thread`` (``opentinker train`` on
+    your own machine, the Python API: no start-up cost per episode)."""
+    return "process" if entry and policy_enforced() else "thread"
 
 
 class AgentProgram(TextEnv):
@@ -63,7 +74,7 @@ class AgentProgram(TextEnv):
 
     def run(self, task: Any, client: Any) -> Any:
         """Play one episode of ``task`` with ``client`` (an ``openai.OpenAI`` pointed at the proxy,
-        the episode's id as its API key) and return what :meth:`score` turns into the reward."""
+        the episode's key as its API key) and return what :meth:`score` turns into the reward."""
         raise NotImplementedError(f"{type(self).__name__} must implement run(task, client)")
 
     def score(self, task: Any, result: Any) -> float:

@@ -49,6 +49,7 @@ __all__ = [
     "enforced",
     "import_folders",
     "import_refs",
+    "policy_enforced",
     "refused_import",
 ]
 
@@ -162,6 +163,13 @@ def enforced(policy: ImportPolicy) -> Iterator[None]:
     finally:
         with _lock:
             _active.remove(policy)
+
+
+def policy_enforced() -> bool:
+    """Whether a scheduler's policy is enforced on this process now: it runs a scheduler's job
+    (the worker enforces one for every job, :func:`enforced`)."""
+    with _lock:
+        return bool(_active)
 
 
 def active_patterns() -> list[tuple[str, ...]]:

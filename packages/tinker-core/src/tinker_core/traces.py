@@ -80,11 +80,19 @@ def read_trace(path: str | Path) -> list[dict[str, Any]]:
     if p.is_dir():
         p = p / TRACE_FILE
     text = p.read_text(encoding="utf-8").strip()
+    try:
+        return [e for e in _parse_trace(p, text) if isinstance(e, dict)]
+    except RecursionError:  # 100,000 '[': json gives up with a RecursionError, not a JSONDecodeError
+        raise ValueError(f"{p} is not a trace: it nests JSON too deeply to parse") from None
+
+
+def _parse_trace(p: Path, text: str) -> list[Any]:
     if text.startswith("{"):
         try:
-            events = json.loads(text).get("traceEvents")
+            document = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"{p} is not a trace: {e}") from None
+        events = document.get("traceEvents") if isinstance(document, dict) else None
         if not isinstance(events, list):
             raise ValueError(f"{p} is not a trace: the object has no 'traceEvents' list")
         return events
@@ -140,9 +148,10 @@ def summarise(events: list[dict[str, Any]], *, stage: str | None = None) -> list
     mean, p50, p95 and share of the summed ``step`` time; ``step`` first, then the largest share."""
     durations: dict[str, list[float]] = {}
     for ev in events:
-        if ev.get("ph") != "X" or "dur" not in ev:
+        if not isinstance(ev, dict) or ev.get("ph") != "X" or not isinstance(ev.get("dur"), int | float):
             continue
-        if stage is not None and (ev.get("args") or {}).get("stage") != stage:
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        if stage is not None and args.get("stage") != stage:
             continue
         durations.setdefault(str(ev.get("name")), []).append(float(ev["dur"]) / 1000.0)
     step_total = sum(durations.get(STEP, [])) or math.nan

@@ -150,9 +150,9 @@ class GymTextEnv(TextEnv):
                 f"env {spec.id!r}: invalid_action_reward {invalid_action_reward} is outside the "
                 f"reward range [{low}, {high}]; pick a reward in it"
             )
-        turns = max_turns or spec.max_turns
-        if turns < 1:
-            raise AdapterError(f"env {spec.id!r}: max_turns must be >= 1, got {max_turns}")
+        turns = spec.max_turns if max_turns is None else max_turns  # 0 is a value, refused below, not "the default"
+        if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+            raise AdapterError(f"env {spec.id!r}: max_turns must be an int >= 1 (steps before truncation), got {max_turns!r}")
         self.env_spec = replace(spec, reward_range=(low, high), max_turns=turns)
         self.invalid_action_reward = float(invalid_action_reward)
         self._steps = 0

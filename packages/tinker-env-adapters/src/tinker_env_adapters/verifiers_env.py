@@ -8,7 +8,7 @@ onto OpenTinker's agent programs (:class:`tinker_core.AgentProgram`), not onto `
 
 - the tasks are the rows of the environment's dataset (``split="eval"``: its eval dataset);
 - an episode is verifiers' own rollout of one row (``env.run_rollout``), its client an
-  ``AsyncOpenAI`` pointed at the job's rollout proxy with the episode's id as its key, so every
+  ``AsyncOpenAI`` pointed at the job's rollout proxy with the episode's key as its API key, so every
   call the environment makes is served by the policy and recorded token-exactly;
 - the reward is the rubric's score of that rollout; a rollout verifiers ended with an error
   (``state["error"]``) fails the episode, as an agent that raises does.

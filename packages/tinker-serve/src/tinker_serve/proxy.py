@@ -6,10 +6,19 @@ policy by pointing its ``base_url`` at this proxy (``agent/program-v0`` jobs:
 ``tool_calls`` as in :mod:`.chat_tools`; ``stream: true`` answers server-sent events),
 ``POST /v1/completions`` (one prompt: text or token ids; streamed too), ``GET /v1/models`` and ``GET /health``.
 
-**Which episode.** Every call names the episode it belongs to, in the first of: the header
-``X-OpenTinker-Episode``, the API key (``Authorization: Bearer <episode id>``; what
-``openai.OpenAI(api_key=...)`` sends), the body's ``user`` field. An id that names no open
-episode is refused with a 401 (a late call of a timed-out agent never lands in another episode).
+**Which episode.** :meth:`RolloutProxy.open_episode` gives each episode a key of its own: 32
+random bytes (``secrets.token_urlsafe``), valid at this proxy only, for that episode only, and
+revoked when the episode closes (its agent returned or timed out). A call proves its episode in
+one place only, ``Authorization: Bearer <key>`` (what ``openai.OpenAI(api_key=key)`` sends); a
+call without a live key is refused with a 401 before its body is read, and one that tries the
+episode's id in the ``X-OpenTinker-Episode`` header or the ``user`` field (read by earlier
+versions) is told where the key goes. Episode ids (``ep-<group>-<k>``) seed the sampling; they are
+not credentials, so a sibling agent or another local process that guesses one gets nothing.
+
+**Bounded prompts.** As ``opentinker serve`` does (:attr:`tinker_serve.served.ServedModels.max_prompt_chars`),
+a prompt of more characters than the context can hold is refused (400,
+``context_length_exceeded``, naming both limits) *before* it is tokenized, and one of more
+tokens after; the body itself is bounded by :data:`~tinker_serve.app.MAX_REQUEST_BYTES` (413).
 
 **What is recorded** (:class:`tinker_algos.agent_calls.ProxyCall`): the prompt's token ids as
 rendered, the sampled ids, their logprobs under the distribution they were drawn from and the
@@ -40,6 +49,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
+import secrets
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -48,6 +61,9 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tinker_algos.agent_calls import EpisodeLog, ProxyCall, UnknownEpisode
 from tinker_algos.models import PolicyModel
@@ -57,6 +73,7 @@ from tinker_core.http_limits import BodyGuard, HttpLimits, serve_in_thread, uvic
 from tinker_core.seeding import derive_seed
 from tinker_serve.app import (
     MAX_REQUEST_BYTES,
+    _check_chars,
     _completion_prompts,
     _failed,
     _generate,
@@ -75,16 +92,20 @@ from tinker_serve.protocol import (
     finish_reason,
     usage,
 )
+from tinker_serve.served import prompt_char_bound
 
 EPISODE_HEADER = "x-opentinker-episode"
-"""The header that names a call's episode (before the API key and the ``user`` field)."""
+"""A header that named a call's episode in earlier versions; now only the 401 mentions it."""
+KEY_PLACE = "Authorization: Bearer <key> (openai.OpenAI(api_key=key))"
+"""Where a call sends its episode's key: the one place the proxy reads it."""
 MODEL_NAME = "policy"
 
 
 @dataclass
 class _Served:
-    """What :mod:`.app`'s request helpers read of a served model: the policy, its engine and
-    context length (``max_prompt_chars``: no character bound before tokenizing)."""
+    """What :mod:`.app`'s request helpers read of a served model: the policy, its engine, its
+    context length and the most characters a prompt that fits it can have (checked before
+    tokenizing, as ``serve`` does)."""
 
     policy: PolicyModel
     engine: Engine
@@ -117,21 +138,40 @@ class RolloutProxy:
         self.renderer, self.params, self.adapter = renderer, params, adapter
         engine = Engine(policy, max_batch=max_batch, extra_eos_ids=renderer.extra_eos_ids)
         limit = max_context_tokens or engine.max_positions
-        self.served = _Served(policy, engine, limit)
+        self.served = _Served(policy, engine, limit, prompt_char_bound(policy.tokenizer, limit))
         self.log = EpisodeLog()
+        self._keys: dict[bytes, str] = {}  # sha256(key) -> episode id
+        self._keys_lock = threading.Lock()
         self._last: dict[str, _LastChat] = {}
         self.base_url = ""
         self.app = self._app()
 
     # ---- episodes ------------------------------------------------------------------------------
-    def open_episode(self, episode_id: str) -> None:
-        """Accept calls naming ``episode_id``."""
+    def open_episode(self, episode_id: str) -> str:
+        """Accept calls for ``episode_id``; the episode's key, which its calls send as
+        ``Authorization: Bearer <key>`` (the module docstring)."""
+        key = secrets.token_urlsafe(32)
         self.log.open(episode_id)
+        with self._keys_lock:
+            self._keys[_digest(key)] = episode_id
+        return key
 
     def close_episode(self, episode_id: str) -> list[ProxyCall]:
-        """Refuse further calls naming ``episode_id``; its recorded calls, in order."""
+        """Revoke the episode's key (later calls get a 401); its recorded calls, in order."""
+        with self._keys_lock:
+            for digest in [d for d, ep in self._keys.items() if ep == episode_id]:
+                del self._keys[digest]
         self._last.pop(episode_id, None)
         return self.log.close(episode_id)
+
+    def episode_of(self, headers: Headers) -> str | None:
+        """The open episode whose key ``headers`` carry as ``Authorization: Bearer``, else None."""
+        scheme, _, key = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            return None
+        with self._keys_lock:
+            episode = self._keys.get(_digest(key.strip()))
+        return episode if episode is not None and self.log.is_open(episode) else None
 
     @contextlib.contextmanager
     def running(self) -> Iterator[RolloutProxy]:
@@ -149,17 +189,11 @@ class RolloutProxy:
             self.served.engine.stop()
 
     # ---- requests ------------------------------------------------------------------------------
-    def _episode(self, http: Request, user: str | None) -> str:
-        bearer = http.headers.get("authorization", "")
-        token = bearer.partition(" ")[2].strip() if bearer.lower().startswith("bearer ") else ""
-        for candidate in (http.headers.get(EPISODE_HEADER), token, user):
-            if candidate and self.log.is_open(candidate):
-                return candidate
-        raise APIError(
-            401, "this call names no open episode: send the episode id as the API key, the "
-            f"'{EPISODE_HEADER}' header or the 'user' field (an episode closes when its agent returns or times out)",
-            code="invalid_api_key",
-        )
+    def _episode(self, http: Request) -> str:
+        episode = self.episode_of(http.headers)
+        if episode is None:
+            raise _unauthorized(http.headers)
+        return episode
 
     def _call_params(self, asked: int | None, stop: list[str], episode: str, prompt_len: int) -> SamplingParams:
         cap = self.params.max_new_tokens
@@ -201,11 +235,12 @@ class RolloutProxy:
         return self.renderer.start(messages, "", tools)
 
     async def chat(self, body: ChatRequest, http: Request) -> Any:
-        episode = self._episode(http, getattr(body, "user", None) or (body.model_extra or {}).get("user"))
+        episode = self._episode(http)
         if body.n != 1:
             raise bad_request("the rollout proxy samples one answer per call; set n to 1", "n")
         body.refuse_unsupported(("functions", "function_call", "response_format", "suffix"))
         messages, tools = request_messages(body)
+        _check_chars(self.served, sum(len(m["content"]) for m in messages) + len(json.dumps(tools)), "messages")  # type: ignore[arg-type]
         ids, conv = await run_in_threadpool(self._chat_prompt, episode, messages, tools)
         params = self._call_params(body.max_completion_tokens or body.max_tokens, body.stop_list(), episode, len(ids))
         n_call = len(self.log.calls(episode))
@@ -223,7 +258,7 @@ class RolloutProxy:
                 "usage": usage(len(ids), len(tokens))}
 
     async def completion(self, body: CompletionRequest, http: Request) -> Any:
-        episode = self._episode(http, (body.model_extra or {}).get("user"))
+        episode = self._episode(http)
         body.refuse_unsupported(("suffix", "best_of"))
         if body.n != 1 or body.echo:
             which = "n" if body.n != 1 else "echo"
@@ -259,6 +294,7 @@ class RolloutProxy:
     def _app(self) -> FastAPI:
         app = FastAPI(title="opentinker rollout proxy", docs_url=None, redoc_url=None, openapi_url=None)
         app.add_middleware(BodyGuard, limits=HttpLimits(MAX_REQUEST_BYTES), respond=_refused, what="the rollout proxy's limit")
+        app.add_middleware(_EpisodeKeys, proxy=self)  # outermost: no key, no body read
         v1 = APIRouter(prefix="/v1")
         v1.add_api_route("/chat/completions", self.chat, methods=["POST"], response_model=None)
         v1.add_api_route("/completions", self.completion, methods=["POST"], response_model=None)
@@ -275,6 +311,36 @@ class RolloutProxy:
 
         _install_error_handlers(app)
         return app
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).digest()
+
+
+def _unauthorized(headers: Headers) -> APIError:
+    """The 401 of a call without a live episode key; it names the one place the key goes."""
+    where = "its X-OpenTinker-Episode header names no episode: " if EPISODE_HEADER in headers else ""
+    return APIError(
+        401, f"this call carries no open episode's key; {where}send the key the episode's client was given as "
+        f"{KEY_PLACE}, the only place it is read (not the X-OpenTinker-Episode header, not the 'user' field); "
+        "a key is revoked when its episode's agent returns or times out", code="invalid_api_key",
+    )
+
+
+class _EpisodeKeys:
+    """Refuse a ``POST /v1/...`` without a live episode key before its body is read (401)."""
+
+    def __init__(self, app: ASGIApp, proxy: RolloutProxy) -> None:
+        self.app, self.proxy = app, proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"].startswith("/v1/"):
+            headers = Headers(scope=scope)
+            if self.proxy.episode_of(headers) is None:
+                err = _unauthorized(headers)
+                await JSONResponse(err.body(), status_code=err.status)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _chat_chunks(
@@ -303,4 +369,4 @@ def start_rollout_proxy(
     return RolloutProxy(policy, renderer, params, adapter=adapter, max_context_tokens=max_context_tokens).running()
 
 
-__all__ = ["EPISODE_HEADER", "RolloutProxy", "start_rollout_proxy"]
+__all__ = ["EPISODE_HEADER", "KEY_PLACE", "RolloutProxy", "start_rollout_proxy"]

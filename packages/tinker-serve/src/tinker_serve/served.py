@@ -38,6 +38,19 @@ class ServedModel:
     created: int
 
 
+def prompt_char_bound(tokenizer: object, max_positions: int | None) -> int | None:
+    """The most characters a prompt of at most ``max_positions`` tokens can have: the context
+    length times the longest token of ``tokenizer``'s vocabulary; None when either is unknown."""
+    vocab = getattr(tokenizer, "get_vocab", None)
+    if max_positions is None or vocab is None:
+        return None
+    try:
+        longest = max((len(t) for t in vocab()), default=0)
+    except Exception:  # noqa: BLE001 - a tokenizer without a listable vocabulary: no bound
+        return None
+    return max_positions * max(1, longest) if longest else None
+
+
 class ServedModels:
     """The base model, its adapters by name, the chat renderer and the engine."""
 
@@ -68,14 +81,7 @@ class ServedModels:
         the longest token in the vocabulary (a token never covers more characters than its own
         text has); None when either is unknown. Checked before tokenizing, so a huge prompt is
         refused without the work (and memory) of encoding it."""
-        vocab = getattr(self.policy.tokenizer, "get_vocab", None)
-        if self.max_positions is None or vocab is None:
-            return None
-        try:
-            longest = max((len(t) for t in vocab()), default=0)
-        except Exception:  # noqa: BLE001 - a tokenizer without a listable vocabulary: no bound
-            return None
-        return self.max_positions * max(1, longest) if longest else None
+        return prompt_char_bound(self.policy.tokenizer, self.max_positions)
 
     def get(self, name: str) -> ServedModel:
         served = self.models.get(name)

@@ -113,9 +113,38 @@ def plot_report(report: dict[str, Any], path: Path) -> Path | None:
     return path
 
 
-def write_report(report: dict[str, Any], out: Path) -> dict[str, Path]:
-    """Write ``report.json``, ``report.md`` and ``curves.png`` (without matplotlib: no PNG) into ``out``."""
+REPORT_FILES = ("report.json", "report.md", "curves.png")
+"""What :func:`write_report` writes into the output directory."""
+MARKER = ".opentinker-compare"
+"""The file that says an output directory is a compare's: its report files may be rewritten."""
+
+
+def check_output(out: Path) -> None:
+    """Claim ``out`` for a compare, before any job runs: a :class:`CompareError` when it holds a
+    report file (:data:`REPORT_FILES`) that no compare wrote (no :data:`MARKER`, no compare
+    ``report.json``), so that ``output: .`` cannot overwrite your own ``report.md``; else write
+    the marker."""
+    from tinker_algos.compare.spec import CompareError
+
+    if not (out / MARKER).is_file():
+        try:
+            earlier = json.loads((out / "report.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            earlier = None
+        ours = isinstance(earlier, dict) and {"variants", "jobs"} <= set(earlier)  # written before the marker existed
+        theirs = [] if ours else [name for name in REPORT_FILES if (out / name).exists()]
+        if theirs:
+            raise CompareError(f"{out} holds {', '.join(theirs)}, which opentinker compare did not write; it would "
+                               "overwrite them: give another --output (or output: in the compare file), or move them")
     out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("this directory holds an opentinker compare: its report files are rewritten by each run\n",
+                              encoding="utf-8")
+
+
+def write_report(report: dict[str, Any], out: Path) -> dict[str, Path]:
+    """Write ``report.json``, ``report.md`` and ``curves.png`` (without matplotlib: no PNG) into
+    ``out`` (claimed by :func:`check_output` first)."""
+    check_output(out)
     written = {"json": out / "report.json", "md": out / "report.md"}
     written["json"].write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     written["md"].write_text(render_markdown(report), encoding="utf-8")

@@ -26,6 +26,9 @@ from tinker_core.config import parse_config
 from tinker_core.errors import ConfigError
 
 JOB_RECORD = "job.json"
+WORKER_DIED = "worker_died"
+"""The status of an embedded job whose worker process died (``--jobs`` > 1): the job fails, the
+others finish."""
 
 
 @dataclass
@@ -135,6 +138,10 @@ def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None], wo
 
     def finished(job: JobSpec, status: str, step: int, error: str | None) -> None:
         d = job_dir(out, job)
+        if status == WORKER_DIED:
+            outcomes.append(Outcome(job, "failed", str(d), error=error))
+            progress.update(running=-1, failed=1, note=f"{job.key}: its worker process died")
+            return
         if error is not None:
             raise CompareError(f"{job.key} ({d}): {error}")
         if status == "completed":
@@ -161,24 +168,35 @@ def _run_in_processes(
     started: Callable[[JobSpec], None],
     finished: Callable[[JobSpec, str, int, str | None], None],
 ) -> None:
-    """``todo`` in a pool of ``workers`` spawned processes, at most ``workers`` running at once.
-    A bad-input error (``finished`` raising) cancels the jobs not started yet."""
+    """``todo`` in spawned processes, at most ``workers`` running at once, each job in a process
+    (a one-worker pool) of its own: a worker that dies (killed, out of memory) fails its job
+    (:data:`WORKER_DIED`) and the others go on. A bad-input error (``finished`` raising) cancels
+    the jobs not started yet."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     queue = list(todo)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        running: dict[Future[tuple[str, int, str | None]], JobSpec] = {}
-        try:
-            while queue or running:
-                while queue and len(running) < workers:
-                    job = queue.pop(0)
-                    started(job)
-                    running[pool.submit(_train_in_child, job.config, str(job_dir(out, job)))] = job
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    finished(running.pop(future), *future.result())
-        except BaseException:
-            for future in running:
-                future.cancel()
-            raise
+    context = multiprocessing.get_context("spawn")
+    running: dict[Future[tuple[str, int, str | None]], tuple[JobSpec, ProcessPoolExecutor]] = {}
+    try:
+        while queue or running:
+            while queue and len(running) < workers:
+                job = queue.pop(0)
+                started(job)
+                pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+                running[pool.submit(_train_in_child, job.config, str(job_dir(out, job)))] = (job, pool)
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                job, pool = running.pop(future)
+                pool.shutdown(wait=True)
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    outcome = (WORKER_DIED, 0, "its worker process died before the job finished (killed, or out of memory); "
+                                               "rerun the compare to resume it from its last checkpoint")
+                finished(job, *outcome)
+    finally:
+        for future, (_job, pool) in running.items():
+            future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)

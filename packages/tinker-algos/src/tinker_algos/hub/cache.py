@@ -2,7 +2,8 @@
 
 * :func:`cache_root`: ``$OPENTINKER_CACHE`` or ``~/.cache/opentinker`` (the tiny preset and the
   registry presets are built there once, then reused offline).
-* :func:`atomic_dir`: readers never see a half-written directory (models, checkpoints, imports).
+* :func:`atomic_dir`: readers never see a half-written directory (models, checkpoints, imports);
+  :func:`clean_atomic_leftovers` removes what a process killed mid-write left behind.
 * :func:`file_lock`: one process at a time builds a cached model; the others wait, then reuse it.
 * :class:`ModelLoadError`: a model or tokenizer that cannot be used, said in one line.
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
@@ -57,6 +59,32 @@ def atomic_dir(final: Path, write: Callable[[Path], object], *, overwrite: bool)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+_LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old)-[0-9a-f]{8}")
+
+
+def clean_atomic_leftovers(parent: Path) -> list[str]:
+    """Tidy what :func:`atomic_dir` calls killed mid-write (``kill -9``, a lost node) left in
+    ``parent``: a half-written ``.NAME.tmp-XXXXXXXX`` is removed; a ``.NAME.old-XXXXXXXX`` (the
+    previous ``NAME``, moved aside just before the new one was renamed in) is put back when ``NAME``
+    is missing, else removed. Call it only where no other process writes (a run's checkpoints at
+    start). Returns a line per directory tidied."""
+    notes: list[str] = []
+    if not parent.is_dir():
+        return notes
+    for path in sorted(parent.iterdir()):
+        match = _LEFTOVER.fullmatch(path.name)
+        if match is None or not path.is_dir() or path.is_symlink():
+            continue
+        final = parent / match["name"]
+        if match["kind"] == "old" and not final.exists():
+            os.replace(path, final)
+            notes.append(f"restored {final.name} from {path.name} (a write of it was interrupted)")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+            notes.append(f"removed {path.name}, left by an interrupted write")
+    return notes
 
 
 @contextlib.contextmanager

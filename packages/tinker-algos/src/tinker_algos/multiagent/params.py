@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Literal
 
 from tinker_algos.multiagent.roles import Learner, Opponent, opponent
 from tinker_core.config import LeagueConfig, MultiAgentConfig, RoleLearnerConfig
-from tinker_core.errors import ConfigError, UnknownNameError
-from tinker_core.opponents import scripted_opponents
+from tinker_core.config.multi_agent_env import multi_agent_problems
+from tinker_core.errors import ConfigError
 
 if TYPE_CHECKING:
     from tinker_core.env import EnvSpec
@@ -23,15 +23,6 @@ def role_adapter(adapter: str, role: str) -> str:
     adapter name first, so jobs sharing a model host keep apart), characters an adapter name
     cannot hold replaced by ``_``."""
     return f"{adapter}-{re.sub(r'[^A-Za-z0-9_-]', '_', role)}"
-
-
-def _offered(spec: EnvSpec) -> list[str]:
-    """The names of the scripted opponents the env of ``spec`` offers (none for an env that is
-    not registered under its id)."""
-    try:
-        return sorted(scripted_opponents(spec.id))
-    except UnknownNameError:
-        return []
 
 
 @dataclass(frozen=True)
@@ -79,41 +70,13 @@ class MultiAgentParams:
         per role) and ``roles`` naming exactly the env's roles.
         """
         config = config or MultiAgentConfig()
-        written = config.model_fields_set
-        # training (mode: opponent) plays `opponent`; held-out evaluation plays `eval_opponent`,
-        # by default `opponent`: check each name that will be played, or that was written
-        checked = [("eval_opponent", config.eval_opponent)] if config.eval_opponent is not None else []
-        if "opponent" in written or config.mode == "opponent" or config.eval_opponent is None:
-            checked.insert(0, ("opponent", config.opponent))
-        offered = _offered(spec)
-        problems = [
-            f"{where}.{key}: {value!r}{'' if key in written else ' (the default)'} is not a scripted opponent of "
-            f"{spec.id} (it offers: {', '.join(offered) or 'none'}; held-out evaluation plays against "
-            "eval_opponent, default: opponent)"
-            for key, value in checked
-            if value not in offered
-        ]
-        if config.learner_role is not None and config.learner_role not in spec.roles:
-            problems.append(f"{where}.learner_role: {config.learner_role!r} is not a role of {spec.id} ({', '.join(spec.roles)})")
-        roles: dict[str, RoleLearnerConfig] = {}
-        if config.mode == "learners":
-            problems += _learner_problems(config, spec, where, lora)
-            roles = {r: (config.roles or {}).get(r) or RoleLearnerConfig() for r in spec.roles}
-        league = None
-        if config.mode == "league":
-            league = config.league or LeagueConfig()
-            if not lora:
-                problems.append(
-                    f"{where}.mode: league keeps past snapshots of the policy as LoRA adapters, and this job fine-tunes "
-                    "the whole model; add a lora section (e.g. lora: {rank: 8}) or use mode: self_play"
-                )
-            problems += [
-                f"{where}.league.scripted[{i}]: {name!r} is not a scripted opponent of {spec.id} (it offers: "
-                f"{', '.join(offered) or 'none'})"
-                for i, name in enumerate(league.scripted) if name not in offered
-            ]
+        problems = multi_agent_problems(config, spec, where, lora)  # tinker_core: config validate runs them too
         if problems:
             raise ConfigError(problems)
+        roles: dict[str, RoleLearnerConfig] = {}
+        if config.mode == "learners":
+            roles = {r: (config.roles or {}).get(r) or RoleLearnerConfig() for r in spec.roles}
+        league = (config.league or LeagueConfig()) if config.mode == "league" else None
         return cls(mode=config.mode, opponent=config.opponent, learner_role=config.learner_role,
                    eval_opponent=config.eval_opponent, roles=roles, league=league)
 
@@ -128,27 +91,3 @@ class MultiAgentParams:
             raise ValueError("league mode draws each task's opponent from its pool: use tinker_algos.multiagent.league.League")
         learner = self.learner_role or roles[0]
         return {r: Learner(adapter) if r == learner else opponent(self.opponent) for r in roles}
-
-
-def _learner_problems(config: MultiAgentConfig, spec: EnvSpec, where: str, lora: bool) -> list[str]:
-    """What is wrong with ``mode: learners`` for the env of ``spec`` (and the job's ``lora``)."""
-    problems: list[str] = []
-    if not lora:
-        problems.append(
-            f"{where}.mode: learners trains one LoRA adapter per role on the shared base, and this job fine-tunes "
-            "the whole model; add a lora section (e.g. lora: {rank: 8}) or use mode: self_play"
-        )
-    if config.roles is not None:
-        unknown = [r for r in config.roles if r not in spec.roles]
-        missing = [r for r in spec.roles if r not in config.roles]
-        problems += [
-            f"{where}.roles.{r}: not a role of {spec.id} (its roles: {', '.join(spec.roles)}); name its roles, or leave "
-            "roles out to train every role with the stage's settings"
-            for r in unknown
-        ]
-        if missing:
-            problems.append(
-                f"{where}.roles: {', '.join(missing)} of {spec.id} missing; every role is a learner in this mode, so list "
-                f"each (an empty {{}} takes the stage's settings), e.g. roles: {{{', '.join(f'{r}: {{}}' for r in spec.roles)}}}"
-            )
-    return problems

@@ -1,7 +1,15 @@
 """The viewer's FastAPI app: the page (``/``, ``/static/...``) and a JSON API under ``/api``.
 
 Only the run dirs given to :func:`create_app` are served, each by its number in that list
-(``/api/runs/0/...``): no route takes a path, so nothing outside them can be reached. Every
+(``/api/runs/0/...``): no route takes a path, so nothing outside them can be reached; a compare
+report's ``report.json`` adds only job run dirs inside the report dir (:func:`load_runs`), and no
+file is read through a link out of its run dir (:mod:`tinker_client.viewer.files`). A file the
+viewer cannot read is skipped and named in the run's ``warnings`` (the page shows them), never a
+500. With ``allowed_hosts`` a request whose ``Host`` header is not one of them is refused (421),
+so that a web page whose name is made to resolve to this machine (DNS rebinding) cannot read the
+runs; ``opentinker view`` allows the localhost names and its bound address
+(:func:`host_allowlist`). The page is served with a Content-Security-Policy that runs no inline
+script, and shows every text as text (no HTML from a run's files). Every
 list is paged with a bounded ``limit``; a text search decodes at most
 :data:`~tinker_client.viewer.data.MAX_SCAN` episodes per request. The routes only read, and
 bodies are refused past :data:`MAX_REQUEST_BYTES` (the server's header/body deadlines are those
@@ -15,6 +23,7 @@ Routes (all GET): ``/api/runs``; per run ``/metrics?since=N``, ``/rollouts/index
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,8 +32,10 @@ from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import JSONResponse, Response
 
 from tinker_client.viewer.data import MAX_SCAN, Rollout, RunDir, is_run_dir
+from tinker_client.viewer.files import MAX_JSON_BYTES, inside
+from tinker_client.viewer.hosts import HostCheck, host_allowlist
 
-__all__ = ["MAX_PAGE", "MAX_REQUEST_BYTES", "create_app", "load_runs"]
+__all__ = ["MAX_PAGE", "MAX_REQUEST_BYTES", "PAGE_HEADERS", "create_app", "host_allowlist", "load_runs"]
 
 #: The most episodes one ``/rollouts`` page holds.
 MAX_PAGE = 200
@@ -32,11 +43,20 @@ MAX_PAGE = 200
 MAX_REQUEST_BYTES = 16 * 1024
 #: The page's files, served from the package (no CDN, no build step).
 STATIC = {"index.html": "text/html", "app.js": "text/javascript", "style.css": "text/css"}
+#: Sent with the page and its files: scripts only from this origin (no inline script, so text
+#: from a run that reached the page as HTML could not run), not framed, no referrer.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+                               "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+}
 
 
 def load_runs(paths: list[Path]) -> list[RunDir]:
     """The run dirs to serve: each of ``paths``, and for a compare report dir (``report.json``)
-    also each job's run dir that exists. :class:`ValueError` names a path that is not a run dir."""
+    also each job's run dir that exists inside it (a job's run dir elsewhere, named by the report,
+    is not served: the report dir's warnings name it; give it on the command line to view it).
+    :class:`ValueError` names a path that is not a run dir."""
     runs: list[RunDir] = []
     seen: set[Path] = set()
 
@@ -55,19 +75,34 @@ def load_runs(paths: list[Path]) -> list[RunDir]:
             why = "does not exist" if not given.exists() else "holds no metrics.jsonl, config.json, result.json or report.json"
             raise ValueError(f"{given} is not a run dir: it {why}")
         add(given)
-        report = RunDir(given.resolve(), "").read_json("report.json")
-        for job in (report or {}).get("jobs", []) if isinstance(report, dict) else []:
-            where = Path(str(job.get("run_dir") or ""))
-            name = f"{job.get('variant')}/seed-{job.get('seed')}"
-            for candidate in (where, given / where, given.parent / where):
-                if str(where) and is_run_dir(candidate):
-                    add(candidate, name)
-                    break
-        if report is not None:  # compare's own layout, wherever the report was moved: jobs/<variant>/seed-<k>
-            for job_dir in sorted(given.glob("jobs/*/seed-*")):
-                if is_run_dir(job_dir):
-                    add(job_dir, f"{job_dir.parent.name}/{job_dir.name}")
+        _add_report_jobs(next(r for r in runs if r.root == given.resolve()), add)
     return runs
+
+
+def _add_report_jobs(report_dir: RunDir, add: Any) -> None:
+    """The job run dirs of a compare report dir that lie inside it (see :func:`load_runs`)."""
+    report = report_dir.read_json("report.json")
+    if report is None:
+        return
+    root, elsewhere = report_dir.root, []
+    jobs = report.get("jobs") if isinstance(report.get("jobs"), list) else []
+    for job in (j for j in jobs if isinstance(j, dict)):
+        where = Path(str(job.get("run_dir") or ""))
+        if not str(where):
+            continue
+        name = f"{job.get('variant')}/seed-{job.get('seed')}"
+        found = [c for c in (where, report_dir.path / where, report_dir.path.parent / where) if is_run_dir(c)]
+        inner = [c for c in found if inside(root, c) and c.resolve() != root]
+        if inner:
+            add(inner[0], name)
+        elif found:
+            elsewhere.append(str(where))
+    for job_dir in sorted(report_dir.path.glob("jobs/*/seed-*")):  # compare's own layout, wherever the report was moved
+        if is_run_dir(job_dir) and inside(root, job_dir):
+            add(job_dir, f"{job_dir.parent.name}/{job_dir.name}")
+    if elsewhere:
+        report_dir.problems["report.json"] = (f"names {len(elsewhere)} run dir(s) outside this report dir, not served: "
+                                              f"{', '.join(elsewhere[:5])}; give them to opentinker view to see them")
 
 
 def _keep(kind: str, step: int | None, group: int | None, min_reward: float | None, max_reward: float | None,
@@ -89,11 +124,15 @@ def _matches(record: dict[str, Any], needle: str) -> bool:
     return any(needle in t.lower() for t in texts)
 
 
-def create_app(runs: list[RunDir], *, index_at_start: bool = True) -> FastAPI:
+def create_app(runs: list[RunDir], *, index_at_start: bool = True, allowed_hosts: Collection[str] | None = None) -> FastAPI:
     """The viewer app serving ``runs`` (see the module docstring). With ``index_at_start`` a
     background thread reads every run's files at once, so the rollout browser opens without
-    waiting while the page already shows the curves."""
+    waiting while the page already shows the curves. ``allowed_hosts``: the ``Host`` names it
+    answers (:func:`host_allowlist`); None checks none (the scheduler's route, whose API takes a
+    tenant's key, and tests)."""
     app = FastAPI(title="OpenTinker run viewer", docs_url=None, redoc_url=None, openapi_url=None)
+    if allowed_hosts is not None:
+        app.add_middleware(HostCheck, allowed=allowed_hosts)
     app.state.runs = runs
     if index_at_start:  # the episodes and trace of a long run take seconds: index them before they are asked for
         threading.Thread(target=lambda: [r.refresh() for r in runs], name="opentinker-view-index", daemon=True).start()
@@ -107,13 +146,13 @@ def _page_routes(app: FastAPI) -> None:
 
     @app.get("/", include_in_schema=False)
     def index() -> Response:
-        return Response((static / "index.html").read_bytes(), media_type="text/html")
+        return Response((static / "index.html").read_bytes(), media_type="text/html", headers=PAGE_HEADERS)
 
     @app.get("/static/{name}", include_in_schema=False)
     def asset(name: str) -> Response:
         if name not in STATIC:  # a fixed set of names: no path reaches anything else
             raise HTTPException(404, f"no static file {name!r}")
-        return Response((static / name).read_bytes(), media_type=STATIC[name], headers={"Cache-Control": "no-cache"})
+        return Response((static / name).read_bytes(), media_type=STATIC[name], headers={"Cache-Control": "no-cache", **PAGE_HEADERS})
 
 
 def _api_routes(app: FastAPI, runs: list[RunDir]) -> None:
@@ -179,11 +218,7 @@ def _api_routes(app: FastAPI, runs: list[RunDir]) -> None:
     @app.get("/api/runs/{rid}/report")
     def report(rid: int) -> dict[str, Any]:
         r = run(rid)
-        try:
-            markdown = (r.path / "report.md").read_text(encoding="utf-8")
-        except OSError:
-            markdown = None
-        return {"report": r.read_json("report.json"), "markdown": markdown}
+        return {"report": r.read_json("report.json"), "markdown": r.read_text("report.md", MAX_JSON_BYTES)}
 
 
 def guarded(app: FastAPI) -> Any:

@@ -3,7 +3,11 @@
 Every file is read incrementally: :class:`JsonLines` keeps the byte offset it has parsed up to and
 on each :meth:`~JsonLines.refresh` parses only what was appended, leaving a partial last line
 (one still being written) for the next call; a file that shrank or was replaced (``--fresh``) is
-read again from the start. ``rollouts.jsonl`` is indexed, not held: each episode's summary
+read again from the start; a file that did not change is not read at all, and a line longer than
+:data:`~tinker_client.viewer.files.MAX_LINE_BYTES` is skipped (scanned past in chunks, never held).
+Every file is untrusted input (:mod:`tinker_client.viewer.files`): what cannot be read — a line
+or document that is not JSON, nested too deeply or of the wrong shape, a link out of the run dir
+— is skipped and listed in the run's ``warnings``, never a 500. ``rollouts.jsonl`` is indexed, not held: each episode's summary
 (step, group, reward, stop reason, length) and its byte range, the record read back on demand,
 so a 10,000-step run costs megabytes, not its whole transcript. ``trace.json`` (Chrome trace-event
 JSON Array Format) is parsed event by event, so a trace without its closing ``]`` or with a
@@ -17,7 +21,6 @@ report dir, ``report.json`` and ``report.md``.
 from __future__ import annotations
 
 import codecs
-import json
 import math
 import os
 import sys
@@ -27,6 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tinker_client.viewer.files import (
+    DECODER,
+    MAX_LINE_BYTES,
+    Unreadable,
+    inside,
+    loads,
+    read_document,
+    walk_files,
+)
 from tinker_core.traces import STEP, summarise
 
 __all__ = ["JsonLines", "Rollout", "RunDir", "TraceEvents", "is_run_dir", "phase_summary"]
@@ -61,13 +73,26 @@ class JsonLines:
     """The parsed lines of an append-only JSON-lines file, read incrementally (module docstring).
 
     ``parse(obj, offset, length)`` turns each JSON object into what is kept (default: the object);
-    a line that is not a JSON object is skipped. :attr:`items` holds the kept values in order."""
+    a line that is not a JSON object (or that ``parse`` refuses) is skipped and counted in
+    :attr:`skipped`. :attr:`items` holds the kept values in order. With ``root``, a file that is a
+    link out of that directory is not read (:attr:`problem` says so)."""
 
-    def __init__(self, path: Path, parse: Callable[[dict[str, Any], int, int], Any] | None = None) -> None:
-        self.path, self.parse = path, parse or (lambda obj, _offset, _length: obj)
+    def __init__(self, path: Path, parse: Callable[[dict[str, Any], int, int], Any] | None = None,
+                 root: Path | None = None) -> None:
+        self.path, self.parse, self.root = path, parse or (lambda obj, _offset, _length: obj), root
         self.items: list[Any] = []
         self.offset, self.generation, self._inode = 0, 0, None
+        self.skipped, self.problem = 0, ""
+        self._seen: tuple[int, int] | None = None  # (inode, size) at the last read: unchanged, not read again
+        self._long_from: int | None = None  # a line over MAX_LINE_BYTES starts at offset: scanned up to here
         self._lock = threading.Lock()
+
+    def warning(self) -> str | None:
+        """What the viewer could not read of this file, or None."""
+        if self.problem:
+            return self.problem
+        return f"{self.skipped} line{'s' if self.skipped != 1 else ''} skipped (not a JSON object, unreadable or over " \
+               f"{MAX_LINE_BYTES // 2**20} MiB)" if self.skipped else None
 
     def refresh(self) -> bool:
         """Parse what was appended since the last call; True when anything changed. Thread-safe:
@@ -77,53 +102,84 @@ class JsonLines:
 
     def _refresh(self) -> bool:
         try:
+            if self.root is not None and os.path.lexists(self.path) and not inside(self.root, self.path):
+                self.problem = "a link out of the run dir; not read"
+                return False
             st = self.path.stat()
-        except FileNotFoundError:
+        except OSError:
             if self.offset or self.items:
                 self._reset()
                 return True
             return False
+        if self._seen == (st.st_ino, st.st_size):
+            return False  # nothing new (a half-written last line is not read again on every poll)
         changed = False
         if st.st_ino != self._inode or st.st_size < self.offset:  # replaced or truncated: start over
             changed = bool(self.items)
             self._reset()
             self._inode = st.st_ino
-        if st.st_size == self.offset:
-            return changed
+        self._seen = (st.st_ino, st.st_size)
         with self.path.open("rb") as f:
-            f.seek(self.offset)
-            left = st.st_size - self.offset
-            while left > 0:  # in chunks, so a large file is never in memory at once
-                chunk = f.read(min(CHUNK_BYTES, left))
-                while b"\n" not in chunk and len(chunk) < left:  # one line longer than a chunk
-                    chunk += f.read(min(CHUNK_BYTES, left - len(chunk)))
-                end = chunk.rfind(b"\n") + 1  # a last line without its newline is still being written
-                if end == 0:
+            while self.offset < st.st_size:
+                if not self._read_lines(f, st.st_size):
                     break
-                changed = self._parse_lines(chunk, end) or changed
-                self.offset += end
-                f.seek(self.offset)
-                left = st.st_size - self.offset
+                changed = True
         return changed
 
-    def _parse_lines(self, chunk: bytes, end: int) -> bool:
+    def _read_lines(self, f: Any, size: int) -> bool:
+        """Parse the whole lines from :attr:`offset` (at most a chunk of them, or skip one line over
+        :data:`MAX_LINE_BYTES`); False when the rest is a line still being written."""
+        if self._long_from is not None:
+            return self._skip_long_line(f, size)
+        f.seek(self.offset)
+        chunk = bytearray(f.read(min(CHUNK_BYTES, size - self.offset)))
+        while b"\n" not in chunk and len(chunk) < min(size - self.offset, MAX_LINE_BYTES + 1):  # a line longer than a chunk
+            chunk += f.read(min(CHUNK_BYTES, size - self.offset - len(chunk)))  # in place: one copy held
+        end = chunk.rfind(b"\n") + 1  # a last line without its newline is still being written
+        if end == 0:
+            if len(chunk) > MAX_LINE_BYTES:  # too long to parse: scan past it, never holding it
+                self._long_from = self.offset + len(chunk)
+                return self._skip_long_line(f, size)
+            return False
+        self._parse_lines(chunk, end)
+        self.offset += end
+        return True
+
+    def _skip_long_line(self, f: Any, size: int) -> bool:
+        assert self._long_from is not None
+        f.seek(self._long_from)
+        while self._long_from < size:
+            chunk = f.read(min(CHUNK_BYTES, size - self._long_from))
+            newline = chunk.find(b"\n")
+            if newline >= 0:
+                self.offset, self._long_from = self._long_from + newline + 1, None
+                self.skipped += 1
+                return True
+            self._long_from += len(chunk)
+        return False
+
+    def _parse_lines(self, chunk: bytes | bytearray, end: int) -> bool:
         changed, start = False, 0
         while start < end:
             stop = chunk.index(b"\n", start) + 1
             line = chunk[start:stop]
-            if line.strip():
+            if len(line) > MAX_LINE_BYTES:
+                self.skipped += 1
+            elif line.strip():
                 try:
-                    obj = json.loads(line)
-                except ValueError:
-                    obj = None
-                if isinstance(obj, dict):
+                    obj = loads(line)
+                    if not isinstance(obj, dict):
+                        raise Unreadable("not a JSON object")
                     self.items.append(self.parse(obj, self.offset + start, stop - start))
                     changed = True
+                except (Unreadable, TypeError, ValueError, OverflowError):
+                    self.skipped += 1
             start = stop
         return changed
 
     def _reset(self) -> None:
-        self.items, self.offset, self._inode = [], 0, None
+        self.items, self.offset, self._inode, self._seen, self._long_from = [], 0, None, None, None
+        self.skipped, self.problem = 0, ""
         self.generation += 1
 
 
@@ -149,7 +205,7 @@ def _num(obj: dict[str, Any], key: str, kind: type, default: Any) -> Any:
     value = obj.get(key)
     try:
         return kind(value) if value is not None else default
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int of an infinity
         return default
 
 
@@ -161,14 +217,15 @@ class TraceEvents:
     that grows with every step, so this reader parses only what was appended since its last call
     and keeps each event as ``(name, dur_us, stage, step)``. The table is :func:`phase_summary`."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, root: Path | None = None) -> None:
+        self.path, self.root = path, root
         self.events: list[tuple[str, float, Any, Any]] = []  # (name, dur_us, stage, step)
         self._lock = threading.Lock()
         self._reset()
 
     def _reset(self) -> None:
         self.events, self.offset, self._buffer, self._inode, self._started = [], 0, "", None, False
+        self.problem = ""  # why the rest of the file is not read (a warning), or ""
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def refresh(self) -> bool:
@@ -178,25 +235,32 @@ class TraceEvents:
 
     def _refresh(self) -> bool:
         try:
+            if self.root is not None and os.path.lexists(self.path) and not inside(self.root, self.path):
+                self.problem = "a link out of the run dir; not read"
+                return False
             st = self.path.stat()
-        except FileNotFoundError:
+        except OSError:
             return False
         if st.st_ino != self._inode or st.st_size < self.offset:
             self._reset()
             self._inode = st.st_ino
-        if st.st_size == self.offset:
+        if st.st_size == self.offset or self.problem:
             return False
+        before = len(self.events)
         with self.path.open("rb") as f:
             f.seek(self.offset)
-            data = f.read(st.st_size - self.offset)
-        self.offset += len(data)
-        self._buffer += self._decoder.decode(data)
-        before = len(self.events)
-        self._parse()
+            while self.offset < st.st_size and not self.problem:  # in chunks: the buffer holds one event at most
+                data = f.read(min(CHUNK_BYTES, st.st_size - self.offset))
+                self.offset += len(data)
+                self._buffer += self._decoder.decode(data)
+                self._parse()
+                if len(self._buffer) > MAX_LINE_BYTES:
+                    self.problem = f"not trace-event JSON, or an event over {MAX_LINE_BYTES // 2**20} MiB; the rest is not read"
+                    self._buffer = ""
         return len(self.events) != before
 
     def _parse(self) -> None:
-        decoder, text, pos = json.JSONDecoder(), self._buffer, 0
+        decoder, text, pos = DECODER, self._buffer, 0
         while True:
             while pos < len(text) and (text[pos].isspace() or text[pos] == ","):
                 pos += 1
@@ -211,6 +275,9 @@ class TraceEvents:
                 event, end = decoder.raw_decode(text, pos)
             except ValueError:
                 break  # the rest is still being written
+            except RecursionError:
+                self.problem = "an event nested too deeply to parse; the rest is not read"
+                break
             pos = end
             if isinstance(event, dict) and event.get("ph") == "X" and isinstance(event.get("dur"), int | float):
                 args = event.get("args") if isinstance(event.get("args"), dict) else {}
@@ -235,10 +302,13 @@ class RunDir:
 
     def __init__(self, path: Path, name: str) -> None:
         self.path, self.name = path, name
-        self.metrics = JsonLines(path / "metrics.jsonl", lambda obj, _o, _l: {k: _finite(v) for k, v in obj.items()})
-        self.rollouts = JsonLines(path / "rollouts.jsonl", self._index_rollout)
-        self.trace = TraceEvents(path / "trace.json")
+        self.root = path.resolve()  # nothing is read through a link out of it (tinker_client.viewer.files)
+        self.metrics = JsonLines(path / "metrics.jsonl", lambda obj, _o, _l: {k: _finite(v) for k, v in obj.items()}, self.root)
+        self.rollouts = JsonLines(path / "rollouts.jsonl", self._index_rollout, self.root)
+        self.trace = TraceEvents(path / "trace.json", self.root)
         self._cache: dict[str, tuple[Any, Any]] = {}
+        #: what could not be read, by file (shown on the page): set and cleared as files are read
+        self.problems: dict[str, str] = {}
 
     def _cached(self, name: str, key: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, again only when ``key`` (what the value depends on) changed: the page
@@ -265,12 +335,37 @@ class RunDir:
         self.rollouts.refresh()
         self.trace.refresh()
 
-    def read_json(self, name: str) -> Any:
-        """The JSON document ``name`` of the run dir, or None when it is missing or not (yet) JSON."""
-        try:
-            return json.loads((self.path / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+    def read_json(self, name: str, kind: type = dict) -> Any:
+        """The JSON document ``name`` of the run dir (a ``kind``), or None when it is missing or
+        unreadable (then :meth:`warnings` says why: :func:`~tinker_client.viewer.files.read_document`)."""
+        value, problem = read_document(self.root, name, kind)
+        if problem and not (name == "result.json" and problem.startswith("not JSON")):  # result.json may be half-written
+            self.problems[name] = problem
+        else:
+            self.problems.pop(name, None)
+        return value
+
+    def read_text(self, name: str, limit: int = MAX_LINE_BYTES) -> str | None:
+        """The text file ``name`` of the run dir (at most ``limit`` bytes), or None when it is
+        missing, a link out of the run dir or unreadable."""
+        path = self.path / name
+        if not os.path.lexists(path) or not inside(self.root, path):
             return None
+        try:
+            with path.open("rb") as f:
+                return f.read(limit).decode("utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def warnings(self) -> list[str]:
+        """``"<file>: <why>"`` for each file (or part of one) that could not be read."""
+        found = dict(self.problems)
+        for lines in (self.metrics, self.rollouts):
+            if (why := lines.warning()) is not None:
+                found[lines.path.name] = why
+        if self.trace.problem:
+            found[self.trace.path.name] = self.trace.problem
+        return [f"{name}: {why}" for name, why in sorted(found.items())]
 
     def summary(self) -> dict[str, Any]:
         """What the run list shows, and what tells the polling page that something changed. Only
@@ -292,6 +387,7 @@ class RunDir:
             "stages": stages, "rollouts": len(items), "eval_rollouts": evals,
             "trace_events": len(self.trace.events), "generation": self.metrics.generation + self.rollouts.generation,
             "rollouts_bytes": _size(self.rollouts.path), "trace_bytes": _size(self.trace.path),
+            "warnings": self.warnings(),
         }
 
     def metric_columns(self, since: int = 0) -> dict[str, Any]:
@@ -339,28 +435,44 @@ class RunDir:
         """Each of ``rollouts`` with its full record read back from ``rollouts.jsonl``."""
         if not rollouts:
             return
+        if not inside(self.root, self.path / "rollouts.jsonl"):
+            return
         with (self.path / "rollouts.jsonl").open("rb") as f:
             for r in rollouts:
                 f.seek(r.offset)
                 try:
-                    yield r, json.loads(f.read(r.length))
-                except ValueError:
+                    record = loads(f.read(r.length))
+                except Unreadable:
                     continue
+                if isinstance(record, dict):
+                    yield r, record
 
     def checkpoints(self) -> list[dict[str, Any]]:
-        """The ``checkpoints/step-NNNNNN`` dirs: name, step, files, bytes, modification time."""
-        out = []
+        """The ``checkpoints/step-NNNNNN`` dirs: name, step, files, bytes, modification time
+        (``complete``: False when more files than are counted). A link out of the run dir is
+        skipped with a warning; links inside a checkpoint are neither followed nor counted."""
+        out, outside = [], []
         root = self.path / "checkpoints"
+        if root.is_dir() and not inside(self.root, root):
+            self.problems["checkpoints"] = "a link out of the run dir; not read"
+            return []
         for d in sorted(root.glob("step-*")) if root.is_dir() else []:
+            if not inside(self.root, d):
+                outside.append(d.name)
+                continue
             if not d.is_dir():
                 continue
-            files = [p for p in d.rglob("*") if p.is_file()]
+            files, size, complete = walk_files(d)
             try:
                 step = int(d.name.removeprefix("step-"))
-            except ValueError:
-                step = None
-            out.append({"name": d.name, "step": step, "files": len(files),
-                        "bytes": sum(p.stat().st_size for p in files), "mtime": os.path.getmtime(d)})
+                mtime = os.path.getmtime(d)
+            except (ValueError, OSError):
+                step, mtime = None, None
+            out.append({"name": d.name, "step": step, "files": files, "bytes": size, "mtime": mtime, "complete": complete})
+        if outside:
+            self.problems["checkpoints"] = f"{', '.join(outside)}: a link out of the run dir; not read"
+        else:
+            self.problems.pop("checkpoints", None)
         return out
 
     def trace_summary(self) -> dict[str, Any]:

@@ -201,7 +201,30 @@ def check_plugin_names(config: JobConfig) -> list[str]:
         check("optimizers", stage.optimizer.name, where(i, "optimizer", "name"))
         if stage.env is not None and stage.env.address is None:
             check("envs", stage.env.id, where(i, "env", "id"))
+            problems += _multi_agent_env_problems(stage, f"{algo}.params.multi_agent", lora=config.lora is not None)
     return problems
+
+
+def _multi_agent_env_problems(stage: Any, where: str, *, lora: bool) -> list[str]:
+    """``multi_agent`` of a grpo stage checked against its registered env, as the trainer checks it
+    before the first rollout (:mod:`tinker_core.config.multi_agent_env`)."""
+    from tinker_core.config.multi_agent import MultiAgentConfig
+    from tinker_core.config.multi_agent_env import multi_agent_problems
+    from tinker_core.registry import env_spec
+
+    if not hasattr(stage.algorithm.params, "multi_agent"):
+        return []
+    multi_agent = stage.algorithm.params.multi_agent
+    try:
+        spec = env_spec(stage.env.id)
+    except UnknownNameError:  # reported by the env id's check
+        return []
+    if spec.roles:
+        return multi_agent_problems(multi_agent or MultiAgentConfig(), spec, where, lora)
+    if multi_agent is not None:
+        return [f"{where}: the env {spec.id!r} is single-agent (its spec has no roles); remove multi_agent or use a "
+                "multi-agent env"]
+    return []
 
 
 def check_trackers(config: JobConfig) -> list[str]:

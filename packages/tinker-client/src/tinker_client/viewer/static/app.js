@@ -1,5 +1,7 @@
 // OpenTinker run viewer: vanilla JavaScript over the JSON API of tinker_client.viewer.app.
 // No build step and nothing from a CDN. The page polls /api/runs and follows runs that still write.
+// Everything a run's files hold (names, texts, statuses) is shown as text (el's "text",
+// textContent), never parsed as HTML: no innerHTML anywhere.
 "use strict";
 
 const params = new URLSearchParams(location.search);
@@ -61,10 +63,19 @@ async function poll() {
   state.runs = runs;
   if (first) setupRuns();
   for (const r of runs) $(`#run-${r.id} .run-meta`).textContent = `${r.status}, step ${r.last_step ?? "-"}`;
+  showWarnings(runs);
   if (!changed.length) return;
   await Promise.all(changed.filter((id) => state.shown.has(id) || id === state.current).map(loadMetrics));
   drawCurves();
   if (changed.includes(state.current)) refreshTab(true);
+}
+
+// What the viewer could not read in a run dir (a corrupt file, a link out of it): skipped, and said here.
+function showWarnings(runs) {
+  const lines = runs.flatMap((r) => (r.warnings || []).map((w) => el("li", { text: `${r.name}: ${w}` })));
+  const box = $("#warnings");
+  box.hidden = lines.length === 0;
+  box.replaceChildren(...(lines.length ? [el("strong", { text: "Not shown: " }), el("ul", {}, ...lines)] : []));
 }
 
 function setupRuns() {
@@ -225,9 +236,11 @@ function hover(event) {
   const rows = s.lines.map((line) => {
     let best = 0;
     for (let i = 0; i < line.xs.length; i++) if (Math.abs(line.xs[i] - x) < Math.abs(line.xs[best] - x)) best = i;
-    return `<span style="color:${line.colour}">${state.runs[line.id].name}</span> step ${line.xs[best]}: ${fmt(line.ys[best])}`;
+    const name = el("span", { text: state.runs[line.id].name });
+    name.style.color = line.colour;
+    return el("div", {}, name, ` step ${line.xs[best]}: ${fmt(line.ys[best])}`);
   });
-  tip.innerHTML = rows.join("<br>");
+  tip.replaceChildren(...rows);
   tip.hidden = false;
   tip.style.left = `${event.clientX - rect.left + 12}px`;
   tip.style.top = `${event.clientY - rect.top + 12}px`;
