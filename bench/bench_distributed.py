@@ -4,7 +4,8 @@ cost and give (``execution`` in the job config; docs/guides/distributed.md).
 The GRPO stage of the README's main job (``examples/arithmetic.yaml``: 32 prompts x 8 samples, 5
 new tokens, the tiny model) from its untrained start, ``--steps`` steps, once per topology:
 
-* ``one-process`` (the default execution), ``workers-1``, ``workers-2``, ``learners-2`` and
+* ``one-process`` (the default execution; and at 2 torch threads, what a user would pick on two
+  cores), ``workers-1``, ``workers-2``, ``learners-2`` and
   ``workers-2-learners-2``, interleaved (A B C D E, A B C D E, ...), each run its own subprocess
   at ``--threads`` torch threads (the job's process and every actor);
 * per run: steps/s and samples/s over the steps after the first two (warm-up: the actors load),
@@ -38,6 +39,7 @@ from _common import RESULTS_DIR, load_snapshot, machine_info  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 TOPOLOGIES: dict[str, dict[str, Any]] = {
     "one-process": {},
+    "one-process-2-threads": {"threads": 2},  # what a user would pick instead on 2 cores
     "workers-1": {"rollout_workers": 1},
     "workers-2": {"rollout_workers": 2},
     "learners-2": {"learners": 2},
@@ -112,11 +114,12 @@ def main() -> None:
     steps, repeats = (3, 1) if args.quick else (args.steps, args.repeats)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in TOPOLOGIES}
     for r in range(repeats):
-        for name, execution in TOPOLOGIES.items():  # interleaved: every topology once per repeat
-            res = run_once(grpo_job(steps, args.threads, execution))
+        for name, topology in TOPOLOGIES.items():  # interleaved: every topology once per repeat
+            execution = {k: v for k, v in topology.items() if k != "threads"}
+            res = run_once(grpo_job(steps, topology.get("threads", args.threads), execution))
             runs[name].append(res)
             print(f"repeat {r} {name:>22}: {res['steps_per_s']:.3f} steps/s, {res['samples_per_s']:.0f} samples/s, "
-                  f"wall {res['wall_s']:.1f} s, load {res['load_before']['1min']:.2f} -> {res['load_after']['1min']:.2f}", flush=True)
+                  f"wall {res['wall_s']:.1f} s, load {res['load_before']['loadavg_1m']:.2f} -> {res['load_after']['loadavg_1m']:.2f}", flush=True)
     sync = {}
     for kind, lora in (("full", False), ("lora-r8", True)):
         res = run_once(grpo_job(max(steps // 2, 3), args.threads, {"rollout_workers": 1}, lora=lora))
