@@ -333,9 +333,11 @@ def main() -> None:
         for c in threads:
             c.start()
         peak, rss_warm = dict(rss_before), None
+        timeline: list[tuple[float, float, float]] = []  # (seconds, scheduler MB, tree MB) every 5 s
         while any(c.is_alive() for c in threads):
             time.sleep(5)
             now = gateway.rss()
+            timeline.append((round(time.monotonic() - started, 1), round(now["scheduler_mb"], 1), round(now["tree_mb"], 1)))
             if rss_warm is None and all(c.steps >= 1 or not c.is_alive() for c in threads):
                 rss_warm = dict(now, at_s=time.monotonic() - started)  # every model loaded and stepped once
             if now["tree_mb"] > peak["tree_mb"]:
@@ -375,6 +377,7 @@ def main() -> None:
         "large": {"batch": LARGE_BATCH, "sample": LARGE_SAMPLE},
         "loadavg_start": loadavg_start, "loadavg_end": loadavg_end,
         "rss_before": rss_before, "rss_warm": rss_warm, "rss_peak": peak, "rss_after": rss_after,
+        "rss_timeline": timeline, "rss_at_5min": rss_at(timeline, 300.0), "rss_growth": rss_growth(timeline),
         "http_routes": http_summary, "http_statuses": dict(statuses),
         "server_errors_5xx": sum(v for k, v in statuses.items() if k.startswith("5")),
         "sdk_calls": call_summary, "failures": failures,
@@ -392,7 +395,36 @@ def main() -> None:
           f"RSS {rss_before['tree_mb']:.0f} (idle) -> {(rss_warm or rss_before)['tree_mb']:.0f} (warm) -> "
           f"{rss_after['tree_mb']:.0f} MB (end; peak {peak['tree_mb']:.0f}); "
           f"load {loadavg_start[0]:.1f} -> {loadavg_end[0]:.1f}", flush=True)
-    write_results(args, "gateway_soak", payload, with_torch=False)
+    growth = payload["rss_growth"]
+    print(f"RSS at 5 min: {payload['rss_at_5min']}; growth over the second half: scheduler "
+          f"{growth['scheduler_mb_per_min']:+.2f} MB/min, tree {growth['tree_mb_per_min']:+.2f} MB/min", flush=True)
+    write_results(args, "gateway_soak" if minutes == 10 else f"gateway_soak_{minutes:g}min", payload, with_torch=False)
+
+
+def rss_at(timeline: list[tuple[float, float, float]], seconds: float) -> dict[str, float] | None:
+    """The RSS sample nearest ``seconds`` into the soak."""
+    if not timeline:
+        return None
+    t, sched, tree = min(timeline, key=lambda row: abs(row[0] - seconds))
+    return {"at_s": t, "scheduler_mb": sched, "tree_mb": tree}
+
+
+def rss_growth(timeline: list[tuple[float, float, float]]) -> dict[str, float]:
+    """Least-squares slope (MB per minute) of the scheduler's and the tree's RSS over the second
+    half of the soak (after warm-up): about 0 when memory levels off."""
+    half = timeline[len(timeline) // 2:]
+    if len(half) < 2:
+        return {"scheduler_mb_per_min": 0.0, "tree_mb_per_min": 0.0}
+    ts = [row[0] / 60 for row in half]
+    mean_t = sum(ts) / len(ts)
+
+    def slope(col: int) -> float:
+        ys = [row[col] for row in half]
+        mean_y = sum(ys) / len(ys)
+        den = sum((t - mean_t) ** 2 for t in ts)
+        return sum((t - mean_t) * (y - mean_y) for t, y in zip(ts, ys, strict=True)) / den if den else 0.0
+
+    return {"scheduler_mb_per_min": slope(1), "tree_mb_per_min": slope(2)}
 
 
 if __name__ == "__main__":
