@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from tinker_algos.distributed.faults import Faults
 from tinker_algos.distributed.replica import trainable
 from tinker_algos.distributed.rollout_worker import (
     SyncReport,
@@ -100,11 +99,9 @@ class DistributedRollouts:
         self.published: dict[int, Published] = {}
         self.pending: dict[int, list[tuple[int, Unit, Any]]] = {}  # step -> (worker, unit, ref)
         self.dispatched_upto = -1
-        self.faults = Faults.parse(runtime.faults, "job", None)
         self.last_take = time.perf_counter()
         self.busy: Counter[str] = Counter()
         self.step_metrics: dict[str, float] = {}
-        self.notes_logged: set[str] = set()
         self.restored: dict[int, dict[str, torch.Tensor]] = {}
         self.self_tested = False
 
