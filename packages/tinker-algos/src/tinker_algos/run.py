@@ -8,7 +8,8 @@ This is the library mode the scheduler's workers and ``opentinker train`` call. 
     tensorboard/           the same metrics for TensorBoard
     checkpoints/step-N/    trainer state (weights or adapter, optimizer, RNG), algorithm state,
                            progress.json, and manifest.json (size and SHA-256 of every file,
-                           written last); written atomically, the newest `checkpoint.keep` kept
+                           written last); written atomically; the newest `checkpoint.keep_last` kept,
+                           and every `checkpoint.keep_every`-th step
     rollouts.jsonl         a sample of each step's episodes and of each evaluation's (logging.rollouts;
                            tinker_core.rollout_records)
     trace.json             each step's phases as Chrome/Perfetto trace events (logging.trace;
@@ -79,7 +80,7 @@ from tinker_algos.prompts import PromptRenderer
 from tinker_algos.recording import Recorder, phase
 from tinker_algos.rollout import env_factories, make_env  # noqa: F401  (re-exported: their home was this module)
 from tinker_algos.run_dir import make_run_dir
-from tinker_algos.run_plan import Progress, StepPlan
+from tinker_algos.run_plan import Progress, StepPlan, kept_steps
 from tinker_algos.trainer import Trainer, TrainerConfig
 from tinker_core.config import JobConfig, StageConfig, load_config, parse_config
 from tinker_core.errors import ConfigError
@@ -383,7 +384,8 @@ class Run:
         self.cb.on_checkpoint(here.global_step, str(self.checkpoint))
 
     def save(self, progress: Progress, trainer: Trainer, algo: Algorithm) -> Path:
-        """``checkpoints/step-N``: trainer state, algorithm state, progress; the newest ``keep`` kept."""
+        """``checkpoints/step-N``: trainer state, algorithm state, progress; then the keep policy
+        (``checkpoint.keep_last``, ``keep_every``) deletes the others."""
 
         def write(tmp: Path) -> None:
             save_state(tmp / "trainer", trainer, data_cursor=asdict(progress))
@@ -393,8 +395,10 @@ class Run:
             seal(tmp, {"kind": RUN_CHECKPOINT_KIND, "progress": asdict(progress)})  # last: checksums of all the above
 
         final = atomic_dir(self.dir / "checkpoints" / f"step-{progress.global_step:06d}", write, overwrite=True)
-        for old in run_checkpoints(self.dir)[: -self.job.checkpoint.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        found = {int(p.name[5:]): p for p in run_checkpoints(self.dir)}
+        keep = kept_steps(found, self.job.checkpoint.keep_last, self.job.checkpoint.keep_every)
+        for step in sorted(found.keys() - keep):
+            shutil.rmtree(found[step], ignore_errors=True)
         return final
 
     def plot(self) -> Path | None:
