@@ -1,4 +1,4 @@
-"""Runs you can steer: re-running a finished run, extending it."""
+"""Runs you can steer: re-running a finished run, extending it, forking it, the keep policy."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 import pytest
 
 from tinker_algos import train
+from tinker_algos.forking import ForkError, fork, parse_run_spec
+from tinker_algos.lineage import render_tree, run_tree
 from tinker_core.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")
@@ -113,3 +115,79 @@ def test_fewer_steps_or_another_stage_layout_on_a_finished_run_is_refused(finish
     one_stage["stages"] = one_stage["stages"][:1]
     with pytest.raises(ConfigError, match=r"stages: "):
         train(one_stage, run_dir=run_dir)
+
+
+@pytest.mark.parametrize("at", [1, 3], ids=["in-sft", "in-grpo"])
+def test_a_fork_without_overrides_reproduces_its_parents_later_metrics(finished, tmp_path, at, deterministic_metrics):
+    result = fork(f"{finished}@{at}", run_dir=tmp_path / "fork")
+    assert result.status == "completed" and result.step == 4
+    assert deterministic_metrics(tmp_path / "fork") == deterministic_metrics(finished)
+    lineage = json.loads((tmp_path / "fork" / "lineage.json").read_text())
+    assert lineage["parent"]["run_dir"] == str(finished.resolve()) and lineage["parent"]["step"] == at
+    assert lineage["overrides"] == [] and lineage["config_hash"] == lineage["parent"]["config_hash"]
+    assert (finished / "checkpoints" / f"step-{at:06d}").is_dir()  # the parent keeps its checkpoint
+
+
+def test_a_fork_with_an_override_changes_only_the_steps_after_it(finished, tmp_path, deterministic_metrics):
+    fork(finished, ["stages.1.optimizer.lr=0.01"], step=2, run_dir=tmp_path / "fork")
+    mine, parents = deterministic_metrics(tmp_path / "fork"), deterministic_metrics(finished)
+    assert mine[:2] == parents[:2] and mine[2:] != parents[2:] and len(mine) == 4
+    lineage = json.loads((tmp_path / "fork" / "lineage.json").read_text())
+    assert lineage["overrides"] == ["stages.1.optimizer.lr=0.01"] and lineage["config_hash"] != lineage["parent"]["config_hash"]
+    tree = render_tree(run_tree(finished.parent)) + render_tree(run_tree(tmp_path))
+    assert any("fork of" in line and "@2: stages.1.optimizer.lr=0.01" in line for line in tree)
+
+
+def test_a_fork_of_a_finished_run_can_add_steps_to_its_last_stage(finished, tmp_path):
+    result = fork(f"{finished}@4", ["stages.1.algorithm.steps=3"], run_dir=tmp_path / "fork")
+    assert result.step == 5 and json.loads((finished / "result.json").read_text())["step"] == 4
+
+
+def test_what_a_fork_cannot_change_is_refused_before_anything_is_copied(finished, tmp_path):
+    with pytest.raises(ConfigError, match=r"model.revision: .*a fork goes on from the parent's weights"):
+        fork(f"{finished}@3", ["model.revision=other"], run_dir=tmp_path / "fork")
+    with pytest.raises(ConfigError, match=r"stages.0.algorithm.name: 'sft' -> 'dpo'"):
+        fork(f"{finished}@3", ["stages.0.algorithm.name=dpo"], run_dir=tmp_path / "fork")
+    with pytest.raises(ConfigError, match=r"nothing to run"):
+        fork(f"{finished}@4", run_dir=tmp_path / "fork")
+    with pytest.raises(ForkError, match=r"no checkpoint at step 9 \(it has: 1, 2, 3, 4\)"):
+        fork(f"{finished}@9", run_dir=tmp_path / "fork")
+    assert not (tmp_path / "fork").exists()
+
+
+def test_parse_run_spec():
+    assert parse_run_spec("runs/a@20") == (parse_run_spec("runs/a")[0], 20)
+    assert parse_run_spec("runs/a@b") == (parse_run_spec("runs/a@b")[0], None)
+
+
+def steer_cli():
+    import typer
+
+    from tinker_algos import plugin
+
+    cli = typer.Typer(add_completion=False)
+    plugin.opentinker_register_commands(cli=cli)
+    return cli
+
+
+def test_opentinker_fork_and_runs_show_the_lineage_tree(finished, tmp_path, deterministic_metrics):
+    import shutil
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    runs = tmp_path / "runs"
+    shutil.copytree(finished, runs / "steer")
+    out = CliRunner().invoke(steer_cli(), ["fork", f"{runs / 'steer'}@3", "stages.1.optimizer.lr=0.01"])
+    assert out.exit_code == 0, out.output
+    assert (runs / "steer-fork-3" / "lineage.json").is_file() and "completed: 4 steps" in out.output
+    again = CliRunner().invoke(steer_cli(), ["fork", f"{runs / 'steer'}@3", "model.revision=x"])
+    assert again.exit_code == 2 and "model.revision" in again.output and not (runs / "steer-fork-3-2").exists()
+    listed = CliRunner().invoke(steer_cli(), ["runs", str(runs)])
+    assert listed.exit_code == 0
+    lines = listed.output.splitlines()
+    assert lines[0].startswith(f"{runs / 'steer'}  completed at step 4")
+    assert lines[1].startswith(f"└─ {runs / 'steer-fork-3'}  completed at step 4  (fork of ") and "@3: stages.1.optimizer.lr=0.01" in lines[1]
+    code = "import sys, tinker_algos.cli_steer, tinker_algos.lineage; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -327,6 +327,8 @@ PLUGIN_COMMANDS = {
     "train": ("tinker-algos", "or run it on a scheduler: 'opentinker train CONFIG --scheduler HOST:PORT'"),
     "scheduler": ("tinker-scheduler", None),
     "compare": ("tinker-algos", None),
+    "fork": ("tinker-algos", None),
+    "runs": ("tinker-algos", None),
     "serve": ("tinker-serve", "or pip install 'opentinker[serve]'"),
 }
 """Commands that other packages add -> (the distribution to install, another way when there is one)."""
