@@ -6,6 +6,8 @@ line) makes a new run directory (default: ``runs/arithmetic-fork-200`` beside th
 * ``checkpoints/step-000200/``: the parent's checkpoint (weights, optimizer state, RNG, the data
   position and the algorithm's state), hard-linked where the file system allows, else copied;
 * ``metrics.jsonl`` (and ``rollouts.jsonl``): the parent's records up to that step;
+* ``live.jsonl``: the parent's live setting changes up to that step (:mod:`tinker_algos.live`),
+  but those of a setting an override sets;
 * ``lineage.json`` (:mod:`tinker_algos.lineage`): the parent's run dir, step, checkpoint and config
   hash, the overrides, and the fork's own config hash;
 
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from tinker_algos.continuation import config_hash, continuation, read_origin
 from tinker_algos.lineage import LINEAGE, read_lineage
+from tinker_algos.live import LIVE_LOG, read_live_log
 from tinker_algos.run_dir import make_run_dir
 from tinker_algos.run_plan import Progress
 from tinker_core.config import JobConfig, apply_overrides, parse_config
@@ -88,7 +91,7 @@ def prepare_fork(
     }
     target = _target(parent, progress.global_step, record, run_dir)
     if read_lineage(target) is None:
-        _populate(target, parent, ckpt, progress)
+        _populate(target, parent, ckpt, progress, overrides)
         (target / LINEAGE).write_text(json.dumps({**record, "created_unix": time.time()}, indent=1) + "\n", encoding="utf-8")
     return job, target
 
@@ -134,14 +137,20 @@ def _target(parent: Path, step: int, record: dict[str, object], run_dir: str | P
     raise ForkError(f"run dir {candidates[-1]} already holds another run; choose another --run-dir")
 
 
-def _populate(target: Path, parent: Path, ckpt: Path, progress: Progress) -> None:
-    """The parent's checkpoint, config and records up to its step, in the new run dir."""
+def _populate(target: Path, parent: Path, ckpt: Path, progress: Progress, overrides: Sequence[str]) -> None:
+    """The parent's checkpoint, config and records up to its step, in the new run dir, and the
+    live setting changes in effect at that step (but those the overrides set anew)."""
     make_run_dir(target)
     shutil.copytree(ckpt, target / "checkpoints" / ckpt.name, copy_function=_link_or_copy, dirs_exist_ok=True)
     if (parent / "config.json").is_file():
         shutil.copy2(parent / "config.json", target / "config.json")
     if (parent / "metrics.jsonl").is_file():
         _copy_rows(parent / "metrics.jsonl", target / "metrics.jsonl", progress.global_step)
+    overridden = {text.split("=", 1)[0].strip() for text in overrides}
+    live = [(step, text) for step, text in read_live_log(parent / LIVE_LOG)
+            if step <= progress.global_step and text.split("=", 1)[0] not in overridden]
+    if live:
+        (target / LIVE_LOG).write_text("".join(json.dumps({"step": s, "set": t}) + "\n" for s, t in live), encoding="utf-8")
     if (parent / "rollouts.jsonl").is_file():  # the resumed run keeps the records up to its step
         shutil.copy2(parent / "rollouts.jsonl", target / "rollouts.jsonl")
 

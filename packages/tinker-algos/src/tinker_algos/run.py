@@ -80,6 +80,7 @@ from tinker_algos.distributed.replica import ADAPTER, job_lora, load_job_policy
 from tinker_algos.env_probe import check_stage_env
 from tinker_algos.hub.cache import clean_atomic_leftovers
 from tinker_algos.lineage import is_fork_origin
+from tinker_algos.live import LiveSettings
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import PolicyModel, atomic_dir
 from tinker_algos.progress import describe_model, quiet_third_party_progress
@@ -163,13 +164,14 @@ class Run:
     """
 
     def __init__(self, job: JobConfig, run_dir: Path, callbacks: RunCallbacks, shared: SharedModel | None) -> None:
-        self.job = job
+        self.given = job  # as started: config.json, checkpoints' job.json
+        self.job = job.model_copy(deep=True)  # the run's own: live settings change it (tinker_algos.live)
         self.dir = run_dir.absolute()  # absolute before any agent runs: an agent's os.chdir cannot move it
         self.shown_dir = str(run_dir)  # as the caller named it, in the result
         self.cb = callbacks
         self.shared = shared
         self.in_turn: Callable[[Callable[[], Any]], Any] = shared.run if shared is not None else _call
-        self.stages = job.resolved_stages()
+        self.stages = self.job.resolved_stages()
         self.progress = Progress()
         self.resume_from: Path | None = None
         self.global_step = 0
@@ -213,7 +215,7 @@ class Run:
         if intact is not None:
             ckpt, progress = intact
             origin = read_origin(ckpt, self.dir / "config.json")
-            go_on = continuation(origin, self.job, progress, fork=is_fork_origin(self.dir, ckpt))
+            go_on = continuation(origin, self.given, progress, fork=is_fork_origin(self.dir, ckpt))
             if go_on.progress is None:
                 return self.stored_result(ckpt, progress)
             self.resume_from = self.checkpoint = ckpt
@@ -222,7 +224,7 @@ class Run:
             if go_on.note:
                 self.cb.on_log(go_on.note)
         self.global_step = self.progress.global_step
-        (self.dir / "config.json").write_text(self.job.model_dump_json(indent=1), encoding="utf-8")
+        (self.dir / "config.json").write_text(self.given.model_dump_json(indent=1), encoding="utf-8")
         return None
 
     def stored_result(self, ckpt: Path, progress: Progress) -> TrainResult:
@@ -263,6 +265,7 @@ class Run:
         resumed = self.global_step if self.resume_from is not None else None
         self.recorder = Recorder.for_run(self.dir, job.logging, job_name=job.name, resume_step=resumed)
         self.recorder.on_records = self.log.log_rollouts if self.log.trackers else None
+        self.live = LiveSettings.for_run(self.dir, job, self.stages, self.given, self.cb.on_log, resume_step=resumed)
         last = self.log.rows[-1] if self.resume_from is not None and self.log.rows else None
         if last is not None and last["step"] == self.global_step:
             # the checkpoint's step once more: a caller killed before it kept that step's report
@@ -287,8 +290,9 @@ class Run:
                 self.save_interrupted(Progress(si, k, self.global_step), trainer, algo)
                 return False
             self.global_step += 1
-            plan = self.plan(si, k)
-            plan, metrics, ev, saved = self.in_turn(partial(self.step, stage, trainer, algo, plan))
+            live = self.live.boundary(self.global_step, si, partial(setattr, trainer.config, "lr"))
+            plan = self.plan(si, k, logged=bool(live))
+            plan, metrics, ev, saved = self.in_turn(partial(self.step, stage, trainer, algo, plan, live))
             self.report(plan, metrics, ev, saved)
             if plan.ends_stage_early:
                 reached = ", ".join(f"{m}={ev[m]:.3f}" for m in stage.algorithm.stop_at or {})
@@ -336,7 +340,7 @@ class Run:
             algo.load_state_dict(torch.load(self.resume_from / "algorithm.pt", weights_only=False))
         return trainer, algo
 
-    def plan(self, si: int, k: int) -> StepPlan:
+    def plan(self, si: int, k: int, *, logged: bool = False) -> StepPlan:
         """Step ``k`` of stage ``si``: evaluate? log? checkpoint, and as what progress?"""
         algo = self.stages[si].algorithm
         last = k == algo.steps - 1
@@ -350,22 +354,24 @@ class Run:
             stage_step=k,
             global_step=self.global_step,
             evaluate=last or bool(algo.eval_every and (k + 1) % algo.eval_every == 0),
-            report=last or self.global_step % self.job.logging.every == 0,
+            report=last or logged or self.global_step % self.job.logging.every == 0,
             save_as=save_as,
             stop_at=algo.stop_at,
             next_stage=None if last else Progress(si + 1, 0, self.global_step),
         )
 
     def step(
-        self, stage: StageConfig, trainer: Trainer, algo: Algorithm, plan: StepPlan
+        self, stage: StageConfig, trainer: Trainer, algo: Algorithm, plan: StepPlan, live: dict[str, float]
     ) -> tuple[StepPlan, dict[str, float], dict[str, float], Path | None]:
-        """One optimizer step (sample, score, learn), then its evaluation, log line and checkpoint;
+        """One optimizer step (sample, score, learn), then its evaluation, log line (with the live
+        settings changed before it, ``live``) and checkpoint;
         the plan comes back updated by the evaluation (a reached ``stop_at`` ends the stage).
         The recorder is active meanwhile: the step's phases and episodes are recorded."""
         with self.recorder.active(stage.name or stage.algorithm.name, plan.global_step):
             t0 = time.perf_counter()
             metrics = algo.step(plan.stage_step)
             metrics["time/step_s"] = time.perf_counter() - t0
+            metrics.update(live)
             ev: dict[str, float] = {}
             if plan.evaluate:
                 t1 = time.perf_counter()
@@ -412,7 +418,7 @@ class Run:
             save_state(tmp / "trainer", trainer, data_cursor=asdict(progress))
             torch.save(algo.state_dict(), tmp / "algorithm.pt")
             algo.save_files(tmp)  # e.g. roles/<role>/ (multi-agent learners)
-            (tmp / JOB_RECORD).write_text(json.dumps(job_record(self.job, done), indent=1), encoding="utf-8")
+            (tmp / JOB_RECORD).write_text(json.dumps(job_record(self.given, done), indent=1), encoding="utf-8")
             (tmp / "progress.json").write_text(json.dumps(asdict(progress), sort_keys=True, indent=1), encoding="utf-8")
             seal(tmp, {"kind": RUN_CHECKPOINT_KIND, "progress": asdict(progress)})  # last: checksums of all the above
 
