@@ -143,6 +143,18 @@ def test_a_fork_of_a_finished_run_can_add_steps_to_its_last_stage(finished, tmp_
     assert result.step == 5 and json.loads((finished / "result.json").read_text())["step"] == 4
 
 
+def test_a_fork_of_a_finished_run_can_add_a_stage(finished, tmp_path, deterministic_metrics):
+    more = job()
+    more["stages"].append({"name": "more", "algorithm": {"name": "sft", "steps": 1, "batch_size": 8, "eval_size": 4}})
+    from tinker_core.config import parse_config
+
+    data = parse_config(more).model_dump(mode="json")
+    result = fork(finished, [f"stages={json.dumps(data['stages'])}"], run_dir=tmp_path / "fork")
+    assert result.step == 5
+    rows = deterministic_metrics(tmp_path / "fork")
+    assert rows[:4] == deterministic_metrics(finished) and rows[4]["stage"] == "more"
+
+
 def test_what_a_fork_cannot_change_is_refused_before_anything_is_copied(finished, tmp_path):
     with pytest.raises(ConfigError, match=r"model.revision: .*a fork goes on from the parent's weights"):
         fork(f"{finished}@3", ["model.revision=other"], run_dir=tmp_path / "fork")
