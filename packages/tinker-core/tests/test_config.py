@@ -29,7 +29,7 @@ def test_a_good_config_loads_with_defaults_and_stage_inheritance():
     assert stages[0].rollout.group_size == 8 and stages[1].rollout.group_size == 4
     assert stages[1].env.kwargs == {"words": ["a", "b"]}
     assert config.total_steps == 12
-    assert config.optimizer.name == "adamw" and config.checkpoint.keep == 2
+    assert config.optimizer.name == "adamw" and config.checkpoint.keep_last == 2
 
 
 def test_load_from_a_file(tmp_path):

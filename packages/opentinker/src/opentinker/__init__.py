@@ -14,8 +14,8 @@ lives in the packages the extras install: ``tinker_core`` (protocols, plugin hoo
 and ``tinker_serve``.
 """
 
-from opentinker.api import MissingExtraError, evaluate, job_config, load_policy, train
+from opentinker.api import MissingExtraError, evaluate, fork, job_config, load_policy, train
 
 __version__ = "0.1.0"
 
-__all__ = ["MissingExtraError", "__version__", "evaluate", "job_config", "load_policy", "train"]
+__all__ = ["MissingExtraError", "__version__", "evaluate", "fork", "job_config", "load_policy", "train"]

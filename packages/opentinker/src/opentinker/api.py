@@ -1,4 +1,4 @@
-"""The Python API at the front door: :func:`train`, :func:`evaluate`, :func:`load_policy`.
+"""The Python API at the front door: :func:`train`, :func:`fork`, :func:`evaluate`, :func:`load_policy`.
 
 The same three things the command line does (``opentinker train``, ``opentinker eval``, and
 loading what a run trained), as functions::
@@ -7,6 +7,7 @@ loading what a run trained), as functions::
 
     result = opentinker.train("job.yaml", seed=1)            # a run under runs/<name>
     metrics = opentinker.evaluate(result.run_dir)            # {"eval/accuracy": ..., ...}
+    opentinker.fork(f"{result.run_dir}@50", ["optimizer.lr=1e-4"])  # a new run from step 50
     model, tokenizer = opentinker.load_policy(result.run_dir)
 
 Importing this module is cheap: torch and the training engine (``tinker_algos``, installed by
@@ -17,7 +18,7 @@ top-level sections or fields of the job config (``seed=1``, ``algorithm={...}``)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,24 @@ def train(
     job = job_config(config, **overrides)
     target = Path(run_dir) if run_dir is not None else RUNS / job.name
     return run.train(job, run_dir=target)
+
+
+def fork(
+    run: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    step: int | None = None,
+    run_dir: str | Path | None = None,
+) -> TrainResult:
+    """Fork a run, as ``opentinker fork RUN[@STEP] KEY=VALUE...`` does; train the fork, return its result.
+
+    ``run``: a run directory, or ``"RUN@STEP"`` for its checkpoint at STEP (default: its newest;
+    ``step`` says it too). ``overrides``: ``key.path=value`` strings (``"stages.2.optimizer.lr=1e-4"``).
+    ``run_dir``: the fork's directory (default ``RUN-fork-STEP`` beside the parent). The fork goes
+    on from the checkpoint's weights, optimizer state, RNG and data position, records its parent in
+    ``lineage.json``, and without overrides repeats the parent's later metrics exactly.
+    """
+    return _engine("tinker_algos.forking").fork(run, list(overrides), step=step, run_dir=run_dir)
 
 
 def evaluate(

@@ -11,6 +11,7 @@ Importing this package is cheap (no torch): names load from their submodules on 
 * checkpoints: :func:`save_state`, :func:`load_state`, :func:`restore_trainer`,
   :func:`read_manifest`
 * devices: :func:`resolve_device`, :class:`DeviceSpec`, :func:`seed_everything`
+* runs: :func:`train`, :func:`fork` (a new run from a checkpoint of another, with overrides)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_algos.device import DeviceSpec as DeviceSpec
     from tinker_algos.device import resolve_device as resolve_device
     from tinker_algos.device import seed_everything as seed_everything
+    from tinker_algos.forking import fork as fork
     from tinker_algos.models import TINY as TINY
     from tinker_algos.models import LoraSpec as LoraSpec
     from tinker_algos.models import ModelLoadError as ModelLoadError

@@ -29,7 +29,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
@@ -403,3 +403,27 @@ def verified_progress(ckpt: Path) -> tuple[Progress, bool]:
         return Progress.read(ckpt), verified
     except (OSError, ValueError, TypeError) as e:
         raise CheckpointError(f"progress.json is unreadable: {e}") from e
+
+
+def newest_intact(run_dir: Path, on_log: Callable[[str], object]) -> tuple[Path, Progress] | None:
+    """The newest checkpoint of ``run_dir`` whose files match its manifest, and its progress; None without any.
+
+    Each newer one that is damaged is skipped with a log line naming it and why; when none is
+    intact, a :class:`CheckpointError` says so (nothing is deleted either way).
+    """
+    found = run_checkpoints(run_dir)
+    for ckpt in reversed(found):
+        try:
+            progress, verified = verified_progress(ckpt)
+        except CheckpointError as e:
+            on_log(f"skipping damaged checkpoint {ckpt}: {e}")
+            continue
+        if not verified:
+            on_log(f"checkpoint {ckpt} has no checksums (written by an older version); loading it unverified")
+        return ckpt, progress
+    if found:
+        raise CheckpointError(
+            f"no intact checkpoint to resume from in {run_dir / 'checkpoints'}: all {len(found)} are damaged "
+            "(see the log lines above); start over with --fresh or checkpoint.resume: false"
+        )
+    return None

@@ -89,6 +89,11 @@ def train(
     except RunDirError as e:
         _fail(str(e))
     record_overrides(make_run_dir(target), file, overrides)
+    run_and_report(config, target)
+
+
+def run_and_report(config: JobConfig, target: Path) -> None:
+    """Train ``config`` in run dir ``target`` with a progress bar; print the result (bad input exits 2)."""
     quiet_third_party_progress()
     with ProgressCallbacks(total_steps=config.total_steps) as callbacks:
         callbacks.on_status("importing torch and transformers", short="importing")
@@ -119,11 +124,16 @@ def load_job(file: Path, overrides: list[str]) -> JobConfig:
     except OverrideError as e:
         _fail(str(e))
     except ConfigError as e:
-        head, *problems = e.report_lines(file)
-        err_console.print(f"[bold red]error:[/] {head}", markup=True)
-        for line in problems:
-            err_console.print(line, markup=False)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        report_config_error(e, file)
+
+
+def report_config_error(e: ConfigError, file: object) -> NoReturn:
+    """Every problem of a config one per line under ``FILE: N problem(s)``; exit 2."""
+    head, *problems = e.report_lines(file)
+    err_console.print(f"[bold red]error:[/] {escape(head)}", markup=True)
+    for line in problems:
+        err_console.print(line, markup=False)
+    raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
 def record_overrides(run_dir: Path, file: Path, overrides: list[str]) -> None:

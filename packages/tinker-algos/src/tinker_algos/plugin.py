@@ -19,8 +19,8 @@ Registered names:
 * the env ``agent/program-v0``: an agent program trained through the rollout proxy
   (:mod:`tinker_algos.agent_program`; its factory is imported on first use);
 * the ``opentinker train`` command (:mod:`tinker_algos.cli`), ``eval`` and ``export``
-  (:mod:`tinker_algos.cli_eval`), ``model`` (:mod:`tinker_algos.cli_model`) and ``compare``
-  (:mod:`tinker_algos.cli_compare`).
+  (:mod:`tinker_algos.cli_eval`), ``model`` (:mod:`tinker_algos.cli_model`), ``compare``
+  (:mod:`tinker_algos.cli_compare`), ``fork`` and ``runs`` (:mod:`tinker_algos.cli_steer`).
 """
 
 from __future__ import annotations
@@ -164,3 +164,4 @@ def opentinker_register_commands(cli: typer.Typer) -> None:
     importlib.import_module("tinker_algos.cli_model").register(cli)  # opentinker model import, fetch
     importlib.import_module("tinker_algos.cli_eval").register(cli)  # opentinker eval, export
     importlib.import_module("tinker_algos.cli_compare").register(cli)  # opentinker compare
+    importlib.import_module("tinker_algos.cli_steer").register(cli)  # opentinker fork, runs

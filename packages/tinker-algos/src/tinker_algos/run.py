@@ -8,7 +8,8 @@ This is the library mode the scheduler's workers and ``opentinker train`` call. 
     tensorboard/           the same metrics for TensorBoard
     checkpoints/step-N/    trainer state (weights or adapter, optimizer, RNG), algorithm state,
                            progress.json, and manifest.json (size and SHA-256 of every file,
-                           written last); written atomically, the newest `checkpoint.keep` kept
+                           written last); written atomically; the newest `checkpoint.keep_last` kept,
+                           and every `checkpoint.keep_every`-th step
     rollouts.jsonl         a sample of each step's episodes and of each evaluation's (logging.rollouts;
                            tinker_core.rollout_records)
     trace.json             each step's phases as Chrome/Perfetto trace events (logging.trace;
@@ -36,8 +37,8 @@ random state and adapter installed, so a job's metrics are exactly those of a ru
 Callbacks are called between those pieces (``on_checkpoint`` may block until the scheduler
 stored the reports).
 
-The run itself is a :class:`Run`, read top to bottom: :meth:`Run.load` (config, resume point,
-model, seeds), then per stage :meth:`Run.run_stage` -- :meth:`Run.start_stage` (trainer and
+The run itself is a :class:`Run`, read top to bottom: :meth:`Run.find_start` (the resume point,
+or a finished run's stored result; :mod:`tinker_algos.continuation`), :meth:`Run.load` (model, seeds), then per stage :meth:`Run.run_stage` -- :meth:`Run.start_stage` (trainer and
 algorithm, restored when resuming there) and for each step :meth:`Run.plan` (evaluate? log?
 checkpoint?), :meth:`Run.step` (the algorithm's sample/score/learn, evaluation, log line,
 checkpoint) and :meth:`Run.report` (callbacks) -- then :meth:`Run.plot` and :meth:`Run.finish`.
@@ -59,27 +60,36 @@ import torch
 from tinker_algos.algorithms import get_algorithm
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.checkpoint import (
-    CheckpointError,
     load_state,
+    newest_intact,
     run_checkpoints,
     save_state,
     seal,
     set_rng_state,
-    verified_progress,
+)
+from tinker_algos.continuation import (
+    JOB_RECORD,
+    continuation,
+    job_record,
+    read_origin,
+    stored_result,
 )
 from tinker_algos.device import seed_everything
 from tinker_algos.distributed.learners import DataParallelTrainer, LearnerLost
 from tinker_algos.distributed.replica import ADAPTER, job_lora, load_job_policy
 from tinker_algos.env_probe import check_stage_env
 from tinker_algos.hub.cache import clean_atomic_leftovers
+from tinker_algos.lineage import is_fork_origin
+from tinker_algos.live import LiveSettings
 from tinker_algos.metrics import MetricsLog, plot_curves
 from tinker_algos.models import PolicyModel, atomic_dir
 from tinker_algos.progress import describe_model, quiet_third_party_progress
 from tinker_algos.prompts import PromptRenderer
 from tinker_algos.recording import Recorder, phase
 from tinker_algos.rollout import env_factories, make_env  # noqa: F401  (re-exported: their home was this module)
+from tinker_algos.run_callbacks import RunCallbacks
 from tinker_algos.run_dir import make_run_dir
-from tinker_algos.run_plan import Progress, StepPlan
+from tinker_algos.run_plan import Progress, StepPlan, kept_steps
 from tinker_algos.trainer import Trainer, TrainerConfig
 from tinker_core.config import JobConfig, StageConfig, load_config, parse_config
 from tinker_core.errors import ConfigError
@@ -133,7 +143,7 @@ def train(
     Hugging Face's own progress bars are switched off in this process (they would fill the job's log).
     """
     quiet_third_party_progress()
-    job, cb = _as_config(config), _Callbacks(callbacks)
+    job, cb = _as_config(config), RunCallbacks(callbacks)
     restarts = 0
     while True:
         try:
@@ -153,17 +163,21 @@ class Run:
     shared host's ``run``, or a plain call); callbacks are called between those pieces.
     """
 
-    def __init__(self, job: JobConfig, run_dir: Path, callbacks: _Callbacks, shared: SharedModel | None) -> None:
-        self.job = job
+    def __init__(self, job: JobConfig, run_dir: Path, callbacks: RunCallbacks, shared: SharedModel | None) -> None:
+        self.given = job  # as started: config.json, checkpoints' job.json
+        self.job = job.model_copy(deep=True)  # the run's own: live settings change it (tinker_algos.live)
         self.dir = run_dir.absolute()  # absolute before any agent runs: an agent's os.chdir cannot move it
         self.shown_dir = str(run_dir)  # as the caller named it, in the result
         self.cb = callbacks
         self.shared = shared
         self.in_turn: Callable[[Callable[[], Any]], Any] = shared.run if shared is not None else _call
-        self.stages = job.resolved_stages()
+        self.stages = self.job.resolved_stages()
         self.progress = Progress()
         self.resume_from: Path | None = None
         self.global_step = 0
+        #: steps each finished stage ran (a checkpoint's job.json records them); None: not known
+        self.stage_steps: list[int] | None = []
+        self.stage_base = 0  # the global step before the current stage's first step
         self.status = "completed"
         self.last_metrics: dict[str, float] = {}
         self.final_eval: dict[str, float] = {}
@@ -172,6 +186,9 @@ class Run:
 
     # ---- the story ----------------------------------------------------------------------------
     def run(self) -> TrainResult:
+        stored = self.find_start()
+        if stored is not None:
+            return stored
         self.load()
         t_start = time.perf_counter()
         try:
@@ -186,18 +203,42 @@ class Run:
         plot = self.plot()
         return self.finish(plot, time.perf_counter() - t_start)
 
-    def load(self) -> None:
-        """Write config.json, find the checkpoint to resume from, load the model, seed every RNG."""
+    def find_start(self) -> TrainResult | None:
+        """Find the checkpoint to resume from and where the run goes on from it
+        (:mod:`tinker_algos.continuation`: resume, extend, or refuse a change), then write
+        config.json. A finished run with nothing more to run returns its stored result, and its
+        run dir is left as it was."""
         make_run_dir(self.dir)  # a new run dir gets the marker --fresh looks for
-        (self.dir / "config.json").write_text(self.job.model_dump_json(indent=1), encoding="utf-8")
         for note in clean_atomic_leftovers(self.dir / "checkpoints"):  # a checkpoint a killed run was writing
             self.cb.on_log(f"checkpoints: {note}")
-        intact = self.newest_intact_checkpoint() if self.job.checkpoint.resume else None
+        intact = newest_intact(self.dir, self.cb.on_log) if self.job.checkpoint.resume else None  # damaged ones skipped
         if intact is not None:
-            self.resume_from = self.checkpoint = intact[0]
-            self.progress = intact[1]
-            self.cb.on_log(f"resuming from {self.resume_from} (step {self.progress.global_step})")
+            ckpt, progress = intact
+            origin = read_origin(ckpt, self.dir / "config.json")
+            go_on = continuation(origin, self.given, progress, fork=is_fork_origin(self.dir, ckpt))
+            if go_on.progress is None:
+                return self.stored_result(ckpt, progress)
+            self.resume_from = self.checkpoint = ckpt
+            self.progress, self.stage_steps = go_on.progress, go_on.stage_steps
+            self.cb.on_log(f"resuming from {ckpt} (step {progress.global_step})")
+            if go_on.note:
+                self.cb.on_log(go_on.note)
         self.global_step = self.progress.global_step
+        (self.dir / "config.json").write_text(self.given.model_dump_json(indent=1), encoding="utf-8")
+        return None
+
+    def stored_result(self, ckpt: Path, progress: Progress) -> TrainResult:
+        """A finished run's result, as its result.json holds it (rebuilt from metrics.jsonl and
+        written when lost); its last logged step is reported once more, as a resumed run does."""
+        data, rows = stored_result(self.dir, ckpt, progress.global_step)
+        if rows and rows[-1]["step"] == progress.global_step:
+            self.cb.on_metrics(progress.global_step, {k: v for k, v in rows[-1].items() if k not in ("step", "stage")})
+        self.cb.on_log(f"already {data['status']} after {data['step']} steps: nothing to run (raise the last stage's "
+                       "algorithm.steps to extend it, or fork it: opentinker fork RUN_DIR@STEP KEY=VALUE)")
+        return TrainResult(**{k: data.get(k) for k in TrainResult.__dataclass_fields__ if k in data})
+
+    def load(self) -> None:
+        """Load the model, seed every RNG, open the metrics log and the recorder."""
         job = self.job
         if self.shared is not None:
             if job.lora is None:
@@ -224,34 +265,12 @@ class Run:
         resumed = self.global_step if self.resume_from is not None else None
         self.recorder = Recorder.for_run(self.dir, job.logging, job_name=job.name, resume_step=resumed)
         self.recorder.on_records = self.log.log_rollouts if self.log.trackers else None
+        self.live = LiveSettings.for_run(self.dir, job, self.stages, self.given, self.cb.on_log, resume_step=resumed)
         last = self.log.rows[-1] if self.resume_from is not None and self.log.rows else None
         if last is not None and last["step"] == self.global_step:
             # the checkpoint's step once more: a caller killed before it kept that step's report
             # (a scheduler storing it while the checkpoint was written) gets it now
             self.cb.on_metrics(self.global_step, {k: v for k, v in last.items() if k not in ("step", "stage")})
-
-    def newest_intact_checkpoint(self) -> tuple[Path, Progress] | None:
-        """The newest checkpoint whose files match its manifest, and its progress; None without any.
-
-        Each newer one that is damaged is skipped with a log line naming it and why; when none is
-        intact, a :class:`CheckpointError` says so (nothing is deleted either way).
-        """
-        found = run_checkpoints(self.dir)
-        for ckpt in reversed(found):
-            try:
-                progress, verified = verified_progress(ckpt)
-            except CheckpointError as e:
-                self.cb.on_log(f"skipping damaged checkpoint {ckpt}: {e}")
-                continue
-            if not verified:
-                self.cb.on_log(f"checkpoint {ckpt} has no checksums (written by an older version); loading it unverified")
-            return ckpt, progress
-        if found:
-            raise CheckpointError(
-                f"no intact checkpoint to resume from in {self.dir / 'checkpoints'}: all {len(found)} are damaged "
-                "(see the log lines above); start over with --fresh or checkpoint.resume: false"
-            )
-        return None
 
     def seed(self) -> None:
         seed_everything(self.job.seed)
@@ -263,6 +282,7 @@ class Run:
         steps = stage.algorithm.steps
         start = self.progress.stage_step if si == self.progress.stage_index else 0
         trainer, algo = self.in_turn(partial(self.start_stage, si, start))
+        self.stage_base = self.global_step - start
         self.cb.on_log(f"stage {si} '{stage.name}': {stage.algorithm.name}, steps {start}..{steps}")
         self.cb.on_status(f"first step of stage {si} ({stage.algorithm.name}): sampling, scoring, learning", short=f"step {self.global_step + 1}")
         for k in range(start, steps):
@@ -270,13 +290,16 @@ class Run:
                 self.save_interrupted(Progress(si, k, self.global_step), trainer, algo)
                 return False
             self.global_step += 1
-            plan = self.plan(si, k)
-            plan, metrics, ev, saved = self.in_turn(partial(self.step, stage, trainer, algo, plan))
+            live = self.live.boundary(self.global_step, si, partial(setattr, trainer.config, "lr"))
+            plan = self.plan(si, k, logged=bool(live))
+            plan, metrics, ev, saved = self.in_turn(partial(self.step, stage, trainer, algo, plan, live))
             self.report(plan, metrics, ev, saved)
             if plan.ends_stage_early:
                 reached = ", ".join(f"{m}={ev[m]:.3f}" for m in stage.algorithm.stop_at or {})
                 self.cb.on_log(f"stage {si} '{stage.name}' reached its stop_at ({reached}) after {k + 1} of {steps} steps")
                 break
+        if self.stage_steps is not None:
+            self.stage_steps.append(self.global_step - self.stage_base)
         return True
 
     def start_stage(self, si: int, start: int) -> tuple[Trainer, Algorithm]:
@@ -317,7 +340,7 @@ class Run:
             algo.load_state_dict(torch.load(self.resume_from / "algorithm.pt", weights_only=False))
         return trainer, algo
 
-    def plan(self, si: int, k: int) -> StepPlan:
+    def plan(self, si: int, k: int, *, logged: bool = False) -> StepPlan:
         """Step ``k`` of stage ``si``: evaluate? log? checkpoint, and as what progress?"""
         algo = self.stages[si].algorithm
         last = k == algo.steps - 1
@@ -331,22 +354,24 @@ class Run:
             stage_step=k,
             global_step=self.global_step,
             evaluate=last or bool(algo.eval_every and (k + 1) % algo.eval_every == 0),
-            report=last or self.global_step % self.job.logging.every == 0,
+            report=last or logged or self.global_step % self.job.logging.every == 0,
             save_as=save_as,
             stop_at=algo.stop_at,
             next_stage=None if last else Progress(si + 1, 0, self.global_step),
         )
 
     def step(
-        self, stage: StageConfig, trainer: Trainer, algo: Algorithm, plan: StepPlan
+        self, stage: StageConfig, trainer: Trainer, algo: Algorithm, plan: StepPlan, live: dict[str, float]
     ) -> tuple[StepPlan, dict[str, float], dict[str, float], Path | None]:
-        """One optimizer step (sample, score, learn), then its evaluation, log line and checkpoint;
+        """One optimizer step (sample, score, learn), then its evaluation, log line (with the live
+        settings changed before it, ``live``) and checkpoint;
         the plan comes back updated by the evaluation (a reached ``stop_at`` ends the stage).
         The recorder is active meanwhile: the step's phases and episodes are recorded."""
         with self.recorder.active(stage.name or stage.algorithm.name, plan.global_step):
             t0 = time.perf_counter()
             metrics = algo.step(plan.stage_step)
             metrics["time/step_s"] = time.perf_counter() - t0
+            metrics.update(live)
             ev: dict[str, float] = {}
             if plan.evaluate:
                 t1 = time.perf_counter()
@@ -383,18 +408,25 @@ class Run:
         self.cb.on_checkpoint(here.global_step, str(self.checkpoint))
 
     def save(self, progress: Progress, trainer: Trainer, algo: Algorithm) -> Path:
-        """``checkpoints/step-N``: trainer state, algorithm state, progress; the newest ``keep`` kept."""
+        """``checkpoints/step-N``: trainer state, algorithm state, progress; then the keep policy
+        (``checkpoint.keep_last``, ``keep_every``) deletes the others."""
+        done = self.stage_steps
+        if done is not None and progress.stage_index > len(done):  # this checkpoint ends the stage
+            done = [*done, progress.global_step - self.stage_base]
 
         def write(tmp: Path) -> None:
             save_state(tmp / "trainer", trainer, data_cursor=asdict(progress))
             torch.save(algo.state_dict(), tmp / "algorithm.pt")
             algo.save_files(tmp)  # e.g. roles/<role>/ (multi-agent learners)
+            (tmp / JOB_RECORD).write_text(json.dumps(job_record(self.given, done), indent=1), encoding="utf-8")
             (tmp / "progress.json").write_text(json.dumps(asdict(progress), sort_keys=True, indent=1), encoding="utf-8")
             seal(tmp, {"kind": RUN_CHECKPOINT_KIND, "progress": asdict(progress)})  # last: checksums of all the above
 
         final = atomic_dir(self.dir / "checkpoints" / f"step-{progress.global_step:06d}", write, overwrite=True)
-        for old in run_checkpoints(self.dir)[: -self.job.checkpoint.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        found = {int(p.name[5:]): p for p in run_checkpoints(self.dir)}
+        keep = kept_steps(found, self.job.checkpoint.keep_last, self.job.checkpoint.keep_every)
+        for step in sorted(found.keys() - keep):
+            shutil.rmtree(found[step], ignore_errors=True)
         return final
 
     def plot(self) -> Path | None:
@@ -421,30 +453,6 @@ class Run:
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-
-
-class _Callbacks:
-    """The optional callbacks object: a method it lacks does nothing (``should_stop``: False;
-    ``on_status``: a log line, so a job on a scheduler shows its status in ``watch``)."""
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __getattr__(self, name: str) -> Any:
-        fn = getattr(self.obj, name, None)
-        if fn is None and name == "on_status" and getattr(self.obj, "on_log", None) is not None:
-            return lambda text, short=None: self.obj.on_log(text)
-        if fn is None:
-            return _never if name == "should_stop" else _nothing
-        return fn
-
-
-def _never(*args: object, **kwargs: object) -> bool:
-    return False
-
-
-def _nothing(*args: object, **kwargs: object) -> None:
-    return None
 
 
 def _call(fn: Callable[[], _T]) -> _T:

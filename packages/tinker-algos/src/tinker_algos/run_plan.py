@@ -4,12 +4,14 @@
   ``progress.json``, so a resumed run starts exactly where it stopped.
 * :class:`StepPlan` -- decided before a step runs (evaluate? log? checkpoint as what progress?)
   and updated by the step's evaluation: a stage's ``stop_at`` that it reaches ends the stage there.
+* :func:`kept_steps` -- which checkpoints the keep policy (``checkpoint.keep_last``, ``keep_every``) keeps.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -51,3 +53,13 @@ class StepPlan:
         if all(ev.get(m, -math.inf) >= v for m, v in self.stop_at.items()):
             return replace(self, save_as=self.next_stage, ends_stage_early=True, report=True)
         return self
+
+
+def kept_steps(steps: Iterable[int], keep_last: int, keep_every: int = 0) -> set[int]:
+    """The checkpoint steps the keep policy keeps: the newest ``keep_last`` of ``steps``, and every
+    step that is a multiple of ``keep_every`` (0: none beyond the newest)."""
+    ordered = sorted(set(steps))
+    kept = set(ordered[-keep_last:]) if keep_last > 0 else set()
+    if keep_every > 0:
+        kept |= {s for s in ordered if s % keep_every == 0}
+    return kept

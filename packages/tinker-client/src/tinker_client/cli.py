@@ -21,6 +21,7 @@ from rich.text import Text
 
 from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
 from tinker_client.env_serve import register as register_env_serve_command
+from tinker_client.job_settings import register as register_job_command
 from tinker_client.new import register as register_new_command
 from tinker_client.trace import register as register_trace_command
 from tinker_client.viewer.command import register as register_view_command
@@ -318,6 +319,7 @@ register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
 register_view_command(app)  # `opentinker view`, defined in tinker_client/viewer/command.py
 register_env_serve_command(env_app)  # `opentinker env serve`, defined in tinker_client/env_serve.py
 register_trace_command(app)  # `opentinker trace`, defined in tinker_client/trace.py
+register_job_command(app)  # `opentinker job set`, defined in tinker_client/job_settings.py
 
 
 # ---- plugin commands and entry --------------------------------------------------------------
@@ -327,6 +329,8 @@ PLUGIN_COMMANDS = {
     "train": ("tinker-algos", "or run it on a scheduler: 'opentinker train CONFIG --scheduler HOST:PORT'"),
     "scheduler": ("tinker-scheduler", None),
     "compare": ("tinker-algos", None),
+    "fork": ("tinker-algos", None),
+    "runs": ("tinker-algos", None),
     "serve": ("tinker-serve", "or pip install 'opentinker[serve]'"),
 }
 """Commands that other packages add -> (the distribution to install, another way when there is one)."""

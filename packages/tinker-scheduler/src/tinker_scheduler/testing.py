@@ -120,7 +120,7 @@ def sleep_train(config: Any, run_dir: Path | str, callbacks: Any = None) -> Slee
 
     Step ``s`` (1-based) reports ``{"losses/policy": 1/s, "rollout/tokens_per_s": 1000.0,
     "rollout/errors/env_error": params.rollout_errors}``; checkpoints follow ``config.checkpoint.every`` (0 = only at the
-    end) and ``keep``; with ``config.checkpoint.resume`` it continues after the newest checkpoint,
+    end) and ``keep_last``; with ``config.checkpoint.resume`` it continues after the newest checkpoint,
     first reporting that checkpoint's step again (as ``tinker_algos.train`` does).
     """
     if isinstance(config, dict):
@@ -133,7 +133,7 @@ def sleep_train(config: Any, run_dir: Path | str, callbacks: Any = None) -> Slee
     step_s = float(params.get("step_s", 0.02))
     total = config.total_steps
     every = config.checkpoint.every
-    keep = config.checkpoint.keep
+    keep = config.checkpoint.keep_last
 
     def call(name: str, *args: Any) -> Any:
         fn = getattr(callbacks, name, None)

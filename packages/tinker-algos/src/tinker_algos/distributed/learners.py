@@ -226,6 +226,8 @@ class DataParallelTrainer(Trainer):
 
     def optim_step(self, lr: float | None = None, **param_overrides: Any) -> dict[str, float]:
         self.group.step += 1
+        if lr is None:  # this trainer's scheduled LR: its base LR may have changed live (tinker_algos.live)
+            lr = self.current_lr()
         refs = [a.optim_step.remote(lr, param_overrides, self.group.step) for a in self.group.actors]
         try:
             out = super().optim_step(lr, **param_overrides)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tinker_core.config.checkpointing import MAX_STEPS, CheckpointConfig
 from tinker_core.config.execution import ExecutionConfig, check_topology
 from tinker_core.config.multi_agent import MultiAgentConfig
 from tinker_core.config.recording import RolloutsLogConfig
@@ -25,8 +26,6 @@ PRECISION_OF_DTYPE = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed
 # ---- limits: generous, but they stop a typo from validating and then hanging -----------------
 MAX_SEED = 2**63 - 1
 """``seed`` fits in 63 bits (the RNGs and the wire take it as a signed 64-bit integer)."""
-MAX_STEPS = 10_000_000
-"""``algorithm.steps``, and the step counts of ``eval_every``, ``checkpoint.every``, ``logging.every``, warmup."""
 MAX_BATCH_SIZE = 65_536
 """``algorithm.batch_size``, ``micro_batch_size`` and ``eval_size``."""
 MAX_GROUP_SIZE = 1024
@@ -332,14 +331,6 @@ class ResourcesConfig(_Model):
     cpus: float = Field(1.0, gt=0.0, le=100_000, description="CPU cores the job's actor reserves.")
     gpus: float = Field(0.0, ge=0.0, le=10_000, description="GPUs the job's actor reserves (fractions share one).")
     memory_gb: float | None = Field(None, gt=0.0, le=10_000_000, description="Memory reserved, in GiB; None reserves none.")
-
-
-class CheckpointConfig(_Model):
-    """When to checkpoint, how many to keep, whether to resume."""
-
-    every: int = Field(0, ge=0, le=MAX_STEPS, description="Checkpoint every N steps; 0 = only at the end.")
-    keep: int = Field(2, ge=1, le=1000, description="Checkpoints kept (older ones are deleted; at most 1000).")
-    resume: bool = Field(True, description="Resume from the newest intact checkpoint in the run directory (damaged ones are skipped and logged).")
 
 
 Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
