@@ -90,7 +90,7 @@ def refusal(ours: Peer, theirs: Peer) -> str | None:
             f"or use a {newer.role} of the {older.role}'s version")
 
 
-class IncompatiblePeer(grpc.RpcError):
+class IncompatiblePeer(grpc.RpcError):  # type: ignore[misc]
     """A server answered with a wire protocol this client does not speak (``FAILED_PRECONDITION``)."""
 
     def __init__(self, message: str) -> None:
@@ -210,5 +210,5 @@ def handshake_channel(channel: grpc.Channel, dist: str, server_role: str = "serv
     """``channel`` with :class:`ClientHandshake` on every call (the interceptor is ``.handshake``)."""
     interceptor = ClientHandshake(dist, server_role)
     wrapped = grpc.intercept_channel(channel, interceptor)
-    wrapped.handshake = interceptor  # type: ignore[attr-defined]
+    wrapped.handshake = interceptor
     return wrapped
