@@ -164,3 +164,17 @@ def test_promtool_checks_the_rules_and_passes_their_unit_tests():
     tested = set(re.findall(r"alertname: (\w+)", RULE_TESTS.read_text()))
     alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
     assert alerts == tested, f"rules without a promtool test: {sorted(alerts - tested)}"
+
+
+@pytest.mark.parametrize(("sets", "words"), [
+    ({"scheduler": {"auth": "requred"}}, "auth"),
+    ({"ray": {"workerGroups": [{"name": "GPU", "replicas": 1, "minReplicas": 0, "maxReplicas": 2,
+                                "resources": {}, "shmSize": "1Gi"}]}}, "name"),
+    ({"scheduler": {"ports": {"grpc": 70000, "metrics": 9464}}}, "grpc"),
+    ({"monitoring": {"enabeld": True}}, "enabeld"),
+])
+def test_a_bad_value_is_refused_naming_it(sets, words):
+    """values.schema.json: Helm refuses the values before rendering anything."""
+    with pytest.raises(Exception) as caught:
+        rendered(None, **sets)
+    assert words in str(caught.value)
