@@ -38,13 +38,14 @@ TEST_ENV = {
 }
 
 
-# The Debian packages a session's tests drive: headless Chromium (tinker-serve's chat page) and
-# tmux (the terminal recordings of train and watch). The session installs them when it can, so the
+# The Debian packages a session's tests drive: headless Chromium (tinker-serve's chat page),
+# tmux (the terminal recordings of train and watch) and prometheus for its promtool (the Helm
+# chart's alerting rules are checked and unit-tested with it; about 20 s to install). The session installs them when it can, so the
 # README's test command passes on a fresh machine; CI does nothing more than run that command.
 DEBIAN_PACKAGES = {
     "tinker-serve": ["chromium"],  # the tests session of this package
     "tinker-client": ["chromium"],  # the viewer's browser tests (opentinker view)
-    "integration": ["tmux"],
+    "integration": ["tmux", "prometheus"],
 }
 
 

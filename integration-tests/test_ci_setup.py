@@ -83,9 +83,10 @@ def test_an_install_that_keeps_failing_names_the_command():
         debian.ensure(["tmux"], run=apt.run, present=apt.present, uid=0, has_apt=True, log=lambda _: None)
 
 
-def test_the_sessions_that_drive_chromium_and_tmux_ask_for_them():
+def test_the_sessions_that_drive_chromium_tmux_and_promtool_ask_for_them():
     noxfile = (ROOT / "noxfile.py").read_text()
-    assert '"tinker-serve": ["chromium"]' in noxfile and '"integration": ["tmux"]' in noxfile
+    assert '"tinker-serve": ["chromium"]' in noxfile and '"integration": ["tmux", "prometheus"]' in noxfile
+    assert debian.PROBES["prometheus"] == "promtool"  # test_helm_chart.py runs promtool
     assert "system_packages(session, DEBIAN_PACKAGES.get(package, []))" in noxfile
     assert 'system_packages(session, DEBIAN_PACKAGES["integration"])' in noxfile
 

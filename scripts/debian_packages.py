@@ -22,6 +22,7 @@ from pathlib import Path
 PROBES: dict[str, str] = {
     "chromium": "/usr/bin/chromium",
     "tmux": "tmux",
+    "prometheus": "promtool",  # only its rule checker is used (the server is not started)
 }
 
 

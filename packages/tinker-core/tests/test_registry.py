@@ -164,6 +164,25 @@ def test_hook_opentinker_register_losses():
     assert tinker_core.registry.get_loss("my_loss").options == {"kind": "value", "vanishes_at_zero_advantage": False}
 
 
+def test_hook_opentinker_register_doctor_checks():
+    from tinker_core.doctor import Finding
+
+    def check_sim():
+        """Whether the simulator is installed."""
+        return [Finding("sim", "missing", "error", fix="apt-get install sim")]
+
+    tinker_core.registry.register_plugin(
+        plugin_module("d", opentinker_register_doctor_checks=lambda register: register("sim", check_sim)),
+        distribution="d-dist",
+    )
+    entry = tinker_core.registry.get_registry("doctor_checks").get("sim")
+    assert entry.obj is check_sim and entry.distribution == "d-dist" and entry.description.startswith("Whether")
+    (finding,) = entry.obj()
+    assert finding.line() == "error: sim: missing; fix: apt-get install sim"
+    with pytest.raises(ValueError, match="must name its fix"):
+        Finding("sim", "missing", "error")
+
+
 def test_hook_opentinker_register_rollout_proxies():
     def start(policy, renderer, params, *, adapter=None, max_context_tokens=None):
         """A proxy that serves nothing."""

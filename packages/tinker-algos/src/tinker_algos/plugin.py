@@ -34,7 +34,12 @@ from tinker_core.hookspecs import hookimpl
 if TYPE_CHECKING:
     import typer
 
-    from tinker_core.hookspecs import EstimatorRegister, LossRegister, OptimizerRegister
+    from tinker_core.hookspecs import (
+        DoctorCheckRegister,
+        EstimatorRegister,
+        LossRegister,
+        OptimizerRegister,
+    )
 
 
 class Deferred:
@@ -153,6 +158,15 @@ def opentinker_register_optimizers(register: OptimizerRegister) -> None:
         register(
             name, Deferred("tinker_algos.optimizers", name, description), description=description
         )
+
+
+@hookimpl
+def opentinker_register_doctor_checks(register: DoctorCheckRegister) -> None:
+    """``opentinker doctor``: torch, its device and dtypes; the model cache (imported when run)."""
+    register("torch", Deferred("tinker_algos.doctor_checks", "check_torch", "torch, its device and dtypes"),
+             description="torch, the device jobs train on and the dtypes that work there")
+    register("model-cache", Deferred("tinker_algos.doctor_checks", "check_model_cache", "the model cache"),
+             description="the model cache: writable, room, the models it holds")
 
 
 @hookimpl

@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
+from tinker_client.doctor import register as register_doctor_command
 from tinker_client.env_serve import register as register_env_serve_command
 from tinker_client.job_settings import register as register_job_command
 from tinker_client.new import register as register_new_command
@@ -318,6 +319,7 @@ _job_command(
 register_new_command(app)  # `opentinker new`, defined in tinker_client/new.py
 register_view_command(app)  # `opentinker view`, defined in tinker_client/viewer/command.py
 register_env_serve_command(env_app)  # `opentinker env serve`, defined in tinker_client/env_serve.py
+register_doctor_command(app)  # `opentinker doctor`, defined in tinker_client/doctor.py
 register_trace_command(app)  # `opentinker trace`, defined in tinker_client/trace.py
 register_job_command(app)  # `opentinker job set`, defined in tinker_client/job_settings.py
 

@@ -8,6 +8,8 @@ from typing import Any, TypedDict
 
 import grpc
 
+from tinker_core.handshake import Peer, handshake_channel
+
 DEFAULT_ADDRESS = "localhost:50051"
 
 
@@ -54,9 +56,17 @@ class SchedulerConnection:
         self.api_key = api_key if api_key is not None else os.environ.get("OPENTINKER_API_KEY")
         if tls or tls_ca:
             root = read_ca_file(tls_ca) if tls_ca else None
-            self.channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(root), options=options)
+            channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(root), options=options)
         else:
-            self.channel = grpc.insecure_channel(self.address, options=options)
+            channel = grpc.insecure_channel(self.address, options=options)
+        # every call sends this client's versions; a scheduler of another wire MAJOR is refused
+        self.channel = handshake_channel(channel, "tinker-client", "scheduler")
+
+    @property
+    def server(self) -> Peer | None:
+        """The scheduler's versions, from its answer to the first call (None before it, or from a
+        scheduler older than the handshake)."""
+        return self.channel.handshake.server  # type: ignore[no-any-return]
 
     @property
     def metadata(self) -> list[tuple[str, str]]:

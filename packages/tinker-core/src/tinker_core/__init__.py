@@ -65,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.coordinator import play_episode as play_episode
     from tinker_core.coordinator import play_episode_async as play_episode_async
     from tinker_core.coordinator import play_episodes as play_episodes
+    from tinker_core.doctor import Finding as Finding
     from tinker_core.env import EnvSpec as EnvSpec
     from tinker_core.env import MultiAgentTextEnv as MultiAgentTextEnv
     from tinker_core.env import TextEnv as TextEnv
@@ -75,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.errors import PluginError as PluginError
     from tinker_core.errors import UnknownNameError as UnknownNameError
     from tinker_core.gymnasium_envs import register_package as register_package
+    from tinker_core.hookspecs import DoctorCheckRegister as DoctorCheckRegister
     from tinker_core.hookspecs import EnvRegister as EnvRegister
     from tinker_core.hookspecs import EstimatorRegister as EstimatorRegister
     from tinker_core.hookspecs import LossRegister as LossRegister

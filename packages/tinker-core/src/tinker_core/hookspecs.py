@@ -137,6 +137,24 @@ def opentinker_register_rollout_proxies(register: RolloutProxyRegister) -> None:
     """
 
 
+class DoctorCheckRegister(Protocol):
+    """``register(name, check, *, description=None)`` of :func:`opentinker_register_doctor_checks`."""
+
+    def __call__(self, name: str, check: Callable[[], Any], *, description: str | None = None) -> None: ...
+
+
+@hookspec
+def opentinker_register_doctor_checks(register: DoctorCheckRegister) -> None:
+    """Register checks that ``opentinker doctor`` runs (what a plugin needs of this machine).
+
+    :param register: ``register(name, check, *, description=None)``. ``check()`` takes no
+        argument and returns an iterable of :class:`tinker_core.doctor.Finding` (one line each;
+        a warning or an error names its fix). It runs in the doctor's process: import heavy
+        libraries inside it, and let it not raise (an exception is reported as the plugin's
+        error). tinker-algos registers ``torch`` (device and dtypes) and ``model-cache``.
+    """
+
+
 @hookspec
 def opentinker_register_commands(cli: typer.Typer) -> None:
     """Add subcommands to the ``opentinker`` command line.
@@ -152,5 +170,6 @@ HOOK_NAMES: tuple[str, ...] = (
     "opentinker_register_optimizers",
     "opentinker_register_losses",
     "opentinker_register_rollout_proxies",
+    "opentinker_register_doctor_checks",
     "opentinker_register_commands",
 )

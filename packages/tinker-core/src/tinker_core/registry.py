@@ -125,7 +125,7 @@ class Registry(Generic[T]):
         return [self._entries[n] for n in self.names()]
 
 
-KINDS = ("envs", "advantage_estimators", "losses", "optimizers", "rollout_proxies")
+KINDS = ("envs", "advantage_estimators", "losses", "optimizers", "rollout_proxies", "doctor_checks")
 
 
 class PluginSystem:
@@ -146,6 +146,7 @@ class PluginSystem:
         self.losses: Registry[Loss] = Registry("losses", "loss")
         self.optimizers: Registry[OptimizerFactory] = Registry("optimizers", "optimizer")
         self.rollout_proxies: Registry[Callable[..., Any]] = Registry("rollout_proxies", "rollout proxy")
+        self.doctor_checks: Registry[Callable[[], Any]] = Registry("doctor_checks", "doctor check")
         self._debug = _truthy(os.environ.get("OPENTINKER_DEBUG_PLUGINS"))
 
     # ---- loading -------------------------------------------------------------------------
@@ -256,6 +257,7 @@ class PluginSystem:
             ("opentinker_register_losses", "losses"),
             ("opentinker_register_optimizers", "optimizers"),
             ("opentinker_register_rollout_proxies", "rollout_proxies"),
+            ("opentinker_register_doctor_checks", "doctor_checks"),
         ):
             hook = getattr(self.pm.hook, hook_name)
             for impl in hook.get_hookimpls():  # registration order: the first one wins a name
@@ -356,7 +358,7 @@ class PluginSystem:
 
             return register_loss
 
-        # optimizers and rollout proxies: register(name, factory, *, description=None)
+        # optimizers, rollout proxies and doctor checks: register(name, factory, *, description=None)
         def register_optimizer(
             name: str, factory: Callable[..., Any], *, description: str | None = None
         ) -> None:
@@ -389,7 +391,8 @@ def reset_plugins() -> None:
 
 
 def get_registry(kind: str) -> Registry[Any]:
-    """The loaded registry of ``kind``: ``envs``, ``advantage_estimators``, ``losses``, ``optimizers`` or ``rollout_proxies``."""
+    """The loaded registry of ``kind``: ``envs``, ``advantage_estimators``, ``losses``, ``optimizers``,
+    ``rollout_proxies`` or ``doctor_checks``."""
     if kind not in KINDS:
         raise ValueError(f"unknown registry kind {kind!r}; kinds are {', '.join(KINDS)}")
     system = plugin_system()

@@ -91,6 +91,7 @@ class JobLoop:
         self._request_reports()
         free = self.free()
         self.metrics.set_free(free.cpus, free.gpus, free.memory_gb)
+        self.metrics.set_total(self.capacity.cpus, self.capacity.gpus, self.capacity.memory_gb)
 
     def requeue_left(self) -> None:
         """After the loop stopped: kill jobs that did not stop in time and re-queue them."""
@@ -153,6 +154,7 @@ class JobLoop:
                 step, values = int(report["step"]), report.get("values", {})
                 events.append(PendingEvent("metrics", {"step": step, "values": values}, when))
                 self.metrics.observe_metrics(run.job_id, values)
+                self.metrics.observe_host(run.job_id, report.get("host"))
                 mono = report.get("mono")
                 if mono is not None:
                     if run.last_step is not None and step > run.last_step[0]:
@@ -388,6 +390,7 @@ class JobLoop:
             return True
         with self.runs_lock:
             self.runs[job.id] = RunningJob(job.id, job.tenant, Resources(), host.actor, None, result_ref, host_key=key)
+        self.metrics.job_started(job.id)
         logger.info("job %s (tenant %s): started%s on shared model host %s", job.id, job.tenant, attempt, key)
         return True
 
@@ -408,6 +411,7 @@ class JobLoop:
             return
         with self.runs_lock:
             self.runs[job.id] = RunningJob(job.id, job.tenant, demand, actor, group, result_ref)
+        self.metrics.job_started(job.id)
         logger.info("job %s (tenant %s): started%s with %s", job.id, job.tenant, attempt, demand)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from tinker_core.handshake import ServerHandshake
 from tinker_core.proto import (
     JOB_SERVICE,
     TRAINING_SERVICE,
@@ -63,6 +64,8 @@ class GrpcServer:
             futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="opentinker-grpc"),
             # a port in use is an error, not a shared port; tensors travel in TrainingService messages
             options=[("grpc.so_reuseport", 0), *message_size_options(config.max_message_bytes)],
+            # every call answers with the scheduler's versions; a client of another wire MAJOR is refused
+            interceptors=[ServerHandshake("scheduler", "tinker-scheduler")],
         )
         jobs_pb2_grpc.add_JobServiceServicer_to_server(jobs, self._server)
         training_pb2_grpc.add_TrainingServiceServicer_to_server(training, self._server)

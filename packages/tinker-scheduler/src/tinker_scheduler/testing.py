@@ -15,7 +15,9 @@ workload does not otherwise use; ``algorithm.params`` is typed per algorithm):
   (``os._exit``) when it reaches that step, the first ``crash_times`` times it gets there --
   an actor death, as a killed node or OOM would cause;
 - ``fail_at_step`` (int): raise ``RuntimeError`` at that step -- a job failure;
-- ``rollout_errors`` (float, default 0): reported each step as ``rollout/errors/env_error``.
+- ``rollout_errors`` (float, default 0): reported each step as ``rollout/errors/env_error``;
+- ``eval_scores`` (list of floats): step ``s`` also reports ``eval/accuracy`` and
+  ``eval/reward_mean`` = ``eval_scores[s - 1]`` while the list lasts (held-out evaluations).
 
 Files it writes in ``run_dir`` (tests read them): ``checkpoints/step-NNNNNN.json``,
 ``attempts.jsonl`` (one line per call: the step it started from), ``metrics.jsonl`` and
@@ -173,6 +175,9 @@ def sleep_train(config: Any, run_dir: Path | str, callbacks: Any = None) -> Slee
             "rollout/tokens_per_s": 1000.0,
             "rollout/errors/env_error": float(params.get("rollout_errors", 0.0)),
         }
+        scores = list(params.get("eval_scores", ()))
+        if step <= len(scores):
+            metrics |= {"eval/accuracy": float(scores[step - 1]), "eval/reward_mean": float(scores[step - 1])}
         _append_line(run_dir / "metrics.jsonl", json.dumps({"step": step, **metrics}))
         call("on_metrics", step, dict(metrics))
         call("on_log", f"step {step}/{total}")

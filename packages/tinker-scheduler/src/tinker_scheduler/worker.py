@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_core.import_policy import ImportPolicy, enforced
+from tinker_scheduler import host_memory
 
 #: Events kept when the scheduler falls behind; older ones are dropped first.
 MAX_BUFFERED_EVENTS = 100_000
@@ -72,9 +73,8 @@ class _Callbacks:
         self._worker = worker
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self._worker._push(
-            {"kind": "metrics", "step": int(step), "values": _floats(metrics), "mono": time.monotonic()}
-        )
+        self._worker._push({"kind": "metrics", "step": int(step), "values": _floats(metrics), "mono": time.monotonic(),
+                            "host": host_memory.report()})
 
     def on_log(self, line: str) -> None:
         for text in str(line).splitlines() or [""]:

@@ -17,6 +17,7 @@ import grpc
 from tinker_core.contracts import Observation, turn_end_of
 from tinker_core.env import EnvSpec, MultiAgentTextEnv, TextEnv
 from tinker_core.errors import OpenTinkerError
+from tinker_core.handshake import handshake_channel
 from tinker_core.proto import env_pb2 as pb
 from tinker_core.proto import env_pb2_grpc as pb_grpc
 from tinker_core.proto import message_size_options
@@ -94,7 +95,8 @@ class SessionClient:
             raise TypeError(f"remote env {env_id!r}: kwargs travel as JSON and must be JSON-serialisable: {e}") from e
         if isinstance(target, str):
             self.address = target
-            self._channel = grpc.insecure_channel(target, options=message_size_options())
+            self._channel = handshake_channel(grpc.insecure_channel(target, options=message_size_options()),
+                                              "tinker-core", "env server")
             self._owns_channel = True
         else:
             self.address = "<channel>"

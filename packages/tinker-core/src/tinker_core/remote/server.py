@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from tinker_core.handshake import ServerHandshake
 from tinker_core.proto import ENV_SERVICE, MAX_MESSAGE_BYTES
 from tinker_core.proto import env_pb2 as pb
 from tinker_core.remote.guard import ServerLimits
@@ -201,6 +202,7 @@ def serve_env(
             ("grpc.max_receive_message_length", limits.max_request_bytes),
             ("grpc.so_reuseport", 0),
         ],
+        interceptors=[ServerHandshake("env server", "tinker-core")],  # versions on every call (tinker_core.handshake)
     )
     server.add_generic_rpc_handlers((_decoding_handlers(servicer),))
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
