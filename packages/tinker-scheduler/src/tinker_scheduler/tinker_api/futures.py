@@ -8,7 +8,8 @@ as well). The worker encodes each answer (:class:`Answer`: JSON, protobuf, or a 
 :class:`~tinker_scheduler.tinker_api.records.Records`, so a client polling across a scheduler
 restart gets it (or, for a request the restart interrupted, a failure saying so). A future
 belongs to the tenant that created it: another tenant polling its id gets the same "not found" as
-for an id that never existed. The newest :data:`MAX_FUTURES` stay in memory too.
+for an id that never existed. The newest :data:`MAX_FUTURES` stay in memory too, their finished
+answers at most :data:`MAX_HELD_BYTES` (older ones are read back from the store).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from typing import Any
 
 from tinker_scheduler.errors import StatusError, classify
 from tinker_scheduler.tinker_api.records import MAX_FUTURES, Records
+
+#: answers of finished requests kept in memory at most (the store keeps them all), in bytes
+MAX_HELD_BYTES = 32 * 2**20
 
 logger = logging.getLogger("tinker_scheduler.tinker_api")
 
@@ -64,11 +68,14 @@ class Pending:
 class Futures:
     """Request ids -> answers, and one ordered worker per model."""
 
-    def __init__(self, records: Records | None = None) -> None:
+    def __init__(self, records: Records | None = None, max_held_bytes: int = MAX_HELD_BYTES) -> None:
         self.records = records
         self._futures: OrderedDict[str, Pending] = OrderedDict()
         self._workers: dict[str, ThreadPoolExecutor] = {}
         self._lock = threading.Lock()
+        self.max_held_bytes = max_held_bytes
+        self._finished: OrderedDict[str, int] = OrderedDict()  # finished request ids -> answer bytes held
+        self.held_bytes = 0
 
     def submit(self, tenant: str, queue: str, fn: Callable[[], Any]) -> str:
         """Run ``fn`` after the earlier requests of ``queue`` (a model id); its request id."""
@@ -92,10 +99,35 @@ class Futures:
             worker = self._workers.get(queue)
             if worker is None:
                 worker = self._workers[queue] = ThreadPoolExecutor(1, thread_name_prefix=f"tinker-{queue}")
-            self._futures[request_id] = Pending(tenant, worker.submit(run))
+            future = worker.submit(run)
+            self._futures[request_id] = Pending(tenant, future)
             while len(self._futures) > MAX_FUTURES:
-                self._futures.popitem(last=False)
+                old, _ = self._futures.popitem(last=False)
+                self.held_bytes -= self._finished.pop(old, 0)
+        future.add_done_callback(lambda f: self._finish(request_id, f))
         return request_id
+
+    @property
+    def answers_held(self) -> int:
+        """Finished answers held in memory now (the store holds them all)."""
+        with self._lock:
+            return len(self._finished)
+
+    def _finish(self, request_id: str, future: Future[Answer]) -> None:
+        """Count a finished answer's bytes; with a store (which holds every answer), forget the
+        oldest finished answers once more than ``max_held_bytes`` are held here: memory stays
+        bounded by bytes, not only by the count of requests (the 30-minute soak grew ~2 MB a
+        minute keeping every answer of its 3,600 requests)."""
+        size = len(future.result().body) if not future.cancelled() else 0
+        with self._lock:
+            if request_id not in self._futures:
+                return
+            self._finished[request_id] = size
+            self.held_bytes += size
+            while self.records is not None and self.held_bytes > self.max_held_bytes and self._finished:
+                old, n = self._finished.popitem(last=False)
+                self.held_bytes -= n
+                self._futures.pop(old, None)
 
     async def wait(self, tenant: str, request_id: str, timeout: float) -> Answer | None:
         """The answer of the tenant's request ``request_id``, waiting up to ``timeout`` s; None if
