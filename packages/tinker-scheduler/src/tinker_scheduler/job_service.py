@@ -1,6 +1,7 @@
 """``opentinker.v1.JobService`` over the job store (see ``tinker_core/proto/jobs.proto``).
 
-The handlers authenticate the caller, validate requests, and read or change the store; the
+The handlers authenticate the caller, validate requests, and read or change the store (a live
+settings change is written into the job's run dir, :mod:`tinker_core.config.live`); the
 scheduling loop (:mod:`tinker_scheduler.job_loop`) does everything that involves Ray. A job of
 another tenant is NOT_FOUND, exactly like a job that does not exist. The servicer sees the
 scheduler only through :class:`JobBackend`, so it does not import it.
@@ -18,6 +19,7 @@ import grpc
 import yaml
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from tinker_algos.run_dir import make_run_dir
 from tinker_core.config import (
     CONFIG_TOO_DEEP,
     JobConfig,
@@ -25,6 +27,8 @@ from tinker_core.config import (
     check_config_size,
     parse_config,
 )
+from tinker_core.config.live import LIVE_SETTINGS, check_live, write_request
+from tinker_core.config.overrides import OverrideError
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 from tinker_core.import_policy import ImportPolicy, refused_import
 from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
@@ -34,7 +38,15 @@ from tinker_scheduler.job_records import JobConfigs
 from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.rpc import abort, caller_tenant
-from tinker_scheduler.store import Event, JobRecord, JobState, JobStore, NewJob, StoreError
+from tinker_scheduler.store import (
+    Event,
+    JobRecord,
+    JobState,
+    JobStore,
+    NewJob,
+    PendingEvent,
+    StoreError,
+)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
@@ -44,6 +56,8 @@ MAX_PAGE_BYTES = 1024 * 1024
 #: stored with the job and sent back in every List page.
 MAX_REQUEST_ID_CHARS = 256
 MAX_REASON_CHARS = 4096
+#: The most live settings one SetSettings request may change (each at most MAX_REASON_CHARS).
+MAX_SETTINGS = 64
 #: The largest cursor the store can hold; a larger ``after_cursor`` means the same: no event after it.
 MAX_CURSOR = 2**63 - 1
 #: How long a Watch sleeps between checks when nothing happens (it is woken on new events).
@@ -324,7 +338,7 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
         for state in request.states:
             if state not in JobState._value2member_map_ or state == JobState.UNSPECIFIED:
                 abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                       f"states: {state} is not a job state; use QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED")
+                       f"states: {state} is not a job state; use QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED")
             states.append(JobState(state))
         try:
             before = before_seq_of(request.page_token, tenant, states)
@@ -355,6 +369,57 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
         updated = self.store.request_cancel(job.id, reason)
         self.scheduler.wake()
         return job_message(updated or job)
+
+    def Pause(self, request: jobs_pb2.PauseJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        tenant = self._tenant(context)
+        if len(request.reason) > MAX_REASON_CHARS:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                  f"reason: {len(request.reason):,} characters, over the limit of {MAX_REASON_CHARS:,}")
+        job = self._unfinished(context, tenant, request.job_id, "paused")
+        updated = self.store.request_pause(job.id, request.reason.strip() or "paused by the user")
+        self.scheduler.wake()
+        return job_message(updated or job)
+
+    def Resume(self, request: jobs_pb2.ResumeJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        tenant = self._tenant(context)
+        job = self._unfinished(context, tenant, request.job_id, "resumed")
+        updated = self.store.resume(job.id)
+        self.scheduler.wake()
+        return job_message(updated or job)
+
+    def SetSettings(
+        self, request: jobs_pb2.SetJobSettingsRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.SetJobSettingsResponse:
+        tenant = self._tenant(context)
+        settings = list(request.settings)
+        if not settings or len(settings) > MAX_SETTINGS or any(len(s) > MAX_REASON_CHARS for s in settings):
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                  f"settings: send 1 to {MAX_SETTINGS} KEY.PATH=VALUE of at most {MAX_REASON_CHARS:,} characters "
+                  f"each (got {len(settings)}); the live settings: {', '.join(LIVE_SETTINGS)}")
+        job = self._unfinished(context, tenant, request.job_id, "given live settings")
+        try:
+            check_live(self.scheduler.job_configs.of(job), settings, source=f"job {job.id} live settings")
+        except OverrideError as e:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"settings: {e}")
+        except ConfigError as e:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"settings: {'; '.join(e.problems)}")
+        except ValueError as e:  # the stored config no longer parses
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"job {job.id}: its stored config cannot be read: {e}")
+        path = write_request(make_run_dir(Path(job.run_dir)), settings)  # (made here for a job not started yet)
+        self.store.append_events(job.id, [PendingEvent("log", {
+            "source": "scheduler", "level": "INFO",
+            "text": f"live settings requested: {' '.join(settings)} (control/{path.name}); "
+                    "the job applies them at its next step boundary"})])
+        return jobs_pb2.SetJobSettingsResponse(job=job_message(job), request=path.name)
+
+    def _unfinished(self, context: grpc.ServicerContext, tenant: str, job_id: str, what: str) -> JobRecord:
+        """The tenant's job ``job_id``; FAILED_PRECONDITION when it already finished."""
+        job = self._job(context, tenant, job_id)
+        if job.state.terminal:
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION,
+                  f"job {job.id} is {job.state.name} ({job.reason}); only a queued, running or paused job can be "
+                  f"{what}; fork its run dir {job.run_dir} to go on from one of its checkpoints")
+        return job
 
     def Watch(self, request: jobs_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[jobs_pb2.JobEvent]:
         tenant = self._tenant(context)
