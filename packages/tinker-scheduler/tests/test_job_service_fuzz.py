@@ -1,6 +1,6 @@
 """Fuzzing the JobService over a real gRPC channel (issue 12's reliability suite).
 
-Random sequences of Submit / Get / List / Cancel / Pause / Resume / SetSettings / Watch from two tenants and from callers with
+Random sequences of Submit / Get / List / Cancel / Pause / Resume / SetSettings / Fork / Watch from two tenants and from callers with
 bad or missing API keys -- odd config texts (bad YAML, binary-ish text, huge fields, path-like
 names, YAML alias bombs), forged and foreign page tokens, unknown and other-tenant job ids,
 request ids reused with other arguments -- each get an answer or a clear status with a message,
@@ -131,6 +131,9 @@ ops = st.one_of(
         "optimizer.lr=0.01", "stages.0.optimizer.lr=0.1", "model.name=gpt2", "optimizer.lr=-1", "optimizer.lr=[1, 2]",
         "rollout.temperature=hot", "algorithm.kl.coef=0.1", "algorithm.eval_every=0", "optimizer.lr", "=1", "x" * 5000,
     ])), max_size=70)),
+    st.tuples(st.just("fork"), callers, job_refs, st.one_of(st.none(), st.integers(-2, 2**63 - 1)),
+              st.lists(st.one_of(st.text(max_size=20), st.sampled_from(["optimizer.lr=0.1", "model.name=x", "x" * 5000])),
+                       max_size=3), request_ids),
 )
 
 
@@ -262,6 +265,11 @@ def _run(server: Server, sequence: list[tuple[Any, ...]]) -> None:
             _call(server, "Pause", jobs_pb2.PauseJobRequest(job_id=job_id(args[0]), reason=args[1]), caller)
         elif op == "resume":
             _call(server, "Resume", jobs_pb2.ResumeJobRequest(job_id=job_id(args[0])), caller)
+        elif op == "fork":
+            request = jobs_pb2.ForkJobRequest(job_id=job_id(args[0]), overrides=args[2], client_request_id=args[3])
+            if args[1] is not None:
+                request.step = args[1]
+            _call(server, "Fork", request, caller)
         elif op == "settings":
             _call(server, "SetSettings", jobs_pb2.SetJobSettingsRequest(job_id=job_id(args[0]), settings=args[1]), caller)
         else:

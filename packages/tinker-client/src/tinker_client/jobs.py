@@ -1,5 +1,5 @@
 """A thin client of the scheduler's ``JobService`` (no torch): submit, follow, pause, resume,
-steer and cancel jobs.
+steer, fork and cancel jobs.
 
 Example::
 
@@ -133,6 +133,16 @@ class JobClient(SchedulerConnection):
         """Change live settings (``KEY.PATH=VALUE``) of a job; it applies them at its next step boundary."""
         request = pb.SetJobSettingsRequest(job_id=job_id, settings=settings)
         return self.stub.SetSettings(request, metadata=self.metadata, timeout=self.timeout_s)
+
+    def fork(
+        self, job_id: str, overrides: list[str] | None = None, *, step: int | None = None, request_id: str | None = None
+    ) -> pb.Job:
+        """Queue a new job from job ``job_id``'s checkpoint at ``step`` (default: its newest) with
+        ``overrides``; retried with the same ``request_id``, it is created once."""
+        req = pb.ForkJobRequest(job_id=job_id, overrides=overrides or [], client_request_id=request_id or uuid.uuid4().hex)
+        if step is not None:
+            req.step = step
+        return self._call_with_retry(self.stub.Fork, req)
 
     def watch(self, job_id: str, after_cursor: int = 0, *, max_reconnects: int = 20) -> Iterator[pb.JobEvent]:
         """Events after ``after_cursor`` until the job ends; reconnects without gaps or duplicates.

@@ -122,6 +122,8 @@ class NewJob:
     memory_gb: float
     runs_dir: str
     client_request_id: str = ""
+    #: The id to give the job ("": a fresh one); a fork's run dir is made before it is stored.
+    job_id: str = ""
 
 
 @dataclass(frozen=True)

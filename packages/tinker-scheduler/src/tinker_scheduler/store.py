@@ -221,7 +221,7 @@ class JobStore:
                             "different config or priority; use a new request id for a new job",
                         )
                     return existing, False
-            job_id = new_job_id()
+            job_id = new.job_id or new_job_id()
             now = _now()
             run_dir = str(Path(new.runs_dir) / new.tenant / job_id)
             db.execute(
@@ -248,6 +248,11 @@ class JobStore:
         if tenant is not None and job.tenant != tenant:
             return None
         return job
+
+    def by_request_id(self, tenant: str, client_request_id: str) -> JobRecord | None:
+        """The tenant's job submitted with ``client_request_id`` (not ""), or None."""
+        rows = self._query("SELECT * FROM jobs WHERE tenant = ? AND client_request_id = ?", (tenant, client_request_id))
+        return JobRecord.from_row(rows[0]) if rows and client_request_id else None
 
     def job_ids(self, tenant: str) -> list[str]:
         return [r["id"] for r in self._query("SELECT id FROM jobs WHERE tenant = ? ORDER BY seq", (tenant,))]

@@ -261,6 +261,14 @@ class JobClient:
         request = jobs_pb2.SetJobSettingsRequest(job_id=job_id, settings=settings)
         return self.stub.SetSettings(request, metadata=self.metadata, timeout=30)
 
+    def fork(self, job_id: str, overrides: list[str] | None = None, *, step: int | None = None, request_id: str = "") -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        request = jobs_pb2.ForkJobRequest(job_id=job_id, overrides=overrides or [], client_request_id=request_id)
+        if step is not None:
+            request.step = step
+        return self.stub.Fork(request, metadata=self.metadata, timeout=60)
+
     def wait_for_state(self, job_id: str, state: int, timeout: float = 120) -> Any:
         """Poll until the job is in ``state`` (e.g. PAUSED, which ends no watch); return it."""
         deadline = time.monotonic() + timeout

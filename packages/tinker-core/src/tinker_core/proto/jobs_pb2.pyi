@@ -142,6 +142,18 @@ class SetJobSettingsResponse(_message.Message):
     request: str
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., request: _Optional[str] = ...) -> None: ...
 
+class ForkJobRequest(_message.Message):
+    __slots__ = ("job_id", "step", "overrides", "client_request_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    step: int
+    overrides: _containers.RepeatedScalarFieldContainer[str]
+    client_request_id: str
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., overrides: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ...) -> None: ...
+
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_id", "after_cursor")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

@@ -71,6 +71,11 @@ class JobServiceStub:
                 request_serializer=tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsRequest.SerializeToString,
                 response_deserializer=tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsResponse.FromString,
                 _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/opentinker.v1.JobService/Fork',
+                request_serializer=tinker__core_dot_proto_dot_jobs__pb2.ForkJobRequest.SerializeToString,
+                response_deserializer=tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/opentinker.v1.JobService/Watch',
                 request_serializer=tinker__core_dot_proto_dot_jobs__pb2.WatchJobRequest.SerializeToString,
@@ -148,6 +153,19 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Fork(self, request, context):
+        """Queue a new job that starts from a checkpoint of one of the tenant's jobs (weights, optimizer
+        state, RNG, data position) with the parent's config and overrides, as `opentinker fork` does
+        with run dirs: the scheduler makes the new job's run dir from the parent's (the checkpoint,
+        the metrics and live setting changes up to its step, lineage.json naming the parent). A
+        parent without that checkpoint is FAILED_PRECONDITION (the message lists the steps it has); an
+        override a fork cannot make (the model, the adapter shape, the algorithm of a stage begun)
+        or a bad one is INVALID_ARGUMENT naming it. Idempotent on client_request_id like Submit.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Watch(self, request, context):
         """Stream a job's events in cursor order: first the stored ones after after_cursor, then new
         ones as they happen. The stream ends after the event that moves the job to a terminal
@@ -195,6 +213,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.SetSettings,
                     request_deserializer=tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsRequest.FromString,
                     response_serializer=tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsResponse.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=tinker__core_dot_proto_dot_jobs__pb2.ForkJobRequest.FromString,
+                    response_serializer=tinker__core_dot_proto_dot_jobs__pb2.Job.SerializeToString,
             ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
@@ -393,6 +416,33 @@ class JobService:
             '/opentinker.v1.JobService/SetSettings',
             tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsRequest.SerializeToString,
             tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.v1.JobService/Fork',
+            tinker__core_dot_proto_dot_jobs__pb2.ForkJobRequest.SerializeToString,
+            tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,

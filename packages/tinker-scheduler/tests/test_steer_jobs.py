@@ -1,10 +1,11 @@
-"""Pause, Resume and SetSettings of JobService jobs (issue 47, "runs you can steer").
+"""Pause, Resume, SetSettings and Fork of JobService jobs (issue 47, "runs you can steer").
 
 A paused job checkpoints at its next step boundary (the cancel path: ``should_stop()``), frees its
 worker and waits out of the queue, across scheduler restarts, until it is resumed; it then goes
 on from its checkpoint. SetSettings checks a live-setting change against the job's config and
-writes it into the job's run dir. These run the ``sleep_train`` test workload; the last test runs
-the real trainer and compares the metrics with an uninterrupted run.
+writes it into the job's run dir. Fork makes a new job's run dir from a job's checkpoint. Most
+tests run the ``sleep_train`` test workload; the two slow ones run the real trainer: a job paused
+and resumed across a restart against an uninterrupted run, and a fork against its parent.
 """
 
 from __future__ import annotations
@@ -232,3 +233,65 @@ def test_pause_and_resume_of_a_real_job_across_a_restart_give_the_uninterrupted_
     assert any(f"step-{step:06d} (step {step})" in line and "resuming from" in line for line in logs), logs[-20:]
     assert [r["step"] for r in rows(tmp_path / "reference")] == list(range(1, 201))
     assert rows(Path(final.run_dir)) == rows(tmp_path / "reference")
+
+
+@pytest.mark.slow
+def test_fork_a_job_through_the_scheduler_repeats_its_metrics_and_records_its_lineage(make_scheduler, tmp_path):
+    from tinker_algos import train
+    from tinker_algos.metrics import is_timing, read_metrics
+    from tinker_core.config import parse_config
+    from tinker_scheduler.config import DEFAULT_RUNNER
+
+    def rows(run_dir: Path) -> list[dict]:
+        return [{k: v for k, v in r.items() if not is_timing(k)} for r in read_metrics(run_dir / "metrics.jsonl")]
+
+    data = tmp_path / "sft.jsonl"
+    data.write_text("".join(json.dumps({"prompt": p, "completion": c}) + "\n"
+                            for p, c in [("1+1=", "2\n"), ("2+2=", "4\n"), ("3+1=", "4\n"), ("2+3=", "5\n")]))
+    config = {
+        "name": "tiny-sft", "seed": 0, "model": {"name": "tiny", "device": "cpu"},
+        "algorithm": {"name": "sft", "steps": 6, "batch_size": 4, "data": str(data)},
+        "optimizer": {"name": "adamw", "lr": 0.001},
+        "checkpoint": {"every": 2, "keep_last": 1, "keep_every": 2},
+        "logging": {"tensorboard": False, "plot": False}, "resources": {"cpus": 1},
+    }
+    db, runs = tmp_path / "jobs.db", tmp_path / "runs"
+    store = JobStore(db)  # the parent: a job that ran (here, in this process) and succeeded
+    alice_key, bob_key = store.add_tenant("alice"), store.add_tenant("bob")
+    parent, _ = store.submit(NewJob(tenant="alice", name="tiny-sft", priority=0, config_text=json.dumps(config),
+                                    config_format=jobs_pb2.CONFIG_FORMAT_JSON, config_json=parse_config(config).model_dump_json(),
+                                    cpus=1.0, gpus=0.0, memory_gb=0.0, runs_dir=str(runs)))
+    store.transition(parent.id, JobState.RUNNING, "started")
+    assert train(config, run_dir=parent.run_dir).status == "completed"
+    store.transition(parent.id, JobState.SUCCEEDED, "completed 6 steps")
+    store.close()
+
+    scheduler = make_scheduler(runner=DEFAULT_RUNNER, db=db, runs_dir=runs, model_roots=[tmp_path])
+    with JobClient(scheduler.address, alice_key) as alice, JobClient(scheduler.address, bob_key) as bob:
+        code, details = code_of(bob.fork, parent.id)
+        assert code == grpc.StatusCode.NOT_FOUND and "did you mean" not in details
+        code, details = code_of(lambda: alice.fork(parent.id, step=3))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "no checkpoint at step 3 (it has: 2, 4, 6)" in details
+        code, details = code_of(lambda: alice.fork(parent.id, ["model.name=other"], step=4))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "model.name" in details
+        code, details = code_of(lambda: alice.fork(parent.id, ["optimizer.lr=-1"], step=4))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "optimizer.lr" in details
+        assert sorted(p.name for p in (runs / "alice").iterdir()) == [parent.id]  # the refused forks left nothing
+        secret = tmp_path / "secret.txt"
+        secret.write_text("not the job's")
+        (Path(parent.run_dir) / "checkpoints" / "step-000004" / "extra.txt").symlink_to(secret)
+        code, details = code_of(lambda: alice.fork(parent.id, step=4))
+        assert code == grpc.StatusCode.FAILED_PRECONDITION and "holds a symbolic link" in details
+        (Path(parent.run_dir) / "checkpoints" / "step-000004" / "extra.txt").unlink()
+
+        job = alice.fork(parent.id, step=4, request_id="fork-1")
+        assert alice.fork(parent.id, step=4, request_id="fork-1").id == job.id  # a retry: the same job
+        final = alice.wait(job.id, timeout=300)
+        logs = [e.log.text for e in alice.watch(job.id) if e.WhichOneof("event") == "log"]
+    assert final.state == SUCCEEDED, final.reason
+    assert sorted(p.name for p in (runs / "alice").iterdir()) == sorted([parent.id, job.id])
+    assert any(f"forked from job {parent.id} at step 4 (no overrides)" in line for line in logs)
+    lineage = json.loads((Path(final.run_dir) / "lineage.json").read_text())
+    assert lineage["parent"]["run_dir"] == str(Path(parent.run_dir).resolve()) and lineage["parent"]["step"] == 4
+    assert lineage["overrides"] == []
+    assert rows(Path(final.run_dir)) == rows(Path(parent.run_dir))  # without overrides: the parent's metrics
