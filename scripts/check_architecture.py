@@ -59,6 +59,11 @@ ALLOWED_MODULES: dict[str, tuple[set[str], str]] = {
         "runs only under the opentinker CLI, which tinker-client provides; it reuses the client's "
         "JobService SDK instead of a second copy (imported lazily)",
     ),
+    "tinker_algos.cli_steer": (
+        {"tinker_client"},
+        "runs only under the opentinker CLI, which tinker-client provides; `fork --scheduler` uses the "
+        "client's JobService SDK and its job-following display instead of a second copy (imported lazily)",
+    ),
     "tinker_scheduler.viewer_route": (
         {"tinker_client"},
         "serves `opentinker view`'s app per job instead of a second copy of the viewer; imported on the "

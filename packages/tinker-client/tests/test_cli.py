@@ -147,7 +147,8 @@ def test_train_on_a_scheduler_needs_no_trainer_package(tmp_path):
     assert f"cannot reach a scheduler at {address}" in result.stderr and "needs tinker-algos" not in result.stderr
 
 
-@pytest.mark.parametrize("args", [["watch", "job-1"], ["logs", "job-1"], ["cancel", "job-1"], ["list"]])
+@pytest.mark.parametrize("args", [["watch", "job-1"], ["logs", "job-1"], ["cancel", "job-1"], ["list"], ["pause", "job-1"],
+                                  ["resume", "job-1"], ["job", "set", "job-1", "optimizer.lr=0.1"]])
 def test_job_commands_report_an_unreachable_scheduler_and_exit_1(args):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -157,7 +158,8 @@ def test_job_commands_report_an_unreachable_scheduler_and_exit_1(args):
     assert f"error: cannot reach a scheduler at {address}" in result.stderr and "hint:" in result.stderr
 
 
-@pytest.mark.parametrize("args", [["watch", "job-1"], ["logs", "job-1"], ["cancel", "job-1"], ["list"], ["submit"]])
+@pytest.mark.parametrize("args", [["watch", "job-1"], ["logs", "job-1"], ["cancel", "job-1"], ["list"], ["submit"],
+                                  ["pause", "job-1"], ["job", "set", "job-1", "optimizer.lr=0.1"]])
 @pytest.mark.parametrize("content", [None, "not a certificate\n"])
 def test_a_bad_tls_ca_file_is_one_line_naming_it_and_exit_2(args, content, tmp_path):
     ca = tmp_path / "ca.pem"

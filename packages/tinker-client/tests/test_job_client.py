@@ -167,3 +167,61 @@ def test_a_watch_that_never_reaches_the_scheduler_gives_up_after_five_tries(flak
         client.close()
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     assert servicer.cursors == [0] * 5
+
+
+class SteeredJobs(jobs_pb2_grpc.JobServiceServicer):
+    """Pause, Resume and SetSettings of one job ``job-1`` (others are NOT_FOUND); records the requests."""
+
+    def __init__(self) -> None:
+        self.requests: list = []
+        self.job = jobs_pb2.Job(id="job-1", name="j", state=jobs_pb2.JOB_STATE_RUNNING, run_dir="/runs/local/job-1")
+
+    def _known(self, request, context) -> None:
+        self.requests.append(request)
+        if request.job_id != "job-1":
+            context.abort(grpc.StatusCode.NOT_FOUND, f"job_id: no job {request.job_id!r}")
+
+    def Pause(self, request, context):
+        self._known(request, context)
+        return jobs_pb2.Job(id="job-1", name="j", state=jobs_pb2.JOB_STATE_RUNNING, reason=f"pausing: {request.reason}")
+
+    def Resume(self, request, context):
+        self._known(request, context)
+        return jobs_pb2.Job(id="job-1", name="j", state=jobs_pb2.JOB_STATE_QUEUED, reason="resumed")
+
+    def SetSettings(self, request, context):
+        self._known(request, context)
+        return jobs_pb2.SetJobSettingsResponse(job=self.job, request="0001-abc.json")
+
+
+def test_pause_and_resume_commands_print_the_job_and_name_an_unknown_one(serve):
+    servicer = SteeredJobs()
+    address = serve(servicer)
+    paused = CliRunner().invoke(app, ["pause", "job-1", "--scheduler", address])
+    assert paused.exit_code == 0, paused.output
+    assert paused.stdout.split()[:2] == ["job-1", "RUNNING"] and "(pausing: paused by the user)" in paused.stdout
+    resumed = CliRunner().invoke(app, ["resume", "job-1", "--scheduler", address])
+    assert resumed.exit_code == 0 and resumed.stdout.split()[:2] == ["job-1", "QUEUED"]
+    missing = CliRunner().invoke(app, ["pause", "job-2", "--scheduler", address])
+    assert missing.exit_code == 2 and "NOT_FOUND: job_id: no job 'job-2'" in missing.output
+    assert [type(r).__name__ for r in servicer.requests] == ["PauseJobRequest", "ResumeJobRequest", "PauseJobRequest"]
+
+
+def test_job_set_sends_a_job_id_to_the_scheduler_and_checks_the_setting_first(serve, tmp_path):
+    servicer = SteeredJobs()
+    address = serve(servicer)
+    ok = CliRunner().invoke(app, ["job", "set", "job-1", "optimizer.lr=0.01", "stages.1.rollout.temperature=0.5",
+                                  "--scheduler", address])
+    assert ok.exit_code == 0, ok.output
+    assert "requested optimizer.lr=0.01 stages.1.rollout.temperature=0.5 of job job-1 (0001-abc.json)" in ok.stdout
+    assert "/runs/local/job-1/live.jsonl" in ok.stdout
+    (request,) = servicer.requests
+    assert (request.job_id, list(request.settings)) == ("job-1", ["optimizer.lr=0.01", "stages.1.rollout.temperature=0.5"])
+    refused = CliRunner().invoke(app, ["job", "set", "job-1", "model.name=gpt2", "--scheduler", address])
+    assert refused.exit_code == 2 and "model.name cannot change while a job runs" in " ".join(refused.output.split())
+    assert len(servicer.requests) == 1  # refused before the round trip
+    missing = CliRunner().invoke(app, ["job", "set", "job-2", "optimizer.lr=0.1", "--scheduler", address])
+    assert missing.exit_code == 2 and "NOT_FOUND" in missing.output
+    no_dir = CliRunner().invoke(app, ["job", "set", str(tmp_path / "runs" / "gone"), "optimizer.lr=0.1", "--scheduler", address])
+    assert no_dir.exit_code == 2 and "is not a run directory (it does not exist)" in no_dir.output
+    assert len(servicer.requests) == 2

@@ -1,6 +1,6 @@
 """Fuzzing the JobService over a real gRPC channel (issue 12's reliability suite).
 
-Random sequences of Submit / Get / List / Cancel / Watch from two tenants and from callers with
+Random sequences of Submit / Get / List / Cancel / Pause / Resume / SetSettings / Fork / Watch from two tenants and from callers with
 bad or missing API keys -- odd config texts (bad YAML, binary-ish text, huge fields, path-like
 names, YAML alias bombs), forged and foreign page tokens, unknown and other-tenant job ids,
 request ids reused with other arguments -- each get an answer or a clear status with a message,
@@ -125,6 +125,15 @@ ops = st.one_of(
               st.one_of(st.integers(0, 3), st.integers(-3, 2**31 - 1)), page_tokens),
     st.tuples(st.just("cancel"), callers, job_refs, st.one_of(st.text(max_size=50), st.sampled_from(["r" * 4097, "r" * 3_000_000]))),
     st.tuples(st.just("watch"), callers, job_refs, st.integers(0, 2**64 - 1)),
+    st.tuples(st.just("pause"), callers, job_refs, st.one_of(st.text(max_size=50), st.just("r" * 4097))),
+    st.tuples(st.just("resume"), callers, job_refs),
+    st.tuples(st.just("settings"), callers, job_refs, st.lists(st.one_of(st.text(max_size=30), st.sampled_from([
+        "optimizer.lr=0.01", "stages.0.optimizer.lr=0.1", "model.name=gpt2", "optimizer.lr=-1", "optimizer.lr=[1, 2]",
+        "rollout.temperature=hot", "algorithm.kl.coef=0.1", "algorithm.eval_every=0", "optimizer.lr", "=1", "x" * 5000,
+    ])), max_size=70)),
+    st.tuples(st.just("fork"), callers, job_refs, st.one_of(st.none(), st.integers(-2, 2**63 - 1)),
+              st.lists(st.one_of(st.text(max_size=20), st.sampled_from(["optimizer.lr=0.1", "model.name=x", "x" * 5000])),
+                       max_size=3), request_ids),
 )
 
 
@@ -205,7 +214,7 @@ def _call(server: Server, method: str, request: Any, caller: str, *, stream_time
     TALLY["OK"] += 1
     BY_METHOD[f"{method} OK"] += 1
     assert tenant is not None, f"{method} answered a caller without a valid key"
-    jobs = answer.jobs if method == "List" else [] if method == "Watch" else [answer]
+    jobs = answer.jobs if method == "List" else [] if method == "Watch" else [answer.job] if method == "SetSettings" else [answer]
     for job in jobs:
         assert job.tenant == tenant and job.id not in others, f"{method}: {tenant} got {job.tenant}'s job {job.id}"
         assert job.id in server.jobs[tenant] or method == "Submit", f"{method}: {tenant} got an unknown job {job.id}"
@@ -252,6 +261,17 @@ def _run(server: Server, sequence: list[tuple[Any, ...]]) -> None:
                     server.tokens[tenant] = page.next_page_token
         elif op == "cancel":
             _call(server, "Cancel", jobs_pb2.CancelJobRequest(job_id=job_id(args[0]), reason=args[1]), caller)
+        elif op == "pause":
+            _call(server, "Pause", jobs_pb2.PauseJobRequest(job_id=job_id(args[0]), reason=args[1]), caller)
+        elif op == "resume":
+            _call(server, "Resume", jobs_pb2.ResumeJobRequest(job_id=job_id(args[0])), caller)
+        elif op == "fork":
+            request = jobs_pb2.ForkJobRequest(job_id=job_id(args[0]), overrides=args[2], client_request_id=args[3])
+            if args[1] is not None:
+                request.step = args[1]
+            _call(server, "Fork", request, caller)
+        elif op == "settings":
+            _call(server, "SetSettings", jobs_pb2.SetJobSettingsRequest(job_id=job_id(args[0]), settings=args[1]), caller)
         else:
             jid = job_id(args[0])
             own = tenant is not None and jid in server.jobs[tenant]

@@ -2,7 +2,7 @@
 
 Added to the ``opentinker`` CLI by :mod:`tinker_algos.plugin`; importing this module is cheap
 (torch loads only when a fork trains). ``fork`` is :func:`tinker_algos.forking.fork` with a progress
-bar; ``runs`` draws the run directories under a folder as a tree, each fork under its parent
+bar, or with ``--scheduler`` the fork of a job on a scheduler (``tinker_client.job_fork``); ``runs`` draws the run directories under a folder as a tree, each fork under its parent
 (:mod:`tinker_algos.lineage`). Exit codes: 0 success, 1 failure at run time, 2 bad input.
 """
 
@@ -18,16 +18,26 @@ from tinker_core.errors import ConfigError
 
 
 def fork(
-    run: Annotated[str, typer.Argument(help="The run dir to fork; RUN@STEP forks its checkpoint at STEP (default: its newest).", metavar="RUN[@STEP]")],
+    run: Annotated[str, typer.Argument(help="The run dir to fork (with --scheduler: a job id); RUN@STEP forks its checkpoint at STEP (default: its newest).", metavar="RUN[@STEP]")],
     overrides: OverridesArg = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="The fork's run dir (default: RUN-fork-STEP beside RUN).")] = None,
+    scheduler: Annotated[str | None, typer.Option("--scheduler", "-s", help="Fork job RUN on this scheduler (host:port) and follow the new job.")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", help="Tenant API key (default $OPENTINKER_API_KEY).", show_default=False)] = None,
+    tls_ca: Annotated[Path | None, typer.Option("--tls-ca", help="PEM certificate to trust for a TLS scheduler.")] = None,
 ) -> None:
     """Start a new run from a checkpoint of RUN (weights, optimizer, RNG, data position) with overrides.
 
     The fork records its parent (run dir, step, overrides, config hashes) in its lineage.json;
     without overrides its metrics after STEP are exactly the parent's. Forking an earlier step
-    is how a run is rolled back. `opentinker runs` shows the lineage tree.
+    is how a run is rolled back. `opentinker runs` shows the lineage tree. With --scheduler, RUN
+    is a job id there: the scheduler forks it into a new job, whose id is printed and followed.
     """
+    if scheduler:  # (before anything imports torch)
+        if run_dir is not None:
+            _fail("--run-dir: a job forked on a scheduler gets its run dir there; leave --run-dir out")
+        from tinker_client.job_fork import fork_on_scheduler  # the client's JobService SDK
+
+        raise typer.Exit(fork_on_scheduler(run, list(overrides or []), scheduler, api_key, tls_ca))
     from tinker_algos.forking import ForkError, prepare_fork
     from tinker_core.config import OverrideError
 

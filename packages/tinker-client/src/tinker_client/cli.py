@@ -7,12 +7,11 @@ Built-in commands live here; other packages add theirs through the
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,6 +23,14 @@ from tinker_client.doctor import register as register_doctor_command
 from tinker_client.env_serve import register as register_env_serve_command
 from tinker_client.job_settings import register as register_job_command
 from tinker_client.new import register as register_new_command
+from tinker_client.scheduler_options import (
+    ApiKeyOpt,
+    JobIdArg,
+    SchedulerOpt,
+    TlsCaOpt,
+    print_job,
+    scheduler_client,
+)
 from tinker_client.trace import register as register_trace_command
 from tinker_client.viewer.command import register as register_view_command
 from tinker_core.errors import ConfigError, OpenTinkerError
@@ -135,59 +142,7 @@ def config_schema() -> None:
     typer.echo(json.dumps(json_schema(), indent=2))
 
 
-# ---- jobs: submit, watch, list, cancel, logs ------------------------------------------------
-
-SchedulerOpt = Annotated[
-    str | None,
-    typer.Option("--scheduler", "-s", help="Scheduler address host:port (default $OPENTINKER_SCHEDULER or localhost:50051)."),
-]
-ApiKeyOpt = Annotated[str | None, typer.Option("--api-key", help="Tenant API key (default $OPENTINKER_API_KEY).", show_default=False)]
-TlsCaOpt = Annotated[Path | None, typer.Option("--tls-ca", help="PEM certificate to trust for a TLS scheduler.")]
-JobIdArg = Annotated[str, typer.Argument(help="The job id that submit printed.")]
-
-
-@contextlib.contextmanager
-def _scheduler(scheduler: str | None, api_key: str | None, tls_ca: Path | None) -> Iterator[Any]:
-    """A JobClient; a gRPC error inside the block becomes a one-line reason and an exit code."""
-    import grpc
-
-    from tinker_client.connection import read_ca_file
-    from tinker_client.jobs import JobClient
-
-    if tls_ca is not None:
-        try:
-            read_ca_file(tls_ca, "--tls-ca")
-        except ValueError as e:
-            fail(str(e))
-    client = JobClient(scheduler, api_key, tls_ca=tls_ca)
-    try:
-        yield client
-    except grpc.RpcError as e:
-        _rpc_fail(e, client.address)
-    finally:
-        client.close()
-
-
-def _rpc_fail(e: Any, address: str) -> NoReturn:
-    import grpc
-
-    code = e.code()
-    if code == grpc.StatusCode.UNAVAILABLE:
-        fail(f"cannot reach a scheduler at {address}", "start one with 'opentinker scheduler start', or pass --scheduler HOST:PORT", code=1)
-    if code == grpc.StatusCode.UNAUTHENTICATED:
-        fail(f"the scheduler refused the API key: {e.details()}", "pass --api-key or set OPENTINKER_API_KEY")
-    if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION):
-        fail(f"{code.name}: {e.details()}")
-    fail(f"{code.name}: {e.details()}", code=1)
-
-
-def _print_job(job: Any) -> None:
-    from tinker_client.jobs import state_name
-
-    line = f"{job.id}  {state_name(job.state):<9}  prio {job.priority:>3}  {job.name}"
-    if job.reason:
-        line += f"  ({job.reason})"
-    typer.echo(line)
+# ---- jobs: submit, watch, list, cancel, pause, resume, logs ---------------------------------
 
 
 def _follow(client: Any, job_id: str, *, logs_only: bool = False) -> int | None:
@@ -225,7 +180,7 @@ def submit(
 ) -> None:
     """Submit a job to a scheduler (with KEY.PATH=VALUE overrides applied); prints its id."""
     text = _read_config_text(file, list(overrides or []))
-    with _scheduler(scheduler, api_key, tls_ca) as client:
+    with scheduler_client(scheduler, api_key, tls_ca) as client:
         job = client.submit(text, request_id=request_id, priority=priority)
         typer.echo(job.id)
         if watch_:
@@ -237,7 +192,7 @@ def _job_command(name: str, action: Callable[[Any, str], int | None], doc: str) 
     an int it returns is the exit code."""
 
     def command(job_id: JobIdArg, scheduler: SchedulerOpt = None, api_key: ApiKeyOpt = None, tls_ca: TlsCaOpt = None) -> None:
-        with _scheduler(scheduler, api_key, tls_ca) as client:
+        with scheduler_client(scheduler, api_key, tls_ca) as client:
             code = action(client, job_id)
         if code is not None:
             raise typer.Exit(code)
@@ -260,7 +215,7 @@ _job_command(
 
 @app.command("list")
 def list_jobs(
-    state: Annotated[list[str] | None, typer.Option("--state", help="Only jobs in this state (repeatable): queued, running, succeeded, failed, cancelled.")] = None,
+    state: Annotated[list[str] | None, typer.Option("--state", help="Only jobs in this state (repeatable): queued, running, paused, succeeded, failed, cancelled.")] = None,
     scheduler: SchedulerOpt = None,
     api_key: ApiKeyOpt = None,
     tls_ca: TlsCaOpt = None,
@@ -276,14 +231,14 @@ def list_jobs(
     except ValueError as e:
         fail(str(e))
     console = Console(highlight=False)
-    with _scheduler(scheduler, api_key, tls_ca) as client:
+    with scheduler_client(scheduler, api_key, tls_ca) as client:
         if as_json:
             typer.echo(json.dumps([_job_dict(job) for job in client.list(states, limit=limit)], indent=2))
         elif console.is_terminal:
             console.print(_jobs_table(client.list(states, limit=limit)))
         else:  # piped: one line per job, as scripts expect
             for job in client.list(states, limit=limit):
-                _print_job(job)
+                print_job(job)
 
 
 def _job_dict(job: Any) -> dict[str, Any]:
@@ -297,7 +252,7 @@ def _job_dict(job: Any) -> dict[str, Any]:
 def _jobs_table(jobs: Iterator[Any]) -> Table:
     from tinker_client.jobs import state_name
 
-    styles = {"SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "dim", "RUNNING": "cyan"}
+    styles = {"SUCCEEDED": "green", "FAILED": "red", "CANCELLED": "dim", "RUNNING": "cyan", "PAUSED": "yellow"}
     table = Table(title="Jobs (newest first)")
     table.add_column("id", no_wrap=True)
     for col in ("state", "prio", "name", "created (UTC)", "reason"):
@@ -311,8 +266,18 @@ def _jobs_table(jobs: Iterator[Any]) -> Table:
 
 _job_command(
     "cancel",
-    lambda client, job_id: _print_job(client.cancel(job_id)),
-    "Cancel a queued or running job (a running job checkpoints first).",
+    lambda client, job_id: print_job(client.cancel(job_id)),
+    "Cancel a queued, running or paused job (a running job checkpoints first).",
+)
+_job_command(
+    "pause",
+    lambda client, job_id: print_job(client.pause(job_id)),
+    "Pause a job: it checkpoints at its next step boundary, frees its worker and waits until resumed.",
+)
+_job_command(
+    "resume",
+    lambda client, job_id: print_job(client.resume(job_id)),
+    "Resume a paused job: it goes back to the queue and continues from its checkpoint.",
 )
 
 

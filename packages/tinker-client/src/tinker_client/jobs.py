@@ -1,4 +1,5 @@
-"""A thin client of the scheduler's ``JobService`` (no torch).
+"""A thin client of the scheduler's ``JobService`` (no torch): submit, follow, pause, resume,
+steer, fork and cancel jobs.
 
 Example::
 
@@ -118,6 +119,30 @@ class JobClient(SchedulerConnection):
 
     def cancel(self, job_id: str, reason: str = "cancelled by the user") -> pb.Job:
         return self.stub.Cancel(pb.CancelJobRequest(job_id=job_id, reason=reason), metadata=self.metadata, timeout=self.timeout_s)
+
+    def pause(self, job_id: str, reason: str = "paused by the user") -> pb.Job:
+        """Pause a job: a queued one at once, a running one at its next step boundary (it
+        checkpoints and frees its worker); it stays PAUSED until :meth:`resume`."""
+        return self.stub.Pause(pb.PauseJobRequest(job_id=job_id, reason=reason), metadata=self.metadata, timeout=self.timeout_s)
+
+    def resume(self, job_id: str) -> pb.Job:
+        """Put a paused job back in the queue; it continues from its checkpoint."""
+        return self.stub.Resume(pb.ResumeJobRequest(job_id=job_id), metadata=self.metadata, timeout=self.timeout_s)
+
+    def set_settings(self, job_id: str, settings: list[str]) -> pb.SetJobSettingsResponse:
+        """Change live settings (``KEY.PATH=VALUE``) of a job; it applies them at its next step boundary."""
+        request = pb.SetJobSettingsRequest(job_id=job_id, settings=settings)
+        return self.stub.SetSettings(request, metadata=self.metadata, timeout=self.timeout_s)
+
+    def fork(
+        self, job_id: str, overrides: list[str] | None = None, *, step: int | None = None, request_id: str | None = None
+    ) -> pb.Job:
+        """Queue a new job from job ``job_id``'s checkpoint at ``step`` (default: its newest) with
+        ``overrides``; retried with the same ``request_id``, it is created once."""
+        req = pb.ForkJobRequest(job_id=job_id, overrides=overrides or [], client_request_id=request_id or uuid.uuid4().hex)
+        if step is not None:
+            req.step = step
+        return self._call_with_retry(self.stub.Fork, req)
 
     def watch(self, job_id: str, after_cursor: int = 0, *, max_reconnects: int = 20) -> Iterator[pb.JobEvent]:
         """Events after ``after_cursor`` until the job ends; reconnects without gaps or duplicates.

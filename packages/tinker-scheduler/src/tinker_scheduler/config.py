@@ -120,7 +120,8 @@ class SchedulerConfig:
     #: Seconds ``stop()`` waits for running jobs to checkpoint.
     shutdown_timeout: float = field(default=60.0, metadata=cli(
         "Seconds SIGTERM waits for running jobs to checkpoint before killing them."))
-    #: Seconds a cancelled job may take to stop before its actor is killed.
+    #: Seconds a cancelled or paused job may take to stop before its actor is killed (a paused one
+    #: then resumes from its newest checkpoint).
     cancel_timeout: float = 60.0
     #: The scheduling loop's period.
     tick_s: float = 0.1

@@ -7,8 +7,10 @@ Cancel wakes it. A tick
 1. collects what running jobs reported (metrics, log lines, checkpoints) into the store;
 2. reaps finished jobs: SUCCEEDED, FAILED (with the error), CANCELLED, or -- when the actor
    died -- re-queued to resume from its last checkpoint, up to ``max_retries`` times;
-3. asks jobs with a pending cancel to stop (``should_stop()`` becomes true), every job while
-   the scheduler shuts down, and kills the ones that do not stop in time;
+3. asks jobs with a pending cancel or pause to stop (``should_stop()`` becomes true: the job
+   checkpoints at its next step boundary), every job while the scheduler shuts down, and kills
+   the ones that do not stop in time; a paused job that stopped becomes PAUSED (out of the queue,
+   its worker or shared-host slot freed) until it is resumed;
 4. starts jobs: LoRA jobs whose base model a running model host serves join that host (no new
    resources; see :mod:`tinker_scheduler.hosted_jobs`), then the jobs
    :func:`tinker_scheduler.policy.plan` picks -- each in a Ray actor placed in a placement group
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tinker_core.import_policy import ImportPolicy, refused_import
 from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.host_pool import HostArgs, HostKey, HostPool
-from tinker_scheduler.job_records import JobConfigs
+from tinker_scheduler.job_records import JobConfigs, resume_phrase
 from tinker_scheduler.placement import (
     RunningJob,
     death_reason,
@@ -94,24 +96,31 @@ class JobLoop:
         self.metrics.set_total(self.capacity.cpus, self.capacity.gpus, self.capacity.memory_gb)
 
     def requeue_left(self) -> None:
-        """After the loop stopped: kill jobs that did not stop in time and re-queue them."""
+        """After the loop stopped: kill jobs that did not stop in time and re-queue them (those
+        asked to pause are PAUSED instead)."""
         for run in list(self.runs.values()):
             self.discard(run)
             job = self.store.get(run.job_id)
+            if job is not None and job.pause_requested:
+                self._paused(job)
+                continue
             self.store.transition(
                 run.job_id, JobState.QUEUED,
-                f"scheduler stopped before the job could checkpoint; {_resume_phrase(job)}",
+                f"scheduler stopped before the job could checkpoint; {resume_phrase(job)}",
                 expect=[JobState.RUNNING],
             )
 
     def recover(self) -> None:
-        """Jobs that were RUNNING when the last scheduler died go back to the queue."""
+        """Jobs that were RUNNING when the last scheduler died go back to the queue (those asked
+        to cancel or pause end CANCELLED or PAUSED). PAUSED jobs stay paused."""
         for job in self.store.in_state(JobState.RUNNING):
             if job.cancel_requested:
                 self.store.transition(job.id, JobState.CANCELLED, job.cancel_reason or "cancelled",
                                       expect=[JobState.RUNNING])
+            elif job.pause_requested:
+                self._paused(job, "scheduler restarted; ")
             else:
-                self.store.transition(job.id, JobState.QUEUED, f"scheduler restarted; {_resume_phrase(job)}",
+                self.store.transition(job.id, JobState.QUEUED, f"scheduler restarted; {resume_phrase(job)}",
                                       expect=[JobState.RUNNING])
 
     def free(self) -> Resources:
@@ -217,8 +226,13 @@ class JobLoop:
             self._end(job, JobState.FAILED, error)
         elif run.stop_reason == "cancel" or job.cancel_requested:
             self._end(job, JobState.CANCELLED, cancel_reason)
+        elif job.pause_requested:
+            self._paused(job)
+        elif run.stop_reason == "pause":  # the pause was withdrawn (resumed) after the job was asked to stop
+            self.store.transition(job.id, JobState.QUEUED, f"resumed before it paused; {resume_phrase(job)}",
+                                  expect=[JobState.RUNNING])
         elif run.stop_reason == "shutdown":
-            self.store.transition(job.id, JobState.QUEUED, f"scheduler shutting down; {_resume_phrase(job)}",
+            self.store.transition(job.id, JobState.QUEUED, f"scheduler shutting down; {resume_phrase(job)}",
                                   expect=[JobState.RUNNING])
         elif died is None and status != "interrupted":
             self._end(job, JobState.FAILED, f"the runner returned an unknown status {status!r}")
@@ -230,13 +244,21 @@ class JobLoop:
                 self.metrics.actor_restarts.inc()
                 self.store.transition(
                     job.id, JobState.QUEUED,
-                    f"{died}; restart {restarts} of {self.config.max_retries}, {_resume_phrase(job)}",
+                    f"{died}; restart {restarts} of {self.config.max_retries}, {resume_phrase(job)}",
                     expect=[JobState.RUNNING], restarts=restarts,
                 )
             else:
                 self._end(job, JobState.FAILED,
                           f"{died}; gave up after {job.restarts} restart(s) (max_retries={self.config.max_retries})")
         self.wake()
+
+    def _paused(self, job: JobRecord, prefix: str = "") -> None:
+        """RUNNING -> PAUSED for a job asked to pause that stopped (its worker is already freed)."""
+        where = (f"checkpoint at step {job.checkpoint_step}" if job.checkpoint_step is not None
+                 else "no checkpoint yet: it starts again from the beginning")
+        if self.store.transition(job.id, JobState.PAUSED, f"{prefix}{job.pause_reason}; {where}; resume it to continue",
+                                 expect=[JobState.RUNNING], pause_reason=None) is not None:
+            logger.info("job %s (tenant %s): PAUSED, %s", job.id, job.tenant, job.pause_reason)
 
     def _end(self, job: JobRecord, state: JobState, reason: str) -> None:
         if self.store.transition(job.id, state, reason, expect=[JobState.RUNNING]) is not None:
@@ -255,7 +277,7 @@ class JobLoop:
             release_worker(run)
 
     def _stop_requested(self, closing: bool) -> None:
-        """Ask jobs to stop: cancelled ones, or every job while shutting down; kill the stuck."""
+        """Ask jobs to stop: cancelled and paused ones, or every job while shutting down; kill the stuck."""
         import ray
 
         now = time.monotonic()
@@ -265,14 +287,15 @@ class JobLoop:
                     run.stop_reason = "shutdown"
                 else:
                     job = self.store.get(run.job_id)
-                    if job is None or not job.cancel_requested:
+                    if job is None or not (job.cancel_requested or job.pause_requested):
                         continue
-                    run.stop_reason = "cancel"
-                    self.store.append_events(run.job_id, [PendingEvent(
-                        "log", _scheduler_line(f"cancel requested ({job.cancel_reason}); asking the job to stop"))])
+                    run.stop_reason = "cancel" if job.cancel_requested else "pause"
+                    asked = (f"cancel requested ({job.cancel_reason}); asking the job to stop" if job.cancel_requested
+                             else f"pause requested ({job.pause_reason}); asking the job to checkpoint and stop")
+                    self.store.append_events(run.job_id, [PendingEvent("log", _scheduler_line(asked))])
                 run.stop_sent_at = now
                 run.stop()
-            elif run.stop_reason == "cancel" and run.stop_sent_at is not None and now - run.stop_sent_at > self.config.cancel_timeout:
+            elif run.stop_reason in ("cancel", "pause") and run.stop_sent_at is not None and now - run.stop_sent_at > self.config.cancel_timeout:
                 if run.host_key is not None and not run.aborted:
                     # other jobs share the process: end this one at its next turn instead
                     self.store.append_events(run.job_id, [PendingEvent(
@@ -417,13 +440,3 @@ class JobLoop:
 
 def _scheduler_line(text: str, level: str = "INFO") -> dict[str, str]:
     return {"source": "scheduler", "level": level, "text": text}
-
-
-def _resume_phrase(job: JobRecord | None) -> str:
-    """How the job will continue; the runner picks the newest checkpoint in its run directory,
-    which may be newer than the last one the scheduler heard of."""
-    if job is not None and job.checkpoint_step is not None:
-        return f"resumes from its newest checkpoint (last reported: step {job.checkpoint_step})"
-    return "resumes from its newest checkpoint, if it wrote one"
-
-

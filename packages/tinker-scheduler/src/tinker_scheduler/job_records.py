@@ -31,6 +31,8 @@ class JobState(enum.IntEnum):
     SUCCEEDED = 3
     FAILED = 4
     CANCELLED = 5
+    #: Stopped with a checkpoint and out of the queue until resumed (not terminal).
+    PAUSED = 6
 
     @property
     def terminal(self) -> bool:
@@ -78,6 +80,8 @@ class JobRecord:
     cancel_reason: str | None
     last_cursor: int
     metrics_step: int | None
+    #: Set when a pause was asked for while the job was running (None: not asked).
+    pause_reason: str | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row | Mapping[str, object]) -> JobRecord:
@@ -89,6 +93,18 @@ class JobRecord:
     @property
     def cancel_requested(self) -> bool:
         return self.cancel_reason is not None
+
+    @property
+    def pause_requested(self) -> bool:
+        return self.pause_reason is not None
+
+
+def resume_phrase(job: JobRecord | None) -> str:
+    """How a job that stopped will continue: the runner picks the newest checkpoint in its run
+    directory, which may be newer than the last one the scheduler heard of."""
+    if job is not None and job.checkpoint_step is not None:
+        return f"resumes from its newest checkpoint (last reported: step {job.checkpoint_step})"
+    return "resumes from its newest checkpoint, if it wrote one"
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,8 @@ class NewJob:
     memory_gb: float
     runs_dir: str
     client_request_id: str = ""
+    #: The id to give the job ("": a fresh one); a fork's run dir is made before it is stored.
+    job_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,40 +1,59 @@
 """``opentinker.v1.JobService`` over the job store (see ``tinker_core/proto/jobs.proto``).
 
-The handlers authenticate the caller, validate requests, and read or change the store; the
-scheduling loop (:mod:`tinker_scheduler.job_loop`) does everything that involves Ray. A job of
-another tenant is NOT_FOUND, exactly like a job that does not exist. The servicer sees the
-scheduler only through :class:`JobBackend`, so it does not import it.
+The handlers authenticate the caller, validate requests, and read or change the store (a live
+settings change is written into the job's run dir, :mod:`tinker_core.config.live`; a fork's run
+dir is made by :mod:`tinker_scheduler.job_fork`); the scheduling loop
+(:mod:`tinker_scheduler.job_loop`) does everything that involves Ray. The wire forms of jobs and
+events are :mod:`tinker_scheduler.job_wire`'s. A job of another tenant is NOT_FOUND, exactly like
+a job that does not exist. The servicer sees the scheduler only through :class:`JobBackend`, so
+it does not import it.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import grpc
-import yaml
-from google.protobuf.timestamp_pb2 import Timestamp
 
+from tinker_algos.run_dir import make_run_dir
 from tinker_core.config import (
-    CONFIG_TOO_DEEP,
     JobConfig,
-    check_config_shape,
     check_config_size,
     parse_config,
 )
+from tinker_core.config.live import LIVE_SETTINGS, check_live, write_request
+from tinker_core.config.overrides import OverrideError
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 from tinker_core.import_policy import ImportPolicy, refused_import
 from tinker_core.proto import jobs_pb2, jobs_pb2_grpc
 from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.errors import StatusError
+from tinker_scheduler.job_fork import prepare_fork_dir, remove_fork_dir
 from tinker_scheduler.job_records import JobConfigs
+from tinker_scheduler.job_wire import (
+    MAX_CURSOR,
+    before_seq_of,
+    demand_of,
+    event_message,
+    job_message,
+    page_token,
+    parse_config_text,
+)
 from tinker_scheduler.paths import PathPolicy
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.rpc import abort, caller_tenant
-from tinker_scheduler.store import Event, JobRecord, JobState, JobStore, NewJob, StoreError
+from tinker_scheduler.store import (
+    JobRecord,
+    JobState,
+    JobStore,
+    NewJob,
+    PendingEvent,
+    StoreError,
+    new_job_id,
+)
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
@@ -44,129 +63,12 @@ MAX_PAGE_BYTES = 1024 * 1024
 #: stored with the job and sent back in every List page.
 MAX_REQUEST_ID_CHARS = 256
 MAX_REASON_CHARS = 4096
-#: The largest cursor the store can hold; a larger ``after_cursor`` means the same: no event after it.
-MAX_CURSOR = 2**63 - 1
+#: The most live settings one SetSettings request may change (each at most MAX_REASON_CHARS).
+MAX_SETTINGS = 64
+#: The most overrides one Fork request may carry (each at most MAX_REASON_CHARS).
+MAX_OVERRIDES = 256
 #: How long a Watch sleeps between checks when nothing happens (it is woken on new events).
 WATCH_IDLE_S = 1.0
-
-
-def timestamp(seconds: float) -> Timestamp:
-    ts = Timestamp()
-    ts.FromNanoseconds(int(seconds * 1e9))
-    return ts
-
-
-def job_message(job: JobRecord) -> jobs_pb2.Job:
-    """The wire form of a stored job."""
-    message = jobs_pb2.Job(
-        id=job.id,
-        state=cast(Any, int(job.state)),
-        reason=job.reason,
-        priority=job.priority,
-        tenant=job.tenant,
-        created_at=timestamp(job.created_at),
-        run_dir=job.run_dir,
-        checkpoint_path=job.checkpoint_path,
-        config_text=job.config_text,
-        config_format=cast(Any, job.config_format),
-        client_request_id=job.client_request_id,
-        name=job.name,
-    )
-    if job.started_at is not None:
-        message.started_at.CopyFrom(timestamp(job.started_at))
-    if job.finished_at is not None:
-        message.finished_at.CopyFrom(timestamp(job.finished_at))
-    return message
-
-
-def event_message(event: Event) -> jobs_pb2.JobEvent:
-    """The wire form of a stored event."""
-    message = jobs_pb2.JobEvent(cursor=event.cursor, job_id=event.job_id, time=timestamp(event.time))
-    p = event.payload
-    if event.kind == "state":
-        message.state_change.CopyFrom(
-            jobs_pb2.JobStateChange(previous_state=p["previous"], state=p["state"], reason=p.get("reason", ""))
-        )
-    elif event.kind == "metrics":
-        message.metrics.CopyFrom(jobs_pb2.JobMetrics(step=int(p["step"]), values=p.get("values", {})))
-    else:
-        message.log.CopyFrom(
-            jobs_pb2.JobLogLine(source=p.get("source", ""), level=p.get("level", ""), text=p.get("text", ""))
-        )
-    return message
-
-
-def parse_config_text(text: str, config_format: int) -> tuple[Any, int]:
-    """Decode ``config_text`` as YAML or JSON; returns ``(data, detected format)``.
-
-    Raises :class:`ValueError` naming what is wrong, also for a text nested deeper than
-    :data:`tinker_core.config.MAX_CONFIG_DEPTH` or whose YAML aliases expand to more values than
-    it has bytes (an alias bomb): :func:`tinker_core.config.check_config_shape`, which
-    :func:`tinker_core.config.load_config` runs too.
-    """
-    try:
-        data, detected = _decode_config_text(text, config_format)
-    except RecursionError:
-        raise ValueError(f"config_text: {CONFIG_TOO_DEEP}") from None
-    except ValueError as e:
-        message = str(e)
-        raise ValueError(message if message.startswith("config_text:") else f"config_text: {message}") from None
-    try:
-        check_config_shape(data, len(text))
-    except ConfigError as e:
-        raise ValueError(f"config_text: {e.problems[0]}") from None
-    return data, detected
-
-
-def _decode_config_text(text: str, config_format: int) -> tuple[Any, int]:
-    if not text.strip():
-        raise ValueError("config_text: is empty; send the job config (the file 'opentinker train' reads) as YAML or JSON")
-    if config_format == jobs_pb2.CONFIG_FORMAT_JSON:
-        try:
-            return json.loads(text), jobs_pb2.CONFIG_FORMAT_JSON
-        except json.JSONDecodeError as e:
-            raise ValueError(f"config_text: not valid JSON ({e}); fix it or send config_format YAML") from None
-    if config_format == jobs_pb2.CONFIG_FORMAT_UNSPECIFIED:
-        try:
-            data = json.loads(text)
-            if isinstance(data, dict):
-                return data, jobs_pb2.CONFIG_FORMAT_JSON
-        except json.JSONDecodeError:
-            pass
-    try:
-        return yaml.safe_load(text), jobs_pb2.CONFIG_FORMAT_YAML
-    except yaml.YAMLError as e:
-        raise ValueError(f"config_text: not valid YAML ({e})") from None
-
-
-def page_token(tenant: str, states: list[JobState], before_seq: int) -> str:
-    """The token of the page after the job ``before_seq``, bound to the tenant and the filter."""
-    payload = {"tenant": tenant, "states": sorted(int(s) for s in states), "before": before_seq}
-    return base64.urlsafe_b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
-
-
-def before_seq_of(token: str, tenant: str, states: list[JobState]) -> int | None:
-    """The ``before_seq`` in ``token`` ("" -> None, the first page).
-
-    Raises :class:`ValueError` when the token is not one :func:`page_token` made for this
-    tenant (the same message for garbage and for another tenant's token) or for these states.
-    """
-    if not token:
-        return None
-    try:
-        payload = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
-        before = payload["before"]
-        valid = (payload["tenant"] == tenant and type(before) is int and 0 < before <= MAX_CURSOR
-                 and isinstance(payload["states"], list))
-    except (ValueError, TypeError, KeyError, UnicodeError, RecursionError):
-        valid = False
-    if not valid:
-        raise ValueError(
-            "page_token: not a token this server gave you; pass next_page_token from your previous page, or '' for the first"
-        )
-    if payload["states"] != sorted(int(s) for s in states):
-        raise ValueError("page_token: was made for another states filter; send the first page's states, or '' to start again")
-    return int(before)
 
 
 class JobBackend(Protocol):
@@ -236,14 +138,39 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
             abort(context, grpc.StatusCode.NOT_FOUND, message)
         return job
 
+    def _check_runnable(self, context: grpc.ServicerContext, config: JobConfig, tenant: str) -> Resources:
+        """Abort unless the tenant may run ``config`` here; what the job reserves."""
+        try:  # the run dir lies under the tenant's runs; the model and data files are ones it may read
+            self.scheduler.paths.tenant_dir(tenant)
+            self.scheduler.paths.check_job(config, tenant)
+        except StatusError as e:
+            abort(context, getattr(grpc.StatusCode, e.code), str(e))
+        refusal = refused_import(config, self.scheduler.imports)  # before anything is imported or run
+        if refusal is not None:
+            abort(context, grpc.StatusCode.PERMISSION_DENIED, refusal)
+        demand = demand_of(config)
+        too_big = demand.exceeds(self.scheduler.capacity)
+        if too_big:
+            capacity = self.scheduler.capacity
+            details = ", ".join(
+                f"resources.{name} = {getattr(demand, name):g} but the cluster has {getattr(capacity, name):g} in total"
+                for name in too_big
+            )
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                   f"{details}; lower it or add nodes to the Ray cluster")
+        return demand
+
+    def _check_request_id(self, context: grpc.ServicerContext, request_id: str) -> None:
+        if len(request_id) > MAX_REQUEST_ID_CHARS:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                  f"client_request_id: {len(request_id):,} characters, over the limit of "
+                  f"{MAX_REQUEST_ID_CHARS}; send a short unique key such as a UUID")
+
     # ---- RPCs -------------------------------------------------------------------------------
 
     def Submit(self, request: jobs_pb2.SubmitJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
         tenant = self._tenant(context)
-        if len(request.client_request_id) > MAX_REQUEST_ID_CHARS:
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                  f"client_request_id: {len(request.client_request_id):,} characters, over the limit of "
-                  f"{MAX_REQUEST_ID_CHARS}; send a short unique key such as a UUID")
+        self._check_request_id(context, request.client_request_id)
         try:
             check_config_size(len(request.config_text.encode("utf-8")))  # before any parsing
         except ConfigError as e:
@@ -269,24 +196,7 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
                    "'opentinker config validate FILE' checks a config locally")
         except OpenTinkerError as e:
             abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"the scheduler cannot check configs: {e}")
-        try:  # the run dir lies under the tenant's runs; the model and data files are ones it may read
-            self.scheduler.paths.tenant_dir(tenant)
-            self.scheduler.paths.check_job(config, tenant)
-        except StatusError as e:
-            abort(context, getattr(grpc.StatusCode, e.code), str(e))
-        refusal = refused_import(config, self.scheduler.imports)  # before anything is imported or run
-        if refusal is not None:
-            abort(context, grpc.StatusCode.PERMISSION_DENIED, refusal)
-        demand = demand_of(config)
-        too_big = demand.exceeds(self.scheduler.capacity)
-        if too_big:
-            capacity = self.scheduler.capacity
-            details = ", ".join(
-                f"resources.{name} = {getattr(demand, name):g} but the cluster has {getattr(capacity, name):g} in total"
-                for name in too_big
-            )
-            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                   f"{details}; lower it or add nodes to the Ray cluster")
+        demand = self._check_runnable(context, config, tenant)
         try:
             job, created = self.store.submit(
                 NewJob(
@@ -324,7 +234,7 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
         for state in request.states:
             if state not in JobState._value2member_map_ or state == JobState.UNSPECIFIED:
                 abort(context, grpc.StatusCode.INVALID_ARGUMENT,
-                       f"states: {state} is not a job state; use QUEUED, RUNNING, SUCCEEDED, FAILED or CANCELLED")
+                       f"states: {state} is not a job state; use QUEUED, RUNNING, PAUSED, SUCCEEDED, FAILED or CANCELLED")
             states.append(JobState(state))
         try:
             before = before_seq_of(request.page_token, tenant, states)
@@ -356,6 +266,98 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
         self.scheduler.wake()
         return job_message(updated or job)
 
+    def Pause(self, request: jobs_pb2.PauseJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        tenant = self._tenant(context)
+        if len(request.reason) > MAX_REASON_CHARS:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                  f"reason: {len(request.reason):,} characters, over the limit of {MAX_REASON_CHARS:,}")
+        job = self._unfinished(context, tenant, request.job_id, "paused")
+        updated = self.store.request_pause(job.id, request.reason.strip() or "paused by the user")
+        self.scheduler.wake()
+        return job_message(updated or job)
+
+    def Resume(self, request: jobs_pb2.ResumeJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        tenant = self._tenant(context)
+        job = self._unfinished(context, tenant, request.job_id, "resumed")
+        updated = self.store.resume(job.id)
+        self.scheduler.wake()
+        return job_message(updated or job)
+
+    def SetSettings(
+        self, request: jobs_pb2.SetJobSettingsRequest, context: grpc.ServicerContext
+    ) -> jobs_pb2.SetJobSettingsResponse:
+        tenant = self._tenant(context)
+        settings = list(request.settings)
+        if not settings or len(settings) > MAX_SETTINGS or any(len(s) > MAX_REASON_CHARS for s in settings):
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                  f"settings: send 1 to {MAX_SETTINGS} KEY.PATH=VALUE of at most {MAX_REASON_CHARS:,} characters "
+                  f"each (got {len(settings)}); the live settings: {', '.join(LIVE_SETTINGS)}")
+        job = self._unfinished(context, tenant, request.job_id, "given live settings")
+        try:
+            check_live(self.scheduler.job_configs.of(job), settings, source=f"job {job.id} live settings")
+        except OverrideError as e:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"settings: {e}")
+        except ConfigError as e:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"settings: {'; '.join(e.problems)}")
+        except ValueError as e:  # the stored config no longer parses
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"job {job.id}: its stored config cannot be read: {e}")
+        path = write_request(make_run_dir(Path(job.run_dir)), settings)  # (made here for a job not started yet)
+        self.store.append_events(job.id, [PendingEvent("log", {
+            "source": "scheduler", "level": "INFO",
+            "text": f"live settings requested: {' '.join(settings)} (control/{path.name}); "
+                    "the job applies them at its next step boundary"})])
+        return jobs_pb2.SetJobSettingsResponse(job=job_message(job), request=path.name)
+
+    def Fork(self, request: jobs_pb2.ForkJobRequest, context: grpc.ServicerContext) -> jobs_pb2.Job:
+        tenant = self._tenant(context)
+        self._check_request_id(context, request.client_request_id)
+        overrides = list(request.overrides)
+        if len(overrides) > MAX_OVERRIDES or any(len(o) > MAX_REASON_CHARS for o in overrides):
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                  f"overrides: at most {MAX_OVERRIDES} KEY.PATH=VALUE of at most {MAX_REASON_CHARS:,} characters each")
+        step = request.step if request.HasField("step") else None
+        if step is not None and step < 0:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"step: must be 0 or more (got {step}); leave it unset for the newest checkpoint")
+        parent = self._job(context, tenant, request.job_id)
+        existing = self.store.by_request_id(tenant, request.client_request_id)
+        if existing is not None:  # a retry: the job the first call made
+            return job_message(existing)
+        job_id = new_job_id()
+        target = Path(self.scheduler.runs_dir) / tenant / job_id
+        try:
+            config, at = prepare_fork_dir(parent, step, overrides, target)
+            demand = self._check_runnable(context, config, tenant)
+            job, created = self.store.submit(NewJob(
+                tenant=tenant, name=config.name, priority=config.priority,
+                config_text=json.dumps(config.model_dump(mode="json"), indent=1), config_format=jobs_pb2.CONFIG_FORMAT_JSON,
+                config_json=config.model_dump_json(), cpus=demand.cpus, gpus=demand.gpus, memory_gb=demand.memory_gb,
+                runs_dir=str(self.scheduler.runs_dir), client_request_id=request.client_request_id, job_id=job_id,
+            ))
+        except StatusError as e:
+            abort(context, getattr(grpc.StatusCode, e.code), str(e))
+        except BaseException:  # refused (an abort raises) or failed: no run dir without its job
+            remove_fork_dir(target)
+            raise
+        if not created:  # a retry that raced the first call: that call's job
+            remove_fork_dir(target)
+            return job_message(job)
+        self.store.append_events(job.id, [PendingEvent("log", {
+            "source": "scheduler", "level": "INFO",
+            "text": f"forked from job {parent.id} at step {at} ({' '.join(overrides) or 'no overrides'}); "
+                    f"lineage: {target / 'lineage.json'}"})])
+        self.scheduler.job_configs.keep(job.id, config)
+        self.scheduler.wake()
+        return job_message(job)
+
+    def _unfinished(self, context: grpc.ServicerContext, tenant: str, job_id: str, what: str) -> JobRecord:
+        """The tenant's job ``job_id``; FAILED_PRECONDITION when it already finished."""
+        job = self._job(context, tenant, job_id)
+        if job.state.terminal:
+            abort(context, grpc.StatusCode.FAILED_PRECONDITION,
+                  f"job {job.id} is {job.state.name} ({job.reason}); only a queued, running or paused job can be "
+                  f"{what}; fork its run dir {job.run_dir} to go on from one of its checkpoints")
+        return job
+
     def Watch(self, request: jobs_pb2.WatchJobRequest, context: grpc.ServicerContext) -> Iterator[jobs_pb2.JobEvent]:
         tenant = self._tenant(context)
         job = self._job(context, tenant, request.job_id)
@@ -376,15 +378,3 @@ class JobService(jobs_pb2_grpc.JobServiceServicer):
             if self.scheduler.closing:
                 return  # the client resumes from its cursor on the restarted scheduler
             self.store.wait_for_events(version, WATCH_IDLE_S)
-
-
-def demand_of(config: JobConfig) -> Resources:
-    """What a job reserves: ``resources.cpus``, ``gpus`` and ``memory_gb`` (None -> 0), plus
-    those of each rollout worker and learner actor of its ``execution`` section."""
-    r = config.resources
-    total = Resources(cpus=r.cpus, gpus=r.gpus, memory_gb=r.memory_gb or 0.0)
-    ex = config.execution
-    for count, w in ((ex.rollout_workers, ex.rollout_worker), (ex.learners - 1, ex.learner)):
-        total = total + Resources(cpus=count * w.num_cpus, gpus=count * w.num_gpus, memory_gb=count * (w.memory_gb or 0.0))
-    return total
-

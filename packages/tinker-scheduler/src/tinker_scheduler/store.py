@@ -1,5 +1,6 @@
 """The SQLite job store: tenants and their hashed API keys, jobs, configs, states, checkpoint
-pointers, client request ids and every job's events.
+pointers, client request ids and every job's events (the tables and their migration:
+:mod:`tinker_scheduler.store_schema`).
 
 One file, WAL mode, ``synchronous=NORMAL``: a committed transaction survives the scheduler being
 killed (SIGKILL) at any moment. Every change of a job's state and the event that records it are
@@ -38,15 +39,15 @@ from tinker_scheduler.job_records import (
     NewJob,
     PendingEvent,
     StoreError,
+    resume_phrase,
 )
 from tinker_scheduler.store_file import open_store_file, query, unusable, write_transaction
+from tinker_scheduler.store_schema import create_schema
 
 __all__ = [
     "LOCAL_TENANT", "TERMINAL_STATES", "Event", "JobRecord", "JobState", "JobStore", "NewJob", "PendingEvent",
     "StoreError",
 ]
-
-SCHEMA_VERSION = 1
 
 #: Tenant names are directory names under the runs directory.
 TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -54,64 +55,6 @@ TENANT_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 LOCAL_TENANT = "local"
 #: API keys look like ``otk_<key id>_<secret>``; the key id finds the row, the secret is hashed.
 KEY_PREFIX = "otk"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS tenants (
-    name TEXT PRIMARY KEY,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS api_keys (
-    key_id TEXT PRIMARY KEY,
-    tenant TEXT NOT NULL REFERENCES tenants(name),
-    salt BLOB NOT NULL,
-    hash BLOB NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    tenant TEXT NOT NULL,
-    name TEXT NOT NULL,
-    state INTEGER NOT NULL,
-    reason TEXT NOT NULL DEFAULT '',
-    priority INTEGER NOT NULL,
-    config_text TEXT NOT NULL,
-    config_format INTEGER NOT NULL,
-    config_json TEXT NOT NULL,
-    client_request_id TEXT NOT NULL DEFAULT '',
-    cpus REAL NOT NULL,
-    gpus REAL NOT NULL,
-    memory_gb REAL NOT NULL,
-    run_dir TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    queued_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    checkpoint_path TEXT NOT NULL DEFAULT '',
-    checkpoint_step INTEGER,
-    restarts INTEGER NOT NULL DEFAULT 0,
-    cancel_reason TEXT,
-    last_cursor INTEGER NOT NULL DEFAULT 0,
-    metrics_step INTEGER
-);
-CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_request_id ON jobs(tenant, client_request_id)
-    WHERE client_request_id != '';
-CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, seq);
-CREATE INDEX IF NOT EXISTS jobs_by_tenant ON jobs(tenant, seq);
-CREATE TABLE IF NOT EXISTS events (
-    job_id TEXT NOT NULL,
-    cursor INTEGER NOT NULL,
-    time REAL NOT NULL,
-    kind TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    PRIMARY KEY (job_id, cursor)
-) WITHOUT ROWID;
-"""
-
 
 #: A job row without its config (``config_text`` and ``config_json`` read as "").
 _SUMMARY_COLUMNS = ", ".join(
@@ -162,19 +105,8 @@ class JobStore:
             raise
 
     def _create_schema(self) -> None:
-        with self._write():
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    self._conn.execute(statement)
-            row = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                self._conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-            elif int(row["value"]) != SCHEMA_VERSION:
-                raise StoreError(
-                    "db",
-                    f"{self.path} has schema version {row['value']}, this scheduler needs "
-                    f"{SCHEMA_VERSION}; use a new --db file or the matching tinker-scheduler",
-                )
+        with self._write() as db:
+            create_schema(db, self.path)
 
     # ---- plumbing -------------------------------------------------------------------------
 
@@ -289,7 +221,7 @@ class JobStore:
                             "different config or priority; use a new request id for a new job",
                         )
                     return existing, False
-            job_id = new_job_id()
+            job_id = new.job_id or new_job_id()
             now = _now()
             run_dir = str(Path(new.runs_dir) / new.tenant / job_id)
             db.execute(
@@ -316,6 +248,11 @@ class JobStore:
         if tenant is not None and job.tenant != tenant:
             return None
         return job
+
+    def by_request_id(self, tenant: str, client_request_id: str) -> JobRecord | None:
+        """The tenant's job submitted with ``client_request_id`` (not ""), or None."""
+        rows = self._query("SELECT * FROM jobs WHERE tenant = ? AND client_request_id = ?", (tenant, client_request_id))
+        return JobRecord.from_row(rows[0]) if rows and client_request_id else None
 
     def job_ids(self, tenant: str) -> list[str]:
         return [r["id"] for r in self._query("SELECT id FROM jobs WHERE tenant = ? ORDER BY seq", (tenant,))]
@@ -410,17 +347,47 @@ class JobStore:
             db.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*columns.values(), job_id))
 
     def request_cancel(self, job_id: str, reason: str) -> JobRecord | None:
-        """Cancel a job: QUEUED becomes CANCELLED now; RUNNING is flagged for the loop to stop.
+        """Cancel a job: QUEUED or PAUSED becomes CANCELLED now; RUNNING is flagged for the loop to stop.
 
         Returns the job as it is afterwards; a finished job is returned unchanged.
         """
-        job = self.transition(job_id, JobState.CANCELLED, reason, expect=[JobState.QUEUED])
+        job = self.transition(job_id, JobState.CANCELLED, reason, expect=[JobState.QUEUED, JobState.PAUSED])
         if job is not None:
             return job
         with self._write() as db:
             db.execute(
                 "UPDATE jobs SET cancel_reason = ?, reason = ? WHERE id = ? AND state = ?",
                 (reason, f"cancelling: {reason}", job_id, int(JobState.RUNNING)),
+            )
+        return self.get(job_id)
+
+    def request_pause(self, job_id: str, reason: str) -> JobRecord | None:
+        """Pause a job: QUEUED becomes PAUSED now; RUNNING is flagged for the loop to stop it at
+        its next step boundary (it becomes PAUSED once it has). Returns the job as it is
+        afterwards; a paused or finished job, or one already asked to pause or cancel, is unchanged."""
+        job = self.transition(job_id, JobState.PAUSED, reason, expect=[JobState.QUEUED])
+        if job is not None:
+            return job
+        with self._write() as db:
+            db.execute(
+                "UPDATE jobs SET pause_reason = ?, reason = ? WHERE id = ? AND state = ? "
+                "AND cancel_reason IS NULL AND pause_reason IS NULL",
+                (reason, f"pausing: {reason}", job_id, int(JobState.RUNNING)),
+            )
+        return self.get(job_id)
+
+    def resume(self, job_id: str) -> JobRecord | None:
+        """Resume a job: PAUSED goes back to the queue; a RUNNING job's pending pause is withdrawn.
+        Returns the job as it is afterwards; any other job is unchanged."""
+        current = self.get(job_id)
+        job = self.transition(job_id, JobState.QUEUED, f"resumed; {resume_phrase(current)}", expect=[JobState.PAUSED])
+        if job is not None:
+            return job
+        with self._write() as db:
+            db.execute(
+                "UPDATE jobs SET pause_reason = NULL, reason = 'running (the pause was withdrawn)' "
+                "WHERE id = ? AND state = ? AND pause_reason IS NOT NULL",
+                (job_id, int(JobState.RUNNING)),
             )
         return self.get(job_id)
 

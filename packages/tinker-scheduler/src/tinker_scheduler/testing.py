@@ -245,6 +245,39 @@ class JobClient:
         request = jobs_pb2.CancelJobRequest(job_id=job_id, reason=reason)
         return self.stub.Cancel(request, metadata=self.metadata, timeout=30)
 
+    def pause(self, job_id: str, reason: str = "") -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        return self.stub.Pause(jobs_pb2.PauseJobRequest(job_id=job_id, reason=reason), metadata=self.metadata, timeout=30)
+
+    def resume(self, job_id: str) -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        return self.stub.Resume(jobs_pb2.ResumeJobRequest(job_id=job_id), metadata=self.metadata, timeout=30)
+
+    def set_settings(self, job_id: str, settings: list[str]) -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        request = jobs_pb2.SetJobSettingsRequest(job_id=job_id, settings=settings)
+        return self.stub.SetSettings(request, metadata=self.metadata, timeout=30)
+
+    def fork(self, job_id: str, overrides: list[str] | None = None, *, step: int | None = None, request_id: str = "") -> Any:
+        from tinker_core.proto import jobs_pb2
+
+        request = jobs_pb2.ForkJobRequest(job_id=job_id, overrides=overrides or [], client_request_id=request_id)
+        if step is not None:
+            request.step = step
+        return self.stub.Fork(request, metadata=self.metadata, timeout=60)
+
+    def wait_for_state(self, job_id: str, state: int, timeout: float = 120) -> Any:
+        """Poll until the job is in ``state`` (e.g. PAUSED, which ends no watch); return it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.get(job_id)
+            if job.state == state or time.monotonic() > deadline:
+                return job
+            time.sleep(0.05)
+
     def watch(self, job_id: str, after_cursor: int = 0, timeout: float | None = 120) -> Iterator[Any]:
         """The job's events from ``after_cursor`` on; ends after the terminal state change."""
         from tinker_core.proto import jobs_pb2

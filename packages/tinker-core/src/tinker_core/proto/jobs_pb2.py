@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctinker_core/proto/jobs.proto\x12\ropentinker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.opentinker.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07run_dir\x18\t \x01(\t\x12\x17\n\x0f\x63heckpoint_path\x18\n \x01(\t\x12\x13\n\x0b\x63onfig_text\x18\x0b \x01(\t\x12\x32\n\rconfig_format\x18\x0c \x01(\x0e\x32\x1b.opentinker.v1.ConfigFormat\x12\x19\n\x11\x63lient_request_id\x18\r \x01(\t\x12\x0c\n\x04name\x18\x0e \x01(\t\"\x9a\x01\n\x10SubmitJobRequest\x12\x13\n\x0b\x63onfig_text\x18\x01 \x01(\t\x12\x32\n\rconfig_format\x18\x02 \x01(\x0e\x32\x1b.opentinker.v1.ConfigFormat\x12\x19\n\x11\x63lient_request_id\x18\x03 \x01(\t\x12\x15\n\x08priority\x18\x04 \x01(\x05H\x00\x88\x01\x01\x42\x0b\n\t_priority\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"a\n\x0fListJobsRequest\x12\'\n\x06states\x18\x01 \x03(\x0e\x32\x17.opentinker.v1.JobState\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"M\n\x10ListJobsResponse\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.opentinker.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"7\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0c\x61\x66ter_cursor\x18\x02 \x01(\x04\"\xec\x01\n\x08JobEvent\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x04\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x0cstate_change\x18\x04 \x01(\x0b\x32\x1d.opentinker.v1.JobStateChangeH\x00\x12,\n\x07metrics\x18\x05 \x01(\x0b\x32\x19.opentinker.v1.JobMetricsH\x00\x12(\n\x03log\x18\x06 \x01(\x0b\x32\x19.opentinker.v1.JobLogLineH\x00\x42\x07\n\x05\x65vent\"y\n\x0eJobStateChange\x12/\n\x0eprevious_state\x18\x01 \x01(\x0e\x32\x17.opentinker.v1.JobState\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.opentinker.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x80\x01\n\nJobMetrics\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x35\n\x06values\x18\x02 \x03(\x0b\x32%.opentinker.v1.JobMetrics.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"9\n\nJobLogLine\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t*\x9a\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x05*]\n\x0c\x43onfigFormat\x12\x1d\n\x19\x43ONFIG_FORMAT_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ONFIG_FORMAT_YAML\x10\x01\x12\x16\n\x12\x43ONFIG_FORMAT_JSON\x10\x02\x32\xd0\x02\n\nJobService\x12=\n\x06Submit\x12\x1f.opentinker.v1.SubmitJobRequest\x1a\x12.opentinker.v1.Job\x12\x37\n\x03Get\x12\x1c.opentinker.v1.GetJobRequest\x1a\x12.opentinker.v1.Job\x12G\n\x04List\x12\x1e.opentinker.v1.ListJobsRequest\x1a\x1f.opentinker.v1.ListJobsResponse\x12=\n\x06\x43\x61ncel\x12\x1f.opentinker.v1.CancelJobRequest\x1a\x12.opentinker.v1.Job\x12\x42\n\x05Watch\x12\x1e.opentinker.v1.WatchJobRequest\x1a\x17.opentinker.v1.JobEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctinker_core/proto/jobs.proto\x12\ropentinker.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x03\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.opentinker.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x0e\n\x06tenant\x18\x05 \x01(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07run_dir\x18\t \x01(\t\x12\x17\n\x0f\x63heckpoint_path\x18\n \x01(\t\x12\x13\n\x0b\x63onfig_text\x18\x0b \x01(\t\x12\x32\n\rconfig_format\x18\x0c \x01(\x0e\x32\x1b.opentinker.v1.ConfigFormat\x12\x19\n\x11\x63lient_request_id\x18\r \x01(\t\x12\x0c\n\x04name\x18\x0e \x01(\t\"\x9a\x01\n\x10SubmitJobRequest\x12\x13\n\x0b\x63onfig_text\x18\x01 \x01(\t\x12\x32\n\rconfig_format\x18\x02 \x01(\x0e\x32\x1b.opentinker.v1.ConfigFormat\x12\x19\n\x11\x63lient_request_id\x18\x03 \x01(\t\x12\x15\n\x08priority\x18\x04 \x01(\x05H\x00\x88\x01\x01\x42\x0b\n\t_priority\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"a\n\x0fListJobsRequest\x12\'\n\x06states\x18\x01 \x03(\x0e\x32\x17.opentinker.v1.JobState\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"M\n\x10ListJobsResponse\x12 \n\x04jobs\x18\x01 \x03(\x0b\x32\x12.opentinker.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"2\n\x10\x43\x61ncelJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"1\n\x0fPauseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\"\n\x10ResumeJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"9\n\x15SetJobSettingsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08settings\x18\x02 \x03(\t\"J\n\x16SetJobSettingsResponse\x12\x1f\n\x03job\x18\x01 \x01(\x0b\x32\x12.opentinker.v1.Job\x12\x0f\n\x07request\x18\x02 \x01(\t\"j\n\x0e\x46orkJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\x04step\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\toverrides\x18\x03 \x03(\t\x12\x19\n\x11\x63lient_request_id\x18\x04 \x01(\tB\x07\n\x05_step\"7\n\x0fWatchJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x14\n\x0c\x61\x66ter_cursor\x18\x02 \x01(\x04\"\xec\x01\n\x08JobEvent\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\x04\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12(\n\x04time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\x0cstate_change\x18\x04 \x01(\x0b\x32\x1d.opentinker.v1.JobStateChangeH\x00\x12,\n\x07metrics\x18\x05 \x01(\x0b\x32\x19.opentinker.v1.JobMetricsH\x00\x12(\n\x03log\x18\x06 \x01(\x0b\x32\x19.opentinker.v1.JobLogLineH\x00\x42\x07\n\x05\x65vent\"y\n\x0eJobStateChange\x12/\n\x0eprevious_state\x18\x01 \x01(\x0e\x32\x17.opentinker.v1.JobState\x12&\n\x05state\x18\x02 \x01(\x0e\x32\x17.opentinker.v1.JobState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x80\x01\n\nJobMetrics\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x35\n\x06values\x18\x02 \x03(\x0b\x32%.opentinker.v1.JobMetrics.ValuesEntry\x1a-\n\x0bValuesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"9\n\nJobLogLine\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t*\xb0\x01\n\x08JobState\x12\x19\n\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_STATE_QUEUED\x10\x01\x12\x15\n\x11JOB_STATE_RUNNING\x10\x02\x12\x17\n\x13JOB_STATE_SUCCEEDED\x10\x03\x12\x14\n\x10JOB_STATE_FAILED\x10\x04\x12\x17\n\x13JOB_STATE_CANCELLED\x10\x05\x12\x14\n\x10JOB_STATE_PAUSED\x10\x06*]\n\x0c\x43onfigFormat\x12\x1d\n\x19\x43ONFIG_FORMAT_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ONFIG_FORMAT_YAML\x10\x01\x12\x16\n\x12\x43ONFIG_FORMAT_JSON\x10\x02\x32\xe3\x04\n\nJobService\x12=\n\x06Submit\x12\x1f.opentinker.v1.SubmitJobRequest\x1a\x12.opentinker.v1.Job\x12\x37\n\x03Get\x12\x1c.opentinker.v1.GetJobRequest\x1a\x12.opentinker.v1.Job\x12G\n\x04List\x12\x1e.opentinker.v1.ListJobsRequest\x1a\x1f.opentinker.v1.ListJobsResponse\x12=\n\x06\x43\x61ncel\x12\x1f.opentinker.v1.CancelJobRequest\x1a\x12.opentinker.v1.Job\x12;\n\x05Pause\x12\x1e.opentinker.v1.PauseJobRequest\x1a\x12.opentinker.v1.Job\x12=\n\x06Resume\x12\x1f.opentinker.v1.ResumeJobRequest\x1a\x12.opentinker.v1.Job\x12Z\n\x0bSetSettings\x12$.opentinker.v1.SetJobSettingsRequest\x1a%.opentinker.v1.SetJobSettingsResponse\x12\x39\n\x04\x46ork\x12\x1d.opentinker.v1.ForkJobRequest\x1a\x12.opentinker.v1.Job\x12\x42\n\x05Watch\x12\x1e.opentinker.v1.WatchJobRequest\x1a\x17.opentinker.v1.JobEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +34,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_JOBMETRICS_VALUESENTRY']._loaded_options = None
   _globals['_JOBMETRICS_VALUESENTRY']._serialized_options = b'8\001'
-  _globals['_JOBSTATE']._serialized_start=1521
-  _globals['_JOBSTATE']._serialized_end=1675
-  _globals['_CONFIGFORMAT']._serialized_start=1677
-  _globals['_CONFIGFORMAT']._serialized_end=1770
+  _globals['_JOBSTATE']._serialized_start=1851
+  _globals['_JOBSTATE']._serialized_end=2027
+  _globals['_CONFIGFORMAT']._serialized_start=2029
+  _globals['_CONFIGFORMAT']._serialized_end=2122
   _globals['_JOB']._serialized_start=81
   _globals['_JOB']._serialized_end=489
   _globals['_SUBMITJOBREQUEST']._serialized_start=492
@@ -50,18 +50,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTJOBSRESPONSE']._serialized_end=857
   _globals['_CANCELJOBREQUEST']._serialized_start=859
   _globals['_CANCELJOBREQUEST']._serialized_end=909
-  _globals['_WATCHJOBREQUEST']._serialized_start=911
-  _globals['_WATCHJOBREQUEST']._serialized_end=966
-  _globals['_JOBEVENT']._serialized_start=969
-  _globals['_JOBEVENT']._serialized_end=1205
-  _globals['_JOBSTATECHANGE']._serialized_start=1207
-  _globals['_JOBSTATECHANGE']._serialized_end=1328
-  _globals['_JOBMETRICS']._serialized_start=1331
-  _globals['_JOBMETRICS']._serialized_end=1459
-  _globals['_JOBMETRICS_VALUESENTRY']._serialized_start=1414
-  _globals['_JOBMETRICS_VALUESENTRY']._serialized_end=1459
-  _globals['_JOBLOGLINE']._serialized_start=1461
-  _globals['_JOBLOGLINE']._serialized_end=1518
-  _globals['_JOBSERVICE']._serialized_start=1773
-  _globals['_JOBSERVICE']._serialized_end=2109
+  _globals['_PAUSEJOBREQUEST']._serialized_start=911
+  _globals['_PAUSEJOBREQUEST']._serialized_end=960
+  _globals['_RESUMEJOBREQUEST']._serialized_start=962
+  _globals['_RESUMEJOBREQUEST']._serialized_end=996
+  _globals['_SETJOBSETTINGSREQUEST']._serialized_start=998
+  _globals['_SETJOBSETTINGSREQUEST']._serialized_end=1055
+  _globals['_SETJOBSETTINGSRESPONSE']._serialized_start=1057
+  _globals['_SETJOBSETTINGSRESPONSE']._serialized_end=1131
+  _globals['_FORKJOBREQUEST']._serialized_start=1133
+  _globals['_FORKJOBREQUEST']._serialized_end=1239
+  _globals['_WATCHJOBREQUEST']._serialized_start=1241
+  _globals['_WATCHJOBREQUEST']._serialized_end=1296
+  _globals['_JOBEVENT']._serialized_start=1299
+  _globals['_JOBEVENT']._serialized_end=1535
+  _globals['_JOBSTATECHANGE']._serialized_start=1537
+  _globals['_JOBSTATECHANGE']._serialized_end=1658
+  _globals['_JOBMETRICS']._serialized_start=1661
+  _globals['_JOBMETRICS']._serialized_end=1789
+  _globals['_JOBMETRICS_VALUESENTRY']._serialized_start=1744
+  _globals['_JOBMETRICS_VALUESENTRY']._serialized_end=1789
+  _globals['_JOBLOGLINE']._serialized_start=1791
+  _globals['_JOBLOGLINE']._serialized_end=1848
+  _globals['_JOBSERVICE']._serialized_start=2125
+  _globals['_JOBSERVICE']._serialized_end=2736
 # @@protoc_insertion_point(module_scope)

@@ -18,6 +18,7 @@ class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JOB_STATE_SUCCEEDED: _ClassVar[JobState]
     JOB_STATE_FAILED: _ClassVar[JobState]
     JOB_STATE_CANCELLED: _ClassVar[JobState]
+    JOB_STATE_PAUSED: _ClassVar[JobState]
 
 class ConfigFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -30,6 +31,7 @@ JOB_STATE_RUNNING: JobState
 JOB_STATE_SUCCEEDED: JobState
 JOB_STATE_FAILED: JobState
 JOB_STATE_CANCELLED: JobState
+JOB_STATE_PAUSED: JobState
 CONFIG_FORMAT_UNSPECIFIED: ConfigFormat
 CONFIG_FORMAT_YAML: ConfigFormat
 CONFIG_FORMAT_JSON: ConfigFormat
@@ -109,6 +111,48 @@ class CancelJobRequest(_message.Message):
     job_id: str
     reason: str
     def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class PauseJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ResumeJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class SetJobSettingsRequest(_message.Message):
+    __slots__ = ("job_id", "settings")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    settings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., settings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SetJobSettingsResponse(_message.Message):
+    __slots__ = ("job", "request")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    request: str
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., request: _Optional[str] = ...) -> None: ...
+
+class ForkJobRequest(_message.Message):
+    __slots__ = ("job_id", "step", "overrides", "client_request_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    step: int
+    overrides: _containers.RepeatedScalarFieldContainer[str]
+    client_request_id: str
+    def __init__(self, job_id: _Optional[str] = ..., step: _Optional[int] = ..., overrides: _Optional[_Iterable[str]] = ..., client_request_id: _Optional[str] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_id", "after_cursor")

@@ -26,8 +26,8 @@ if _version_not_supported:
 
 
 class JobServiceStub:
-    """Submit training jobs to a scheduler, follow them, cancel them. The caller's tenant comes
-    from its credentials, never from a request field.
+    """Submit training jobs to a scheduler, follow them, pause, resume and steer them, cancel them.
+    The caller's tenant comes from its credentials, never from a request field.
     """
 
     def __init__(self, channel):
@@ -56,6 +56,26 @@ class JobServiceStub:
                 request_serializer=tinker__core_dot_proto_dot_jobs__pb2.CancelJobRequest.SerializeToString,
                 response_deserializer=tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
                 _registered_method=True)
+        self.Pause = channel.unary_unary(
+                '/opentinker.v1.JobService/Pause',
+                request_serializer=tinker__core_dot_proto_dot_jobs__pb2.PauseJobRequest.SerializeToString,
+                response_deserializer=tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
+                _registered_method=True)
+        self.Resume = channel.unary_unary(
+                '/opentinker.v1.JobService/Resume',
+                request_serializer=tinker__core_dot_proto_dot_jobs__pb2.ResumeJobRequest.SerializeToString,
+                response_deserializer=tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
+                _registered_method=True)
+        self.SetSettings = channel.unary_unary(
+                '/opentinker.v1.JobService/SetSettings',
+                request_serializer=tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsRequest.SerializeToString,
+                response_deserializer=tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsResponse.FromString,
+                _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/opentinker.v1.JobService/Fork',
+                request_serializer=tinker__core_dot_proto_dot_jobs__pb2.ForkJobRequest.SerializeToString,
+                response_deserializer=tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
+                _registered_method=True)
         self.Watch = channel.unary_stream(
                 '/opentinker.v1.JobService/Watch',
                 request_serializer=tinker__core_dot_proto_dot_jobs__pb2.WatchJobRequest.SerializeToString,
@@ -64,8 +84,8 @@ class JobServiceStub:
 
 
 class JobServiceServicer:
-    """Submit training jobs to a scheduler, follow them, cancel them. The caller's tenant comes
-    from its credentials, never from a request field.
+    """Submit training jobs to a scheduler, follow them, pause, resume and steer them, cancel them.
+    The caller's tenant comes from its credentials, never from a request field.
     """
 
     def Submit(self, request, context):
@@ -93,8 +113,54 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Cancel(self, request, context):
-        """Ask a queued or running job to stop. Cancelling a job that already finished is not an
-        error: the job is returned unchanged.
+        """Ask a queued, running or paused job to stop. Cancelling a job that already finished is not
+        an error: the job is returned unchanged.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Pause(self, request, context):
+        """Pause a job: a queued one is PAUSED at once; a running one checkpoints at its next step
+        boundary, frees its worker (or its slot on a shared model host) and becomes PAUSED. A paused
+        job stays out of the queue, also across scheduler restarts, until Resume. Pausing a paused
+        job, or one already asked to pause or to cancel, returns it unchanged; a finished job is
+        FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resume(self, request, context):
+        """Put a paused job back in the queue: it continues from its checkpoint exactly as if it never
+        stopped. Resuming a running job that was asked to pause withdraws the request (it may still
+        checkpoint and go back to the queue, if the request had reached it). Resuming a queued or
+        running job returns it unchanged; a finished job is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetSettings(self, request, context):
+        """Change live settings of a queued, running or paused job (the learning rate, the sampling
+        temperature, the KL coefficient, the evaluation cadence; see docs/guides/steer-runs.md).
+        The scheduler checks the change against the job's config like a config and writes it into
+        the job's run dir; the job applies it at its next step boundary. A setting that cannot change
+        while a job runs, or a value the config refuses, is INVALID_ARGUMENT naming it; a finished
+        job is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fork(self, request, context):
+        """Queue a new job that starts from a checkpoint of one of the tenant's jobs (weights, optimizer
+        state, RNG, data position) with the parent's config and overrides, as `opentinker fork` does
+        with run dirs: the scheduler makes the new job's run dir from the parent's (the checkpoint,
+        the metrics and live setting changes up to its step, lineage.json naming the parent). A
+        parent without that checkpoint is FAILED_PRECONDITION (the message lists the steps it has); an
+        override a fork cannot make (the model, the adapter shape, the algorithm of a stage begun)
+        or a bad one is INVALID_ARGUMENT naming it. Idempotent on client_request_id like Submit.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -133,6 +199,26 @@ def add_JobServiceServicer_to_server(servicer, server):
                     request_deserializer=tinker__core_dot_proto_dot_jobs__pb2.CancelJobRequest.FromString,
                     response_serializer=tinker__core_dot_proto_dot_jobs__pb2.Job.SerializeToString,
             ),
+            'Pause': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pause,
+                    request_deserializer=tinker__core_dot_proto_dot_jobs__pb2.PauseJobRequest.FromString,
+                    response_serializer=tinker__core_dot_proto_dot_jobs__pb2.Job.SerializeToString,
+            ),
+            'Resume': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=tinker__core_dot_proto_dot_jobs__pb2.ResumeJobRequest.FromString,
+                    response_serializer=tinker__core_dot_proto_dot_jobs__pb2.Job.SerializeToString,
+            ),
+            'SetSettings': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSettings,
+                    request_deserializer=tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsRequest.FromString,
+                    response_serializer=tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsResponse.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=tinker__core_dot_proto_dot_jobs__pb2.ForkJobRequest.FromString,
+                    response_serializer=tinker__core_dot_proto_dot_jobs__pb2.Job.SerializeToString,
+            ),
             'Watch': grpc.unary_stream_rpc_method_handler(
                     servicer.Watch,
                     request_deserializer=tinker__core_dot_proto_dot_jobs__pb2.WatchJobRequest.FromString,
@@ -147,8 +233,8 @@ def add_JobServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobService:
-    """Submit training jobs to a scheduler, follow them, cancel them. The caller's tenant comes
-    from its credentials, never from a request field.
+    """Submit training jobs to a scheduler, follow them, pause, resume and steer them, cancel them.
+    The caller's tenant comes from its credentials, never from a request field.
     """
 
     @staticmethod
@@ -248,6 +334,114 @@ class JobService:
             target,
             '/opentinker.v1.JobService/Cancel',
             tinker__core_dot_proto_dot_jobs__pb2.CancelJobRequest.SerializeToString,
+            tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pause(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.v1.JobService/Pause',
+            tinker__core_dot_proto_dot_jobs__pb2.PauseJobRequest.SerializeToString,
+            tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.v1.JobService/Resume',
+            tinker__core_dot_proto_dot_jobs__pb2.ResumeJobRequest.SerializeToString,
+            tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSettings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.v1.JobService/SetSettings',
+            tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsRequest.SerializeToString,
+            tinker__core_dot_proto_dot_jobs__pb2.SetJobSettingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/opentinker.v1.JobService/Fork',
+            tinker__core_dot_proto_dot_jobs__pb2.ForkJobRequest.SerializeToString,
             tinker__core_dot_proto_dot_jobs__pb2.Job.FromString,
             options,
             channel_credentials,
