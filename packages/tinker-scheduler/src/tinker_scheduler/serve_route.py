@@ -194,8 +194,8 @@ class SchedulerModels:
         with self._lock:
             served = self._bases.get(base)
             if served is None:
-                from tinker_algos.device import DeviceError
-                from tinker_algos.models import ModelLoadError
+                from tinker_algos.model.device import DeviceError
+                from tinker_algos.model.models import ModelLoadError
                 from tinker_core.errors import ConfigError
 
                 logger.info("serve route: loading base model %s", base)
