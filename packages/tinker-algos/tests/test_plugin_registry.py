@@ -64,6 +64,7 @@ def test_every_builtin_is_registered_by_the_tinker_algos_distribution():
         "advantage_estimators": sorted(ESTIMATORS),
         "losses": sorted(LOSSES),
         "optimizers": OPTIMIZERS,
+        "doctor_checks": ["model-cache", "torch"],  # opentinker doctor's checks of what training needs
     }
 
 
