@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from tinker_serve.app import create_app
-from tinker_serve.http_limits import HttpLimits, uvicorn_config
+from tinker_core.http_limits import HttpLimits, uvicorn_config
 from tinker_serve.served import ServedModels
 
 LIMIT = 256 * 1024

@@ -41,7 +41,7 @@ from tinker_serve.chat_tools import request_messages, tool_message_fields
 from tinker_serve.engine import Event, TokenInfo
 from tinker_serve.engine import Request as EngineRequest
 from tinker_serve.harness_routes import harness_routers
-from tinker_serve.http_limits import BodyGuard, HttpLimits
+from tinker_core.http_limits import BodyGuard, HttpLimits
 from tinker_serve.protocol import (
     APIError,
     ChatRequest,
