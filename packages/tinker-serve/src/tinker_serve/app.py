@@ -35,13 +35,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tinker_algos.sampling.sampler import SamplingParams
+from tinker_core.http_limits import BodyGuard, HttpLimits
 from tinker_serve import scoring
 from tinker_serve.backend import Backend, LocalBackend
 from tinker_serve.chat_tools import request_messages, tool_message_fields
 from tinker_serve.engine import Event, TokenInfo
 from tinker_serve.engine import Request as EngineRequest
 from tinker_serve.harness_routes import harness_routers
-from tinker_core.http_limits import BodyGuard, HttpLimits
 from tinker_serve.protocol import (
     APIError,
     ChatRequest,

@@ -61,8 +61,8 @@ def serve_command(
     from tinker_algos.model.models import ModelLoadError
     from tinker_algos.run.progress import quiet_third_party_progress
     from tinker_core.errors import ConfigError
-    from tinker_serve.app import create_app
     from tinker_core.http_limits import HttpLimits, protocol_class
+    from tinker_serve.app import create_app
     from tinker_serve.protocol import APIError
     from tinker_serve.served import ServedModels
 
