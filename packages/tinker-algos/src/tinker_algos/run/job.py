@@ -183,6 +183,14 @@ class Run:
         self.checkpoint: Path | None = None
         self.runtime: Runtime | None = None
 
+    def shown(self, path: Path) -> str:
+        """``path`` (under the run dir) as the caller named the run dir: a relative run dir gives
+        relative paths in callbacks and the result, as before the run dir was made absolute."""
+        try:
+            return str(Path(self.shown_dir) / path.relative_to(self.dir))
+        except ValueError:
+            return str(path)
+
     # ---- the story ----------------------------------------------------------------------------
     def run(self) -> TrainResult:
         stored = self.find_start()
@@ -397,14 +405,14 @@ class Run:
             self.cb.on_metrics(plan.global_step, metrics)
         if saved is not None:
             self.checkpoint = saved
-            self.cb.on_checkpoint(plan.global_step, str(saved))
+            self.cb.on_checkpoint(plan.global_step, self.shown(saved))
 
     def save_interrupted(self, here: Progress, trainer: Trainer, algo: Algorithm) -> None:
         """Checkpoint where ``should_stop`` stopped the run, unless the last step just did."""
         if self.checkpoint is not None and self.checkpoint.name.endswith(f"{here.global_step:06d}"):
             return
         self.checkpoint = self.in_turn(partial(self.save, here, trainer, algo))
-        self.cb.on_checkpoint(here.global_step, str(self.checkpoint))
+        self.cb.on_checkpoint(here.global_step, self.shown(self.checkpoint))
 
     def save(self, progress: Progress, trainer: Trainer, algo: Algorithm) -> Path:
         """``checkpoints/step-N``: trainer state, algorithm state, progress; then the keep policy
@@ -442,7 +450,7 @@ class Run:
             step=self.global_step,
             metrics=self.last_metrics,
             run_dir=self.shown_dir,
-            checkpoint=str(self.checkpoint) if self.checkpoint else None,
+            checkpoint=self.shown(self.checkpoint) if self.checkpoint else None,
             plot=str(plot) if plot else None,
             eval=self.final_eval,
         )
