@@ -109,7 +109,7 @@ def machine_info(*, with_torch: bool = True) -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""),
-        # as this process's OpenMP runtime read it (tinker_algos.openmp sets it on import from the load)
+        # as this process's OpenMP runtime read it (tinker_algos.model.openmp sets it on import from the load)
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
     }
     if with_torch:
@@ -285,8 +285,8 @@ def build_variant(path: Path, **overrides: Any) -> Path:
     import torch
     from transformers import LlamaForCausalLM
 
-    from tinker_algos.models import tiny_config
-    from tinker_algos.tokenizer import build_char_tokenizer
+    from tinker_algos.model.models import tiny_config
+    from tinker_algos.model.tokenizer import build_char_tokenizer
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)

@@ -10,7 +10,7 @@ No stop strings (the end-of-sequence token still stops a row; the new tokens are
 assumed). Full fine-tuning, AdamW, fp32, no KL, plain text prompts (no chat template).
 
 Per step, by wrapping the functions the step calls (as ``bench_step_real.py`` does): sampling
-(``tinker_algos.sampler.sample`` as the rollout calls it), update (``Trainer.forward_backward`` +
+(``tinker_algos.sampling.sampler.sample`` as the rollout calls it), update (``Trainer.forward_backward`` +
 ``Trainer.optim_step``), other no-grad passes (``Trainer.forward``), and the rest (env calls,
 bookkeeping, advantages); the step's wall time is ``GRPO.step``'s (evaluation and checkpoints
 are outside it).
@@ -117,11 +117,11 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(spec["threads"])
-    import tinker_algos.rollout as rollout_mod
+    import tinker_algos.rollout.episodes as rollout_mod
     import tinker_core.registry
     from tinker_algos import train
     from tinker_algos.algorithms.grpo import GRPO
-    from tinker_algos.trainer import Trainer
+    from tinker_algos.training.trainer import Trainer
 
     rss_imports_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     tinker_core.registry.register_plugin(_cost_env_plugin(), name="bench-cost")

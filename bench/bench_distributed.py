@@ -49,7 +49,7 @@ TOPOLOGIES: dict[str, dict[str, Any]] = {
 RUN = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from tinker_algos.run import train
+from tinker_algos.run.job import train
 job = json.loads(sys.argv[1])
 result = train(job, run_dir=sys.argv[2])
 print(json.dumps({"wall_s": time.perf_counter() - t0, "status": result.status}))

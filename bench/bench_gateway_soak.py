@@ -155,7 +155,7 @@ class Gateway:
     """``opentinker scheduler start --tinker-port 0`` in its own process group, with tenants."""
 
     def __init__(self, tenants: int) -> None:
-        from tinker_algos.models import build_tiny_model
+        from tinker_algos.model.models import build_tiny_model
 
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-soak-"))
         self.ray_tmp = tempfile.mkdtemp(prefix="ot-ray-")  # short: Ray's unix sockets live here

@@ -1,14 +1,14 @@
 """Sampling and training tokens/s on one device (CUDA when there is one), the numbers
 ``scripts/gpu_check.sh`` prints.
 
-* sampling -- ``tinker_algos.sampler.sample`` on 32 arithmetic prompts (``bench_sampler.py``'s),
+* sampling -- ``tinker_algos.sampling.sampler.sample`` on 32 arithmetic prompts (``bench_sampler.py``'s),
   64 new tokens each, temperature 1, no early stop: new tokens/s = 32 * 64 / wall time;
 * training -- ``Trainer.forward_backward(batch, "cross_entropy")`` + ``optim_step()`` (AdamW) on
   ``bench_trainer.py``'s batch of 32 x 64 tokens, full fine-tuning and LoRA (r=8, all linear
   layers): tokens/s = 2048 / wall time of the step.
 
 Models: ``tiny`` and SmolLM2-135M-Instruct (the ``smollm2-135m-instruct`` preset; from the cache,
-else fetched once). The device and precision come from ``tinker_algos.device.resolve_device``
+else fetched once). The device and precision come from ``tinker_algos.model.device.resolve_device``
 (``--device auto``: CUDA with bf16 autocast when available, else the CPU in fp32).
 On CUDA each timed call ends with ``torch.cuda.synchronize()``.
 
@@ -49,9 +49,9 @@ def synced(fn: Any, device: Any) -> Any:
 
 
 def bench_model(name: str, path: str, spec: Any, *, quick: bool) -> list[dict[str, Any]]:
-    from tinker_algos.models import LoraSpec, PolicyModel
-    from tinker_algos.sampler import SamplingParams, sample
-    from tinker_algos.trainer import Trainer, TrainerConfig
+    from tinker_algos.model.models import LoraSpec, PolicyModel
+    from tinker_algos.sampling.sampler import SamplingParams, sample
+    from tinker_algos.training.trainer import Trainer, TrainerConfig
     from tinker_core.contracts import Batch
 
     rows: list[dict[str, Any]] = []
@@ -104,7 +104,7 @@ def bench_model(name: str, path: str, spec: Any, *, quick: bool) -> list[dict[st
 def main(args: BenchArgs, device: str, precision: str) -> None:
     import torch
 
-    from tinker_algos.device import resolve_device
+    from tinker_algos.model.device import resolve_device
 
     spec = resolve_device(device, precision)
     info: dict[str, Any] = {"spec": spec.to_dict(), "cuda_available": torch.cuda.is_available()}
@@ -136,7 +136,7 @@ def main(args: BenchArgs, device: str, precision: str) -> None:
 
 if __name__ == "__main__":
     pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (tinker_algos.device)")
+    pre.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (tinker_algos.model.device)")
     pre.add_argument("--precision", default="auto", help="auto, fp32, bf16-mixed, fp16-mixed or bf16")
     known, rest = pre.parse_known_args(sys.argv[1:])
     if "-h" in rest or "--help" in rest:

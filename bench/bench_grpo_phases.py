@@ -30,8 +30,8 @@ PHASES = ("step", "rollout", "forward_backward", "optim_step", "rest")
 def run(threads: int, model_dir: Path, steps: int, share_prefix: bool = True) -> dict[str, Any]:
     from bench_vs_trl import opentinker_job
 
-    import tinker_algos.trainer as trainer_mod
-    from tinker_algos.run import train
+    import tinker_algos.training.trainer as trainer_mod
+    from tinker_algos.run.job import train
 
     set_threads(threads)
     timer = PhaseTimer("forward_backward", "optim_step")

@@ -42,10 +42,10 @@ TARGETS: list[tuple[str, str, bool]] = [
     ("tinker_client.cli", "import tinker_client.cli", False),
     ("tinker_algos (lazy, no torch)", "import tinker_algos", False),
     ("torch", "import torch", True),
-    ("tinker_algos.trainer (torch)", "import tinker_algos.trainer", True),
+    ("tinker_algos.training.trainer (torch)", "import tinker_algos.training.trainer", True),
     (
         "tinker_algos + transformers + peft",
-        "import tinker_algos.trainer, transformers, peft; from transformers import LlamaForCausalLM",
+        "import tinker_algos.training.trainer, transformers, peft; from transformers import LlamaForCausalLM",
         True,
     ),
 ]

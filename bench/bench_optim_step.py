@@ -2,7 +2,7 @@
 
 One call = the gradient norm, clipping at 1.0 and the AdamW update (lr 5e-4, betas (0.9, 0.99),
 eps 1e-8, no weight decay: the GRPO-vs-TRL settings) over the ``tiny`` preset's 38 parameter
-tensors, with fixed gradients. ``fused``: :func:`tinker_algos.optimizers.adamw` with ``fused: true`` (the
+tensors, with fixed gradients. ``fused``: :func:`tinker_algos.builtins.optimizers.adamw` with ``fused: true`` (the
 fused kernel on the CPU); ``loop``: the default (torch's per-parameter path: about ten small ops
 per tensor). Per round, both are timed (10 calls each,
 the median), alternating; the report is the median over rounds with its min-max, and the ratio,
@@ -25,8 +25,8 @@ CALLS = 10
 def measure(threads: int, rounds: int) -> dict[str, Any]:
     import torch
 
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.trainer import Trainer, TrainerConfig
+    from tinker_algos.model.models import PolicyModel
+    from tinker_algos.training.trainer import Trainer, TrainerConfig
 
     set_threads(threads)
     policy = PolicyModel.load("tiny", device="cpu", precision="fp32")

@@ -105,7 +105,7 @@ def main() -> None:
 def _phase_cost_us(path: Path, n: int = 20000) -> float:
     """Microseconds one ``phase()`` block costs with a recorder active (the event buffered, and
     written at the end of the step as the run does)."""
-    from tinker_algos.recording import Recorder, phase
+    from tinker_algos.records.recording import Recorder, phase
     from tinker_core.config import RolloutsLogConfig
     from tinker_core.traces import TraceWriter
 

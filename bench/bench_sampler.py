@@ -1,4 +1,4 @@
-"""Sampler throughput: new tokens/s of ``tinker_algos.sampler.sample`` vs ``model.generate``.
+"""Sampler throughput: new tokens/s of ``tinker_algos.sampling.sampler.sample`` vs ``model.generate``.
 
 The same 32 arithmetic prompts (``"12+35="`` and the like, 4-6 characters plus ``<bos>``, so
 the batch is left-padded) go to:
@@ -49,9 +49,9 @@ def make_prompts(n: int, seed: int = 0) -> list[str]:
 def bench_model(name: str, path: str, args: BenchArgs, *, threads: int, no_cache: bool) -> list[dict[str, Any]]:
     import torch
 
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.sampler import SamplingParams, sample
-    from tinker_algos.tokenizer import encode_prompt
+    from tinker_algos.model.models import PolicyModel
+    from tinker_algos.model.tokenizer import encode_prompt
+    from tinker_algos.sampling.sampler import SamplingParams, sample
 
     policy = PolicyModel.load(path, device="cpu", precision="fp32")
     module = policy.module

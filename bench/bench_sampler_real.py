@@ -37,7 +37,7 @@ MAX_NEW_TOKENS = 32
 
 
 def chat_prompts(tokenizer: Any, n: int) -> list[list[int]]:
-    from tinker_algos.tokenizer import encode_prompt
+    from tinker_algos.model.tokenizer import encode_prompt
     from tinker_env_math.arithmetic import arithmetic_problems
 
     return [encode_prompt(tokenizer, p.prompt, chat=True) for p in arithmetic_problems(n, 0, split="train")]
@@ -46,7 +46,7 @@ def chat_prompts(tokenizer: Any, n: int) -> list[list[int]]:
 def make_calls(policy: Any, ids_rows: list[list[int]]) -> dict[str, Any]:
     import torch
 
-    from tinker_algos.sampler import SamplingParams, sample
+    from tinker_algos.sampling.sampler import SamplingParams, sample
 
     B, L, pad = len(ids_rows), max(len(r) for r in ids_rows), policy.pad_token_id
     input_ids = torch.full((B, L), pad, dtype=torch.long)
@@ -136,7 +136,7 @@ def main() -> None:
     want_threads = "--threads-part" in sys.argv
     argv = [a for a in sys.argv[1:] if a != "--threads-part"]
     args = parse_args(__doc__.splitlines()[0], argv)
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     policy = PolicyModel.load(MODEL, device="cpu", precision="fp32")
     policy.module.eval()

@@ -37,7 +37,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def prompts(served: Any, n: int) -> list[list[int]]:
-    from tinker_algos.tokenizer import encode_prompt
+    from tinker_algos.model.tokenizer import encode_prompt
     from tinker_env_math.arithmetic import arithmetic_problems
 
     chat = served.renderer.chat

@@ -113,7 +113,7 @@ def main(args: BenchArgs) -> None:
     import ray
     import torch
 
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     root = Path(tempfile.mkdtemp(prefix="otb-shared-"))
     overrides = dict(BIG)

@@ -73,8 +73,8 @@ def run(threads: int, model_dir: Path, steps: int, *, count: bool) -> list[dict[
     from bench_vs_trl import opentinker_job
     from torch.utils.flop_counter import FlopCounterMode
 
-    import tinker_algos.trainer as trainer_mod
-    from tinker_algos.run import train
+    import tinker_algos.training.trainer as trainer_mod
+    from tinker_algos.run.job import train
 
     set_threads(threads)
     counter = FlopCounterMode(display=False) if count else None

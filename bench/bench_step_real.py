@@ -5,7 +5,7 @@ Each case is a fresh child process (OpenMP reads ``OMP_WAIT_POLICY`` when torch 
 4 prompts x 8 samples (LoRA r=16, 16 new tokens, temperature 0.7, through the chat template) and
 times, per step, by wrapping the functions the step calls:
 
-* sampling -- ``tinker_algos.sampler.sample`` as the rollout calls it;
+* sampling -- ``tinker_algos.sampling.sampler.sample`` as the rollout calls it;
 * env and bookkeeping -- the rest of ``tinker_algos.rollout.rollout`` (rendering prompts, env
   ``reset``/``step``, trajectories);
 * logprobs -- ``Trainer.forward`` (the no-grad passes: current and reference logprobs);
@@ -55,9 +55,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:  # runs in the child process
     import yaml
 
     torch.set_num_threads(spec["threads"])
-    import tinker_algos.rollout as rollout_mod
+    import tinker_algos.rollout.episodes as rollout_mod
     from tinker_algos import train
-    from tinker_algos.trainer import Trainer
+    from tinker_algos.training.trainer import Trainer
 
     timer = PhaseTimer("sample", "rollout", "forward", "update")
     spent, timed = timer.spent, timer.wrap

@@ -106,8 +106,8 @@ def make_batch(vocab_size: int, seed: int = 0) -> Any:
 
 def bench_one(path: str, mode: str, *, warmup: int, repeats: int) -> dict[str, Any]:
     """Time training steps of a freshly loaded model (``mode``: ``full`` or ``lora``)."""
-    from tinker_algos.models import LoraSpec, PolicyModel
-    from tinker_algos.trainer import Trainer, TrainerConfig
+    from tinker_algos.model.models import LoraSpec, PolicyModel
+    from tinker_algos.training.trainer import Trainer, TrainerConfig
 
     policy = PolicyModel.load(path, device="cpu", precision="fp32")
     shape = model_shape(policy.module)

@@ -100,8 +100,8 @@ class InProcess:
     """The host's call on a trainer of our own (same model, same LoRA spec, same optimizer config)."""
 
     def __init__(self, sequences_B_T: Any) -> None:
-        from tinker_algos.models import LoraSpec, PolicyModel
-        from tinker_algos.trainer import Trainer, TrainerConfig
+        from tinker_algos.model.models import LoraSpec, PolicyModel
+        from tinker_algos.training.trainer import Trainer, TrainerConfig
 
         policy = PolicyModel.load("tiny", device="cpu", precision="fp32")
         self.trainer = Trainer(
@@ -112,7 +112,7 @@ class InProcess:
         self.batch, self.extra = host_batch(sequences_B_T)
 
     def __call__(self) -> float:
-        from tinker_algos.trainer import TOKEN_SUM
+        from tinker_algos.training.trainer import TOKEN_SUM
 
         metrics, _ = self.trainer.forward_backward(
             self.batch, LOSS, agg=TOKEN_SUM, return_logprobs=True, **self.extra
@@ -280,7 +280,7 @@ def bench_threads(
 def main(args: BenchArgs) -> None:
     import ray
 
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     warmup, repeats = (1, 3) if args.quick else (3, 25)
     vocab = PolicyModel.load("tiny", device="cpu", precision="fp32").model.get_input_embeddings().weight.shape[0]

@@ -117,9 +117,9 @@ def parse(argv: list[str] | None = None) -> tuple[BenchArgs, argparse.Namespace]
 def sft_warm_start(path: Path, steps: int = SFT_STEPS) -> Path:
     """The tiny preset, SFT-warmed on 2-digit addition, saved to ``path`` (``save_pretrained``)."""
     from tinker_algos.algorithms.common import example_trajectory
-    from tinker_algos.device import seed_everything
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.trainer import Trainer, TrainerConfig
+    from tinker_algos.model.device import seed_everything
+    from tinker_algos.model.models import PolicyModel
+    from tinker_algos.training.trainer import Trainer, TrainerConfig
     from tinker_core.contracts import Batch
     from tinker_env_math.arithmetic import arithmetic_problems
 
@@ -143,7 +143,7 @@ def sft_warm_start(path: Path, steps: int = SFT_STEPS) -> Path:
 def held_out(policy: Any, seed: int, size: int) -> float:
     """Greedy held-out accuracy, the same function and problems for both trainers."""
     import tinker_core
-    from tinker_algos.rollout import evaluate
+    from tinker_algos.rollout.episodes import evaluate
     from tinker_core.seeding import derive_seed
 
     def factory() -> Any:
@@ -223,9 +223,9 @@ def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: 
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from tinker_algos.device import resolve_device
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.tokenizer import load_tokenizer
+    from tinker_algos.model.device import resolve_device
+    from tinker_algos.model.models import PolicyModel
+    from tinker_algos.model.tokenizer import load_tokenizer
     from tinker_env_math.arithmetic import arithmetic_problems, score_answer
 
     clock = Clock()
@@ -338,7 +338,7 @@ def opentinker_job(
 def run_opentinker(
     model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: int, acc0: float, staleness: int, stop: str = "newline"
 ) -> dict[str, Any]:
-    from tinker_algos.run import train
+    from tinker_algos.run.job import train
 
     clock = Clock()
 
@@ -418,7 +418,7 @@ def child(spec_path: Path, out_path: Path) -> None:
     import tinker_algos  # noqa: F401  -- first, on both sides: the same OpenMP wait policy
 
     threads = set_threads(spec["threads"])
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     model_dir, seed, p = Path(spec["model_dir"]), spec["seed"], spec["preset"]
     acc0 = held_out(PolicyModel.load(str(model_dir), device="cpu", precision="fp32"), seed, p["eval_size"])

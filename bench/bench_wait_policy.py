@@ -31,7 +31,7 @@ def child(threads: int) -> dict[str, Any]:  # runs in the child process
     import torch
     from bench_sampler_real import chat_prompts, make_calls
 
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     torch.set_num_threads(threads)
     policy = PolicyModel.load("smollm2-135m-instruct", device="cpu", precision="fp32")

@@ -58,7 +58,7 @@ def test_an_agents_sdk_agent_trains_with_opentinker_train(tmp_path: Path) -> Non
 
 @pytest.fixture
 def tiny_policy(tmp_path: Path) -> Any:
-    from tinker_algos.models import PolicyModel, build_tiny_model
+    from tinker_algos.model.models import PolicyModel, build_tiny_model
 
     return PolicyModel.load(build_tiny_model(tmp_path / "tiny", seed=0), device="cpu", precision="fp32")
 
@@ -115,9 +115,9 @@ def test_an_agents_sdk_episode_is_recorded_token_for_token(tiny_policy: Any, tra
     runs from a thread that already runs an event loop, with tracing off and no network."""
     import openai
 
-    from tinker_algos.agent_calls import merge_calls
-    from tinker_algos.prompts import PromptRenderer
-    from tinker_algos.sampler import SamplingParams
+    from tinker_algos.model.prompts import PromptRenderer
+    from tinker_algos.rollout.agent_calls import merge_calls
+    from tinker_algos.sampling.sampler import SamplingParams
     from tinker_serve.proxy import RolloutProxy
 
     monkeypatch.syspath_prepend(str(EXAMPLE))

@@ -66,7 +66,7 @@ def test_core_importing_another_package_is_caught(tree_copy: Path) -> None:
 
 
 def test_algos_importing_an_env_package_is_caught(tree_copy: Path) -> None:
-    _append(tree_copy / "packages/tinker-algos/src/tinker_algos/kl.py",
+    _append(tree_copy / "packages/tinker-algos/src/tinker_algos/builtins/kl.py",
             "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tinker_env_games import tictactoe")
     problems = checker.check(tree_copy)
     assert any("tinker_algos imports tinker_env_games" in p for p in problems), problems
@@ -74,7 +74,7 @@ def test_algos_importing_an_env_package_is_caught(tree_copy: Path) -> None:
 
 def test_a_private_name_of_another_package_is_caught(tree_copy: Path) -> None:
     _append(tree_copy / "packages/tinker-scheduler/src/tinker_scheduler/policy.py",
-            "from tinker_algos.models import _hidden_helper")
+            "from tinker_algos.model.models import _hidden_helper")
     problems = checker.check(tree_copy)
     assert any("private name(s) _hidden_helper of tinker_algos" in p for p in problems), problems
 

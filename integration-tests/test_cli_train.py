@@ -25,7 +25,7 @@ def opentinker(*args: str, cwd) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tinker_client.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 
-def test_train_runs_embedded_into_runs_name_and_resumes_from_its_checkpoint(tmp_path):
+def test_train_runs_embedded_into_runs_name_keeps_a_finished_run_and_extends_it_from_its_checkpoint(tmp_path):
     (tmp_path / "job.yaml").write_text(JOB)
     first = opentinker("train", "job.yaml", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -34,9 +34,14 @@ def test_train_runs_embedded_into_runs_name_and_resumes_from_its_checkpoint(tmp_
     trace = opentinker("trace", "runs/cli-train", cwd=tmp_path)  # the run's phases, from its trace.json
     assert trace.returncode == 0, trace.stderr
     assert "(2 steps)" in trace.stdout and "forward_backward" in trace.stdout and "100.0%" in trace.stdout
-    again = opentinker("train", "job.yaml", cwd=tmp_path)
+    result = (tmp_path / "runs" / "cli-train" / "result.json").read_bytes()
+    again = opentinker("train", "job.yaml", cwd=tmp_path)  # finished: nothing to run, nothing overwritten
     assert again.returncode == 0, again.stderr
-    assert "resuming from" in again.stderr and "completed: 2 steps" in again.stdout
+    assert "already completed after 2 steps: nothing to run" in again.stderr
+    assert (tmp_path / "runs" / "cli-train" / "result.json").read_bytes() == result
+    longer = opentinker("train", "job.yaml", "stages.0.algorithm.steps=3", cwd=tmp_path)  # extends from its checkpoint
+    assert longer.returncode == 0, longer.stderr
+    assert "resuming from" in longer.stderr and "completed: 3 steps" in longer.stdout
 
 
 def test_train_with_a_scheduler_submits_and_watches(tmp_path):

@@ -134,7 +134,7 @@ def oracle_model(served):
     resolves to the preset built in the server's cache)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinker_algos.model_files import resolve_model
+    from tinker_algos.model.model_files import resolve_model
 
     url, _, env = served
     assert httpx.get(f"{url}/v1/models/tiny", timeout=30).json()["root"] == "tiny"

@@ -56,8 +56,8 @@ def build_long_context_tiny(path: Path) -> Path:
     import torch
     from transformers import LlamaForCausalLM
 
-    from tinker_algos.models import tiny_config
-    from tinker_algos.tokenizer import build_char_tokenizer
+    from tinker_algos.model.models import tiny_config
+    from tinker_algos.model.tokenizer import build_char_tokenizer
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -71,7 +71,7 @@ def gateway(tmp_path_factory):
     """A scheduler started as a user would, with the Tinker API on a free port, and a tenant key;
     ``--model-root`` holds the tiny preset's directory and its 4096-token-context variant's."""
     pytest.importorskip("tinker_scheduler", reason="needs tinker-scheduler (the integration session installs it)")
-    from tinker_algos.models import build_tiny_model
+    from tinker_algos.model.models import build_tiny_model
     from tinker_scheduler.testing import running_scheduler
 
     tmp = tmp_path_factory.mktemp("tinker-gateway")

@@ -29,7 +29,7 @@ def footprint() -> dict[str, Any]:
     import torch
 
     from tinker_algos.algorithms.grpo import GRPO
-    from tinker_algos.run import train
+    from tinker_algos.run.job import train
 
     torch.set_num_threads(1)
     seen: dict[tuple[str, str, int], int] = {}

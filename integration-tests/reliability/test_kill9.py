@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from tinker_algos.checkpoint import verify
-from tinker_algos.metrics import is_timing, read_metrics
+from tinker_algos.records.metrics import is_timing, read_metrics
+from tinker_algos.training.checkpoint import verify
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.config import DEFAULT_RUNNER
 from tinker_scheduler.store import JobState, JobStore

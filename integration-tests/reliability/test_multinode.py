@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tinker_algos.checkpoint import verify
+from tinker_algos.training.checkpoint import verify
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.testing import JobClient, SchedulerProcess
 

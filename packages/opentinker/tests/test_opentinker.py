@@ -73,7 +73,7 @@ def test_without_the_train_extra_the_functions_say_how_to_install_it(monkeypatch
 
     import pytest
 
-    for name in ("tinker_algos", "tinker_algos.run", "tinker_algos.evaluation", "tinker_algos.progress"):
+    for name in ("tinker_algos", "tinker_algos.run.job", "tinker_algos.commands.evaluation", "tinker_algos.run.progress"):
         monkeypatch.setitem(sys.modules, name, None)
     for call in (lambda: opentinker.train({"algorithm": {"name": "sft", "steps": 1}}, run_dir="unused"),
                  lambda: opentinker.evaluate("unused"), lambda: opentinker.load_policy("unused")):

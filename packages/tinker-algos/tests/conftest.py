@@ -108,7 +108,7 @@ def algos_and_games_plugins() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny preset (seed 0) saved in HF format in a temp dir, built once per session."""
-    from tinker_algos.models import build_tiny_model
+    from tinker_algos.model.models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", seed=0)
 
@@ -119,7 +119,7 @@ def chat_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tinker_algos.tokenizer import load_tokenizer
+    from tinker_algos.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm2_dir)
     cfg = LlamaConfig(
@@ -138,7 +138,7 @@ def chat_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) 
 @pytest.fixture
 def policy(tiny_dir: Path):
     """A fresh CPU fp32 :class:`PolicyModel` of the tiny model (tens of ms to load)."""
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     return PolicyModel.load(tiny_dir, device="cpu", precision="fp32")
 
@@ -191,7 +191,7 @@ class StopAfter:
 
 def run_metrics(run_dir: Path) -> list[dict[str, float]]:
     """The rows of a run's metrics.jsonl without wall-clock keys (``time/*``, ``*_per_s``)."""
-    from tinker_algos.metrics import is_timing, read_metrics
+    from tinker_algos.records.metrics import is_timing, read_metrics
 
     return [{k: v for k, v in r.items() if not is_timing(k)} for r in read_metrics(run_dir / "metrics.jsonl")]
 

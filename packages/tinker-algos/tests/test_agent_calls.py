@@ -1,5 +1,5 @@
-"""Merging an agent episode's proxy calls into trajectories (tinker_algos.agent_calls), and the
-agent-program env's configuration errors (tinker_algos.agent_program). The proxy itself, with the
+"""Merging an agent episode's proxy calls into trajectories (tinker_algos.rollout.agent_calls), and the
+agent-program env's configuration errors (tinker_algos.rollout.agent_program). The proxy itself, with the
 openai client, is tested in tinker-serve (tests/test_rollout_proxy.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from tinker_algos.agent_calls import EpisodeLog, ProxyCall, UnknownEpisode, merge_calls
+from tinker_algos.rollout.agent_calls import EpisodeLog, ProxyCall, UnknownEpisode, merge_calls
 from tinker_core.errors import ConfigError
 
 
@@ -72,7 +72,7 @@ def test_the_episode_log_keeps_episodes_apart_and_refuses_closed_ones():
 
 
 def test_the_agent_program_env_names_the_field_and_the_fix(tmp_path, monkeypatch):
-    from tinker_algos.agent_program import AgentProgramEnv
+    from tinker_algos.rollout.agent_program import AgentProgramEnv
 
     (tmp_path / "tiny_agent.py").write_text("TASKS = [1, 2]\n\ndef run(task, client):\n    return 1.0\n")
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -94,7 +94,7 @@ def test_the_agent_program_env_names_the_field_and_the_fix(tmp_path, monkeypatch
 
 
 def test_a_missing_rollout_proxy_is_one_error_naming_the_install(tmp_path, monkeypatch):
-    from tinker_algos.agent_program import AgentProgramEnv, proxy_starter
+    from tinker_algos.rollout.agent_program import AgentProgramEnv, proxy_starter
 
     (tmp_path / "tiny_agent2.py").write_text("def run(task, client):\n    return 1.0\n")
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -104,7 +104,7 @@ def test_a_missing_rollout_proxy_is_one_error_naming_the_install(tmp_path, monke
 
 
 def test_the_transcript_shows_each_prompt_after_the_context_it_extends():
-    from tinker_algos.agent_calls import transcript
+    from tinker_algos.rollout.agent_calls import transcript
 
     calls = [ProxyCall((1, 2), (3,), (-0.1,), "stop", "a"), ProxyCall((1, 2, 3, 4), (5,), (-0.1,), "stop", "b"),
              ProxyCall((9,), (6,), (-0.1,), "stop", "c")]
@@ -120,7 +120,7 @@ def test_the_transcript_shows_each_prompt_after_the_context_it_extends():
 def test_in_a_schedulers_job_only_allowed_code_is_imported(tmp_path, monkeypatch, kwargs, field):
     """The worker's side of a scheduler's allowed_imports (tinker_core.import_policy.enforced): the
     env refuses before importing anything, so the command its task names never runs."""
-    from tinker_algos.agent_program import AgentProgramEnv
+    from tinker_algos.rollout.agent_program import AgentProgramEnv
     from tinker_core.import_policy import ImportPolicy, ImportRefused, enforced
 
     (tmp_path / "fenced_agent.py").write_text("TASKS = [1]\n\ndef run(task, client):\n    return 1.0\n")
@@ -138,7 +138,7 @@ def test_in_a_schedulers_job_only_allowed_code_is_imported(tmp_path, monkeypatch
 
 
 def test_an_isolated_episodes_child_process_enforces_the_same_policy(tmp_path):
-    from tinker_algos.agent_isolation import ProcessPlay
+    from tinker_algos.rollout.agent_isolation import ProcessPlay
     from tinker_core.import_policy import ImportPolicy, enforced
 
     marker = tmp_path / "ran"

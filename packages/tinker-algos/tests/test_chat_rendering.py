@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tinker_algos.rollout as rollout_module
-from tinker_algos.prompts import PromptRenderer, TemplateError, eos_token_ids
-from tinker_algos.rollout import rollout
-from tinker_algos.sampler import SampledSequence, SamplingParams, sample
-from tinker_algos.tokenizer import build_char_tokenizer, load_tokenizer
+import tinker_algos.rollout.episodes as rollout_module
+from tinker_algos.model.prompts import PromptRenderer, TemplateError, eos_token_ids
+from tinker_algos.model.tokenizer import build_char_tokenizer, load_tokenizer
+from tinker_algos.rollout.episodes import rollout
+from tinker_algos.sampling.sampler import SampledSequence, SamplingParams, sample
 from tinker_core.env import Action, EnvSpec, TextEnv, turn_end_of
 from tinker_core.errors import ConfigError
 
@@ -34,7 +34,7 @@ def tok(chat_model_dir: Path) -> Any:
 
 @pytest.fixture
 def chat_policy(chat_model_dir: Path) -> Any:
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     return PolicyModel.load(chat_model_dir, device="cpu", precision="fp32")
 
@@ -339,7 +339,7 @@ def test_a_template_that_rewrites_earlier_turns_is_refused(tok, tmp_path) -> Non
 
 
 def test_a_job_with_a_missing_template_file_fails_before_training(tiny_dir, tmp_path, algos_and_math_plugins) -> None:
-    from tinker_algos.run import train
+    from tinker_algos.run.job import train
 
     job = {
         "model": {"name": str(tiny_dir), "chat_template": str(tmp_path / "missing.jinja")},
@@ -393,7 +393,7 @@ class AskOnce(TextEnv):
 
 
 def test_the_real_instruct_model_ends_its_turn_with_im_end_and_the_env_is_told(smollm2_dir) -> None:
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     policy = PolicyModel.load(smollm2_dir, device="cpu", precision="fp32")
     envs: list[AskOnce] = []
@@ -431,7 +431,7 @@ def test_sft_and_dpo_data_reach_a_chat_model_through_its_template(
     import json
 
     from tinker_algos import train
-    from tinker_algos.trainer import Trainer
+    from tinker_algos.training.trainer import Trainer
 
     data = tmp_path / "data.jsonl"
     record = {"prompt": "2+3=", "completion": "5"} if algorithm == "sft" else {"prompt": "2+3=", "chosen": "5", "rejected": "6"}

@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from tinker_algos.checkpoint import (
+from tinker_algos.model.device import seed_everything
+from tinker_algos.model.models import LoraSpec, PolicyModel
+from tinker_algos.sampling.sampler import SamplingParams, sample, sequences_to_batch
+from tinker_algos.training.checkpoint import (
     CheckpointError,
     load_state,
     read_manifest,
     save_state,
     verify,
 )
-from tinker_algos.device import seed_everything
-from tinker_algos.models import LoraSpec, PolicyModel
-from tinker_algos.sampler import SamplingParams, sample, sequences_to_batch
-from tinker_algos.trainer import Trainer, TrainerConfig, restore_trainer
+from tinker_algos.training.trainer import Trainer, TrainerConfig, restore_trainer
 
 pytestmark = pytest.mark.usefixtures("only_tinker_algos_plugins")
 
@@ -134,7 +134,7 @@ def test_a_checkpoint_after_a_skipped_step_holds_the_last_good_weights(tiny_dir,
 
 
 def test_writes_are_atomic_and_overwrite_is_explicit(tiny_dir, tmp_path, monkeypatch):
-    import tinker_algos.checkpoint as ckpt_mod
+    import tinker_algos.training.checkpoint as ckpt_mod
 
     trainer = make_trainer(tiny_dir)
     rl_step(trainer)

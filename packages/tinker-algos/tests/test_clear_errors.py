@@ -12,8 +12,8 @@ import pytest
 import tinker_core
 from tinker_algos.compare.report import MARKER, check_output
 from tinker_algos.compare.spec import CompareError
-from tinker_algos.env_probe import check_stage_env
 from tinker_algos.hub.cache import clean_atomic_leftovers
+from tinker_algos.rollout.env_probe import check_stage_env
 from tinker_core.config import EnvConfig
 from tinker_core.errors import ConfigError
 

@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from tinker_algos import plugin
-from tinker_algos.run_dir import RUN_MARKER, make_run_dir
+from tinker_algos.records.run_dir import RUN_MARKER, make_run_dir
 
 JOB = """
 name: cli-train
@@ -35,7 +35,7 @@ def cli_with_train() -> typer.Typer:
 
 def test_hook_adds_train_and_importing_the_command_loads_no_torch():
     assert "train" in typer.main.get_command(cli_with_train()).commands
-    code = "import sys, tinker_algos.cli; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, tinker_algos.commands.cli; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

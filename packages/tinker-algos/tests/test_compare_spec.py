@@ -144,7 +144,7 @@ def test_the_compare_modules_load_no_torch_and_no_client():
     import subprocess
     import sys
 
-    modules = ["tinker_algos.cli_compare", *(f"tinker_algos.compare.{m}" for m in ("spec", "runner", "scheduler", "stats", "summary", "report"))]
+    modules = ["tinker_algos.commands.cli_compare", *(f"tinker_algos.compare.{m}" for m in ("spec", "runner", "scheduler", "stats", "summary", "report"))]
     code = f"import sys; import {', '.join(modules)}; assert 'torch' not in sys.modules and 'tinker_client' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 

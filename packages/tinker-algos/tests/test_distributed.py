@@ -32,7 +32,7 @@ from tinker_algos.distributed.weights import (
     params_digest,
     unpack,
 )
-from tinker_algos.run import train
+from tinker_algos.run.job import train
 from tinker_core.config import parse_config
 from tinker_core.errors import ConfigError
 
@@ -72,14 +72,14 @@ def job(execution: dict[str, Any] | None = None, **rollout: Any) -> dict[str, An
 
 def shared_metrics(run_dir: Path) -> list[dict[str, float]]:
     """The deterministic metrics a one-process run has too (the distributed keys left out)."""
-    from tinker_algos.metrics import is_timing, read_metrics
+    from tinker_algos.records.metrics import is_timing, read_metrics
 
     rows = read_metrics(run_dir / "metrics.jsonl")
     return [{k: v for k, v in r.items() if not is_timing(k) and not k.startswith(NEW_KEYS)} for r in rows]
 
 
 def all_metrics(run_dir: Path) -> list[dict[str, float]]:
-    from tinker_algos.metrics import is_timing, read_metrics
+    from tinker_algos.records.metrics import is_timing, read_metrics
 
     return [{k: v for k, v in r.items() if not is_timing(k)} for r in read_metrics(run_dir / "metrics.jsonl")]
 
@@ -189,7 +189,7 @@ def test_two_learners_equal_one_on_the_same_batch(policy: Any, batch_factory: An
 
     from tinker_algos.distributed.cluster import Placement
     from tinker_algos.distributed.learners import DataParallelTrainer, start_group
-    from tinker_algos.trainer import Trainer, TrainerConfig
+    from tinker_algos.training.trainer import Trainer, TrainerConfig
 
     batch = batch_factory(policy.tokenizer, ["1+2=", "3+4=", "5+6=", "7+1=", "2+2="], ["3", "7", "11", "8", "4"])
     config = parse_config({**job({"learners": 2}), "model": {"name": str(policy.model_id)}})

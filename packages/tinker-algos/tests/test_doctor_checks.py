@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from tinker_algos import doctor_checks
-from tinker_algos.device import DeviceSpec
+from tinker_algos.commands import doctor_checks
+from tinker_algos.model.device import DeviceSpec
 from tinker_core.registry import get_registry, reset_plugins
 
 
@@ -61,10 +61,10 @@ def test_a_device_this_machine_lacks_names_the_variable(monkeypatch):
 
 
 def test_a_gpu_without_bfloat16_names_fp16_mixed(monkeypatch):
-    import tinker_algos.device
+    import tinker_algos.model.device
 
     cuda = DeviceSpec(torch.device("cuda", 0), torch.float32, None, "fp32")
-    monkeypatch.setattr(tinker_algos.device, "resolve_device", lambda: cuda)
+    monkeypatch.setattr(tinker_algos.model.device, "resolve_device", lambda: cuda)
     monkeypatch.setattr(doctor_checks, "_working_dtypes", lambda torch_, device: (["float32", "float16"], ["bfloat16"]))
     (line,) = problems(doctor_checks.check_torch())
     assert line == ("warning: device: cuda:0 has no bfloat16: the auto precision trains in fp32; fix: set model.dtype: "

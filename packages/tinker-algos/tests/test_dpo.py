@@ -12,7 +12,7 @@ import pytest
 
 from tinker_algos import train
 from tinker_algos.algorithms.dpo import best_worst_pairs, load_preference_pairs
-from tinker_algos.metrics import read_metrics
+from tinker_algos.records.metrics import read_metrics
 from tinker_core import Trajectory, TrajectoryGroup
 from tinker_core.errors import ConfigError
 

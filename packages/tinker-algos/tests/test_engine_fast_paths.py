@@ -15,12 +15,12 @@ import torch
 import tinker_core
 import tinker_core.registry
 from tinker_algos import train
-from tinker_algos.decode_rows import stop_enders
-from tinker_algos.metrics import read_metrics
-from tinker_algos.models import PolicyModel
-from tinker_algos.rollout import rollout
-from tinker_algos.sampler import SamplingParams, sample
-from tinker_algos.trainer import Trainer
+from tinker_algos.model.models import PolicyModel
+from tinker_algos.records.metrics import read_metrics
+from tinker_algos.rollout.episodes import rollout
+from tinker_algos.sampling.decode_rows import stop_enders
+from tinker_algos.sampling.sampler import SamplingParams, sample
+from tinker_algos.training.trainer import Trainer
 from tinker_core import EnvSpec, TextEnv, hookimpl
 
 
@@ -199,7 +199,7 @@ def test_max_staleness_one_samples_ahead_deterministically_and_resumes_exactly(t
 
 def tied_batch(policy: PolicyModel) -> tuple[Any, np.ndarray]:
     """12 sampled rows (4 prompts x 3) and advantages that are 0 on rows 0-2 (a tied group) and 7."""
-    from tinker_algos.sampler import sequences_to_batch
+    from tinker_algos.sampling.sampler import sequences_to_batch
 
     seqs = sample(policy, ["12+34=", "7-2=", "100+1=", "ab"], SamplingParams(max_new_tokens=5, seed=1, n=3, stop_at_eos=False))
     batch = sequences_to_batch(seqs, pad_token_id=policy.pad_token_id, raw=True)
@@ -210,8 +210,8 @@ def tied_batch(policy: PolicyModel) -> tuple[Any, np.ndarray]:
 
 @pytest.mark.parametrize(("loss", "agg"), [("ppo", "token-mean"), ("importance_sampling", "seq-mean-token-mean"), ("cispo", "token-mean")])
 def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_metrics(policy: PolicyModel, loss: str, agg: str) -> None:
-    from tinker_algos.trainer import TrainerConfig
-    from tinker_algos.zero_advantage import policy_update
+    from tinker_algos.training.trainer import TrainerConfig
+    from tinker_algos.training.zero_advantage import policy_update
 
     batch, adv = tied_batch(policy)
     B = batch.tokens_B_T.shape[0]
@@ -239,8 +239,8 @@ def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_m
 
 
 def test_skipped_rows_need_no_forward_when_their_metrics_may_cover_the_trained_rows(policy: PolicyModel) -> None:
-    from tinker_algos.trainer import TrainerConfig
-    from tinker_algos.zero_advantage import policy_update
+    from tinker_algos.training.trainer import TrainerConfig
+    from tinker_algos.training.zero_advantage import policy_update
 
     batch, adv = tied_batch(policy)
     B = batch.tokens_B_T.shape[0]
@@ -282,8 +282,8 @@ class _PluginLosses:
 
 @pytest.mark.usefixtures("fresh_tinker_algos_plugins")
 def test_a_plugin_loss_gets_the_zero_advantage_fast_path_by_declaring_it_at_registration(policy: PolicyModel) -> None:
-    from tinker_algos.trainer import TrainerConfig
-    from tinker_algos.zero_advantage import policy_update, vanishes_at_zero_advantage
+    from tinker_algos.training.trainer import TrainerConfig
+    from tinker_algos.training.zero_advantage import policy_update, vanishes_at_zero_advantage
 
     tinker_core.registry.register_plugin(_PluginLosses(), distribution="algostest-losses")
     # the built-ins declare it through the same register call

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import tinker_core
 from tinker_algos import plugin, train
-from tinker_algos.evaluation import (
+from tinker_algos.commands.evaluation import (
     EvalError,
     Source,
     check_env,
@@ -28,8 +28,8 @@ from tinker_algos.evaluation import (
     pass_ks,
     split_size,
 )
-from tinker_algos.export import ExportError, is_portable, portable_base_name
-from tinker_algos.models import LoraSpec, PolicyModel
+from tinker_algos.commands.export import ExportError, is_portable, portable_base_name
+from tinker_algos.model.models import LoraSpec, PolicyModel
 
 pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")
 
@@ -88,9 +88,9 @@ def refused(*args: str) -> str:
 
 def trained_policy(run_dir: Path, step: int) -> PolicyModel:
     """The policy as a resume would restore it (checkpoint.load_state into the run's trainer)."""
-    from tinker_algos.checkpoint import load_state
-    from tinker_algos.run import ADAPTER, trainer_config
-    from tinker_algos.trainer import Trainer
+    from tinker_algos.run.job import ADAPTER, trainer_config
+    from tinker_algos.training.checkpoint import load_state
+    from tinker_algos.training.trainer import Trainer
     from tinker_core.config import parse_config
 
     cfg = parse_config(json.loads((run_dir / "config.json").read_text()))
@@ -213,7 +213,7 @@ def test_eval_skips_a_damaged_newest_checkpoint_and_takes_a_checkpoint_dir(lora_
 def test_eval_of_a_job_config_is_its_untrained_model_on_the_problems_training_evaluates(lora_run, tmp_path):
     import yaml
 
-    from tinker_algos.evaluation import eval_settings, run_eval
+    from tinker_algos.commands.evaluation import eval_settings, run_eval
 
     config = tmp_path / "job.yaml"
     config.write_text(yaml.safe_dump(job()))
@@ -298,7 +298,7 @@ def test_export_refuses_an_output_inside_the_run_directory_or_containing_it(lora
 def test_export_writes_an_adapter_and_a_merged_model_that_load_in_a_fresh_process(lora_run, tmp_path):
     from safetensors import safe_open
 
-    from tinker_algos.model_files import resolve_model
+    from tinker_algos.model.model_files import resolve_model
 
     adapter, merged = tmp_path / "adapter", tmp_path / "merged"
     result = invoke("export", lora_run, "--output", adapter)

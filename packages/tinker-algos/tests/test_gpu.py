@@ -36,7 +36,7 @@ def completion_batch(seqs):
 
 
 def trainer_of(policy, **kwargs):
-    from tinker_algos.trainer import Trainer, TrainerConfig
+    from tinker_algos.training.trainer import Trainer, TrainerConfig
 
     return Trainer(policy, TrainerConfig(lr=1e-3), **kwargs)
 
@@ -45,7 +45,7 @@ def sampler_matches_trainer(trainer, prompts, *, max_new_tokens: int, max_diff: 
     """Sample at temperature 1, score the same tokens with ``trainer.forward``: the per-token
     logprobs of the two paths (KV-cached decoding vs one full pass) differ by at most
     ``max_diff``, and by ``mean_diff`` on average."""
-    from tinker_algos.sampler import SamplingParams, sample
+    from tinker_algos.sampling.sampler import SamplingParams, sample
 
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, stop_at_eos=False, seed=0)
     out = sample(trainer.policy, prompts, params, adapter=trainer.adapter)
@@ -73,7 +73,7 @@ def train_step(trainer, batch) -> tuple[dict[str, float], float]:
 
 # ---- device selection ---------------------------------------------------------------------------
 def test_auto_picks_cuda_with_bf16_autocast_when_supported(monkeypatch):
-    from tinker_algos.device import resolve_device
+    from tinker_algos.model.device import resolve_device
     from tinker_core.config import ModelConfig
 
     monkeypatch.delenv("OPENTINKER_DEVICE", raising=False)
@@ -89,7 +89,7 @@ def test_auto_picks_cuda_with_bf16_autocast_when_supported(monkeypatch):
 
 
 def test_cuda_n_is_checked_against_the_devices_this_machine_has():
-    from tinker_algos.device import DeviceError, available_devices, resolve_device
+    from tinker_algos.model.device import DeviceError, available_devices, resolve_device
 
     count = torch.cuda.device_count()
     assert available_devices() == ["cpu", *(f"cuda:{i}" for i in range(count))]
@@ -103,7 +103,7 @@ def test_cuda_n_is_checked_against_the_devices_this_machine_has():
 
 
 def test_a_model_loaded_for_cuda_is_on_cuda(tiny_dir: Path):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     policy = PolicyModel.load(tiny_dir, device="cuda", precision="fp32")
     assert {p.device.type for p in policy.model.parameters()} == {"cuda"}
@@ -116,7 +116,7 @@ def test_a_model_loaded_for_cuda_is_on_cuda(tiny_dir: Path):
     [("bf16-mixed", torch.float32, torch.bfloat16), ("bf16", torch.bfloat16, None), ("fp32", torch.float32, None)],
 )
 def test_a_training_step_under_each_cuda_precision(tiny_dir, batch_factory, precision, param_dtype, autocast_dtype):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     if precision.startswith("bf16") and not torch.cuda.is_bf16_supported():
         pytest.skip("this GPU has no bf16 support")
@@ -136,8 +136,8 @@ def test_a_training_step_under_each_cuda_precision(tiny_dir, batch_factory, prec
 
 
 def test_a_job_config_asking_for_bfloat16_trains_in_bf16_autocast_on_cuda(tiny_dir, batch_factory):
-    from tinker_algos.device import resolve_device
-    from tinker_algos.models import LoraSpec, PolicyModel
+    from tinker_algos.model.device import resolve_device
+    from tinker_algos.model.models import LoraSpec, PolicyModel
     from tinker_core.config import ModelConfig
 
     if not torch.cuda.is_bf16_supported():
@@ -153,7 +153,7 @@ def test_a_job_config_asking_for_bfloat16_trains_in_bf16_autocast_on_cuda(tiny_d
 
 # ---- the sampler and the trainer: tiny model ----------------------------------------------------
 def test_tiny_model_sampler_and_trainer_agree_on_cuda(tiny_dir):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     policy = PolicyModel.load(tiny_dir, device="cuda", precision="fp32")
     trainer = trainer_of(policy)
@@ -163,8 +163,8 @@ def test_tiny_model_sampler_and_trainer_agree_on_cuda(tiny_dir):
 
 
 def test_greedy_sampling_on_cuda_repeats_itself(tiny_dir):
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.sampler import SamplingParams, sample
+    from tinker_algos.model.models import PolicyModel
+    from tinker_algos.sampling.sampler import SamplingParams, sample
 
     policy = PolicyModel.load(tiny_dir, device="cuda", precision="fp32")
     params = SamplingParams(max_new_tokens=12, temperature=0.0, stop_at_eos=False)
@@ -176,13 +176,13 @@ def test_greedy_sampling_on_cuda_repeats_itself(tiny_dir):
 @pytest.fixture(scope="module")
 def smollm2_cuda(smollm2_dir):
     """SmolLM2-135M-Instruct on CUDA in the default precision (bf16 autocast), loaded once."""
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     return PolicyModel.load(smollm2_dir, device="cuda", precision="auto")
 
 
 def test_smollm2_answers_a_chat_prompt_on_cuda(smollm2_cuda):
-    from tinker_algos.sampler import SamplingParams, sample
+    from tinker_algos.sampling.sampler import SamplingParams, sample
 
     params = SamplingParams(max_new_tokens=16, temperature=0.0, seed=0)
     (group,) = sample(smollm2_cuda, ["What is 2+3? Reply with the number only."], params, chat=True)
@@ -190,7 +190,7 @@ def test_smollm2_answers_a_chat_prompt_on_cuda(smollm2_cuda):
 
 
 def test_smollm2_sampler_and_trainer_agree_and_a_lora_step_trains_on_cuda(smollm2_cuda):
-    from tinker_algos.models import LoraSpec
+    from tinker_algos.model.models import LoraSpec
 
     trainer = trainer_of(smollm2_cuda, adapter="gpu-check", lora=LoraSpec(rank=8), adapter_seed=0)
     # bf16 autocast in both paths; the cached decode and the full pass round differently

@@ -28,7 +28,7 @@ from tinker_algos.hub import (
     supported_architectures,
 )
 from tinker_algos.hub.presets import PRESETS, download_member, gguf_path
-from tinker_algos.model_files import resolve_model
+from tinker_algos.model.model_files import resolve_model
 
 PROMPT = [{"role": "user", "content": "What is 12 + 35?"}]
 
@@ -152,7 +152,7 @@ def test_a_hub_id_missing_from_the_offline_cache_names_the_field_and_the_fix(mon
 
 
 def test_a_missing_tokenizer_names_model_tokenizer(tmp_path, tiny_dir):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     with pytest.raises(ModelLoadError, match=r"^model.tokenizer: path '\./no/such/tok' does not exist"):
         PolicyModel.load(tiny_dir, tokenizer="./no/such/tok", device="cpu")
@@ -189,7 +189,7 @@ def test_a_damaged_cached_download_is_removed_and_the_error_says_to_fetch_again(
 def test_model_commands_are_registered_and_importing_them_loads_no_torch():
     group = typer.main.get_command(cli()).commands["model"]
     assert {"import", "fetch", "list"} <= set(group.commands)
-    code = "import sys, tinker_algos.cli_model; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, tinker_algos.commands.cli_model; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

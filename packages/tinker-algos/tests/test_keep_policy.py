@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tinker_algos import train
-from tinker_algos.run_plan import kept_steps
+from tinker_algos.run.plan import kept_steps
 from tinker_core.config import CheckpointConfig
 
 pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")

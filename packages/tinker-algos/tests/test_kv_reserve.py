@@ -1,4 +1,4 @@
-"""The decode loop's KV cache with room reserved up front (``tinker_algos.kv_reserve``): the same
+"""The decode loop's KV cache with room reserved up front (``tinker_algos.sampling.kv_reserve``): the same
 keys, values and samples as ``transformers.DynamicCache``'s ``torch.cat`` growth."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from tinker_algos import sampler as sampler_mod
-from tinker_algos.kv_reserve import ReservedLayer, reserve
-from tinker_algos.sampler import SamplingParams, sample
+from tinker_algos.sampling import sampler as sampler_mod
+from tinker_algos.sampling.kv_reserve import ReservedLayer, reserve
+from tinker_algos.sampling.sampler import SamplingParams, sample
 
 
 def kv(gen: torch.Generator, B: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +69,7 @@ def test_sampling_with_reserved_room_gives_the_samples_of_torch_cat_growth(polic
 
 
 def test_smollm2_chat_samples_are_the_same_with_reserved_room(smollm2_dir, monkeypatch):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     smollm2 = PolicyModel.load(smollm2_dir, device="cpu", precision="fp32")
     msgs = [[{"role": "user", "content": f"{a}+{b}="}] for a, b in [(12, 7), (3, 45), (60, 6)]]

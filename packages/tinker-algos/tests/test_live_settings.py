@@ -110,7 +110,7 @@ def test_only_declared_settings_may_change_and_they_are_validated():
 
 
 def test_a_fork_keeps_the_live_changes_made_before_its_step(baseline, tmp_path, deterministic_metrics):
-    from tinker_algos.forking import fork
+    from tinker_algos.run.forking import fork
 
     parent = tmp_path / "parent"
     train(job(), run_dir=parent, callbacks=SetAfter(parent, 2, ["optimizer.lr=0.03"]))

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 import tinker_core
 import tinker_core.registry
-from tinker_algos.aggregation import aggregate
-from tinker_algos.kl import k1 as kl1
-from tinker_algos.kl import k2 as kl2
-from tinker_algos.kl import k3 as kl3
-from tinker_algos.kl import kl_estimate
-from tinker_algos.losses import preference_metrics
+from tinker_algos.builtins.kl import k1 as kl1
+from tinker_algos.builtins.kl import k2 as kl2
+from tinker_algos.builtins.kl import k3 as kl3
+from tinker_algos.builtins.kl import kl_estimate
+from tinker_algos.builtins.losses import preference_metrics
+from tinker_algos.training.aggregation import aggregate
 from tinker_core.contracts import AGGREGATION_MODES, LossInputs, LossOutputs
 
 LOSS_NAMES = [

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tinker_algos.device import DeviceError, resolve_device
-from tinker_algos.models import (
+from tinker_algos.model.device import DeviceError, resolve_device
+from tinker_algos.model.models import (
     LoraSpec,
     ModelLoadError,
     PolicyModel,
@@ -19,7 +19,7 @@ from tinker_algos.models import (
     resolve_model,
     tiny_config,
 )
-from tinker_algos.tokenizer import (
+from tinker_algos.model.tokenizer import (
     CHAR_VOCAB_SIZE,
     build_char_tokenizer,
     encode_prompt,
@@ -249,7 +249,7 @@ def test_adapter_seed_makes_init_deterministic_without_touching_global_rng(tiny_
 
 
 def _logprobs(policy, batch_factory):
-    from tinker_algos.models import sequence_logprobs
+    from tinker_algos.model.models import sequence_logprobs
 
     b = batch_factory(policy.tokenizer, ["1+1=", "hello"], ["2", " there"])
     with torch.no_grad():

@@ -21,7 +21,7 @@ pytest.importorskip("tinker_env_games", reason="these tests play tinker-env-game
 
 import tinker_core  # noqa: E402
 import tinker_core.registry  # noqa: E402
-from tinker_algos.models import PolicyModel, sequence_logprobs  # noqa: E402
+from tinker_algos.model.models import PolicyModel, sequence_logprobs  # noqa: E402
 from tinker_algos.multiagent import (  # noqa: E402
     Learner,
     MultiAgentParams,
@@ -30,8 +30,8 @@ from tinker_algos.multiagent import (  # noqa: E402
     multi_agent_rollout,
     opponent,
 )
-from tinker_algos.rollout import RolloutError  # noqa: E402
-from tinker_algos.sampler import SamplingParams  # noqa: E402
+from tinker_algos.rollout.episodes import RolloutError  # noqa: E402
+from tinker_algos.sampling.sampler import SamplingParams  # noqa: E402
 from tinker_core.config import MultiAgentConfig  # noqa: E402
 from tinker_core.contracts import Trajectory  # noqa: E402
 from tinker_core.errors import ConfigError  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("tinker_env_games", reason="these tests play tinker-env-games' tic-tac-toe")
 
 from tinker_algos import train  # noqa: E402
-from tinker_algos.multiagent.league import ELO_ANCHOR, elo_rating  # noqa: E402
+from tinker_algos.algorithms.league import ELO_ANCHOR, elo_rating  # noqa: E402
 from tinker_core.errors import ConfigError  # noqa: E402
 
 
@@ -65,7 +65,7 @@ def test_league_trains_against_its_past_snapshots_and_rates_the_policy(tiny_dir:
         for member in ("random",):
             rates = [r[f"eval/league/{member}/{w}_rate"] for w in ("win", "draw", "loss")]
             assert sum(rates) == pytest.approx(1.0)
-    from tinker_algos.metrics import curve_panels
+    from tinker_algos.records.metrics import curve_panels
 
     assert ("held-out Elo", ["eval/elo"], "linear") in curve_panels(rows)
     pool = json.loads((tmp_path / "run" / "checkpoints" / "step-000003" / "league" / "pool.json").read_text())

@@ -20,10 +20,10 @@ import torch  # noqa: E402
 from tinker_algos import train  # noqa: E402
 from tinker_algos.algorithms.base import StageContext  # noqa: E402
 from tinker_algos.algorithms.grpo import GRPO  # noqa: E402
-from tinker_algos.models import LoraSpec, PolicyModel  # noqa: E402
+from tinker_algos.model.models import LoraSpec, PolicyModel  # noqa: E402
 from tinker_algos.multiagent.params import role_adapter  # noqa: E402
-from tinker_algos.run import env_factories, trainer_config  # noqa: E402
-from tinker_algos.trainer import Trainer  # noqa: E402
+from tinker_algos.run.job import env_factories, trainer_config  # noqa: E402
+from tinker_algos.training.trainer import Trainer  # noqa: E402
 from tinker_core.config import parse_config  # noqa: E402
 from tinker_core.errors import ConfigError  # noqa: E402
 
@@ -82,7 +82,7 @@ def test_two_learner_roles_train_from_the_job_config(tiny_dir: Path, tmp_path: P
     for name in (*ROLES, "seat1", "seat2"):
         rates = [last[f"eval/{name}/{what}_rate"] for what in ("win", "draw", "loss")]
         assert sum(rates) == pytest.approx(1.0), name
-    from tinker_algos.metrics import curve_panels
+    from tinker_algos.records.metrics import curve_panels
 
     assert ("held-out win rate by seat", ["eval/seat1/win_rate", "eval/seat2/win_rate"], "linear") in curve_panels(rows)
     # x always moves first in tic-tac-toe: its seat is seat 1
@@ -95,8 +95,8 @@ def test_two_learner_roles_train_from_the_job_config(tiny_dir: Path, tmp_path: P
     x_state, o_state = (next(iter(states[r]["state"].values())) for r in ("x", "o"))
     assert "momentum_buffer" in x_state and "exp_avg" not in x_state and "exp_avg" in o_state
     assert states["x"]["param_groups"][0]["momentum"] == 0.9
-    from tinker_algos.evaluation import find_source
-    from tinker_algos.export import export
+    from tinker_algos.commands.evaluation import find_source
+    from tinker_algos.commands.export import export
 
     source = find_source(ckpt / "roles" / "o")
     assert source.kind == "checkpoint"
@@ -220,8 +220,8 @@ def test_learners_mode_on_an_env_without_roles_is_refused(tiny_dir: Path, tmp_pa
 
 
 def test_a_roles_own_optimizer_starts_from_its_own_settings() -> None:
-    from tinker_algos.multiagent.learners import role_trainer_config
-    from tinker_algos.trainer_config import TrainerConfig
+    from tinker_algos.algorithms.learners import role_trainer_config
+    from tinker_algos.training.trainer_config import TrainerConfig
     from tinker_core.config import RoleLearnerConfig
 
     stage = TrainerConfig(optimizer="adamw", lr=1e-3, optimizer_config={"betas": [0.9, 0.95]})

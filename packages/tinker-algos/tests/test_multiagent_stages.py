@@ -18,7 +18,7 @@ import tinker_core  # noqa: E402
 from tinker_algos import train  # noqa: E402
 from tinker_algos.multiagent import Learner, multi_agent_rollout, opponent  # noqa: E402
 from tinker_algos.multiagent.results import info_metrics  # noqa: E402
-from tinker_algos.sampler import SamplingParams  # noqa: E402
+from tinker_algos.sampling.sampler import SamplingParams  # noqa: E402
 from tinker_env_games.negotiation_sft import scripted_dialogues, write_jsonl  # noqa: E402
 
 NEGOTIATION = {"max_messages": 6, "brief": True}

@@ -16,9 +16,9 @@ import pytest
 pytest.importorskip("torch")
 
 import tinker_algos.multiagent.batcher as batcher_module  # noqa: E402
+from tinker_algos.model.prompts import PromptRenderer  # noqa: E402
 from tinker_algos.multiagent import Learner, multi_agent_rollout  # noqa: E402
-from tinker_algos.prompts import PromptRenderer  # noqa: E402
-from tinker_algos.sampler import SampledSequence, SamplingParams  # noqa: E402
+from tinker_algos.sampling.sampler import SampledSequence, SamplingParams  # noqa: E402
 from tinker_core import Action, ToolCall  # noqa: E402
 from tinker_core.env import EnvSpec, MultiAgentTextEnv  # noqa: E402
 from tinker_core.tools import format_tool_call, tools_system_prompt  # noqa: E402

@@ -149,7 +149,7 @@ def test_bad_values_are_explained(name, config, message):
 
 
 def test_adamw_fused_asks_for_the_fused_kernel_with_the_same_update_and_restores_its_choice():
-    from tinker_algos.optimizers import fused_supported
+    from tinker_algos.builtins.optimizers import fused_supported
 
     torch.manual_seed(0)
     init = [torch.randn(16, 8), torch.randn(8)]

@@ -60,7 +60,7 @@ def test_every_builtin_is_registered_by_the_tinker_algos_distribution():
     (info,) = [p for p in tinker_core.registry.list_plugins() if p.distribution == "tinker-algos"]
     assert tinker_core.registry.get_registry("envs").get("agent/program-v0").distribution == "tinker-algos"
     assert info.to_dict()["registers"] == {
-        "envs": ["agent/program-v0"],  # agent programs trained through the rollout proxy (tinker_algos.agent_program)
+        "envs": ["agent/program-v0"],  # agent programs trained through the rollout proxy (tinker_algos.rollout.agent_program)
         "advantage_estimators": sorted(ESTIMATORS),
         "losses": sorted(LOSSES),
         "optimizers": OPTIMIZERS,
@@ -69,9 +69,9 @@ def test_every_builtin_is_registered_by_the_tinker_algos_distribution():
 
 
 def test_plugin_tables_match_the_implementations():
-    from tinker_algos.estimators import ESTIMATORS as IMPL_ESTIMATORS
-    from tinker_algos.losses import LOSSES as IMPL_LOSSES
-    from tinker_algos.optimizers import OPTIMIZERS as IMPL_OPTIMIZERS
+    from tinker_algos.builtins.estimators import ESTIMATORS as IMPL_ESTIMATORS
+    from tinker_algos.builtins.losses import LOSSES as IMPL_LOSSES
+    from tinker_algos.builtins.optimizers import OPTIMIZERS as IMPL_OPTIMIZERS
 
     assert {n: c for n, (_, c) in IMPL_ESTIMATORS.items()} == ESTIMATORS
     assert (
@@ -83,7 +83,7 @@ def test_plugin_tables_match_the_implementations():
 
 
 def test_deferred_callables_resolve_expose_signatures_and_pickle():
-    from tinker_algos import losses, optimizers
+    from tinker_algos.builtins import losses, optimizers
 
     ppo = tinker_core.registry.get_loss("ppo").obj
     assert ppo.resolve() is losses.ppo

@@ -11,8 +11,8 @@ import torch
 
 from tinker_algos import train
 from tinker_algos.algorithms.critic import Critic, decoder_of, explained_variance
-from tinker_algos.metrics import read_metrics
-from tinker_algos.models import PolicyModel, sequence_logprobs
+from tinker_algos.model.models import PolicyModel, sequence_logprobs
+from tinker_algos.records.metrics import read_metrics
 from tinker_core.errors import ConfigError
 
 pytest.importorskip("tinker_env_math", reason="PPO's learning tests run on math/arithmetic-v0 from tinker-env-math")

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from tinker_algos import train
-from tinker_algos.recording import select
+from tinker_algos.records.recording import select
 from tinker_core.rollout_records import read_rollouts
 from tinker_core.traces import read_trace, summarise
 
@@ -161,7 +161,7 @@ def test_select_keeps_the_first_or_the_best_and_the_worst():
 def test_a_policy_turns_tool_calls_are_recorded_in_the_openai_format():
     """A failed episode (no trajectory) still records its turns' tool calls: a valid call in the
     OpenAI format, a malformed block as its error, a turn without calls as null."""
-    from tinker_algos.recording import episode_record
+    from tinker_algos.records.recording import episode_record
 
     good = '<tool_call>{"name": "calculator", "arguments": {"expression": "12+30"}}</tool_call>'
     episode = SimpleNamespace(

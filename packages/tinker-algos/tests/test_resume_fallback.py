@@ -17,7 +17,7 @@ import pytest
 import typer
 
 from tinker_algos import train
-from tinker_algos.checkpoint import CheckpointError, verify
+from tinker_algos.training.checkpoint import CheckpointError, verify
 
 pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from tinker_algos import train
-from tinker_algos.metrics import read_metrics
+from tinker_algos.records.metrics import read_metrics
 
 pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")
 

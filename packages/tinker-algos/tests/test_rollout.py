@@ -18,10 +18,10 @@ import torch
 
 import tinker_core
 import tinker_core.registry
-from tinker_algos.models import PolicyModel
-from tinker_algos.rollout import RolloutError, RolloutResult, rollout
-from tinker_algos.sampler import SamplingParams
-from tinker_algos.trainer import Trainer, TrainerConfig
+from tinker_algos.model.models import PolicyModel
+from tinker_algos.rollout.episodes import RolloutError, RolloutResult, rollout
+from tinker_algos.sampling.sampler import SamplingParams
+from tinker_algos.training.trainer import Trainer, TrainerConfig
 from tinker_core import EnvSpec, TextEnv, hookimpl
 from tinker_core.contracts import Batch, Trajectory
 from tinker_core.fsm import TurnFSM, TurnState
@@ -126,7 +126,7 @@ def countdown_episode(tok: Any, start: int) -> Trajectory:
 @pytest.fixture(scope="module")
 def countdown_policy(tiny_dir: Any) -> PolicyModel:
     """The tiny model after 80 SFT steps on perfect countdowns from 1..5 (it then counts down)."""
-    from tinker_algos.device import seed_everything
+    from tinker_algos.model.device import seed_everything
 
     seed_everything(0)
     policy = PolicyModel.load(tiny_dir, device="cpu", precision="fp32")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from tinker_algos.models import sequence_logprobs
-from tinker_algos.sampler import (
+from tinker_algos.model.models import sequence_logprobs
+from tinker_algos.sampling.sampler import (
     SampledSequence,
     SamplingParams,
     logprob_agreement,
@@ -249,7 +249,7 @@ def test_a_model_whose_weights_diverged_is_a_precondition_error_not_torchs(polic
 
 def test_a_large_vocabulary_draws_by_inverse_cdf_from_the_same_distribution():
     # SmolLM2-sized rows take one uniform each, not one exponential per vocabulary entry
-    from tinker_algos.token_draw import INVERSE_CDF_MIN_VOCAB, draw
+    from tinker_algos.sampling.token_draw import INVERSE_CDF_MIN_VOCAB, draw
 
     V, rows = 3 * INVERSE_CDF_MIN_VOCAB, 20_000
     logits_V = torch.full((V,), float("-inf"))
@@ -271,7 +271,7 @@ def test_a_large_vocabulary_draws_by_inverse_cdf_from_the_same_distribution():
 
 
 def test_a_small_vocabulary_keeps_multinomial_so_tiny_runs_keep_their_samples():
-    from tinker_algos.token_draw import INVERSE_CDF_MIN_VOCAB, draw
+    from tinker_algos.sampling.token_draw import INVERSE_CDF_MIN_VOCAB, draw
 
     logp_B_V = torch.log_softmax(torch.randn(8, INVERSE_CDF_MIN_VOCAB - 1, generator=torch.Generator().manual_seed(1)), -1)
     ours = draw(logp_B_V, torch.Generator().manual_seed(3))
@@ -281,7 +281,7 @@ def test_a_small_vocabulary_keeps_multinomial_so_tiny_runs_keep_their_samples():
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
 def test_a_large_vocabulary_that_is_not_finite_is_a_precondition_error(bad):
-    from tinker_algos.token_draw import INVERSE_CDF_MIN_VOCAB, draw
+    from tinker_algos.sampling.token_draw import INVERSE_CDF_MIN_VOCAB, draw
     from tinker_core.errors import PreconditionError
 
     logp_B_V = torch.zeros(2, INVERSE_CDF_MIN_VOCAB)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tinker_algos.tokenizer import load_tokenizer
+from tinker_algos.model.tokenizer import load_tokenizer
 from tinker_core.tools import format_tool_call
 
 IM_END = "<|im_end|>"
@@ -21,7 +21,7 @@ IM_END = "<|im_end|>"
 
 def spy_batches(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The batches every ``Trainer.forward_backward`` call gets, in order."""
-    from tinker_algos.trainer import Trainer
+    from tinker_algos.training.trainer import Trainer
 
     seen: list[Any] = []
     original = Trainer.forward_backward

@@ -1,5 +1,5 @@
 """The shared-prefix training pass: a prompt several rows share runs once, with the same logprobs
-and gradients as one full pass per row (tinker_algos.shared_prefix)."""
+and gradients as one full pass per row (tinker_algos.training.shared_prefix)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from tinker_algos.models import LoraSpec, PolicyModel, sequence_logprobs
-from tinker_algos.shared_prefix import batch_logprobs, plan, shares_safely
-from tinker_algos.trainer import Trainer, TrainerConfig
+from tinker_algos.model.models import LoraSpec, PolicyModel, sequence_logprobs
+from tinker_algos.training.shared_prefix import batch_logprobs, plan, shares_safely
+from tinker_algos.training.trainer import Trainer, TrainerConfig
 
 
 def grpo_like(prompts: list[list[int]], completions: list[list[list[int]]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -197,7 +197,7 @@ def test_smollm2_chat_prompts_with_lora_match_one_pass_per_row(smollm2_dir: Path
 
 @pytest.mark.parametrize("share", [True, False])
 def test_the_job_config_field_reaches_the_trainer(share: bool) -> None:
-    from tinker_algos.run import trainer_config
+    from tinker_algos.run.job import trainer_config
     from tinker_core.config import parse_config
 
     job = parse_config({

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tinker_algos import train
-from tinker_algos.forking import ForkError, fork, parse_run_spec
-from tinker_algos.lineage import render_tree, run_tree
+from tinker_algos.run.forking import ForkError, fork, parse_run_spec
+from tinker_algos.run.lineage import render_tree, run_tree
 from tinker_core.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")
@@ -201,7 +201,7 @@ def test_opentinker_fork_and_runs_show_the_lineage_tree(finished, tmp_path, dete
     lines = listed.output.splitlines()
     assert lines[0].startswith(f"{runs / 'steer'}  completed at step 4")
     assert lines[1].startswith(f"└─ {runs / 'steer-fork-3'}  completed at step 4  (fork of ") and "@3: stages.1.optimizer.lr=0.01" in lines[1]
-    code = "import sys, tinker_algos.cli_steer, tinker_algos.lineage; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, tinker_algos.commands.cli_steer, tinker_algos.run.lineage; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

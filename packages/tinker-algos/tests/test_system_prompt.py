@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 import tinker_algos.algorithms.base as algo_base
-import tinker_algos.rollout as rollout_module
+import tinker_algos.rollout.episodes as rollout_module
 import tinker_core
 from tinker_algos import train
-from tinker_algos.evaluation import EvalSettings, run_eval
-from tinker_algos.prompts import PromptRenderer
-from tinker_algos.tokenizer import build_char_tokenizer, load_tokenizer
+from tinker_algos.commands.evaluation import EvalSettings, run_eval
+from tinker_algos.model.prompts import PromptRenderer
+from tinker_algos.model.tokenizer import build_char_tokenizer, load_tokenizer
 from tinker_core.config import EnvConfig, JobConfig
 
 IM_START = "<|im_start|>"

@@ -59,7 +59,7 @@ def _policy_in_child(code: str, **env: str) -> str:
 
 
 def test_openmp_threads_wait_passively_when_half_the_cores_are_busy():
-    from tinker_algos.openmp import wait_policy_for
+    from tinker_algos.model.openmp import wait_policy_for
 
     assert wait_policy_for(0.3, 2) is None and wait_policy_for(0.99, 2) is None
     assert wait_policy_for(1.0, 2) == "PASSIVE" and wait_policy_for(7.5, 2) == "PASSIVE"
@@ -104,7 +104,7 @@ def test_without_proc_loadavg_the_one_minute_load_average_decides():
 
 
 def test_runnable_others_reads_the_running_count_less_this_thread(tmp_path, monkeypatch):
-    from tinker_algos import openmp
+    from tinker_algos.model import openmp
 
     f = tmp_path / "loadavg"
     f.write_text("1.20 1.10 0.90 3/512 4242\n")

@@ -280,7 +280,7 @@ def test_cross_entropy_is_tinkers_weighted_negative_logprob_sum():
 def test_score_tokens_gives_each_tokens_logprob_and_the_topk_of_the_models_distribution(policy):
     import torch
 
-    from tinker_algos.models import LoraSpec, sequence_logprobs
+    from tinker_algos.model.models import LoraSpec, sequence_logprobs
 
     seqs = [[1, 20, 21, 22], [1, 30]]
     scored = tinker_ops.score_tokens(policy, seqs, topk=3)

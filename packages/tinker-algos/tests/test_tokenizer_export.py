@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from tinker_algos import plugin, tinker_ops
-from tinker_algos.tokenizer import load_tokenizer
+from tinker_algos.model.tokenizer import load_tokenizer
 
 TEXT = "What is 4 + 7?\nAnswer: 11"
 

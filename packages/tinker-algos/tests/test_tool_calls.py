@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tinker_algos.rollout as rollout_module
-from tinker_algos.prompts import PromptRenderer
-from tinker_algos.rollout import rollout
-from tinker_algos.sampler import SampledSequence, SamplingParams
-from tinker_algos.tokenizer import load_tokenizer
+import tinker_algos.rollout.episodes as rollout_module
+from tinker_algos.model.prompts import PromptRenderer
+from tinker_algos.model.tokenizer import load_tokenizer
+from tinker_algos.rollout.episodes import rollout
+from tinker_algos.sampling.sampler import SampledSequence, SamplingParams
 from tinker_core import Action, ToolCall
 from tinker_core.tools import format_tool_call, tools_system_prompt
 from tinker_env_math.calculator import CALCULATOR_TOOL, CalculatorEnv

@@ -17,9 +17,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tinker_algos import metrics as metrics_mod
-from tinker_algos import plugin, trackers
-from tinker_algos.metrics import KL_NEGLIGIBLE, MetricsLog, curve_panels, plot_curves
+from tinker_algos import plugin
+from tinker_algos.records import metrics as metrics_mod
+from tinker_algos.records import trackers
+from tinker_algos.records.metrics import KL_NEGLIGIBLE, MetricsLog, curve_panels, plot_curves
 from tinker_core.config import TRACKERS, parse_config
 from tinker_core.errors import ConfigError
 
@@ -43,7 +44,7 @@ def missing(monkeypatch, name: str, module: str) -> None:
 
 def test_without_tensorboard_the_default_output_is_skipped_with_one_warning(tmp_path, monkeypatch, caplog):
     missing(monkeypatch, "tensorboard", "torch.utils.tensorboard")
-    with caplog.at_level(logging.WARNING, logger="tinker_algos.trackers"):
+    with caplog.at_level(logging.WARNING, logger="tinker_algos.records.trackers"):
         for run in ("a", "b"):
             (tmp_path / run).mkdir()
             log = MetricsLog.for_job(tmp_path / run, job())
@@ -99,7 +100,7 @@ class Kept:
 def test_a_tracker_that_fails_is_dropped_with_one_warning_and_training_logs_on(tmp_path, caplog):
     kept = Kept()
     log = MetricsLog(tmp_path, trackers={"broken": Broken(), "kept": kept})
-    with caplog.at_level(logging.WARNING, logger="tinker_algos.trackers"):
+    with caplog.at_level(logging.WARNING, logger="tinker_algos.records.trackers"):
         log.log(1, "sft", {"losses/total": 0.5, "optim/grad_norm": math.nan})
         log.log(2, "sft", {"losses/total": 0.25})
     assert [r.getMessage() for r in caplog.records] == [
@@ -135,7 +136,7 @@ def test_the_curve_is_a_png_and_without_matplotlib_it_is_skipped_with_a_warning(
     assert plot_curves([{**r, "kl/policy_ref": 0.1} for r in ROWS], tmp_path / "c.png", title="t") == tmp_path / "c.png"
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with caplog.at_level(logging.WARNING, logger="tinker_algos.trackers"):
+    with caplog.at_level(logging.WARNING, logger="tinker_algos.records.trackers"):
         assert plot_curves(ROWS, tmp_path / "d.png") is None
         assert plot_curves(ROWS, tmp_path / "d.png") is None
     assert len(caplog.records) == 1 and "tinker-algos[plot]" in caplog.records[0].getMessage()
@@ -251,7 +252,7 @@ class _Tables(_Plain):
 def test_rollout_tables_go_to_the_trackers_that_take_tables_and_a_failing_one_is_dropped(tmp_path, caplog):
     plain, tables, failing = _Plain(), _Tables(), _Tables(fail=True)
     log = MetricsLog(tmp_path, trackers={"tensorboard": plain, "wandb": tables, "mlflow": failing})
-    with caplog.at_level(logging.WARNING, logger="tinker_algos.trackers"):
+    with caplog.at_level(logging.WARNING, logger="tinker_algos.records.trackers"):
         log.log_rollouts(2, [rollout_record(0), rollout_record(1)])
         log.log_rollouts(3, [rollout_record(1)])
     assert [(s, k, c) for s, k, c, _ in tables.tables] == [(2, "rollouts", list(ROLLOUT_ROW)), (3, "rollouts", list(ROLLOUT_ROW))]

@@ -10,9 +10,9 @@ import torch
 
 import tinker_core
 import tinker_core.registry
-from tinker_algos.models import LoraSpec, PolicyModel
-from tinker_algos.sampler import SamplingParams, sample
-from tinker_algos.trainer import Trainer, TrainerConfig, lr_multiplier
+from tinker_algos.model.models import LoraSpec, PolicyModel
+from tinker_algos.sampling.sampler import SamplingParams, sample
+from tinker_algos.training.trainer import Trainer, TrainerConfig, lr_multiplier
 from tinker_core.contracts import Batch
 from tinker_core.errors import UnknownNameError
 

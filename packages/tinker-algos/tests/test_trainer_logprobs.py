@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from tinker_algos.models import LoraSpec
-from tinker_algos.trainer import Trainer, TrainerConfig
+from tinker_algos.model.models import LoraSpec
+from tinker_algos.training.trainer import Trainer, TrainerConfig
 
 pytestmark = pytest.mark.usefixtures("only_tinker_algos_plugins")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tinker_algos import train
-from tinker_algos.metrics import read_metrics
+from tinker_algos.records.metrics import read_metrics
 from tinker_core.errors import ConfigError
 
 
@@ -139,8 +139,8 @@ def test_grpo_checks_its_loss_before_the_first_rollout_as_ppo_and_dpo_do(tmp_pat
 def test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error(tmp_path):
     from transformers import PreTrainedTokenizerFast
 
-    from tinker_algos.models import ModelLoadError
-    from tinker_algos.tokenizer import build_char_tokenizer
+    from tinker_algos.model.models import ModelLoadError
+    from tinker_algos.model.tokenizer import build_char_tokenizer
 
     big = build_char_tokenizer()
     big.add_tokens([f"<extra{i}>" for i in range(500)])
@@ -148,7 +148,7 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_a_clear_error(tmp_path):
     big.save_pretrained(tmp_path / "tok")
     import shutil
 
-    from tinker_algos.models import resolve_model
+    from tinker_algos.model.models import resolve_model
 
     shutil.copy(Path(resolve_model("tiny")) / "config.json", tmp_path / "tok")  # says which model family
     with pytest.raises(ModelLoadError, match="tokenizer has .* tokens but model .* embeds only"):

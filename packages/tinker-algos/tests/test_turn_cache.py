@@ -1,4 +1,4 @@
-"""Multi-turn rollouts reuse each conversation's KV cache across turns (:mod:`tinker_algos.turn_cache`).
+"""Multi-turn rollouts reuse each conversation's KV cache across turns (:mod:`tinker_algos.sampling.turn_cache`).
 
 The oracle is the path without reuse (every turn prefills the whole conversation) and, for
 logprobs, the trainer's forward pass. Each test also checks that the cache was really used (the
@@ -16,12 +16,12 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import tinker_algos.rollout as rollout_module
-from tinker_algos.models import PolicyModel
-from tinker_algos.rollout import RolloutResult, rollout
-from tinker_algos.sampler import SamplingParams, _DecodeLoop, sample
-from tinker_algos.trainer import Trainer, TrainerConfig
-from tinker_algos.turn_cache import CachedPrefix, TurnCache
+import tinker_algos.rollout.episodes as rollout_module
+from tinker_algos.model.models import PolicyModel
+from tinker_algos.rollout.episodes import RolloutResult, rollout
+from tinker_algos.sampling.sampler import SamplingParams, _DecodeLoop, sample
+from tinker_algos.sampling.turn_cache import CachedPrefix, TurnCache
+from tinker_algos.training.trainer import Trainer, TrainerConfig
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_greedy_multi_turn_rollouts_are_identical_with_and_without_reuse(
 
 
 def test_evaluate_takes_the_switch(policy: PolicyModel, algos_and_math_plugins: None, cache_sizes: list[int]) -> None:
-    from tinker_algos.rollout import evaluate
+    from tinker_algos.rollout.episodes import evaluate
 
     on = evaluate(policy, calculator(), 3, seed=0, max_new_tokens=6, max_turns=3)
     assert cache_sizes == [0, 3, 3]
@@ -276,7 +276,7 @@ def test_the_config_switch_reaches_the_training_and_evaluation_rollouts(
 def test_the_last_turn_reads_the_caches_but_stores_none(policy: PolicyModel, algos_and_math_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """No episode continues after its last turn, so the sampler does not copy its keys and values
     out (a single-turn env's every turn is its last)."""
-    import tinker_algos.sampler as sampler_module
+    import tinker_algos.sampling.sampler as sampler_module
     from tinker_core.registry import make_env
 
     extracted: list[int] = []

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tinker_algos import train
-from tinker_algos.metrics import is_timing, read_metrics
+from tinker_algos.records.metrics import is_timing, read_metrics
 from tinker_core.config import parse_config
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.config import DEFAULT_RUNNER

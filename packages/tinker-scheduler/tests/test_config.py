@@ -91,7 +91,7 @@ def test_a_job_config_is_parsed_once_and_kept_with_its_job():
 
 
 def test_the_http_deadline_defaults_are_tinker_serves():
-    http_limits = pytest.importorskip("tinker_serve.http_limits", reason="tinker-serve is the http extra")
+    http_limits = pytest.importorskip("tinker_core.http_limits", reason="tinker-serve is the http extra")
     from tinker_scheduler.config import HTTP_BODY_TIMEOUT_S, HTTP_HEADER_TIMEOUT_S
 
     assert (HTTP_HEADER_TIMEOUT_S, HTTP_BODY_TIMEOUT_S) == (http_limits.HEADER_TIMEOUT_S, http_limits.BODY_TIMEOUT_S)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import tinker_core.registry
-from tinker_algos.metrics import is_timing, read_metrics
+from tinker_algos.records.metrics import is_timing, read_metrics
 from tinker_scheduler.model_host import ModelHost
 
 GPU_SKIP_REASON = "needs a CUDA device (run scripts/gpu_check.sh on a GPU machine)"

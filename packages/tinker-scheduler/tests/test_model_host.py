@@ -198,7 +198,7 @@ def test_removing_a_session_unloads_its_adapter_and_keeps_the_others():
 
 
 def test_a_device_this_machine_lacks_is_one_line_per_session_and_names_model_device_for_a_job(tmp_path):
-    from tinker_algos.device import DeviceError, resolve_device
+    from tinker_algos.model.device import DeviceError, resolve_device
 
     with pytest.raises(DeviceError) as embedded:  # what `opentinker train` and a job alone report
         resolve_device("cuda:99")

@@ -193,7 +193,7 @@ def test_a_paused_job_stays_paused_across_a_restart_and_a_pause_in_flight_is_kep
 @pytest.mark.slow
 def test_pause_and_resume_of_a_real_job_across_a_restart_give_the_uninterrupted_metrics(make_scheduler, tmp_path):
     from tinker_algos import train
-    from tinker_algos.metrics import is_timing, read_metrics
+    from tinker_algos.records.metrics import is_timing, read_metrics
     from tinker_scheduler.config import DEFAULT_RUNNER
 
     def rows(run_dir: Path) -> list[dict]:
@@ -238,7 +238,7 @@ def test_pause_and_resume_of_a_real_job_across_a_restart_give_the_uninterrupted_
 @pytest.mark.slow
 def test_fork_a_job_through_the_scheduler_repeats_its_metrics_and_records_its_lineage(make_scheduler, tmp_path):
     from tinker_algos import train
-    from tinker_algos.metrics import is_timing, read_metrics
+    from tinker_algos.records.metrics import is_timing, read_metrics
     from tinker_core.config import parse_config
     from tinker_scheduler.config import DEFAULT_RUNNER
 

@@ -268,7 +268,7 @@ def test_a_checkpoint_name_with_a_control_character_is_refused(gateway, live_mod
 
 def test_names_ending_in_a_newline_are_refused_everywhere(gateway) -> None:
     """``$`` matches before a final newline: every name pattern is matched whole."""
-    from tinker_algos.models import check_adapter_name
+    from tinker_algos.model.models import check_adapter_name
     from tinker_core.env import parse_env_id
     from tinker_scheduler.store import StoreError
 

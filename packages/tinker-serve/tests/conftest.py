@@ -54,7 +54,7 @@ def _opentinker_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny preset (seed 0) saved in HF format, built once per session."""
-    from tinker_algos.models import build_tiny_model
+    from tinker_algos.model.models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny", seed=0)
 
@@ -69,7 +69,7 @@ def smollm2_dir() -> Path:
 
 @pytest.fixture
 def policy(tiny_dir: Path):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     return PolicyModel.load(tiny_dir, device="cpu", precision="fp32")
 

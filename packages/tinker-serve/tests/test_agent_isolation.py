@@ -1,7 +1,7 @@
 """Agent-program episodes in child processes (``isolation: process``): an agent that ends its
 process fails its episode, not the job; a hanging agent's process is killed at the timeout and is
 gone; a result JSON cannot hold is a bad result; and the trajectories are the thread mode's, token
-for token (tinker_algos.agent_isolation, tinker_algos.agent_program)."""
+for token (tinker_algos.rollout.agent_isolation, tinker_algos.rollout.agent_program)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tinker_algos.agent_program import AgentProgramEnv, agent_rollout
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.rollout.agent_program import AgentProgramEnv, agent_rollout
+from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.errors import ConfigError
 
 AGENT = '''

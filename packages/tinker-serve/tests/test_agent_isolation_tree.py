@@ -2,7 +2,7 @@
 ends, a ``setsid`` grandchild included; ``isolation`` defaults to ``process`` in a scheduler's job;
 in thread mode an agent's ``os._exit`` fails its episode (``agent_crash``, named) instead of
 ending the job silently, and its ``os.chdir`` cannot move a relative run dir
-(tinker_algos.agent_isolation, process_tree, agent_threads)."""
+(tinker_algos.rollout.agent_isolation, process_tree, agent_threads)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tinker_algos.agent_program import AgentProgramEnv, agent_rollout
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.rollout.agent_program import AgentProgramEnv, agent_rollout
+from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.import_policy import ImportPolicy, enforced
 
 AGENT = '''

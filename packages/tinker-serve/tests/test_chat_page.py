@@ -22,7 +22,7 @@ def test_the_chat_page_streams_an_answer_in_a_headless_browser(tiny_dir, tmp_pat
     import httpx
     from playwright.sync_api import sync_playwright
 
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     served = ServedModels(PolicyModel.load(tiny_dir, device="cpu", precision="fp32"), "tiny", max_batch=4)
     with helpers.live_server(create_app(served)) as url:

@@ -98,7 +98,7 @@ def test_smollm2_calls_the_tool_through_tool_calls_and_the_prompt_is_the_trainin
 
 @pytest.fixture(scope="module")
 def tiny_client(tiny_dir, helpers):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     served = ServedModels(PolicyModel.load(tiny_dir, device="cpu", precision="fp32"), "tiny", max_batch=4)
     with helpers.live_server(create_app(served)) as url:

@@ -15,7 +15,7 @@ GUIDE = Path(__file__).resolve().parents[3] / "docs" / "guides" / "serving.md"
 
 
 def test_the_serving_guides_python_runs_against_a_live_server(tiny_dir, arithmetic_run, helpers, capsys):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     text = GUIDE.read_text(encoding="utf-8")
     # the section on serving from a scheduler needs a live scheduler with a finished job:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tinker_algos.sampler import SamplingParams, sample
+from tinker_algos.sampling.sampler import SamplingParams, sample
 from tinker_serve.engine import Engine, Event, Request
 
 PROMPTS = ["12+35=", "7+8=", "a much longer prompt than the others, to need padding: 3+4="]

@@ -60,7 +60,7 @@ def near_valid_bodies(draw) -> dict:
 
 @pytest.fixture(scope="module")
 def url(tiny_dir, helpers):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     served = ServedModels(PolicyModel.load(tiny_dir, device="cpu", precision="fp32"), "tiny", max_batch=8)
     with helpers.live_server(create_app(served)) as base, httpx.Client(base_url=base, timeout=120) as client:

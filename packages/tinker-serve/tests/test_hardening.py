@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tinker_core.http_limits import HttpLimits, uvicorn_config
 from tinker_serve.app import create_app
-from tinker_serve.http_limits import HttpLimits, uvicorn_config
 from tinker_serve.served import ServedModels
 
 LIMIT = 256 * 1024
@@ -27,7 +27,7 @@ LIMITS = HttpLimits(LIMIT, header_timeout_s=1.0, body_timeout_s=1.0)
 
 @pytest.fixture(scope="module")
 def served(tiny_dir):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     return ServedModels(PolicyModel.load(tiny_dir, device="cpu", precision="fp32"), "tiny", max_batch=8)
 
@@ -55,7 +55,7 @@ def url(served):
 @pytest.fixture(scope="module")
 def adapter_dir(tiny_dir, tmp_path_factory) -> Path:
     """A PEFT adapter of the tiny model, saved as ``save_pretrained`` does."""
-    from tinker_algos.models import LoraSpec, PolicyModel
+    from tinker_algos.model.models import LoraSpec, PolicyModel
 
     policy = PolicyModel.load(tiny_dir, device="cpu", precision="fp32")
     policy.add_adapter("probe", LoraSpec(rank=4, alpha=8), seed=0)

@@ -21,7 +21,7 @@ KEY = "sk-openai-client"
 @pytest.fixture(scope="module")
 def noise_adapter(tiny_dir, tmp_path_factory):
     """A PEFT adapter directory with random (nonzero) weights: a second adapter that changes answers."""
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     policy = PolicyModel.load(tiny_dir, device="cpu", precision="fp32")
     policy.add_adapter("noise", seed=3)
@@ -36,7 +36,7 @@ def noise_adapter(tiny_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(tiny_dir, arithmetic_run, noise_adapter, helpers):
-    from tinker_algos.models import PolicyModel
+    from tinker_algos.model.models import PolicyModel
 
     served = ServedModels(PolicyModel.load(tiny_dir, device="cpu", precision="fp32"), "tiny", max_batch=16)
     served.load_adapter("sums", arithmetic_run)

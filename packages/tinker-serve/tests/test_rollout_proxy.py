@@ -1,6 +1,6 @@
 """The rollout proxy with the official ``openai`` client: what each call records, how an episode's
 calls become one token-exact trajectory, that concurrent agents never mix, and that agent-program
-episodes that crash, hang or return nothing fail alone (tinker_serve.proxy, tinker_algos.agent_program)."""
+episodes that crash, hang or return nothing fail alone (tinker_serve.proxy, tinker_algos.rollout.agent_program)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import numpy as np
 import openai
 import pytest
 
-from tinker_algos.agent_calls import ProxyCall, merge_calls
-from tinker_algos.agent_program import AgentProgramEnv, agent_rollout
-from tinker_algos.prompts import PromptRenderer
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.model.prompts import PromptRenderer
+from tinker_algos.rollout.agent_calls import ProxyCall, merge_calls
+from tinker_algos.rollout.agent_program import AgentProgramEnv, agent_rollout
+from tinker_algos.sampling.sampler import SamplingParams
 from tinker_serve.proxy import RolloutProxy
 
 CALC = {"type": "function", "function": {"name": "calculator", "description": "Evaluate an arithmetic expression.",
@@ -91,8 +91,8 @@ def chat_policy(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.tokenizer import load_tokenizer
+    from tinker_algos.model.models import PolicyModel
+    from tinker_algos.model.tokenizer import load_tokenizer
 
     tok = load_tokenizer(smollm2_dir)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
@@ -233,7 +233,7 @@ def test_a_crashing_hanging_or_silent_agent_is_a_failed_episode_not_a_crashed_jo
     assert time.monotonic() - t0 < 10 and [e.error for e in hang.episodes] == ["agent_timeout"]
     silent = agent_rollout(policy, program("silent_agent"), [0], params)
     assert [e.error for e in silent.episodes] == ["agent_bad_result"] and "not a reward" in silent.failures[0]
-    from tinker_algos.rollout import RolloutError
+    from tinker_algos.rollout.episodes import RolloutError
 
     with pytest.raises(RolloutError, match="agent_error"):
         agent_rollout(policy, program("crashing_agent"), [0], params, max_error_rate=0.5)

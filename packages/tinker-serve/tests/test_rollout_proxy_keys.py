@@ -14,9 +14,9 @@ import httpx
 import openai
 import pytest
 
-from tinker_algos.agent_program import AgentProgramEnv, agent_rollout
-from tinker_algos.prompts import PromptRenderer
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.model.prompts import PromptRenderer
+from tinker_algos.rollout.agent_program import AgentProgramEnv, agent_rollout
+from tinker_algos.sampling.sampler import SamplingParams
 from tinker_serve.proxy import RolloutProxy
 
 MSGS = [{"role": "user", "content": "hi"}]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover - type-only: importing these needs the train extra
-    from tinker_algos.run import TrainResult
+    from tinker_algos.run.job import TrainResult
     from tinker_core.config import JobConfig
 
 RUNS = Path("runs")
@@ -88,7 +88,7 @@ def train(
     ``opentinker train`` command). ``overrides``: top-level replacements, see :func:`job_config`.
     A run directory that already holds a checkpoint is resumed (``checkpoint.resume``).
     """
-    run = _engine("tinker_algos.run")  # first: without the engine, say how to install it
+    run = _engine("tinker_algos.run.job")  # first: without the engine, say how to install it
     job = job_config(config, **overrides)
     target = Path(run_dir) if run_dir is not None else RUNS / job.name
     return run.train(job, run_dir=target)
@@ -109,7 +109,7 @@ def fork(
     on from the checkpoint's weights, optimizer state, RNG and data position, records its parent in
     ``lineage.json``, and without overrides repeats the parent's later metrics exactly.
     """
-    return _engine("tinker_algos.forking").fork(run, list(overrides), step=step, run_dir=run_dir)
+    return _engine("tinker_algos.run.forking").fork(run, list(overrides), step=step, run_dir=run_dir)
 
 
 def evaluate(
@@ -135,8 +135,8 @@ def evaluate(
     ``samples > 1``, ``eval/pass@k``. ``output``: also write the full JSON report there (the
     command's ``--output``; without it nothing is written).
     """
-    evaluation = _engine("tinker_algos.evaluation")
-    progress = _engine("tinker_algos.progress")
+    evaluation = _engine("tinker_algos.commands.evaluation")
+    progress = _engine("tinker_algos.run.progress")
     progress.quiet_third_party_progress()
     if isinstance(source, str | Path):
         src = evaluation.find_source(source)
@@ -163,8 +163,8 @@ def load_policy(source: str | Path, *, base_model: str | None = None, device: st
     ``peft.PeftModel`` (its adapter active), a full fine-tuning run a transformers model; both in
     eval mode, on ``device`` (default: the run's ``model.device``).
     """
-    evaluation = _engine("tinker_algos.evaluation")
-    progress = _engine("tinker_algos.progress")
+    evaluation = _engine("tinker_algos.commands.evaluation")
+    progress = _engine("tinker_algos.run.progress")
     progress.quiet_third_party_progress()
     src = evaluation.find_source(source)
     policy, adapter = evaluation.load_policy(src, base_model=base_model, device=device)

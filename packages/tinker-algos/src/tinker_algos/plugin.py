@@ -5,22 +5,22 @@ registered exactly as a third-party plugin would register its own. It stays ligh
 
 * advantage estimators (numpy only) are imported inside the hook and registered directly;
 * losses and optimizers need torch, so they are registered as :class:`Deferred` callables that
-  import :mod:`tinker_algos.losses` / :mod:`tinker_algos.optimizers` on their first call.
+  import :mod:`tinker_algos.builtins.losses` / :mod:`tinker_algos.builtins.optimizers` on their first call.
   Listing plugins or looking a name up never imports torch.
 
 Registered names:
 
 * advantage estimators: ``gae`` (needs a critic), ``grpo``, ``dr_grpo``, ``rloo``,
-  ``reinforce_pp``, ``reinforce_pp_baseline`` (:mod:`tinker_algos.estimators`);
+  ``reinforce_pp``, ``reinforce_pp_baseline`` (:mod:`tinker_algos.builtins.estimators`);
 * losses: ``cross_entropy`` (supervised), ``importance_sampling``, ``ppo``, ``cispo``, ``dro``,
   ``gspo``, ``stable_reinforce`` (policy), ``dpo``, ``cdpo``, ``ipo`` (preference), ``value`` (value), ``k1``, ``k2``, ``k3`` (kl)
-  (:mod:`tinker_algos.losses`);
-* optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.optimizers`);
+  (:mod:`tinker_algos.builtins.losses`);
+* optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.builtins.optimizers`);
 * the env ``agent/program-v0``: an agent program trained through the rollout proxy
-  (:mod:`tinker_algos.agent_program`; its factory is imported on first use);
-* the ``opentinker train`` command (:mod:`tinker_algos.cli`), ``eval`` and ``export``
-  (:mod:`tinker_algos.cli_eval`), ``model`` (:mod:`tinker_algos.cli_model`), ``compare``
-  (:mod:`tinker_algos.cli_compare`), ``fork`` and ``runs`` (:mod:`tinker_algos.cli_steer`).
+  (:mod:`tinker_algos.rollout.agent_program`; its factory is imported on first use);
+* the ``opentinker train`` command (:mod:`tinker_algos.commands.cli`), ``eval`` and ``export``
+  (:mod:`tinker_algos.commands.cli_eval`), ``model`` (:mod:`tinker_algos.commands.cli_model`), ``compare``
+  (:mod:`tinker_algos.commands.cli_compare`), ``fork`` and ``runs`` (:mod:`tinker_algos.commands.cli_steer`).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def agent_program_env(**kwargs: Any) -> Any:
     """An agent program run(task, client) -> reward, trained through the rollout proxy."""
     import inspect
 
-    from tinker_algos.agent_program import AgentProgramEnv
+    from tinker_algos.rollout.agent_program import AgentProgramEnv
     from tinker_core.errors import ConfigError, did_you_mean
 
     takes = [n for n in inspect.signature(AgentProgramEnv).parameters if n != "self"]
@@ -127,14 +127,14 @@ def agent_program_env(**kwargs: Any) -> Any:
 
 @hookimpl
 def opentinker_register_envs(register: Any) -> None:
-    from tinker_algos.agent_calls import AGENT_PROGRAM_SPEC  # torch-free
+    from tinker_algos.rollout.agent_calls import AGENT_PROGRAM_SPEC  # torch-free
 
     register(AGENT_PROGRAM_SPEC, agent_program_env)
 
 
 @hookimpl
 def opentinker_register_advantage_estimators(register: EstimatorRegister) -> None:
-    from tinker_algos.estimators import ESTIMATORS
+    from tinker_algos.builtins.estimators import ESTIMATORS
 
     for name, (fn, needs_critic) in ESTIMATORS.items():
         register(name, fn, needs_critic=needs_critic, description=ESTIMATOR_DESCRIPTIONS[name])
@@ -145,7 +145,7 @@ def opentinker_register_losses(register: LossRegister) -> None:
     for name, (kind, description) in LOSS_TABLE.items():
         register(
             name,
-            Deferred("tinker_algos.losses", name, description),
+            Deferred("tinker_algos.builtins.losses", name, description),
             kind=kind,
             description=description,
             vanishes_at_zero_advantage=name in VANISHING_AT_ZERO_ADVANTAGE,
@@ -156,26 +156,26 @@ def opentinker_register_losses(register: LossRegister) -> None:
 def opentinker_register_optimizers(register: OptimizerRegister) -> None:
     for name, description in OPTIMIZER_DESCRIPTIONS.items():
         register(
-            name, Deferred("tinker_algos.optimizers", name, description), description=description
+            name, Deferred("tinker_algos.builtins.optimizers", name, description), description=description
         )
 
 
 @hookimpl
 def opentinker_register_doctor_checks(register: DoctorCheckRegister) -> None:
     """``opentinker doctor``: torch, its device and dtypes; the model cache (imported when run)."""
-    register("torch", Deferred("tinker_algos.doctor_checks", "check_torch", "torch, its device and dtypes"),
+    register("torch", Deferred("tinker_algos.commands.doctor_checks", "check_torch", "torch, its device and dtypes"),
              description="torch, the device jobs train on and the dtypes that work there")
-    register("model-cache", Deferred("tinker_algos.doctor_checks", "check_model_cache", "the model cache"),
+    register("model-cache", Deferred("tinker_algos.commands.doctor_checks", "check_model_cache", "the model cache"),
              description="the model cache: writable, room, the models it holds")
 
 
 @hookimpl
 def opentinker_register_commands(cli: typer.Typer) -> None:
     """Add ``opentinker train`` (embedded training, or ``submit --watch`` with ``--scheduler``)."""
-    from tinker_algos.cli import register
+    from tinker_algos.commands.cli import register
 
     register(cli)
-    importlib.import_module("tinker_algos.cli_model").register(cli)  # opentinker model import, fetch
-    importlib.import_module("tinker_algos.cli_eval").register(cli)  # opentinker eval, export
-    importlib.import_module("tinker_algos.cli_compare").register(cli)  # opentinker compare
-    importlib.import_module("tinker_algos.cli_steer").register(cli)  # opentinker fork, runs
+    importlib.import_module("tinker_algos.commands.cli_model").register(cli)  # opentinker model import, fetch
+    importlib.import_module("tinker_algos.commands.cli_eval").register(cli)  # opentinker eval, export
+    importlib.import_module("tinker_algos.commands.cli_compare").register(cli)  # opentinker compare
+    importlib.import_module("tinker_algos.commands.cli_steer").register(cli)  # opentinker fork, runs

@@ -7,8 +7,8 @@ per target. tinker_algos trains on right-padded :class:`tinker_core.contracts.Ba
 whole sequence, where position ``t`` of a ``*_B_T`` array belongs to token ``t`` (predicted from
 ``t - 1``). :func:`datum_batch` and :func:`per_datum_logprobs` convert between the two;
 :func:`loss_config`, :func:`adam_step_args` and :func:`sampling_params` map Tinker's request
-fields onto the registered losses, :meth:`tinker_algos.trainer.Trainer.optim_step` and
-:class:`tinker_algos.sampler.SamplingParams`.
+fields onto the registered losses, :meth:`tinker_algos.training.trainer.Trainer.optim_step` and
+:class:`tinker_algos.sampling.sampler.SamplingParams`.
 
 Bad input raises :class:`ValueError` naming the field (``data[1].target_tokens: ...``), so a
 server can return it as an invalid-argument error unchanged. :func:`check_data`,
@@ -34,8 +34,8 @@ from tinker_core.contracts import Batch
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.sampler import SampledSequence, SamplingParams
+    from tinker_algos.model.models import PolicyModel
+    from tinker_algos.sampling.sampler import SampledSequence, SamplingParams
 
 #: Tinker's default PPO clip thresholds on the ratio (``eps_low = 1 - low``, ``eps_high = high - 1``).
 TINKER_CLIP_LOW = 0.8
@@ -46,7 +46,7 @@ TINKER_CLIPS = {"ppo": (TINKER_CLIP_LOW, TINKER_CLIP_HIGH), "cispo": (0.0, 4.0),
                 "gspo": (TINKER_CLIP_LOW, TINKER_CLIP_HIGH)}
 #: Tinker's ``AdamParams`` defaults, used where a field is 0 (unset on the wire).
 ADAM_DEFAULTS = {"beta1": 0.9, "beta2": 0.95, "eps": 1e-12}
-#: :class:`tinker_algos.sampler.Sample` stop reasons -> Tinker's (``length``, ``stop_token``, ``stop_string``).
+#: :class:`tinker_algos.sampling.sampler.Sample` stop reasons -> Tinker's (``length``, ``stop_token``, ``stop_string``).
 STOP_REASONS = {"length": "length", "eos": "stop_token", "stop_id": "stop_token", "stop_string": "stop_string"}
 #: The per-position fields of a datum and their value where a datum leaves one out.
 PER_POSITION_DEFAULTS = {"loss_weights": 1.0, "advantages": 0.0, "sampling_logprobs": 0.0}
@@ -240,7 +240,7 @@ def tokenizer_id(name_or_path: str) -> str:
     read from for ``tiny``, a registry preset or a local directory (loadable offline on the same
     machine; elsewhere ``opentinker model export-tokenizer`` writes a copy), the hub id for a hub
     model."""
-    from tinker_algos.model_files import resolve_model
+    from tinker_algos.model.model_files import resolve_model
 
     resolved = resolve_model(name_or_path)
     path = Path(resolved).expanduser()
@@ -336,8 +336,8 @@ def adam_step_args(adam: Mapping[str, float]) -> tuple[dict[str, Any], float | N
 
 
 def sampling_params(params: Mapping[str, Any], num_samples: int) -> SamplingParams:
-    """Tinker's ``SamplingParams`` fields -> a validated :class:`tinker_algos.sampler.SamplingParams`."""
-    from tinker_algos.sampler import SamplingParams
+    """Tinker's ``SamplingParams`` fields -> a validated :class:`tinker_algos.sampling.sampler.SamplingParams`."""
+    from tinker_algos.sampling.sampler import SamplingParams
 
     sp = SamplingParams(
         max_new_tokens=int(params.get("max_tokens", 0)),

@@ -98,4 +98,4 @@ class AgentProgram(TextEnv):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         raise RuntimeError(f"{self.env_spec.id} is played by its agent program through the rollout proxy "
-                           "(tinker_algos.agent_program.agent_rollout), not by step()")
+                           "(tinker_algos.rollout.agent_program.agent_rollout), not by step()")

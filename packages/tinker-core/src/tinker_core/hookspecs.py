@@ -114,7 +114,7 @@ def opentinker_register_losses(register: LossRegister) -> None:
         ``vanishes_at_zero_advantage=True`` (policy losses only) promises that the loss and its
         gradient are exactly 0 on every token whose advantage is 0, whatever the logprobs; GRPO
         then skips the gradient pass of rows whose advantage is 0 everywhere
-        (:mod:`tinker_algos.zero_advantage`).
+        (:mod:`tinker_algos.training.zero_advantage`).
     """
 
 
@@ -132,7 +132,7 @@ def opentinker_register_rollout_proxies(register: RolloutProxyRegister) -> None:
     :param register: ``register(name, start, *, description=None)``. ``start(policy, renderer,
         params, *, adapter=None, max_context_tokens=None)`` starts the proxy (a context manager
         whose value has ``base_url``, ``open_episode(episode_id)`` and
-        ``close_episode(episode_id) -> list[ProxyCall]``; see :mod:`tinker_algos.agent_calls`).
+        ``close_episode(episode_id) -> list[ProxyCall]``; see :mod:`tinker_algos.rollout.agent_calls`).
         ``agent/program-v0`` jobs use the one named ``openai`` (tinker-serve's).
     """
 

@@ -5,7 +5,7 @@ until a name that needs them is touched). The package lists its names once, as t
 an ``if TYPE_CHECKING:`` block, which type checkers read and :func:`lazy_package` reads too::
 
     if TYPE_CHECKING:
-        from tinker_algos.trainer import Trainer as Trainer
+        from tinker_algos.training.trainer import Trainer as Trainer
 
     __getattr__, __dir__, __all__ = lazy_package(__name__, "__version__")
 

@@ -1,6 +1,6 @@
 """Rollout records: the sampled episodes a run keeps, one JSON object per line of ``rollouts.jsonl``.
 
-Written by ``tinker_algos.recording`` during training (``kind: "train"``, a sample of each step's
+Written by ``tinker_algos.records.recording`` during training (``kind: "train"``, a sample of each step's
 episodes, and ``kind: "eval"``, the held-out evaluation's transcripts) and by ``opentinker eval``;
 read by the run viewer and anything else with :func:`read_rollouts`. No torch here.
 

@@ -25,7 +25,7 @@ DEFAULT_RUNNER = "tinker_algos.train"
 _PATH_OPTIONS = ("db", "runs_dir", "tls_cert", "tls_key")
 _LIMITS = RequestLimits()
 #: The HTTP fronts' default deadlines for a request's headers and body: those of
-#: ``tinker_serve.http_limits`` (HEADER_TIMEOUT_S, BODY_TIMEOUT_S; a test keeps them equal),
+#: ``tinker_core.http_limits`` (HEADER_TIMEOUT_S, BODY_TIMEOUT_S; a test keeps them equal),
 #: repeated here so the scheduler's config loads without the ``http`` extra.
 HTTP_HEADER_TIMEOUT_S = 10.0
 HTTP_BODY_TIMEOUT_S = 60.0

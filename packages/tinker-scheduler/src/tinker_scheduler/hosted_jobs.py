@@ -58,7 +58,7 @@ class HostedJobs:
     """The jobs of one host: start, reports, stop and abort (the host's Ray methods delegate here).
 
     Args:
-        policy: the host's :class:`tinker_algos.models.PolicyModel`.
+        policy: the host's :class:`tinker_algos.model.models.PolicyModel`.
         executor: the host's executor; each job gets a queue ``job:<id>`` on it.
         describe: a line for the job's log naming the host and what else runs on it.
     """
@@ -136,7 +136,7 @@ class HostedJobs:
 
     def turn(self, job: HostedJob, fn: Callable[[], Any], *, final: bool = False) -> Any:
         """Run one unit of a job's work on the executor thread with the job's RNG and adapter."""
-        from tinker_algos.checkpoint import get_rng_state, set_rng_state
+        from tinker_algos.training.checkpoint import get_rng_state, set_rng_state
 
         if job.aborted and not final:
             raise JobAborted(f"job {job.job_id} was aborted: it did not stop in time after a cancel")

@@ -1,6 +1,6 @@
 """An ASGI app served by uvicorn in a daemon thread of the scheduler's process (the Tinker
 gateway, ``--tinker-port``; the OpenAI serve route, ``--serve-port``), with the header deadline of
-:mod:`tinker_serve.http_limits` (the apps bound their bodies themselves)."""
+:mod:`tinker_core.http_limits` (the apps bound their bodies themselves)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import socket
 import threading
 from typing import Any
 
-from tinker_serve.http_limits import HEADER_TIMEOUT_S, HttpLimits, uvicorn_config
+from tinker_core.http_limits import HEADER_TIMEOUT_S, HttpLimits, uvicorn_config
 
 
 class HttpServer:

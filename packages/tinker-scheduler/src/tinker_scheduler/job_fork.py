@@ -1,6 +1,6 @@
 """JobService ``Fork``: the run dir of a new job made from a checkpoint of one of the tenant's jobs.
 
-:func:`prepare_fork_dir` is ``opentinker fork`` (:func:`tinker_algos.forking.prepare_fork`) with
+:func:`prepare_fork_dir` is ``opentinker fork`` (:func:`tinker_algos.run.forking.prepare_fork`) with
 the parent's run dir and the new job's own run dir (``runs_dir/<tenant>/<new job id>``): the
 checks a fork makes come first (the checkpoint exists and is intact; the overrides keep the
 model, the adapter shape and the algorithm of every stage begun), then the run dir gets the
@@ -35,8 +35,8 @@ def prepare_fork_dir(parent: JobRecord, step: int | None, overrides: list[str], 
     FAILED_PRECONDITION for a parent without that checkpoint (or any). Nothing is left in
     ``target`` when it fails.
     """
-    from tinker_algos.forking import ForkError, prepare_fork
-    from tinker_algos.lineage import read_lineage
+    from tinker_algos.run.forking import ForkError, prepare_fork
+    from tinker_algos.run.lineage import read_lineage
 
     link = _symbolic_link(Path(parent.run_dir))
     if link is not None:  # what a fork copies must be the run's own files, not what a link points at

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import grpc
 
-from tinker_algos.run_dir import make_run_dir
+from tinker_algos.records.run_dir import make_run_dir
 from tinker_core.config import (
     JobConfig,
     check_config_size,

@@ -1,8 +1,8 @@
 """Model hosts: one base model in one process, shared by many training sessions and LoRA jobs.
 
-A :class:`ModelHost` loads one base model (a :class:`tinker_algos.models.PolicyModel`) and serves
+A :class:`ModelHost` loads one base model (a :class:`tinker_algos.model.models.PolicyModel`) and serves
 any number of *sessions*. A LoRA session is a named adapter on the shared base model with its own
-:class:`tinker_algos.trainer.Trainer` (optimizer state, step counter); a full fine-tuning session
+:class:`tinker_algos.training.trainer.Trainer` (optimizer state, step counter); a full fine-tuning session
 owns the whole model, so a host built with ``full=True`` serves exactly one session.
 
 * Every request names its session and runs on the host's
@@ -54,8 +54,8 @@ from tinker_scheduler.hosted_jobs import HostedJob, HostedJobs, job_adapter_name
 if TYPE_CHECKING:
     import torch
 
-    from tinker_algos.models import PolicyModel
-    from tinker_algos.trainer import Trainer
+    from tinker_algos.model.models import PolicyModel
+    from tinker_algos.training.trainer import Trainer
 
 __all__ = ["ModelHost", "SessionSpec", "adapter_name", "job_adapter_name"]
 
@@ -99,8 +99,8 @@ class ModelHost:
     ) -> None:
         import torch
 
-        from tinker_algos.device import DeviceError
-        from tinker_algos.models import ModelLoadError, PolicyModel
+        from tinker_algos.model.device import DeviceError
+        from tinker_algos.model.models import ModelLoadError, PolicyModel
 
         if num_threads:
             torch.set_num_threads(int(num_threads))
@@ -142,8 +142,8 @@ class ModelHost:
     def _add_session(self, spec: SessionSpec) -> ops.ModelInfo:
         import torch
 
-        from tinker_algos.models import LoraSpec
-        from tinker_algos.trainer import Trainer, TrainerConfig
+        from tinker_algos.model.models import LoraSpec
+        from tinker_algos.training.trainer import Trainer, TrainerConfig
 
         with self._lock:
             if spec.session_id in self._slots:
@@ -333,7 +333,7 @@ class ModelHost:
         )
 
     def _forward_backward(self, slot: _Slot, r: ops.ForwardBackward) -> ops.ForwardResult:
-        from tinker_algos.trainer import TOKEN_SUM
+        from tinker_algos.training.trainer import TOKEN_SUM
 
         cfg = tinker_ops.loss_config(r.loss_fn, r.loss_config)
         batch, extra = tinker_ops.datum_batch(r.data, r.loss_fn, self.policy.pad_token_id)
@@ -391,7 +391,7 @@ class ModelHost:
         return name
 
     def _sample(self, slot: _Slot, r: ops.Sample) -> list[list[ops.SampledSequence]]:
-        from tinker_algos.sampler import sample
+        from tinker_algos.sampling.sampler import sample
 
         if not r.prompts:
             raise invalid("prompts: is empty; send at least one prompt")
@@ -431,7 +431,7 @@ class ModelHost:
     def _load_state(self, slot: _Slot, r: ops.LoadState) -> ops.Loaded:
         import torch
 
-        from tinker_algos.checkpoint import CheckpointError
+        from tinker_algos.training.checkpoint import CheckpointError
 
         with self._slot_rng(slot):
             try:
@@ -443,8 +443,8 @@ class ModelHost:
         return ops.Loaded(int(slot.trainer.step))
 
     def _save_weights_for_sampler(self, slot: _Slot, r: ops.SaveWeightsForSampler) -> ops.Saved:
-        from tinker_algos.checkpoint import save_adapter
-        from tinker_algos.models import atomic_dir
+        from tinker_algos.model.models import atomic_dir
+        from tinker_algos.training.checkpoint import save_adapter
 
         policy, adapter = self.policy, slot.spec.adapter
 
@@ -473,7 +473,7 @@ class ModelHost:
             return out
         import torch
 
-        from tinker_algos.models import adapter_of
+        from tinker_algos.model.models import adapter_of
 
         if r.trainable_only:
             named = list(zip(slot.trainer.param_names, slot.trainer.params, strict=True))

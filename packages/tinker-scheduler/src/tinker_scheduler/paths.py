@@ -33,7 +33,7 @@ from tinker_core.names import is_hub_id
 from tinker_scheduler.errors import StatusError
 
 PRESET_RE = re.compile(r"tiny(:[0-9]{1,19})?")
-"""The built-in presets (``tinker_algos.model_files.resolve_model``): ``tiny`` and ``tiny:SEED``."""
+"""The built-in presets (``tinker_algos.model.model_files.resolve_model``): ``tiny`` and ``tiny:SEED``."""
 _TENANT_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 PATH_KEY_RE = re.compile(r"(.*_)?(path|file|filename|dir|directory|root|folder)s?", re.IGNORECASE)
 """Env argument names whose string values are server paths (``path``, ``eval_file``, ``data_dirs``...)."""

@@ -194,8 +194,8 @@ class SchedulerModels:
         with self._lock:
             served = self._bases.get(base)
             if served is None:
-                from tinker_algos.device import DeviceError
-                from tinker_algos.models import ModelLoadError
+                from tinker_algos.model.device import DeviceError
+                from tinker_algos.model.models import ModelLoadError
                 from tinker_core.errors import ConfigError
 
                 logger.info("serve route: loading base model %s", base)
@@ -221,8 +221,8 @@ def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0, *, tinker: Any
           device: str | None = None) -> HttpServer:
     """Serve the OpenAI-compatible route of a started ``scheduler`` on ``host:port`` (0: a free
     port). ``tinker``: the Tinker gateway's ``Models``, for ``tinker://`` model names."""
+    from tinker_core.http_limits import HttpLimits
     from tinker_serve.app import MAX_REQUEST_BYTES, create_app
-    from tinker_serve.http_limits import HttpLimits
 
     config = scheduler.config
     models = SchedulerModels(scheduler.store, config.auth, tinker=tinker, device=device)

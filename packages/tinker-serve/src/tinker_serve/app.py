@@ -34,14 +34,14 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Str
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.sampling.sampler import SamplingParams
+from tinker_core.http_limits import BodyGuard, HttpLimits
 from tinker_serve import scoring
 from tinker_serve.backend import Backend, LocalBackend
 from tinker_serve.chat_tools import request_messages, tool_message_fields
 from tinker_serve.engine import Event, TokenInfo
 from tinker_serve.engine import Request as EngineRequest
 from tinker_serve.harness_routes import harness_routers
-from tinker_serve.http_limits import BodyGuard, HttpLimits
 from tinker_serve.protocol import (
     APIError,
     ChatRequest,
@@ -230,7 +230,7 @@ def _param(loc: Sequence[int | str]) -> str:
 
 # ---- requests -> engine ------------------------------------------------------------------------
 def _completion_prompts(served: ServedModels, prompt: str | list[str] | list[int] | list[list[int]]) -> list[list[int]]:
-    from tinker_algos.tokenizer import encode_prompt
+    from tinker_algos.model.tokenizer import encode_prompt
 
     items: list[str | list[int]] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
     if not items:

@@ -2,7 +2,7 @@
 model's ``<tool_call>`` blocks out as OpenAI ``tool_calls``.
 
 In: ``tools`` (OpenAI function tools, checked by :func:`tinker_core.tools.check_tools`; 400
-naming the field otherwise) are rendered by the same :class:`~tinker_algos.prompts.PromptRenderer`
+naming the field otherwise) are rendered by the same :class:`~tinker_algos.model.prompts.PromptRenderer`
 the training rollout uses: given to a chat template that renders tools itself, else written into
 the system prompt in the default (Hermes / Qwen) format. An assistant message's ``tool_calls``
 are written back into its content in the default format (:func:`tinker_core.tools.format_tool_call`,

@@ -57,12 +57,12 @@ def serve_command(
         _fail(str(e))
     import uvicorn
 
-    from tinker_algos.device import DeviceError
-    from tinker_algos.models import ModelLoadError
-    from tinker_algos.progress import quiet_third_party_progress
+    from tinker_algos.model.device import DeviceError
+    from tinker_algos.model.models import ModelLoadError
+    from tinker_algos.run.progress import quiet_third_party_progress
     from tinker_core.errors import ConfigError
+    from tinker_core.http_limits import HttpLimits, protocol_class
     from tinker_serve.app import create_app
-    from tinker_serve.http_limits import HttpLimits, protocol_class
     from tinker_serve.protocol import APIError
     from tinker_serve.served import ServedModels
 

@@ -4,16 +4,16 @@ The :class:`Engine` keeps one batch of rows (a row is one sample of one request)
 cache. Between two decode steps it drops rows that finished or whose client went away, and lets
 waiting requests join: their prompts are prefilled together (left-padded, one row per request,
 the last position's logits only), each prompt's cache is repeated for its ``n`` samples (the
-shared-prefix idea of :mod:`tinker_algos.sampler`), and the new rows are merged into the running
+shared-prefix idea of :mod:`tinker_algos.sampling.sampler`), and the new rows are merged into the running
 cache by left-padding the shorter of the two along the sequence (pads are masked out). Positions
-count real tokens only (:func:`tinker_algos.models.position_ids_from_mask`), so a row sees the
+count real tokens only (:func:`tinker_algos.model.models.position_ids_from_mask`), so a row sees the
 same positions whatever batch it sits in. Columns no row still attends to are trimmed off.
 
 Adapters: every row names an adapter of the policy (None: the base model). A batch of one
 adapter runs with it active; a mixed batch passes peft's ``adapter_names`` (``"__base__"`` for
 the base), so requests for different adapters share every decode step.
 
-Tokens are chosen with :func:`tinker_algos.sampler.choose_tokens` per request (its temperature,
+Tokens are chosen with :func:`tinker_algos.sampling.sampler.choose_tokens` per request (its temperature,
 top-p, top-k and seeded generator); the logprobs reported are the model's own (``log_softmax`` of
 the logits, as OpenAI's API reports them). Text is streamed as it becomes final: the tail that
 could still become a stop string, or an incomplete UTF-8 character, is held back. A request
@@ -34,9 +34,14 @@ from typing import Any
 
 import torch
 
-from tinker_algos.models import PolicyModel, accepts_kwarg, cache_kwarg, position_ids_from_mask
-from tinker_algos.prompts import eos_token_ids
-from tinker_algos.sampler import SamplingParams, choose_tokens
+from tinker_algos.model.models import (
+    PolicyModel,
+    accepts_kwarg,
+    cache_kwarg,
+    position_ids_from_mask,
+)
+from tinker_algos.model.prompts import eos_token_ids
+from tinker_algos.sampling.sampler import SamplingParams, choose_tokens
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 An agent program (a plain script with the ``openai`` client, an agent framework) becomes a job's
 policy by pointing its ``base_url`` at this proxy (``agent/program-v0`` jobs:
-:mod:`tinker_algos.agent_program`). Routes: ``POST /v1/chat/completions`` (``tools`` and
+:mod:`tinker_algos.rollout.agent_program`). Routes: ``POST /v1/chat/completions`` (``tools`` and
 ``tool_calls`` as in :mod:`.chat_tools`; ``stream: true`` answers server-sent events),
 ``POST /v1/completions`` (one prompt: text or token ids; streamed too), ``GET /v1/models`` and ``GET /health``.
 
@@ -20,17 +20,17 @@ a prompt of more characters than the context can hold is refused (400,
 ``context_length_exceeded``, naming both limits) *before* it is tokenized, and one of more
 tokens after; the body itself is bounded by :data:`~tinker_serve.app.MAX_REQUEST_BYTES` (413).
 
-**What is recorded** (:class:`tinker_algos.agent_calls.ProxyCall`): the prompt's token ids as
+**What is recorded** (:class:`tinker_algos.rollout.agent_calls.ProxyCall`): the prompt's token ids as
 rendered, the sampled ids, their logprobs under the distribution they were drawn from and the
 finish reason. Training uses these ids; nothing is decoded and encoded again.
 
 **Token-exact turns.** When a chat request repeats the episode's previous request's messages,
 then the proxy's own reply (content and tool calls), then new messages (tool results, a user
 turn), its prompt is the previous prompt + the sampled tokens + the chat template's delta for the
-new messages (:meth:`tinker_algos.prompts.PromptRenderer.next`, as env rollouts render turns), so
+new messages (:meth:`tinker_algos.model.prompts.PromptRenderer.next`, as env rollouts render turns), so
 the trajectory holds exactly the tokens the policy sampled. Any other request is rendered afresh
 from its messages; if that does not extend the previous context, the episode gets a new segment
-(:func:`tinker_algos.agent_calls.merge_calls`).
+(:func:`tinker_algos.rollout.agent_calls.merge_calls`).
 
 **Tool call ids** are ``call_<i>_<k>``: the ``k``-th ``<tool_call>`` block of the episode's
 ``i``-th call, unique in an episode as OpenAI's are (the OpenAI Agents SDK drops a call whose id
@@ -65,10 +65,10 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tinker_algos.agent_calls import EpisodeLog, ProxyCall, UnknownEpisode
-from tinker_algos.models import PolicyModel
-from tinker_algos.prompts import Conversation, PromptRenderer, TemplateError
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.model.models import PolicyModel
+from tinker_algos.model.prompts import Conversation, PromptRenderer, TemplateError
+from tinker_algos.rollout.agent_calls import EpisodeLog, ProxyCall, UnknownEpisode
+from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.http_limits import BodyGuard, HttpLimits, serve_in_thread, uvicorn_config
 from tinker_core.seeding import derive_seed
 from tinker_serve.app import (

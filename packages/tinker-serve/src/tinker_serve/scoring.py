@@ -12,7 +12,7 @@ tokens as without ``echo``.
 
 A prompt token's logprob is ``log_softmax(logits[t - 1])[token[t]]`` of one forward pass over the
 whole prompt, on the requested model (its adapter, or the base with every adapter off), in
-float32, the same number :func:`tinker_algos.models.sequence_logprobs` gives. A token's
+float32, the same number :func:`tinker_algos.model.models.sequence_logprobs` gives. A token's
 ``token_logprobs`` entry and its ``top_logprobs`` values come from the same tensor, so a token
 that is the most likely one has exactly the top value (how harnesses tell a greedy
 continuation). The pass holds the engine's lock (it shares the weights with the decode loop);

@@ -1,11 +1,11 @@
 """What a server serves: one base model and its LoRA adapters, each under a model name.
 
-:class:`ServedModels` loads the base (:meth:`tinker_algos.models.PolicyModel.load`: ``tiny``, a
+:class:`ServedModels` loads the base (:meth:`tinker_algos.model.models.PolicyModel.load`: ``tiny``, a
 registry preset such as ``smollm2-135m-instruct``, a local directory or a hub id; the device and
-precision are chosen at run time, :func:`tinker_algos.device.resolve_device`), renders chat
-messages with the model's chat template (:class:`tinker_algos.prompts.PromptRenderer`) and runs
+precision are chosen at run time, :func:`tinker_algos.model.device.resolve_device`), renders chat
+messages with the model's chat template (:class:`tinker_algos.model.prompts.PromptRenderer`) and runs
 an :class:`~tinker_serve.engine.Engine`. Adapters come from whatever
-:func:`tinker_algos.evaluation.find_source` resolves: an ``opentinker train`` run directory
+:func:`tinker_algos.commands.evaluation.find_source` resolves: an ``opentinker train`` run directory
 (its newest intact checkpoint), a checkpoint directory, or a saved PEFT adapter. They are loaded
 and removed while the server runs (an adapter still generating is removed when its last request
 ends).
@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tinker_algos.models import PolicyModel
-from tinker_algos.prompts import PromptRenderer
+from tinker_algos.model.models import PolicyModel
+from tinker_algos.model.prompts import PromptRenderer
 from tinker_serve.engine import Engine
 from tinker_serve.protocol import APIError, bad_request
 
@@ -91,7 +91,7 @@ class ServedModels:
 
     def load_adapter(self, name: str, path: str | Path) -> ServedModel:
         """Serve the adapter at ``path`` as model ``name`` (a 400 :class:`APIError` says why not)."""
-        from tinker_algos.evaluation import EvalError, find_source
+        from tinker_algos.commands.evaluation import EvalError, find_source
 
         if name in self.models:
             raise bad_request(f"The model `{name}` is already served; unload it first or pick another name", "lora_name")
@@ -127,7 +127,7 @@ class ServedModels:
     def _check_base(self, recorded: str | None, path: str | Path) -> None:
         """Refuse an adapter trained on another base model: when the base it records resolves to
         a local model whose shape (``config.json``) differs from the served one."""
-        from tinker_algos.model_files import ModelLoadError, resolve_model
+        from tinker_algos.model.model_files import ModelLoadError, resolve_model
 
         if not recorded:
             return

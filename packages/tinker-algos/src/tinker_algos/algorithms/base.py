@@ -2,7 +2,7 @@
 
 A job runs its stages in order; each stage builds its algorithm with a context holding the
 policy, a trainer for this stage's optimizer, the environment factories and the seeds. The
-training loop (:mod:`tinker_algos.run`) calls ``step(k)`` once per optimizer step and
+training loop (:mod:`tinker_algos.run.job`) calls ``step(k)`` once per optimizer step and
 ``evaluate()`` on the held-out set; ``state_dict``/``load_state_dict`` carry the algorithm's own
 state (a critic, a data cursor) through checkpoints, ``save_files``/``load_files`` the files it
 writes there (one trainer checkpoint per role in multi-agent ``learners`` mode).
@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tinker_algos.models import PolicyModel
-from tinker_algos.trainer import Trainer
+from tinker_algos.model.models import PolicyModel
+from tinker_algos.training.trainer import Trainer
 from tinker_core.config import JobConfig, StageConfig
 from tinker_core.seeding import derive_seed
 
 if TYPE_CHECKING:
     from tinker_algos.distributed.runtime import Runtime
-    from tinker_algos.prompts import PromptRenderer
-    from tinker_algos.rollout import RolloutResult
-    from tinker_algos.sampler import SamplingParams
+    from tinker_algos.model.prompts import PromptRenderer
+    from tinker_algos.rollout.episodes import RolloutResult
+    from tinker_algos.sampling.sampler import SamplingParams
 
 
 @dataclass
@@ -43,7 +43,7 @@ class StageContext:
     env_factory: Callable[[], Any] | None
     eval_env_factory: Callable[[], Any] | None
     log: Callable[[str], None]
-    renderer: PromptRenderer | None = None  # a tinker_algos.prompts.PromptRenderer (model.chat_template); None = 'auto'
+    renderer: PromptRenderer | None = None  # a tinker_algos.model.prompts.PromptRenderer (model.chat_template); None = 'auto'
     runtime: Runtime | None = None  # the run's rollout workers and learners (execution); None: one process
 
     @property
@@ -64,7 +64,7 @@ class StageContext:
 
     def sampling_params(self, step: int) -> SamplingParams:
         """The rollout section's sampling parameters, seeded for ``step``."""
-        from tinker_algos.sampler import SamplingParams
+        from tinker_algos.sampling.sampler import SamplingParams
 
         r = self.rollout_cfg
         return SamplingParams(
@@ -85,9 +85,9 @@ class StageContext:
         """The step's single-agent episodes: ``rollout.group_size`` per task (see :meth:`task_seeds`),
         returned as one :class:`~tinker_core.TrajectoryGroup` per task (``result.groups``), sampled
         by ``policy`` (default: the stage's; a copy with older weights samples ahead). An
-        ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.agent_program`)."""
-        from tinker_algos import agent_program
-        from tinker_algos.rollout import rollout
+        ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.rollout.agent_program`)."""
+        from tinker_algos.rollout import agent_program
+        from tinker_algos.rollout.episodes import rollout
 
         if agent_program.is_agent_program(self.stage.env):
             return agent_program.stage_agent_rollout(self, step, policy)
@@ -130,10 +130,10 @@ class Algorithm:
         """Held-out metrics; the default evaluates the env greedily when there is one: an env
         with roles through :func:`~tinker_algos.multiagent.grpo.evaluate_stage` (against the
         scripted opponent of :func:`~tinker_algos.multiagent.grpo.default_eval_opponent`), an
-        agent program through :func:`~tinker_algos.agent_program.evaluate_agents`, any other env
+        agent program through :func:`~tinker_algos.rollout.agent_program.evaluate_agents`, any other env
         through :func:`~tinker_algos.rollout.evaluate`."""
-        from tinker_algos import agent_program
-        from tinker_algos.rollout import evaluate
+        from tinker_algos.rollout import agent_program
+        from tinker_algos.rollout.episodes import evaluate
 
         factory = self.ctx.eval_env_factory or self.ctx.env_factory
         if factory is None:

@@ -27,8 +27,8 @@ import numpy as np
 import tinker_core
 import tinker_core.registry
 from tinker_algos.algorithms.base import StageContext
-from tinker_algos.kl import kl_estimate
-from tinker_algos.sampler import logprob_agreement
+from tinker_algos.builtins.kl import kl_estimate
+from tinker_algos.sampling.sampler import logprob_agreement
 from tinker_core.config import KLConfig
 from tinker_core.contracts import AdvantageInputs, Batch, LossInputs, Trajectory
 from tinker_core.errors import ConfigError
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
-    from tinker_algos.prompts import PromptRenderer
+    from tinker_algos.model.prompts import PromptRenderer
     from tinker_core.contracts import AdvantageEstimator
 
 _T = TypeVar("_T")
@@ -64,7 +64,7 @@ class ReferencePolicy:
             return self.ctx.trainer.forward(batch, reference=True)
         import torch
 
-        from tinker_algos.shared_prefix import batch_logprobs
+        from tinker_algos.training.shared_prefix import batch_logprobs
 
         dev = self.ctx.policy.device
         tokens = torch.as_tensor(batch.tokens_B_T, device=dev)
@@ -191,7 +191,7 @@ def example_trajectory(
     tokenizer: PreTrainedTokenizerBase, prompt: str, completion: str, renderer: PromptRenderer | None = None, system_prompt: str = ""
 ) -> Trajectory:
     """A trajectory that trains on ``completion`` only, tokenized as the sampler later sees and
-    produces it: the prompt through ``renderer`` (a :class:`tinker_algos.prompts.PromptRenderer`:
+    produces it: the prompt through ``renderer`` (a :class:`tinker_algos.model.prompts.PromptRenderer`:
     the chat template with ``system_prompt`` and the generation prompt for a chat model, plain text
     with ``<bos>`` otherwise), the completion without special tokens, ending with the template's
     end-of-turn token for a chat model (so the model learns to end its turn, as the sampler stops

@@ -31,9 +31,9 @@ from typing import Any, get_args
 import numpy as np
 import torch
 
-from tinker_algos.aggregation import aggregate
-from tinker_algos.models import PolicyModel, position_ids_from_mask, to_tensor
-from tinker_algos.optimizers import build_optimizer
+from tinker_algos.builtins.optimizers import build_optimizer
+from tinker_algos.model.models import PolicyModel, position_ids_from_mask, to_tensor
+from tinker_algos.training.aggregation import aggregate
 from tinker_core.config import PPOParams
 from tinker_core.contracts import Batch
 

@@ -61,8 +61,8 @@ from tinker_algos.algorithms.common import (
     shuffled_batch,
     stage_system_prompt,
 )
-from tinker_algos.losses import preference_metrics
-from tinker_algos.rollout import RolloutResult
+from tinker_algos.builtins.losses import preference_metrics
+from tinker_algos.rollout.episodes import RolloutResult
 from tinker_core.config import DPOParams
 from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 from tinker_core.errors import ConfigError, did_you_mean
@@ -218,7 +218,7 @@ class DPO(Algorithm):
         """``eval/preference_accuracy``, ``eval/reward_margin``, ``eval/preference_loss`` on ``pairs``."""
         import torch
 
-        from tinker_algos.aggregation import aggregate
+        from tinker_algos.training.aggregation import aggregate
         from tinker_core.contracts import LossInputs
 
         reference = self._setup()

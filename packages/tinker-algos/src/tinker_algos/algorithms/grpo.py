@@ -33,10 +33,10 @@ Implementation details:
    :class:`tinker_core.config.MultiAgentConfig`). Held-out evaluation then plays greedily against
    ``eval_opponent`` (default: ``opponent``), alternating the policy's role.
    ``mode: learners`` gives every role its own LoRA adapter, optimizer and loss
-   (:mod:`tinker_algos.multiagent.learners`): each adapter learns from its own role's turns only,
+   (:mod:`tinker_algos.algorithms.learners`): each adapter learns from its own role's turns only,
    its metrics logged as ``roles/<role>/<key>``, its checkpoint under ``checkpoints/step-N/roles/<role>/``.
    ``mode: league`` plays each task against a member of a pool of the policy's past snapshots
-   (and scripted opponents), rated by ``eval/elo`` (:mod:`tinker_algos.multiagent.league`).
+   (and scripted opponents), rated by ``eval/elo`` (:mod:`tinker_algos.algorithms.league`).
 
 7. When every group's episodes got the same reward for 3 steps in a row (every advantage 0,
    ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
@@ -46,10 +46,10 @@ Implementation details:
    loss registered with ``vanishes_at_zero_advantage=True`` (the built-in policy losses but
    ``dro``, or a plugin's), so they skip the gradient pass (a no-grad forward gives their
    logprobs); ``loss_scale`` keeps the gradient and the logged metrics those of the whole batch
-   (:mod:`tinker_algos.zero_advantage`).
+   (:mod:`tinker_algos.training.zero_advantage`).
 9. ``rollout.max_staleness: k`` (default 0: on-policy) samples the batch of step ``s + k`` in a
    background thread while step ``s`` trains, with the weights from before update ``s``
-   (:mod:`tinker_algos.rollout_ahead`); the loss's ratio to the sampler's logprobs corrects for
+   (:mod:`tinker_algos.algorithms.rollout_ahead`); the loss's ratio to the sampler's logprobs corrects for
    the ``k`` updates in between (use a clipped loss, ``ppo``, with ``k > 0``).
 
 Details 4, 5 and 8 live in the policy-update block GRPO shares with PPO
@@ -73,6 +73,9 @@ import numpy as np
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import check_estimator_config, optim_metrics, resolve_estimator
 from tinker_algos.algorithms.hints import TiedRewardsHint
+from tinker_algos.algorithms.league import League
+from tinker_algos.algorithms.learners import RoleLearners
+from tinker_algos.algorithms.rollout_ahead import RolloutsAhead
 from tinker_algos.algorithms.update import PolicyUpdate
 from tinker_algos.multiagent import (
     MultiAgentParams,
@@ -81,11 +84,8 @@ from tinker_algos.multiagent import (
     evaluate_stage,
     stage_env_spec,
 )
-from tinker_algos.multiagent.league import League
-from tinker_algos.multiagent.learners import RoleLearners
-from tinker_algos.recording import phase, record_train
-from tinker_algos.rollout import RolloutResult
-from tinker_algos.rollout_ahead import RolloutsAhead
+from tinker_algos.records.recording import phase, record_train
+from tinker_algos.rollout.episodes import RolloutResult
 from tinker_core.config import GRPOParams
 from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
@@ -142,8 +142,8 @@ class GRPO(Algorithm):
     def distributed_rollouts(self, k: int) -> DistributedRollouts:
         """The stage's collector on rollout workers (``execution.rollout_workers``): single-agent
         envs only (a multi-agent game or an agent program samples in the job's process)."""
-        from tinker_algos import agent_program
         from tinker_algos.distributed.rollouts import DistributedRollouts
+        from tinker_algos.rollout import agent_program
 
         if self.multi_agent is not None or agent_program.is_agent_program(self.ctx.stage.env):
             what = "a multi-agent env" if self.multi_agent is not None else "agent programs"

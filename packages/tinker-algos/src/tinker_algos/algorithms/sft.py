@@ -42,8 +42,8 @@ from tinker_algos.algorithms.common import (
     shuffled_batch,
     stage_system_prompt,
 )
-from tinker_algos.rollout import PolicyTurns
-from tinker_algos.sampler import SampledSequence
+from tinker_algos.rollout.episodes import PolicyTurns
+from tinker_algos.sampling.sampler import SampledSequence
 from tinker_core.contracts import Batch, StepResult, Trajectory
 from tinker_core.errors import ConfigError
 

@@ -22,7 +22,7 @@
    (``mode: loss``, :meth:`PolicyUpdate.loss_terms`).
 5. **The loss terms** (:meth:`PolicyUpdate.loss_terms`): the policy loss (with the sampler as the
    behaviour policy, rows whose advantage is 0 skip the gradient pass when the loss was registered
-   with ``vanishes_at_zero_advantage``: :mod:`tinker_algos.zero_advantage`) and the KL term.
+   with ``vanishes_at_zero_advantage``: :mod:`tinker_algos.training.zero_advantage`) and the KL term.
 6. **The metric names** both algorithms log: ``losses/policy``, ``losses/kl``, ``losses/total``
    (policy + ``kl.coef`` * kl; PPO adds its value loss), the loss's own metrics as
    ``losses/<metric>`` (``losses/approx_kl``, ``losses/clipfrac``, ...; a metric named like one of
@@ -47,7 +47,7 @@ from tinker_algos.algorithms.common import (
     resolve_loss,
     sampler_agreement,
 )
-from tinker_algos.zero_advantage import policy_update
+from tinker_algos.training.zero_advantage import policy_update
 from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:

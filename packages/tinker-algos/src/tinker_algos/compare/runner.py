@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_algos.compare.spec import CompareError, JobSpec
-from tinker_algos.metrics import read_metrics
+from tinker_algos.records.metrics import read_metrics
 from tinker_core.config import parse_config
 from tinker_core.errors import ConfigError
 
@@ -97,10 +97,10 @@ class ProgressLine:
 
 def _train_in_child(config: dict[str, Any], run_dir: str) -> tuple[str, int, str | None]:
     """Run one job in a worker process: ``(status, step, bad-input error or None)``, all picklable."""
-    from tinker_algos.checkpoint import CheckpointError
-    from tinker_algos.device import DeviceError
-    from tinker_algos.model_files import ModelLoadError
-    from tinker_algos.run import train
+    from tinker_algos.model.device import DeviceError
+    from tinker_algos.model.model_files import ModelLoadError
+    from tinker_algos.run.job import train
+    from tinker_algos.training.checkpoint import CheckpointError
 
     try:
         result = train(config, run_dir=run_dir)
@@ -127,7 +127,7 @@ def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None], wo
     if not todo:
         return outcomes
     try:
-        import tinker_algos.run  # noqa: F401  (torch and transformers, checked before any job starts)
+        import tinker_algos.run.job  # noqa: F401  (torch and transformers, checked before any job starts)
     except ImportError as e:  # torch or transformers missing
         raise CompareError(f"embedded compare needs tinker-algos' training stack ({e}); pip install tinker-algos, or pass --scheduler") from None
     starts: dict[str, float] = {}

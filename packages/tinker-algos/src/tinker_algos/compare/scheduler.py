@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinker_algos.compare.runner import JOB_RECORD, Outcome, ProgressLine, config_json, job_dir
 from tinker_algos.compare.spec import CompareError, JobSpec
-from tinker_algos.metrics import read_metrics
+from tinker_algos.records.metrics import read_metrics
 
 if TYPE_CHECKING:
     import grpc

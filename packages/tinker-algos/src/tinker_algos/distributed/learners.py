@@ -37,7 +37,7 @@ from tinker_algos.distributed.cluster import kill_actors
 from tinker_algos.distributed.faults import Faults
 from tinker_algos.distributed.replica import add_job_adapter, load_job_policy, trainable
 from tinker_algos.distributed.weights import copy_into, pack, params_digest, unpack
-from tinker_algos.trainer import Trainer, TrainerConfig
+from tinker_algos.training.trainer import Trainer, TrainerConfig
 from tinker_core.config import JobConfig
 from tinker_core.errors import OpenTinkerError
 
@@ -226,7 +226,7 @@ class DataParallelTrainer(Trainer):
 
     def optim_step(self, lr: float | None = None, **param_overrides: Any) -> dict[str, float]:
         self.group.step += 1
-        if lr is None:  # this trainer's scheduled LR: its base LR may have changed live (tinker_algos.live)
+        if lr is None:  # this trainer's scheduled LR: its base LR may have changed live (tinker_algos.run.live)
             lr = self.current_lr()
         refs = [a.optim_step.remote(lr, param_overrides, self.group.step) for a in self.group.actors]
         try:

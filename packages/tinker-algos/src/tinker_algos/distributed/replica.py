@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from tinker_algos.device import DeviceError, resolve_device
-from tinker_algos.models import LoraSpec, PolicyModel
+from tinker_algos.model.device import DeviceError, resolve_device
+from tinker_algos.model.models import LoraSpec, PolicyModel
 from tinker_core.config import JobConfig
 
 ADAPTER = "policy"
-"""The name of a single-policy job's LoRA adapter (the run's, see :mod:`tinker_algos.run`)."""
+"""The name of a single-policy job's LoRA adapter (the run's, see :mod:`tinker_algos.run.job`)."""
 
 
 def load_job_policy(job: JobConfig, *, threads: int | None = None) -> PolicyModel:

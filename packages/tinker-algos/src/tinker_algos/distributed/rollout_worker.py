@@ -32,7 +32,7 @@ from tinker_algos.distributed.weights import (
     params_digest,
     unpack,
 )
-from tinker_algos.rollout import RolloutResult
+from tinker_algos.rollout.episodes import RolloutResult
 from tinker_core.config import JobConfig
 
 
@@ -80,7 +80,7 @@ class UnitResult:
 def probe_logprobs(policy: Any, adapter: str | None, tokens: np.ndarray) -> np.ndarray:
     """Logprobs of the probe batch ``tokens`` ``[B, T]`` under ``policy`` (eval mode, ``adapter``
     active): the one computation both the learner and every worker run."""
-    from tinker_algos.shared_prefix import batch_logprobs
+    from tinker_algos.training.shared_prefix import batch_logprobs
 
     module = policy.module
     was_training = module.training
@@ -113,8 +113,8 @@ class RolloutWorker:
 
     # ---- set-up -------------------------------------------------------------------------------
     def _stage(self, si: int) -> None:
-        from tinker_algos.prompts import PromptRenderer
-        from tinker_algos.rollout import env_factories
+        from tinker_algos.model.prompts import PromptRenderer
+        from tinker_algos.rollout.episodes import env_factories
 
         stage = self.job.resolved_stages()[si]
         renderer = PromptRenderer.from_config(self.policy.tokenizer, self.job.model.chat_template)
@@ -197,8 +197,8 @@ class RolloutWorker:
 def sample_unit(unit: Unit, policy: Any, env_factory: Any, renderer: Any, adapter: str | None, r: Any) -> RolloutResult:
     """The unit's episodes: :func:`~tinker_algos.rollout.rollout` of its task seeds with its
     sampling seed and the stage's rollout section ``r`` (what the job's process would sample)."""
-    from tinker_algos.rollout import rollout
-    from tinker_algos.sampler import SamplingParams
+    from tinker_algos.rollout.episodes import rollout
+    from tinker_algos.sampling.sampler import SamplingParams
 
     params = SamplingParams(
         max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,

@@ -33,7 +33,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -51,12 +51,15 @@ from tinker_algos.distributed.rollout_worker import (
 )
 from tinker_algos.distributed.staleness import StalenessBound, staleness_metrics
 from tinker_algos.distributed.weights import WeightDirectory, WeightRecord, WeightSyncError, pack
-from tinker_algos.recording import phase
-from tinker_algos.rollout import RolloutError, RolloutResult
+from tinker_algos.records.recording import phase
+from tinker_algos.rollout.episodes import RolloutError, RolloutResult
 
 if TYPE_CHECKING:
-    from tinker_algos.algorithms.base import StageContext
+    from collections.abc import Callable
+    from pathlib import Path
+
     from tinker_algos.distributed.runtime import Runtime
+    from tinker_algos.model.models import PolicyModel
 
 logger = logging.getLogger(__name__)
 PROBE_TEXT = "Weight sync probe: 12+34=46, 7*8=56. The quick brown fox jumps over the lazy dog."
@@ -68,6 +71,30 @@ def probe_tokens(tokenizer: Any, rows: int = 2) -> np.ndarray:
     token each (so the rows differ)."""
     ids = list(tokenizer.encode(PROBE_TEXT, add_special_tokens=False))[:48]
     return np.asarray([ids[i:] + ids[:i] for i in range(rows)], dtype=np.int64)
+
+
+class StageView(Protocol):
+    """What the collector reads of its stage (a :class:`tinker_algos.algorithms.base.StageContext`
+    is one): declared here, so that the algorithms sit above this room and not beside it."""
+
+    policy: PolicyModel
+    adapter: str | None
+    run_dir: Path
+    stage_index: int
+    renderer: Any
+    log: Callable[[str], None]
+
+    @property
+    def job(self) -> Any: ...
+    @property
+    def algo(self) -> Any: ...
+    @property
+    def rollout_cfg(self) -> Any: ...
+    @property
+    def where(self) -> str: ...
+    def task_seeds(self, step: int) -> list[int]: ...
+    def step_seed(self, step: int, *what: object) -> int: ...
+    def require_env(self) -> Callable[[], Any]: ...
 
 
 @dataclass
@@ -83,7 +110,7 @@ class Published:
 class DistributedRollouts:
     """A GRPO stage's collector on rollout workers (see the module docstring)."""
 
-    def __init__(self, ctx: StageContext, k: int, runtime: Runtime) -> None:
+    def __init__(self, ctx: StageView, k: int, runtime: Runtime) -> None:
         self.ctx, self.k, self.runtime = ctx, k, runtime
         ex = ctx.job.execution
         self.ex = ex

@@ -5,12 +5,12 @@
   :func:`check_gguf` is its up-front check (one :class:`GGUFError` line per problem).
 * :func:`fetch_preset` returns a registry preset's model directory (``smollm2-135m-instruct``),
   downloading and importing it into the cache once; :data:`PRESETS` lists them.
-  :func:`tinker_algos.model_files.resolve_model` resolves preset names through it, so
+  :func:`tinker_algos.model.model_files.resolve_model` resolves preset names through it, so
   ``model.name: smollm2-135m-instruct`` works in a job config.
 * :mod:`tinker_algos.hub.cache`: the cache directory, atomic directory writes, a file lock.
 
 CLI: ``opentinker model import GGUF_FILE --output DIR`` and ``opentinker model fetch NAME``
-(:mod:`tinker_algos.cli_model`).
+(:mod:`tinker_algos.commands.cli_model`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
 * :func:`file_lock`: one process at a time builds a cached model; the others wait, then reuse it.
 * :class:`ModelLoadError`: a model or tokenizer that cannot be used, said in one line.
 
-The lowest layer of :mod:`tinker_algos.hub` and of :mod:`tinker_algos.model_files` (which
+The lowest layer of :mod:`tinker_algos.hub` and of :mod:`tinker_algos.model.model_files` (which
 re-exports these names): it imports nothing else of tinker-algos.
 """
 

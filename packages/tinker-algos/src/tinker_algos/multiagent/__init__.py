@@ -15,9 +15,9 @@ The modules, one job each:
 - :mod:`~tinker_algos.multiagent.grpo` -- what GRPO calls: :func:`collect_for_grpo`,
   :func:`evaluate_multi_agent`, :func:`evaluate_stage` (every stage's held-out
   evaluation on an env with roles), :func:`stage_env_spec`;
-- :mod:`~tinker_algos.multiagent.learners` -- ``mode: learners``: one adapter, trainer and loss per
+- :mod:`~tinker_algos.algorithms.learners` -- ``mode: learners``: one adapter, trainer and loss per
   role (imported by GRPO from there: it builds on the algorithms' update block);
-- :mod:`~tinker_algos.multiagent.league` -- ``mode: league``: a pool of the policy's past
+- :mod:`~tinker_algos.algorithms.league` -- ``mode: league``: a pool of the policy's past
   snapshots (and scripted opponents) to play, and the Elo rating of held-out evaluation.
 
 This package imports no env package: the coordinator is tinker-core's, and named opponents come

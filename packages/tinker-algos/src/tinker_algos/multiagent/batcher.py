@@ -13,8 +13,8 @@ import asyncio
 import concurrent.futures as cf
 from dataclasses import dataclass, replace
 
-from tinker_algos.models import PolicyModel
-from tinker_algos.sampler import SampledSequence, SamplingParams, sample
+from tinker_algos.model.models import PolicyModel
+from tinker_algos.sampling.sampler import SampledSequence, SamplingParams, sample
 from tinker_core.seeding import derive_seed
 
 __all__ = ["Batcher"]

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tinker_algos.model.prompts import PromptRenderer
 from tinker_algos.multiagent.batcher import Batcher
 from tinker_algos.multiagent.guarded_env import EpisodeError
 from tinker_algos.multiagent.roles import Agent, Learner, Scripted
-from tinker_algos.prompts import PromptRenderer
-from tinker_algos.rollout import PolicyTurns
+from tinker_algos.rollout.episodes import PolicyTurns
 from tinker_core.contracts import Observation, Trajectory
 from tinker_core.coordinator import EpisodeResult, call_agent_async
 from tinker_core.seeding import derive_seed

@@ -18,20 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinker_algos.models import PolicyModel
+from tinker_algos.model.models import PolicyModel
 from tinker_algos.multiagent.params import MultiAgentParams
 from tinker_algos.multiagent.results import MultiAgentRolloutResult, info_metrics, seat_metrics
 from tinker_algos.multiagent.roles import Learner, RoleSpec, opponent
 from tinker_algos.multiagent.rollout import multi_agent_rollout
-from tinker_algos.recording import record_eval
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.records.recording import record_eval
+from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.errors import ConfigError, UnknownNameError
 from tinker_core.opponents import scripted_opponents
 from tinker_core.registry import env_spec
 from tinker_core.seeding import derive_seed
 
 if TYPE_CHECKING:
-    from tinker_algos.prompts import PromptRenderer
+    from tinker_algos.model.prompts import PromptRenderer
     from tinker_core.env import EnvSpec, MultiAgentTextEnv
 
 __all__ = ["collect_for_grpo", "default_eval_opponent", "env_spec_of", "evaluate_multi_agent", "evaluate_stage", "stage_env_spec"]

@@ -35,7 +35,7 @@ class MultiAgentParams:
             ``learners``: each role is played by its own LoRA adapter (:func:`role_adapter`),
             trained by its own optimizer from its own turns only; ``league``: the policy plays a
             pool of its own past snapshots (and ``league.scripted`` opponents), see
-            :mod:`~tinker_algos.multiagent.league`.
+            :mod:`~tinker_algos.algorithms.league`.
         opponent: a scripted opponent the env offers by name (default ``random``; the games of
             tinker-env-games offer ``random``, tic-tac-toe also ``minimax``) -- the opponent in
             ``opponent`` mode.
@@ -88,6 +88,6 @@ class MultiAgentParams:
             assert adapter is not None, "learners mode trains LoRA adapters (checked by for_env)"
             return {r: Learner(role_adapter(adapter, r)) for r in roles}
         if self.mode == "league":
-            raise ValueError("league mode draws each task's opponent from its pool: use tinker_algos.multiagent.league.League")
+            raise ValueError("league mode draws each task's opponent from its pool: use tinker_algos.algorithms.league.League")
         learner = self.learner_role or roles[0]
         return {r: Learner(adapter) if r == learner else opponent(self.opponent) for r in roles}

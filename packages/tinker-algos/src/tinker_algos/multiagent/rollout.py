@@ -9,7 +9,7 @@ and ends the game for all roles at once. Who plays each role is set by ``agents`
 (:mod:`tinker_algos.multiagent.roles`): ``None`` (or one :class:`Learner`) is **self-play** --
 one policy/adapter plays every role and the trajectories of all roles train it; a dict
 ``{role: Learner | Scripted | opponent(name)}`` gives **separate learners** (different adapters
-of one :class:`~tinker_algos.models.PolicyModel`) or a **learner against an opponent**. A named
+of one :class:`~tinker_algos.model.models.PolicyModel`) or a **learner against an opponent**. A named
 opponent is looked up on the env (its ``scripted_opponents``, see :mod:`tinker_core.opponents`).
 
 The trajectory of a learner role
@@ -64,15 +64,15 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tinker_algos.models import PolicyModel
+from tinker_algos.model.models import PolicyModel
+from tinker_algos.model.prompts import PromptRenderer
 from tinker_algos.multiagent.batcher import Batcher
 from tinker_algos.multiagent.episode import EpisodeAgents
 from tinker_algos.multiagent.guarded_env import EpisodeError, GuardedEnv
 from tinker_algos.multiagent.results import MultiAgentEpisode, MultiAgentRolloutResult
 from tinker_algos.multiagent.roles import Learner, RoleSpec, resolve_agents
-from tinker_algos.prompts import PromptRenderer
-from tinker_algos.rollout import RolloutError, context_limit
-from tinker_algos.sampler import SamplingParams
+from tinker_algos.rollout.episodes import RolloutError, context_limit
+from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.coordinator import DEFAULT_MAX_STEPS, play_episode_async
 
 if TYPE_CHECKING:

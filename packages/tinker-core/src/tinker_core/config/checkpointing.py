@@ -1,7 +1,7 @@
 """``checkpoint``: when a run checkpoints, which checkpoints it keeps, whether it resumes.
 
 Kept apart from :mod:`tinker_core.config.models` (its own small section). The keep policy is
-applied by ``tinker_algos.run`` (``tinker_algos.run_plan.kept_steps``).
+applied by ``tinker_algos.run.job`` (``tinker_algos.run.plan.kept_steps``).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ class ModelConfig(_Model):
 
     @property
     def precision(self) -> str:
-        """The trainer precision this ``dtype`` asks for (see ``tinker_algos.device``)."""
+        """The trainer precision this ``dtype`` asks for (see ``tinker_algos.model.device``)."""
         return PRECISION_OF_DTYPE[self.dtype]
 
 

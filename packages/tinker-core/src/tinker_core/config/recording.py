@@ -1,7 +1,7 @@
 """``logging.rollouts``: which sampled episodes a run records in ``rollouts.jsonl``.
 
 Kept apart from :mod:`tinker_core.config.models` (its own small section); the record format is
-:mod:`tinker_core.rollout_records`, the writer ``tinker_algos.recording``.
+:mod:`tinker_core.rollout_records`, the writer ``tinker_algos.records.recording``.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinker_core.http_limits import HEADER_TIMEOUT_S
 from tinker_scheduler.http_thread import HttpServer
-from tinker_serve.http_limits import HEADER_TIMEOUT_S
 
 __all__ = ["Gateway", "serve"]
 

@@ -26,6 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from tinker_core.http_limits import BODY_TIMEOUT_S, BodyGuard, HttpLimits
 from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler.auth import AuthError, AuthMode
 from tinker_scheduler.errors import HTTP_STATUS, StatusError, classify, http_status
@@ -37,7 +38,6 @@ from tinker_scheduler.tinker_api.routes.futures import POLL_WAIT_S
 from tinker_scheduler.tinker_api.routes.service import LISTED_MODELS
 from tinker_scheduler.tinker_api.routes.training import PROTOBUF
 from tinker_scheduler.tinker_api.translate import Models
-from tinker_serve.http_limits import BODY_TIMEOUT_S, BodyGuard, HttpLimits
 
 __all__ = ["HTTP_STATUS", "LISTED_MODELS", "MAX_JSON_BYTES", "POLL_WAIT_S", "PROTOBUF", "Expiry", "create_app"]
 

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from tinker_core.http_limits import parse_json
 from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.store import JobStore
@@ -17,7 +18,6 @@ from tinker_scheduler.tinker_api.auth import tenant_of
 from tinker_scheduler.tinker_api.futures import Futures
 from tinker_scheduler.tinker_api.records import Records
 from tinker_scheduler.tinker_api.translate import Models
-from tinker_serve.http_limits import parse_json
 
 #: Request bodies larger than this are parsed off the event loop.
 INLINE_JSON_BYTES = 65536

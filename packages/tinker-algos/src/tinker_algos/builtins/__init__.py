@@ -1,0 +1,1 @@
+"""The built-in losses, advantage estimators and optimizers (registered as plugins, like anyone's)."""

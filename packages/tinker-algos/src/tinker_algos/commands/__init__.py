@@ -1,0 +1,1 @@
+"""The CLI commands tinker-algos registers (train, eval, export, model, compare, fork, runs, doctor checks) and the evaluation they run."""

@@ -1,0 +1,1 @@
+"""What a run writes: rollout records and the trace, metrics.jsonl and the trackers, the run directory."""

@@ -1,0 +1,1 @@
+"""Sampling: the sampler (KV cache, token draws, stop strings), its decode loop helpers and the sampled sequences."""

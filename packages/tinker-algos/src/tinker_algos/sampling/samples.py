@@ -1,0 +1,119 @@
+"""Samples and what they become: a :class:`SampledSequence` (one sample of the sampler, with its
+logprobs and stop reason), its trajectory, a batch of them, and how well the sampler's logprobs
+agree with the trainer's. :mod:`tinker_algos.sampling.sampler` produces them (and re-exports these names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+if TYPE_CHECKING:
+    from tinker_core.contracts import Batch, Trajectory
+
+__all__ = ["SampledSequence", "StopReason", "logprob_agreement", "sequences_to_batch"]
+
+StopReason = Literal["stop_string", "stop_id", "eos", "length"]
+"""Why a sample stopped (see :mod:`tinker_algos.sampling.sampler`)."""
+
+
+@dataclass
+class SampledSequence:
+    """One sample: the prompt's ids, the generated ids and their logprobs (see :mod:`tinker_algos.sampling.sampler`)."""
+
+    prompt_tokens: list[int]
+    tokens: list[int]
+    logprobs: list[float]
+    raw_logprobs: list[float]
+    stop_reason: StopReason
+    text: str
+    prompt_index: int = 0
+    sample_index: int = 0
+
+    @property
+    def full_tokens(self) -> list[int]:
+        return [*self.prompt_tokens, *self.tokens]
+
+    def aligned(self, *, raw: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(tokens_T, logprobs_T, loss_mask_T)`` over prompt + sample, in the Batch alignment."""
+        p = len(self.prompt_tokens)
+        tokens_T = np.asarray(self.full_tokens, dtype=np.int64)
+        lp_T = np.zeros(len(tokens_T), dtype=np.float32)
+        lp_T[p:] = self.raw_logprobs if raw else self.logprobs
+        mask_T = np.zeros(len(tokens_T), dtype=np.float32)
+        mask_T[p:] = 1.0
+        return tokens_T, lp_T, mask_T
+
+    def to_trajectory(
+        self, turn_rewards: Sequence[float] = (), *, group_id: int | None = None, raw: bool = False
+    ) -> Trajectory:
+        """A single-turn :class:`tinker_core.contracts.Trajectory` (group id: the prompt index)."""
+        from tinker_core.contracts import Trajectory
+
+        tokens_T, lp_T, mask_T = self.aligned(raw=raw)
+        return Trajectory(
+            tokens_T=tokens_T,
+            sampler_logprobs_T=lp_T,
+            loss_mask_T=mask_T,
+            turn_rewards=list(turn_rewards),
+            group_id=self.prompt_index if group_id is None else group_id,
+            info={"stop_reason": self.stop_reason, "text": self.text},
+        )
+
+
+def sequences_to_batch(
+    sequences: Sequence[SampledSequence] | Sequence[Sequence[SampledSequence]],
+    *,
+    pad_token_id: int = 0,
+    rewards: Sequence[float] | None = None,
+    raw: bool = False,
+) -> Batch:
+    """A right-padded :class:`tinker_core.contracts.Batch` of samples (flattened in order).
+
+    The loss mask covers the generated tokens; ``sampler_logprobs_B_T`` holds ``logprobs``
+    (``raw_logprobs`` when ``raw=True``); group ids are prompt indices.
+    """
+    from tinker_core.contracts import Batch
+
+    flat: list[SampledSequence] = []
+    for s in sequences:
+        if isinstance(s, SampledSequence):
+            flat.append(s)
+        else:
+            flat.extend(s)
+    if rewards is not None and len(rewards) != len(flat):
+        raise ValueError(f"rewards has {len(rewards)} entries for {len(flat)} sequences")
+    trajs = [
+        s.to_trajectory([float(rewards[i])] if rewards is not None else [], raw=raw)
+        for i, s in enumerate(flat)
+    ]
+    return Batch.from_trajectories(trajs, pad_token_id=pad_token_id)
+
+
+def logprob_agreement(
+    sampler_logprobs_B_T: ArrayLike, trainer_logprobs_B_T: ArrayLike, mask_B_T: ArrayLike
+) -> dict[str, float]:
+    """How well sampler logprobs match the trainer's for the same tokens (on the mask).
+
+    With ``x = trainer - sampler`` per token: ``mean_abs_diff`` and ``max_abs_diff`` of ``|x|``,
+    and the sampler-to-trainer KL estimated on the sampled tokens: ``kl_k1 = mean(-x)`` and
+    ``kl_k3 = mean(exp(x) - x - 1)`` (non-negative, low variance).
+    """
+    s = np.asarray(sampler_logprobs_B_T, dtype=np.float64)
+    t = np.asarray(trainer_logprobs_B_T, dtype=np.float64)
+    m = np.asarray(mask_B_T, dtype=np.float64) > 0
+    if s.shape != t.shape or s.shape != m.shape:
+        raise ValueError(f"shapes differ: sampler {s.shape}, trainer {t.shape}, mask {m.shape}")
+    if not m.any():
+        raise ValueError("mask_B_T selects no tokens")
+    x = (t - s)[m]
+    return {
+        "mean_abs_diff": float(np.abs(x).mean()),
+        "max_abs_diff": float(np.abs(x).max()),
+        "kl_k1": float((-x).mean()),
+        "kl_k3": float((np.exp(x) - x - 1.0).mean()),
+    }

@@ -1,0 +1,261 @@
+"""The trainer's logprobs with each distinct prompt computed once (a GRPO group's ``n`` copies share it).
+
+A GRPO batch holds every prompt ``group_size`` times, and the loss falls on the completions only,
+yet a plain forward pass runs the prompt through the model once per row. :func:`batch_logprobs`
+splits each row before its first trained token into a **prefix** (the tokens before the last
+untrained one) and a **suffix** (the rest), runs each distinct prefix once (a batch of the
+distinct prefixes, left-padded, with grad), repeats its keys and values for the rows that share
+it, and runs the suffixes on that cache. Every suffix token attends to the same keys and values,
+at the same positions (they count real tokens, as in :func:`tinker_algos.model.models.sequence_logprobs`),
+as it would in the plain pass (a row's last token, which predicts nothing, is not fed at all),
+so the logprobs are the same up to float rounding, and the
+gradient flows back through the repeated cache into the prefix pass (each prefix's gradient is
+the sum over its rows, which is what the plain pass computes row by row).
+
+The split is planned on the host (:func:`plan`); the shared pass is used only when it saves
+enough of the plain pass's token positions (the prefix batch's plus the suffix batch's against
+``B x T``), when the model is not in a state where one pass per row differs from a shared one
+(dropout active in training mode, gradient checkpointing, which drops the cache), and when the
+batch is right-padded. Otherwise :func:`batch_logprobs` is the plain
+:func:`~tinker_algos.model.models.sequence_logprobs`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from tinker_algos.model.models import (
+    accepts_kwarg,
+    cache_kwarg,
+    position_ids_from_mask,
+    sequence_logprobs,
+)
+from tinker_algos.sampling.decode_rows import distinct_rows
+
+if TYPE_CHECKING:
+    from tinker_algos.model.device import DeviceSpec
+
+__all__ = ["MAX_SHARED_COST", "SharedPrefixPlan", "batch_logprobs", "plan", "shares_safely"]
+
+MAX_SHARED_COST = 0.8
+"""Use the shared pass only when its token positions (distinct prefixes x their width + rows x
+the suffixes' width) are at most this fraction of the plain pass's ``B x T``: below that the
+second model call pays for itself."""
+
+
+@dataclass(frozen=True)
+class SharedPrefixPlan:
+    """How a batch splits: ``split_B[b]`` tokens of row ``b`` form its prefix, ``length_B[b]`` are
+    real; ``first_of`` (a row of each distinct prefix) and ``row_of`` (each row's prefix index)."""
+
+    split_B: np.ndarray
+    length_B: np.ndarray
+    first_of: list[int]
+    row_of: list[int]
+
+    @property
+    def prefix_width(self) -> int:
+        return int(self.split_B.max())
+
+    @property
+    def end_B(self) -> np.ndarray:
+        """Where each row's suffix input ends: before its last token (nothing follows it to
+        predict), but with at least one token (a row with no trained token, split at 0)."""
+        return np.maximum(self.length_B - 1, self.split_B + 1)
+
+    @property
+    def suffix_width(self) -> int:
+        return int((self.end_B - self.split_B).max())
+
+    def positions(self) -> int:
+        """Token positions the shared pass runs: distinct prefixes, then every row's suffix."""
+        return len(self.first_of) * self.prefix_width + len(self.row_of) * self.suffix_width
+
+
+def plan(tokens_B_T: np.ndarray, attention_B_T: np.ndarray, trained_B_T: np.ndarray, *, max_cost: float = MAX_SHARED_COST) -> SharedPrefixPlan | None:
+    """The split of a right-padded batch, or None when sharing does not pay (or does not apply).
+
+    Row ``b``'s prefix ends one token before its first trained token (that token's logprob comes
+    from the position before it, which the suffix pass computes); a row with no trained token
+    has no prefix of its own (an empty one, shared with every such row).
+    """
+    B, T = tokens_B_T.shape
+    attn = attention_B_T != 0
+    length_B = attn.sum(-1)
+    # right-padded: every row's real tokens come first
+    if not np.array_equal(attn, np.arange(T)[None, :] < length_B[:, None]) or B < 2:
+        return None
+    trained = (trained_B_T != 0) & attn
+    any_B = trained.any(-1)
+    split_B = np.where(any_B, np.maximum(trained.argmax(-1) - 1, 0), 0).astype(np.int64)
+    if split_B.max() == 0:
+        return None
+    first_of, row_of = distinct_rows([tokens_B_T[b, : split_B[b]].tolist() for b in range(B)])
+    shared = SharedPrefixPlan(split_B=split_B, length_B=length_B.astype(np.int64), first_of=first_of, row_of=row_of)
+    if shared.positions() > max_cost * B * T:
+        return None
+    return shared
+
+
+def shares_safely(module: torch.nn.Module) -> bool:
+    """Whether one pass of a prefix for all its rows is what one pass per row would compute: no
+    dropout that draws per pass (in training mode) and no gradient checkpointing (it turns the
+    cache off)."""
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    # transformers 5 renamed the flag (the old name warns)
+    name = "is_activation_checkpointing" if hasattr(type(base), "is_activation_checkpointing") else "is_gradient_checkpointing"
+    if getattr(base, name, False):
+        return False
+    if not module.training:
+        return True
+    config = getattr(base, "config", None)
+    for key in ("attention_dropout", "hidden_dropout", "dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop"):
+        value = getattr(config, key, 0.0)
+        if isinstance(value, (int, float)) and value > 0:
+            return False
+    return not any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in module.modules())
+
+
+def batch_logprobs(
+    module: torch.nn.Module,
+    tokens_B_T: torch.Tensor,
+    attention_mask_B_T: torch.Tensor,
+    trained_B_T: torch.Tensor | None = None,
+    *,
+    temperature: float = 1.0,
+    spec: DeviceSpec | None = None,
+    share: bool = True,
+    prefix_logprobs: bool = True,
+) -> torch.Tensor:
+    """:func:`~tinker_algos.model.models.sequence_logprobs` of the batch (same alignment and masking),
+    through the shared-prefix pass when :func:`plan` finds it pays and :func:`shares_safely`.
+
+    ``trained_B_T`` marks the tokens a loss will use (its prefix split); without it, or with
+    ``share=False``, this is the plain pass. ``prefix_logprobs=False`` leaves 0 at the tokens
+    before each row's last untrained one (no loss reads them), which spares the prefix pass its
+    logits.
+    """
+    if share and trained_B_T is not None and shares_safely(module):
+        tokens_np = tokens_B_T.cpu().numpy()
+        split = plan(tokens_np, attention_mask_B_T.cpu().numpy(), trained_B_T.detach().cpu().numpy())
+        if split is not None:
+            return shared_prefix_logprobs(
+                module, tokens_B_T, split, temperature=temperature, spec=spec, prefix_logprobs=prefix_logprobs, tokens_np=tokens_np
+            )
+    return sequence_logprobs(module, tokens_B_T, attention_mask_B_T, temperature=temperature, spec=spec)
+
+
+def shared_prefix_logprobs(
+    module: torch.nn.Module,
+    tokens_B_T: torch.Tensor,
+    split: SharedPrefixPlan,
+    *,
+    temperature: float = 1.0,
+    spec: DeviceSpec | None = None,
+    prefix_logprobs: bool = True,
+    tokens_np: np.ndarray | None = None,
+) -> torch.Tensor:
+    """The logprobs ``[B, T]`` of a right-padded batch through the shared-prefix pass of ``split``
+    (with ``prefix_logprobs=False``, 0 at tokens ``1..split`` of each row); ``tokens_np``: the
+    tokens already on the host, when the caller has them."""
+    from transformers import DynamicCache
+
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 for logprobs, got {temperature}")
+    device = tokens_B_T.device
+    B, T = tokens_B_T.shape
+    U, P, S = len(split.first_of), split.prefix_width, split.suffix_width
+    if tokens_np is None:
+        tokens_np = tokens_B_T.cpu().numpy()
+    # the distinct prefixes, right-aligned in P columns: [pads][prefix]
+    pre_np = np.zeros((U, P), dtype=np.int64)
+    pre_mask_np = np.zeros((U, P), dtype=np.int64)
+    for u, b in enumerate(split.first_of):
+        s = int(split.split_B[b])
+        if s:
+            pre_np[u, P - s :] = tokens_np[b, :s]
+            pre_mask_np[u, P - s :] = 1
+    # every row's suffix, left-aligned in S columns: [suffix][pads]; column j predicts token split + 1 + j
+    suf_np = np.zeros((B, S), dtype=np.int64)
+    suf_mask_np = np.zeros((B, S), dtype=np.int64)
+    tgt_np = np.zeros((B, S), dtype=np.int64)
+    for b, (s, e, n) in enumerate(zip(split.split_B.tolist(), split.end_B.tolist(), split.length_B.tolist(), strict=True)):
+        suf_np[b, : e - s] = tokens_np[b, s:e]
+        suf_mask_np[b, : e - s] = 1
+        tgt_np[b, : n - 1 - s] = tokens_np[b, s + 1 : n]
+    pre_tok, pre_mask = torch.from_numpy(pre_np).to(device), torch.from_numpy(pre_mask_np).to(device)
+    suf_tok, suf_mask = torch.from_numpy(suf_np).to(device), torch.from_numpy(suf_mask_np).to(device)
+    tgt = torch.from_numpy(tgt_np).to(device)
+    split_t = torch.from_numpy(split.split_B).to(device)
+    row_of = torch.tensor(split.row_of, dtype=torch.long, device=device)
+
+    ctx = spec.autocast() if spec is not None else contextlib.nullcontext()
+    kw = cache_kwarg(module)
+    last_only = {"logits_to_keep": 1} if accepts_kwarg(module, "logits_to_keep") and not prefix_logprobs else {}
+    prefix_cache = DynamicCache()
+    with ctx:
+        pre_out = module(
+            input_ids=pre_tok, attention_mask=pre_mask, position_ids=position_ids_from_mask(pre_mask),
+            use_cache=True, **{kw: prefix_cache}, **last_only,
+        )
+    # each row gets its prefix's keys and values (pads zeroed: a left pad's hidden state can be
+    # anything, and only masked attention keeps it out)
+    keep_U_1_P_1 = pre_mask.bool()[:, None, :, None]
+    layers = []
+    for layer in prefix_cache.layers:
+        k = torch.where(keep_U_1_P_1, layer.keys, torch.zeros((), dtype=layer.keys.dtype, device=device))
+        v = torch.where(keep_U_1_P_1, layer.values, torch.zeros((), dtype=layer.values.dtype, device=device))
+        layers.append((k.index_select(0, row_of), v.index_select(0, row_of)))
+    row_cache = DynamicCache(ddp_cache_data=layers)
+    full_mask = torch.cat([pre_mask.index_select(0, row_of), suf_mask], dim=1)
+    positions = split_t[:, None] + torch.arange(S, device=device)[None, :]
+    with ctx:
+        out = module(input_ids=suf_tok, attention_mask=full_mask, position_ids=positions, use_cache=True, **{kw: row_cache})
+    logits = out.logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lp_B_S = logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    # row b's token t (split < t < length) is predicted by its suffix column t - split - 1
+    t_1_T = torch.arange(T, device=device)[None, :]
+    col_B_T = t_1_T - split_t[:, None] - 1
+    valid = (col_B_T >= 0) & (t_1_T < torch.from_numpy(split.length_B).to(device)[:, None])
+    lp_B_T = lp_B_S.gather(1, col_B_T.clamp(0, S - 1))
+    lp_B_T = torch.where(valid, lp_B_T, torch.zeros((), dtype=lp_B_T.dtype, device=device))
+    if prefix_logprobs:
+        lp_B_T = lp_B_T + _prefix_part(pre_out.logits, pre_tok, tokens_B_T, split, row_of, split_t, temperature)
+    return lp_B_T
+
+
+def _prefix_part(
+    logits_U_P_V: torch.Tensor, pre_tok: torch.Tensor, tokens_B_T: torch.Tensor, split: SharedPrefixPlan,
+    row_of: torch.Tensor, split_t: torch.Tensor, temperature: float,
+) -> torch.Tensor:
+    """``[B, T]``: the logprobs of tokens ``1..split`` of each row (0 elsewhere), from the prefix
+    pass: prefix column ``c`` predicts the next prefix token, the last column the row's token at
+    ``split`` (the suffix's first)."""
+    device = tokens_B_T.device
+    B, T = tokens_B_T.shape
+    P = pre_tok.shape[1]
+    logits = logits_U_P_V.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logz_U_P = torch.logsumexp(logits, dim=-1)
+    # inside the prefix: column c predicts column c + 1
+    inner_U_P1 = logits[:, :-1].gather(-1, pre_tok[:, 1:].unsqueeze(-1)).squeeze(-1) - logz_U_P[:, :-1]
+    # the last column predicts each row's token at its split
+    last_B_V = logits[:, -1].index_select(0, row_of)
+    at_split_B = tokens_B_T.gather(1, split_t[:, None]).squeeze(1)
+    last_B = last_B_V.gather(-1, at_split_B[:, None]).squeeze(1) - logz_U_P[:, -1].index_select(0, row_of)
+    # row b's token t (1 <= t < split) is prefix column P - split + t, predicted by column P - split + t - 1
+    t_B_T = torch.arange(T, device=device)[None, :].expand(B, T)
+    col_B_T = P - split_t[:, None] + t_B_T - 1
+    inner_B_T = inner_U_P1.index_select(0, row_of).gather(1, col_B_T.clamp(0, max(P - 2, 0))) if P > 1 else torch.zeros((B, T), device=device)
+    inside = (t_B_T >= 1) & (t_B_T < split_t[:, None])
+    out = torch.where(inside, inner_B_T, torch.zeros((), device=device))
+    at_split = (t_B_T == split_t[:, None]) & (split_t[:, None] >= 1)
+    return torch.where(at_split, last_B[:, None].expand(B, T), out)
