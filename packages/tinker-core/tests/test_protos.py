@@ -27,6 +27,10 @@ SERVICES: dict[str, tuple[str, dict[str, tuple[str, str, bool]]]] = {
         "List": ("ListJobsRequest", "ListJobsResponse", False),
         "Cancel": ("CancelJobRequest", "Job", False),
         "Watch": ("WatchJobRequest", "JobEvent", True),
+        "Pause": ("PauseJobRequest", "Job", False),
+        "Resume": ("ResumeJobRequest", "Job", False),
+        "SetSettings": ("SetJobSettingsRequest", "SetJobSettingsResponse", False),
+        "Fork": ("ForkJobRequest", "Job", False),
     }),
     "TrainingService": ("training", {
         "CreateSession": ("CreateTrainingSessionRequest", "TrainingSession", False),
@@ -131,7 +135,7 @@ def test_job_states_and_job_fields():
     names = [v.name for v in jobs_pb2.JobState.DESCRIPTOR.values]
     assert names == [
         "JOB_STATE_UNSPECIFIED", "JOB_STATE_QUEUED", "JOB_STATE_RUNNING",
-        "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
+        "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_PAUSED",
     ]
     assert jobs_pb2.JOB_STATE_UNSPECIFIED == 0
     job = jobs_pb2.Job(
