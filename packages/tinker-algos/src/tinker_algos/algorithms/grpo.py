@@ -84,6 +84,7 @@ from tinker_algos.multiagent import (
     evaluate_stage,
     stage_env_spec,
 )
+from tinker_algos.records.health import HealthMonitor, reward_spread
 from tinker_algos.records.recording import phase, record_train
 from tinker_algos.rollout.curriculum import Curriculum
 from tinker_algos.rollout.episodes import RolloutResult
@@ -134,6 +135,7 @@ class GRPO(Algorithm):
             if self.multi_agent is not None and self.multi_agent.mode == "league" and self.env_spec is not None else None
         )
         self.tied_hint = TiedRewardsHint(ctx.log)
+        self.health = HealthMonitor(ctx.log)
         self.group_filter, self.curriculum = self.group_sampling(ctx)
         k = int(getattr(ctx.rollout_cfg, "max_staleness", 0) or 0)
         if k and self.multi_agent is not None:
@@ -249,6 +251,7 @@ class GRPO(Algorithm):
             metrics.update(self.league.metrics())
         if self.ahead is not None:
             metrics.update(self.ahead.metrics())  # on rollout workers: sync/*, staleness/*, time/idle_frac/*
+        metrics.update(self.health.observe(metrics))  # health/*, and a warning line per crossing
         return metrics
 
     def learn(
@@ -261,6 +264,7 @@ class GRPO(Algorithm):
         if batch is None:
             return metrics
         (hint or self.tied_hint).observe(batch.rewards_B, batch.group_ids_B)
+        metrics["health/reward_spread"], metrics["health/tied_frac"] = reward_spread(batch.rewards_B, batch.group_ids_B)
         # the sampler is the behaviour policy; KL to the reference shapes the rewards (kl.mode: reward)
         before = update.behaviour(batch, metrics)
         adv, est_metrics = self.advantages(batch, before.token_rewards_B_T)
@@ -283,6 +287,7 @@ class GRPO(Algorithm):
         for part in (self.group_filter, self.curriculum):
             if part is not None:
                 state.update(part.state_dict())
+        state.update(self.health.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -294,6 +299,7 @@ class GRPO(Algorithm):
         for part in (self.group_filter, self.curriculum):
             if part is not None:
                 part.load_state_dict(state)
+        self.health.load_state_dict(state)
         if self.curriculum is not None:
             self.draw_at_level(self.curriculum)
 

@@ -70,6 +70,7 @@ from tinker_algos.sampling.samples import sequences_to_batch as sequences_to_bat
 from tinker_algos.sampling.token_draw import INVERSE_CDF_MIN_VOCAB as INVERSE_CDF_MIN_VOCAB
 from tinker_algos.sampling.token_draw import choose_tokens as choose_tokens
 from tinker_algos.sampling.token_draw import draw as draw
+from tinker_algos.sampling.token_draw import token_entropy_B
 from tinker_algos.sampling.turn_cache import (
     CachedPrefix,
     TurnCache,
@@ -197,7 +198,7 @@ def sample(
             gen = _decode(policy, ids_rows, params, use_cache=use_cache, turn_cache=turn_cache, cache_keys=cache_keys, store_cache=store_cache)
         finally:
             policy.module.train(was_training)
-    tokens, lps, raws, reasons = gen
+    tokens, lps, raws, reasons, ents = gen
     out: list[list[SampledSequence]] = [[] for _ in prompt_ids]
     texts: dict[tuple[int, ...], str] = {}  # samples repeat (short answers): decode each once
     for b, (pi, si) in enumerate(rows):
@@ -215,6 +216,7 @@ def sample(
                 text=text,
                 prompt_index=pi,
                 sample_index=si,
+                entropies=ents[b],
             )
         )
     return out
@@ -234,8 +236,8 @@ def _decode(
     turn_cache: TurnCache | None = None,
     cache_keys: Sequence[Hashable] | None = None,
     store_cache: bool = True,
-) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
-    """The decode loop. Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
+) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason], list[list[float]]]:
+    """The decode loop (tokens, logprobs, raw logprobs, stop reasons, the policy's entropy at each token). Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
 
     With the cache, the prefix every row shares (a chat template's system prompt, the ``n``
     copies of one prompt) is run once for one row and its KV cache repeated for the batch; pads
@@ -263,7 +265,7 @@ def _decode(
                 steps = step + 1
                 break
             loop.tokens_B_T[:, loop.P + loop.S + step] = loop.gen_B_N[:, step]
-    result = loop.result(steps)
+    result = (*loop.result(steps), loop.entropies(steps))
     if turn_cache is not None and cache_keys is not None and not store_cache:
         for key in cache_keys:
             turn_cache.drop(key)
@@ -339,6 +341,7 @@ class _DecodeLoop:
         self.gen_B_N = torch.full((B, N), pad, dtype=torch.long, device=device)
         self.lp_B_N = torch.zeros((B, N), device=device)
         self.raw_B_N = torch.zeros((B, N), device=device)
+        self.ent_B_N = torch.zeros((B, N), device=device)
         self.reason_B = torch.zeros(B, dtype=torch.long, device=device)  # index into REASON_CODES
         self.done_B = torch.zeros(B, dtype=torch.bool, device=device)
         self.end_B = torch.full((B,), N, dtype=torch.long, device=device)
@@ -378,15 +381,16 @@ class _DecodeLoop:
             return logits_B_V
         return self.forward(self.P if step == 0 else col - 1, col)
 
-    def choose(self, logits_B_V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(next_B, logprobs_B, raw_logprobs_B)``: one token per row, drawn as ``params`` say."""
+    def choose(self, logits_B_V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(next_B, logprobs_B, raw_logprobs_B, entropy_B)``: one token per row, drawn as
+        ``params`` say, and the entropy of the raw distribution it was drawn at."""
+        raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
         if self.plain:  # the sampled distribution is the raw one: one log_softmax
-            raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
             next_B = draw(raw_B_V, self.generator)
             raw_B = raw_B_V.gather(-1, next_B[:, None]).squeeze(-1)
-            return next_B, raw_B, raw_B
+            return next_B, raw_B, raw_B, token_entropy_B(raw_B_V)
         next_B, lp_B = choose_tokens(logits_B_V, self.params, self.generator)
-        return next_B, lp_B, torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
+        return next_B, lp_B, raw_B_V.gather(-1, next_B[:, None]).squeeze(-1), token_entropy_B(raw_B_V)
 
     def step(self, step: int) -> None:
         """Generate the token of every live row at ``step`` and record which rows it stops."""
@@ -394,10 +398,11 @@ class _DecodeLoop:
         if self.code_V is None:
             self.code_V = reason_codes(logits_B_V.shape[-1], self.eos, self.params.stop_token_ids, self.spec.device)
             self.can_end_V = stop_enders(self.tok, self.stops, logits_B_V.shape[-1], self.spec.device) if self.stops else None
-        next_B, lp_B, raw_B = self.choose(logits_B_V)
+        next_B, lp_B, raw_B, ent_B = self.choose(logits_B_V)
         live_B = ~self.done_B
         next_B = torch.where(self.done_B, self.pad, next_B)
         self.gen_B_N[:, step], self.lp_B_N[:, step], self.raw_B_N[:, step] = next_B, lp_B, raw_B
+        self.ent_B_N[:, step] = ent_B
         code_B = self.code_V[next_B]
         hit_B = (code_B > 0) & live_B
         self.reason_B = torch.where(hit_B, code_B, self.reason_B)
@@ -430,6 +435,10 @@ class _DecodeLoop:
             final,
         )
 
+
+    def entropies(self, steps: int) -> list[list[float]]:
+        """Each row's entropy at each of its tokens up to and including its stopping token."""
+        return [g[:e] for g, e in zip(self.ent_B_N[:, :steps].tolist(), self.end_B.tolist(), strict=True)]
 
     def cached_rows(self, ids_rows: list[list[int]], tokens: list[list[int]], steps: int) -> list[CachedPrefix | None]:
         """Each row's :class:`CachedPrefix` after :meth:`result`: its prompt and generated tokens but
