@@ -16,9 +16,9 @@ GroupFilterName = Literal["tied", "pass_rate"]
 
 
 class DynamicSamplingConfig(BaseModel):
-    """Drop the groups that carry no learning signal and refill the step with fresh prompts
-    (DAPO's dynamic sampling; verl's ``filter_groups``).
+    """Drop the groups without a learning signal and refill the step with fresh prompts.
 
+    DAPO's dynamic sampling (verl's ``filter_groups``).
     ``filter: tied`` drops a group whose episodes all got the same reward (every group-relative
     advantage is 0 there). ``filter: pass_rate`` is the difficulty filter: it keeps a group only
     while its prompt's recent pass rate -- the share of successful episodes among the last
@@ -41,8 +41,9 @@ class DynamicSamplingConfig(BaseModel):
 
 
 class CurriculumConfig(BaseModel):
-    """Move between the difficulty levels the env declares (``EnvSpec.difficulty_levels``) by
-    recent success: after each step, the success rate over the last ``window`` steps at the
+    """Draw training prompts at the env's difficulty levels, moving by recent success.
+
+    The env declares its levels (``EnvSpec.difficulty_levels``). After each step, the success rate over the last ``window`` steps at the
     current level; at ``promote_at`` or above the next level starts, below ``demote_below`` the
     previous one (the window starts afresh after a move)."""
 
