@@ -1,7 +1,7 @@
 """Health signals of an RL stage: a few numbers per step that say whether the policy still has
 something to learn from, and one warning line each time one crosses its threshold.
 
-Per step (GRPO and PPO stages; in ``metrics.jsonl``, the trackers and the viewer like any metric):
+Per step (GRPO stages; in ``metrics.jsonl``, the trackers and the viewer like any metric):
 
 * ``policy/entropy`` -- the policy's mean token entropy (nats, temperature 1) over the step's
   sampled tokens, from the sampler's own log-probabilities (logged by the rollout);
