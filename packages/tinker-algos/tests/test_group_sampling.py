@@ -198,3 +198,18 @@ def test_group_sampling_refuses_what_it_does_not_support(tmp_path):
     cfg = job("algostest/parity-groups-v0", 1, {"curriculum": {"enabled": True}})
     with pytest.raises(ConfigError, match="declares no difficulty levels"):
         train(cfg, run_dir=tmp_path / "a")
+
+
+def test_rollout_workers_refuse_dynamic_sampling_and_the_curriculum_when_the_config_is_read():
+    from tinker_core.config import parse_config
+
+    for option in ("dynamic_sampling", "curriculum"):
+        cfg = job("algostest/parity-groups-v0", 1, {option: {"enabled": True}})
+        cfg["execution"] = {"rollout_workers": 1}
+        with pytest.raises(ConfigError, match=f"uses rollout.{option}, which rollout workers do not support yet"):
+            parse_config(cfg, check_plugins=False)
+
+    cfg = job("algostest/parity-groups-v0", 1, {"dynamic_sampling": {"enabled": True}})
+    cfg["algorithm"] = {"name": "ppo", "steps": 1}
+    with pytest.raises(ConfigError, match="rollout.dynamic_sampling is for grpo stages"):
+        parse_config(cfg, check_plugins=False)
