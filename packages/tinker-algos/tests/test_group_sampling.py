@@ -16,7 +16,13 @@ from tinker_algos import train
 from tinker_algos.records.metrics import read_metrics
 from tinker_algos.rollout.curriculum import Curriculum
 from tinker_algos.rollout.episodes import Episode, RolloutResult
-from tinker_algos.rollout.group_filter import GroupFilter, PassRateFilter, collect_filtered, tied_B
+from tinker_algos.rollout.group_filter import (
+    GroupFilter,
+    PassRateFilter,
+    collect_filtered,
+    refill_size,
+    tied_B,
+)
 from tinker_core import EnvSpec, TextEnv, hookimpl
 from tinker_core.config import CurriculumConfig, DynamicSamplingConfig
 from tinker_core.errors import ConfigError
@@ -46,15 +52,15 @@ def test_tied_groups_are_dropped_and_the_step_refilled_by_hand():
     (fresh prompts): [1,0] [1,1] [0,1] [1,0]: the first two informative ones, [1,0] and [0,1],
     fill the step to 4; round 2 is never sampled. Dropped: 8 sampled, 4 trained on."""
     rounds = {1: result([[1, 0], [1, 1], [0, 1], [1, 0]]), 2: result([[0, 1]] * 4)}
-    asked: list[int] = []
+    asked: list[tuple[int, int]] = []
 
-    def refill(r: int) -> RolloutResult:
-        asked.append(r)
+    def refill(r: int, n: int) -> RolloutResult:
+        asked.append((r, n))
         return rounds[r]
 
     first = result([[1, 1], [0, 1], [0, 0], [0.5, 0]])
     kept, m = collect_filtered(first, refill, GroupFilter(DynamicSamplingConfig(enabled=True)), want=4, max_rounds=2)
-    assert asked == [1]
+    assert asked == [(1, 4)]  # 2 missing at a kept share of 2/4: 4 prompts
     assert rewards_of(kept) == [[0, 1], [0.5, 0], [1, 0], [0, 1]]
     assert [e.group for e in kept.episodes] == [0, 0, 1, 1, 2, 2, 3, 3]
     assert m["sampling/tied_frac"] == 0.5 and m["sampling/dropped_frac"] == 0.5
@@ -64,16 +70,24 @@ def test_tied_groups_are_dropped_and_the_step_refilled_by_hand():
 
 
 def test_oversampling_is_bounded_and_a_short_step_trains_on_what_it_kept():
-    asked: list[int] = []
+    asked: list[tuple[int, int]] = []
 
-    def refill(r: int) -> RolloutResult:
-        asked.append(r)
+    def refill(r: int, n: int) -> RolloutResult:
+        asked.append((r, n))
         return result([[1, 1], [0, 1]])  # one informative group a round
 
     kept, m = collect_filtered(result([[0, 0], [0, 0], [0, 0]]), refill, GroupFilter(DynamicSamplingConfig(enabled=True)), want=3, max_rounds=2)
-    assert asked == [1, 2] and rewards_of(kept) == [[0, 1], [0, 1]]
+    # nothing kept yet: the whole 3; then 1 of 5 kept, 2 missing -> 10, at most 3
+    assert asked == [(1, 3), (2, 3)] and rewards_of(kept) == [[0, 1], [0, 1]]
     assert m["sampling/tied_frac"] == 1.0 and m["sampling/short_groups"] == 1 and m["sampling/kept_groups"] == 2
     assert m["sampling/dropped_frac"] == pytest.approx(1 - 2 / 7)
+
+
+def test_a_refill_round_samples_what_the_missing_groups_need_at_the_share_kept_so_far():
+    assert refill_size(9, 23, 32, 32) == 13  # ceil(9 / (23 / 32)) = ceil(12.52)
+    assert refill_size(4, 16, 32, 32) == 8
+    assert refill_size(3, 0, 3, 3) == 3  # nothing kept: at most prompts_per_step
+    assert refill_size(1, 1, 1, 32) == 1
 
 
 def test_the_difficulty_filter_keeps_prompts_whose_recent_pass_rate_is_strictly_between_0_and_1():

@@ -84,12 +84,13 @@ class StageContext:
             return [self.step_seed(step, "refill", refill, p) for p in range(self.rollout_cfg.prompts_per_step)]
         return [self.step_seed(step, "task", p) for p in range(self.rollout_cfg.prompts_per_step)]
 
-    def group_rollout(self, step: int, policy: PolicyModel | None = None, *, refill: int = 0) -> RolloutResult:
+    def group_rollout(self, step: int, policy: PolicyModel | None = None, *, refill: int = 0, tasks: int | None = None) -> RolloutResult:
         """The step's single-agent episodes: ``rollout.group_size`` per task (see :meth:`task_seeds`),
         returned as one :class:`~tinker_core.TrajectoryGroup` per task (``result.groups``), sampled
         by ``policy`` (default: the stage's; a copy with older weights samples ahead). An
         ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.rollout.agent_program`).
-        ``refill > 0``: dynamic sampling's refill round, fresh tasks with their own sampling seed."""
+        ``refill > 0``: dynamic sampling's refill round, fresh tasks with their own sampling seed
+        (the first ``tasks`` of them)."""
         from tinker_algos.rollout import agent_program
         from tinker_algos.rollout.episodes import rollout
 
@@ -102,7 +103,7 @@ class StageContext:
         return rollout(
             policy or self.policy,
             self.require_env(),
-            self.task_seeds(step, refill),
+            self.task_seeds(step, refill)[:tasks],
             params,
             group_size=r.group_size,
             max_turns=r.max_turns,

@@ -207,7 +207,7 @@ class GRPO(Algorithm):
         # dynamic sampling: refill rounds sample fresh tasks in this process with the current weights
         ds = self.ctx.rollout_cfg.dynamic_sampling
         kept, self.sampling_metrics = collect_filtered(
-            result, lambda r: self.ctx.group_rollout(step, refill=r), self.group_filter, self.ctx.rollout_cfg.prompts_per_step, ds.max_rounds,
+            result, lambda r, n: self.ctx.group_rollout(step, refill=r, tasks=n), self.group_filter, self.ctx.rollout_cfg.prompts_per_step, ds.max_rounds,
         )
         self.round0_metrics = result.metrics()
         return kept

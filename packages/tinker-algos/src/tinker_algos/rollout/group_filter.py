@@ -6,10 +6,11 @@ signal and refill the step with groups of fresh prompts.
   successes of its last ``window`` episodes; a group is kept while that recent pass rate is
   strictly between 0 and 1. Its memory is state: it travels in the stage's checkpoint;
 * :func:`collect_filtered` -- round 0 is the step's usual batch; while fewer than
-  ``prompts_per_step`` groups are kept and rounds remain, round ``r`` samples
-  ``prompts_per_step`` fresh prompts (task seeds derived from ``(seed, stage, step, "refill", r)``,
-  so a resumed run refills exactly as an uninterrupted one); the kept groups, in round order,
-  the first ``prompts_per_step`` of them, are the step's batch.
+  ``prompts_per_step`` groups are kept and rounds remain, round ``r`` samples fresh prompts (task
+  seeds derived from ``(seed, stage, step, "refill", r)``, so a resumed run refills exactly as an
+  uninterrupted one): as many as the missing groups need at the share of groups kept so far
+  (:func:`refill_size`), at most ``prompts_per_step``; the kept groups, in round order, the first
+  ``prompts_per_step`` of them, are the step's batch.
 
 Logged (``sampling/*``): ``tied_frac`` (groups of round 0 whose rewards all tie), ``dropped_frac``
 (groups not trained on over all rounds), ``rounds`` (extra rounds run), ``refill_episodes`` (what
@@ -20,6 +21,7 @@ the refill cost in episodes; ``time/refill_s`` in seconds), ``kept_groups`` and 
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -127,11 +129,19 @@ def merge_groups(parts: list[tuple[RolloutResult, list[int]]]) -> RolloutResult:
     return RolloutResult(episodes, errors, tokens, seconds)
 
 
+def refill_size(missing: int, kept: int, sampled: int, most: int) -> int:
+    """Prompts a refill round samples: ``ceil(missing / (kept / sampled))`` (the share kept so far,
+    at least ``1 / most``), at most ``most``."""
+    rate = max(kept / max(sampled, 1), 1.0 / most)
+    return min(most, math.ceil(missing / rate - 1e-9))
+
+
 def collect_filtered(
-    first: RolloutResult, refill: Callable[[int], RolloutResult], group_filter: GroupFilter, want: int, max_rounds: int
+    first: RolloutResult, refill: Callable[[int, int], RolloutResult], group_filter: GroupFilter, want: int, max_rounds: int
 ) -> tuple[RolloutResult, dict[str, float]]:
     """The step's batch after dynamic sampling (see the module docstring): ``first`` is round 0,
-    ``refill(r)`` samples round ``r`` (``1 <= r <= max_rounds``); ``want`` groups are the target."""
+    ``refill(r, n)`` samples round ``r`` (``1 <= r <= max_rounds``) of ``n`` prompts; ``want``
+    groups are the target."""
     groups = group_episodes(first)
     tied = tied_B([[e.reward for e in g] for g in groups])
     kept = [g for g, k in enumerate(group_filter.keep(groups)) if k]
@@ -139,7 +149,7 @@ def collect_filtered(
     n_kept, sampled, rounds, refill_episodes, t0 = len(kept), len(groups), 0, 0, time.perf_counter()
     while n_kept < want and rounds < max_rounds:
         rounds += 1
-        more = refill(rounds)
+        more = refill(rounds, refill_size(want - n_kept, n_kept, sampled, want))
         more_groups = group_episodes(more)
         keep = [g for g, k in enumerate(group_filter.keep(more_groups)) if k][: want - n_kept]
         parts.append((more, keep))
