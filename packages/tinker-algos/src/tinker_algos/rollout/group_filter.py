@@ -20,6 +20,7 @@ the refill cost in episodes; ``time/refill_s`` in seconds), ``kept_groups`` and 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import time
@@ -121,7 +122,8 @@ def merge_groups(parts: list[tuple[RolloutResult, list[int]]]) -> RolloutResult:
             by_group.setdefault(e.group, []).append(e)
         for g in keep:
             for e in by_group.get(g, []):
-                episodes.append(Episode(**{**e.__dict__, "group": g_new}))
+                traj = dataclasses.replace(e.trajectory, group_id=g_new) if e.trajectory is not None else None
+                episodes.append(dataclasses.replace(e, group=g_new, trajectory=traj))
             g_new += 1
         errors.update(result.errors)
         tokens += result.new_tokens
