@@ -112,3 +112,19 @@ def test_the_page_shows_a_fork_over_its_parents_curve(tmp_path, browser_page):  
         assert "arith-fork-3: 0.2 at step 5" in page.inner_text("#legend")
         page.uncheck("#runs input[aria-label='show arith-fork-3']")
         assert page.locator("#chart path").count() == 0
+
+
+def test_a_live_setting_change_is_marked_at_its_step(tmp_path, browser_page):  # noqa: F811
+    page = browser_page
+    run = write_run(tmp_path / "steered", steps=5)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[3]["live/stages.0.optimizer.lr"] = 0.0001  # `opentinker job set` took effect at step 4
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with running([run]) as url:
+        page.goto(url)
+        page.wait_for_selector("body[data-ready='1']")
+        page.select_option("#metric", "losses/total")
+        mark = page.locator("#chart line.live-mark")
+        assert mark.count() == 1 and mark.get_attribute("data-step") == "4"
+        assert mark.locator("title").text_content() == "steered: stages.0.optimizer.lr = 1.00e-4 from step 4"
+        assert page.locator("#chart line.fork-mark").count() == 0

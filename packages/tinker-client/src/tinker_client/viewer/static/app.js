@@ -114,6 +114,22 @@ function forkParent(id) {
   return parent && parent.served && parent.id !== null ? parent : null;
 }
 
+// The vertical marks of a shown run: the step it was forked from, and each live setting change
+// (`opentinker job set`: a `live/<key.path>` column in metrics.jsonl at the step it took effect).
+function runMarks(id) {
+  const colour = COLOURS[id % COLOURS.length], name = state.runs[id]?.name;
+  const parent = state.runs[id]?.lineage?.parent;
+  const out = parent ? [{ id, step: parent.step, colour, kind: "fork-mark", label: `${name}: forked from ${parent.name} @ ${parent.step}` }] : [];
+  const m = state.metrics[id];
+  for (const [k, values] of Object.entries(m?.series || {})) {
+    if (!k.startsWith("live/")) continue;
+    values.forEach((v, i) => {
+      if (v !== null) out.push({ id, step: m.steps[i], colour, kind: "live-mark", label: `${name}: ${k.slice(5)} = ${fmt(v)} from step ${m.steps[i]}` });
+    });
+  }
+  return out;
+}
+
 function drawnRuns() {
   const ids = new Set(state.shown);
   for (const id of state.shown) { const p = forkParent(id); if (p) ids.add(p.id); }
@@ -223,9 +239,13 @@ function plot(svg, lines, { width, height, axes, marks = [] }) {
       svg.append(label);
     }
   }
-  for (const m of marks) {  // a fork's step: a dashed vertical line, when it lies on the x axis
+  for (const m of marks) {  // a fork's step or a live change: a vertical line, when it lies on the x axis
     if (m.step < x0 || m.step > x1) continue;
-    svg.append(svgEl("line", { x1: sx(m.step), x2: sx(m.step), y1: pad.t, y2: height - pad.b, class: "fork-mark", stroke: m.colour, "data-run": m.id, "data-step": m.step }));
+    const line = svgEl("line", { x1: sx(m.step), x2: sx(m.step), y1: pad.t, y2: height - pad.b, class: m.kind, stroke: m.colour, "data-run": m.id, "data-step": m.step });
+    const title = svgEl("title");
+    title.textContent = m.label;  // the hover text (text, never markup)
+    line.append(title);
+    svg.append(line);
   }
   for (const s of lines) {
     const d = s.xs.map((x, i) => `${i ? "L" : "M"}${sx(x).toFixed(1)},${sy(s.ys[i]).toFixed(1)}`).join("");
@@ -252,8 +272,7 @@ function drawCurves() {
   const box = $("#chart-box");
   const width = Math.max(320, box.clientWidth || 900);
   const lines = series(state.metric, weight, width * 2);
-  const marks = [...state.shown].filter((id) => lines.some((s) => s.id === id) && state.runs[id]?.lineage?.parent)
-    .map((id) => ({ id, step: state.runs[id].lineage.parent.step, colour: COLOURS[id % COLOURS.length] }));
+  const marks = [...state.shown].filter((id) => lines.some((s) => s.id === id)).flatMap((id) => runMarks(id));
   const scale = plot($("#chart"), lines, { width, height: 340, axes: true, marks });
   $("#chart").dataset.metric = state.metric || "";
   $("#chart-info").textContent = lines.length ? `${lines.reduce((a, s) => a + s.xs.length, 0)} points` : "no data for this metric yet";
