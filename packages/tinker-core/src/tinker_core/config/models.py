@@ -337,7 +337,7 @@ Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
 TRACKERS: dict[str, tuple[str, str]] = {
     "tensorboard": ("tensorboard", "tinker-algos[tensorboard]"),
     "wandb": ("wandb", "tinker-algos[wandb]"),
-    "mlflow": ("mlflow", "mlflow"),  # no extra: MLflow's stubs need protobuf < 7, tinker-core needs 7
+    "mlflow": ("mlflow", "tinker-algos[mlflow]"),  # mlflow-skinny >= 3.17.2 (imports with protobuf 7)
     "trackio": ("trackio", "tinker-algos[trackio]"),
 }
 """``logging.report_to`` names -> (the module it imports, what to ``pip install`` for it)."""
