@@ -124,6 +124,28 @@ def test_sdk_exports_signs_and_downloads_the_trained_adapter(gateway, tiny_base,
         rest.get_external_weights_urls(path).result()
 
 
+def test_an_age_encrypted_export_decrypts_to_the_trained_adapter(gateway, tiny_base, tmp_path) -> None:
+    """``age_encryption_recipients`` (what the cookbook's ``weights.download`` asks for): every file
+    is ``<name>.age``, and decrypting with the identity gives the trained adapter back."""
+    pyrage = pytest.importorskip("pyrage")
+    gw, keys = gateway
+    service = tinker.ServiceClient(base_url=gw.url, api_key=keys["alice"])
+    training, _, after = trained(service)
+    identity = pyrage.x25519.Identity.generate()
+    with pytest.raises(tinker.BadRequestError, match=r"age_encryption_recipients\[0\]"):
+        training.save_weights_external("bad", age_encryption_recipients=["age1nope"]).result()
+    path = training.save_weights_external("sealed", age_encryption_recipients=[str(identity.to_public())]).result().path
+    urls = tinker.RestClient(base_url=gw.url, api_key=keys["alice"]).get_external_weights_urls(path).result().urls
+    assert set(urls) == {"adapter_config.json.age", "adapter_model.safetensors.age"}
+    out = tmp_path / "adapter"
+    out.mkdir()
+    for name, url in urls.items():
+        sealed = fetch(url)
+        assert b"adapter" not in sealed[:4096] and sealed.startswith(b"age-encryption.org/v1")
+        (out / name.removesuffix(".age")).write_bytes(pyrage.decrypt(sealed, [identity]))
+    assert peft_logprobs(out, tiny_base) == pytest.approx(after, abs=1e-4)
+
+
 def test_tinker_checkpoint_download_cli_fetches_a_saved_state(gateway, tiny_base, tmp_path) -> None:
     """``tinker checkpoint download tinker://.../weights/<name>``, pointed at the gateway by the
     SDK's own variables: it loads the state into a new run, exports it, downloads and deletes the

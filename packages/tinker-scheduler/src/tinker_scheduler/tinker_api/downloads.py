@@ -17,6 +17,11 @@ deleted (or expired) since its URL was signed is 404. URLs live
 :data:`URL_TTL_S` at most (never past the checkpoint's own expiry) and die with the scheduler
 process (the SDK signs new ones when they are about to expire). Only regular files inside the
 export directory are listed and served (no links), at most :data:`MAX_FILES` of them.
+
+An export asked for with ``age_encryption_recipients`` (what ``tinker_cookbook.weights.download``
+does for a ``weights/<name>`` path) has every file encrypted to those age recipients (native
+``age1...`` keys or SSH public keys, at most :data:`MAX_RECIPIENTS`) with ``pyrage``, stored with
+an ``.age`` suffix; the plaintext files are removed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import shutil
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +48,9 @@ MIN_TTL_S, MAX_TTL_S = 3600, 10 * 365 * 24 * 3600
 MAX_FILES = 1024
 #: Where the download route lives (under the gateway's own address).
 PREFIX = "/api/v1/external_weights"
+#: The most age recipients one export is encrypted to (Tinker's bound).
+MAX_RECIPIENTS = 10
+AGE_SUFFIX = ".age"
 KIND = "external_weights"
 
 
@@ -67,6 +76,46 @@ def ttl_of(value: object, field: str = "ttl_seconds") -> float | None:
         raise StatusError("INVALID_ARGUMENT", f"{field}: must be between {MIN_TTL_S} (one hour) and {MAX_TTL_S} "
                                               f"(ten years) seconds, or null to keep the checkpoint (got {ttl})")
     return time.time() + ttl
+
+
+def age_recipients(value: object, field: str = "age_encryption_recipients") -> list[object]:
+    """The parsed age recipients of a save request (empty: not encrypted); a bad one is 400."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise StatusError("INVALID_ARGUMENT", f"{field}: must be a list of age recipients (strings)")
+    if len(value) > MAX_RECIPIENTS:
+        raise StatusError("INVALID_ARGUMENT", f"{field}: at most {MAX_RECIPIENTS} recipients (got {len(value)})")
+    if not value:
+        return []
+    try:
+        import pyrage
+    except ImportError:
+        raise StatusError("UNIMPLEMENTED", f"{field}: encrypted exports need pyrage on the scheduler "
+                                           "(pip install 'tinker-scheduler[http]')") from None
+    out = []
+    for i, text in enumerate(value):
+        kind = pyrage.ssh if text.startswith("ssh-") else pyrage.x25519
+        try:
+            out.append(kind.Recipient.from_str(text.strip()))
+        except pyrage.RecipientError as e:
+            raise StatusError("INVALID_ARGUMENT", f"{field}[{i}]: not an age recipient (age1... or an SSH public "
+                                                  f"key): {e}") from None
+    return out
+
+
+def encrypt_export(directory: Path, recipients: list[object]) -> None:
+    """Encrypt every file of an export to ``recipients`` (``<file>.age``), removing the plaintext."""
+    import pyrage
+
+    try:
+        for file in export_files(directory):
+            plain = export_root(directory) / file
+            pyrage.encrypt_file(str(plain), str(plain) + AGE_SUFFIX, recipients)
+            plain.unlink()
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)  # never half encrypted: no export at all
+        raise
 
 
 def export_root(directory: Path) -> Path:

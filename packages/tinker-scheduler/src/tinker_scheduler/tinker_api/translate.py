@@ -22,6 +22,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -206,9 +207,8 @@ class Models:
         if not NAME_RE.fullmatch(name):
             raise StatusError("INVALID_ARGUMENT", f"path: {name!r} is not a valid name; use letters, digits, '.', '_' and '-'")
         expires_at = downloads.ttl_of(body.get("ttl_seconds"))
-        if body.get("age_encryption_recipients"):
-            raise StatusError("INVALID_ARGUMENT", "age_encryption_recipients: encrypted exports are not served by "
-                                                  "this gateway; leave it out (the download URLs are signed and local)")
+        if kind == "external_weights":
+            downloads.age_recipients(body.get("age_encryption_recipients"))
         return name, expires_at
 
     def save(self, tenant: str, body: Mapping[str, Any], kind: str) -> dict[str, Any]:
@@ -221,6 +221,8 @@ class Models:
         target = str(session.dir / PATH_KINDS[kind] / name)
         save = ops.SaveState(target) if kind == "weights" else ops.SaveWeightsForSampler(target)
         self.sessions.run(session, "", lambda call: call(save))
+        if kind == "external_weights" and body.get("age_encryption_recipients"):
+            downloads.encrypt_export(Path(target), downloads.age_recipients(body["age_encryption_recipients"]))
         self.records.add_checkpoint(tenant, model_id, kind, name, target, expires_at)
         path = f"tinker://{model_id}/{kind}/{name}"
         out: dict[str, Any] = {"path": path, "type": SAVE_TYPES[kind]}
