@@ -256,3 +256,36 @@ def test_list_and_get_sessions_show_only_the_callers_own(gateway) -> None:
         b_rest.get_session(alice.holder.get_session_id()).result()
     with pytest.raises(tinker.BadRequestError, match="limit"):
         a_rest.list_sessions(limit=0).result()
+
+
+def test_an_older_store_gains_the_new_columns(tmp_path) -> None:
+    """A store written before sessions had metadata and checkpoints a TTL opens and works."""
+    import sqlite3
+
+    from tinker_scheduler.tinker_api.records import Records
+
+    db = tmp_path / "old.db"
+    with sqlite3.connect(db) as conn:
+        conn.executescript("""
+            CREATE TABLE tinker_sessions (id TEXT PRIMARY KEY, tenant TEXT NOT NULL, created_at REAL NOT NULL,
+                                          last_seen REAL NOT NULL, state TEXT NOT NULL DEFAULT 'active');
+            CREATE TABLE tinker_checkpoints (model_id TEXT NOT NULL, kind TEXT NOT NULL, name TEXT NOT NULL,
+                                             tenant TEXT NOT NULL, file TEXT NOT NULL, size_bytes INTEGER,
+                                             created_at REAL NOT NULL, PRIMARY KEY (model_id, kind, name));
+            INSERT INTO tinker_sessions VALUES ('cs-old', 'alice', 1.0, 1.0, 'active');
+            INSERT INTO tinker_checkpoints VALUES ('m', 'weights', 'w', 'alice', '/nowhere', 3, 1.0);
+        """)
+    records = Records(db)
+    try:
+        old = records.tinker_session("alice", "cs-old")
+        assert old is not None and old.user_metadata == {} and old.display_name is None
+        assert records.checkpoint("alice", "m", "weights", "w").expires_at is None
+        records.add_tinker_session("cs-new", "alice", {"k": "v"}, "mine")
+        assert records.tinker_session("alice", "cs-new").user_metadata == {"k": "v"}
+        assert records.tinker_sessions("alice", 10, 0) == ["cs-new", "cs-old"]
+        assert records.tinker_session("bob", "cs-new") is None
+        records.set_checkpoint_expiry("alice", "m", "weights", "w", 5.0)
+        assert [c.name for _, c in records.expired_checkpoints(6.0)] == ["w"]
+        assert records.expired_checkpoints(4.0) == []
+    finally:
+        records.close()
