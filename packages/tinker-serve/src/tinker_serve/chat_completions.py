@@ -66,7 +66,7 @@ async def constrain(
 ) -> None:
     """Add the grammar of ``body``'s ``response_format`` / ``tool_choice`` to ``params`` (none
     when it asks for neither); the schema is compiled alone first, so a 400 names the field at fault."""
-    grammar = chat_grammar(schema, tools, forced)
+    grammar = chat_grammar(schema, tools, forced, several=body.parallel_tool_calls is not False)
     if grammar is None:
         return
     if body.ignore_eos:

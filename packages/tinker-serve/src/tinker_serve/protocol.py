@@ -117,6 +117,7 @@ class ChatRequest(_Sampling):
     tools: list[Any] | None = None  # OpenAI function tools, checked in :mod:`.chat_tools`
     tool_choice: str | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None  # text, json_object or json_schema: :mod:`.constrained`
+    parallel_tool_calls: bool | None = None  # false: a forced or JSON-constrained answer holds one call at most
 
 
 class LoadAdapterRequest(BaseModel):

@@ -12,9 +12,10 @@ answer is translated back into a ``response`` object:
   "function", "name", "description", "parameters"}``), ``tool_choice`` (``"auto"``, ``"none"``,
   ``"required"``, ``{"type": "function", "name": ...}``), ``text.format`` (``text``,
   ``json_object``, ``json_schema`` with ``name`` and ``schema``: constrained decoding, as chat's
-  ``response_format``), ``max_output_tokens``, ``temperature``, ``top_p``; fields that change
-  nothing here (``store``, ``include``, ``metadata``, ``truncation``, ``parallel_tool_calls``,
-  ``reasoning``, ``prompt_cache_*``...) are accepted and ignored.
+  ``response_format``), ``parallel_tool_calls`` (false: at most one call in a constrained
+  answer), ``max_output_tokens``, ``temperature``, ``top_p``; fields that change nothing here
+  (``store``, ``include``, ``metadata``, ``truncation``, ``reasoning``, ``prompt_cache_*``...)
+  are accepted and ignored.
 * out: a ``message`` item with the answer's text (``output_text``) and a ``function_call`` item per
   tool call (``call_id`` the chat call's id); ``status`` ``"completed"``, or ``"incomplete"``
   (``incomplete_details.reason: "max_output_tokens"``) when the answer hit its token limit;
@@ -42,7 +43,7 @@ from tinker_serve.protocol import APIError, ChatRequest, bad_request
 
 MAX_INPUT_ITEMS = 1024
 """The most items one request's ``input`` may hold."""
-_IGNORED = ("store", "include", "metadata", "truncation", "parallel_tool_calls", "reasoning", "prompt_cache_key",
+_IGNORED = ("store", "include", "metadata", "truncation", "reasoning", "prompt_cache_key",
             "prompt_cache_retention", "prompt_cache_options", "service_tier", "user", "safety_identifier", "background",
             "context_management", "top_logprobs", "max_tool_calls", "stream_options")
 ChatAnswer = Callable[[ChatRequest, Request], Awaitable[Any]]
@@ -183,7 +184,8 @@ def response_object(body: ResponsesRequest, chat: dict[str, Any]) -> dict[str, A
         "id": f"resp_{uuid.uuid4().hex}", "object": "response", "created_at": int(time.time()), "model": chat["model"],
         "status": "incomplete" if cut else "completed", "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
-        "instructions": body.instructions, "output": output, "parallel_tool_calls": True,
+        "instructions": body.instructions, "output": output,
+        "parallel_tool_calls": (body.model_extra or {}).get("parallel_tool_calls") is not False,
         "tool_choice": body.tool_choice or "auto", "tools": body.tools or [], "temperature": body.temperature,
         "top_p": body.top_p, "max_output_tokens": body.max_output_tokens, "metadata": {}, "text": body.text or {"format": {"type": "text"}},
         "usage": {"input_tokens": used["prompt_tokens"], "input_tokens_details": {"cached_tokens": 0},
