@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tinker_serve.app import create_app
-from tinker_serve.constrained import MAX_SCHEMA_CHARS, MAX_SCHEMA_DEPTH
+from tinker_serve.routes.constrained import MAX_SCHEMA_CHARS, MAX_SCHEMA_DEPTH
 from tinker_serve.served import ServedModels
 
 SCHEMA = {

@@ -34,17 +34,7 @@ from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.http_limits import BodyGuard, HttpLimits
 from tinker_serve import scoring
 from tinker_serve.backend import Backend, LocalBackend
-from tinker_serve.chat_completions import chat_completion
 from tinker_serve.engine import TokenInfo
-from tinker_serve.generation import (
-    check_length,
-    completion_logprobs,
-    completion_prompts,
-    failed,
-    generate,
-    sampling_params,
-    sse,
-)
 from tinker_serve.harness_routes import harness_routers
 from tinker_serve.protocol import (
     APIError,
@@ -56,7 +46,17 @@ from tinker_serve.protocol import (
     finish_reason,
     usage,
 )
-from tinker_serve.responses_api import responses_router
+from tinker_serve.routes.chat_completions import chat_completion
+from tinker_serve.routes.generation import (
+    check_length,
+    completion_logprobs,
+    completion_prompts,
+    failed,
+    generate,
+    sampling_params,
+    sse,
+)
+from tinker_serve.routes.responses_api import responses_router
 from tinker_serve.served import ServedModels
 
 logger = logging.getLogger(__name__)

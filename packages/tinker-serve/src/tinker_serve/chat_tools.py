@@ -13,7 +13,7 @@ of ``<tool_response>`` blocks (the renderer's fallback). ``tool_choice``: ``"aut
 default when tools are given) parses calls; ``"none"`` renders and parses no tools (the request
 is answered as if it gave none; earlier calls and results in ``messages`` are still rendered);
 ``"required"`` and a named function (:func:`forced_tools`) constrain the answer to calls of the
-tools / of that tool in the default format (:mod:`.constrained`); a named function that is not in
+tools / of that tool in the default format (:mod:`.routes.constrained`); a named function that is not in
 ``tools`` is a 400.
 
 Out: the completion is parsed by :func:`tinker_core.tools.parse_tool_calls` against the request's

@@ -4,7 +4,7 @@ Requests are pydantic models; fields OpenAI defines that change nothing here (``
 accepted and ignored, fields that would change the answer and are not implemented (``logit_bias``,
 ``functions``, ``suffix``) are refused with a 400 naming the field. ``frequency_penalty`` and
 ``presence_penalty`` (-2..2) are OpenAI's (:mod:`tinker_algos.sampling.logits_adjust`); chat's
-``response_format`` is enforced by constrained decoding (:mod:`.constrained`). Chat ``tools``, ``tool_choice`` and tool messages: :mod:`.chat_tools`. Every error is ``{"error": {"message", "type", "param", "code"}}``
+``response_format`` is enforced by constrained decoding (:mod:`.routes.constrained`). Chat ``tools``, ``tool_choice`` and tool messages: :mod:`.chat_tools`. Every error is ``{"error": {"message", "type", "param", "code"}}``
 (:class:`APIError`).
 """
 
@@ -116,7 +116,7 @@ class ChatRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     tools: list[Any] | None = None  # OpenAI function tools, checked in :mod:`.chat_tools`
     tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None  # text, json_object or json_schema: :mod:`.constrained`
+    response_format: dict[str, Any] | None = None  # text, json_object or json_schema: :mod:`.routes.constrained`
     parallel_tool_calls: bool | None = None  # false: a forced or JSON-constrained answer holds one call at most
 
 

@@ -5,9 +5,9 @@ policy by pointing its ``base_url`` at this proxy (``agent/program-v0`` jobs:
 :mod:`tinker_algos.rollout.agent_program`). Routes: ``POST /v1/chat/completions`` (``tools`` and
 ``tool_calls`` as in :mod:`.chat_tools`; ``stream: true`` answers server-sent events),
 ``POST /v1/completions`` (one prompt: text or token ids; streamed too), ``POST /v1/responses``
-(the Responses API, answered as a chat call: :mod:`.responses_api`), ``GET /v1/models`` and
+(the Responses API, answered as a chat call: :mod:`.routes.responses_api`), ``GET /v1/models`` and
 ``GET /health``. ``response_format`` and ``tool_choice`` ``"required"`` / a named function
-constrain the sample (:mod:`.constrained`): the recorded logprobs are then under the masked
+constrain the sample (:mod:`.routes.constrained`): the recorded logprobs are then under the masked
 distribution the tokens were drawn from.
 
 **Which episode.** :meth:`RolloutProxy.open_episode` gives each episode a key of its own: 32
@@ -76,11 +76,8 @@ from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.http_limits import BodyGuard, HttpLimits, serve_in_thread, uvicorn_config
 from tinker_core.seeding import derive_seed
 from tinker_serve.app import MAX_REQUEST_BYTES, install_error_handlers, refused
-from tinker_serve.chat_completions import constrain
 from tinker_serve.chat_tools import forced_tools, request_messages, tool_message_fields
-from tinker_serve.constrained import response_format_schema
 from tinker_serve.engine import Engine
-from tinker_serve.generation import check_chars, completion_prompts, failed, generate, sse
 from tinker_serve.protocol import (
     APIError,
     ChatMessage,
@@ -90,7 +87,10 @@ from tinker_serve.protocol import (
     finish_reason,
     usage,
 )
-from tinker_serve.responses_api import responses_router
+from tinker_serve.routes.chat_completions import constrain
+from tinker_serve.routes.constrained import response_format_schema
+from tinker_serve.routes.generation import check_chars, completion_prompts, failed, generate, sse
+from tinker_serve.routes.responses_api import responses_router
 from tinker_serve.served import prompt_char_bound
 
 EPISODE_HEADER = "x-opentinker-episode"

@@ -1,8 +1,8 @@
 """From an OpenAI request to the engine and back: prompts, sampling parameters, the context
 checks, the event stream of a generation, server-sent events and logprobs in OpenAI's shapes.
 
-Shared by ``opentinker serve``'s routes (:mod:`.app`, :mod:`.chat_completions`) and the rollout
-proxy (:mod:`.proxy`).
+Shared by ``opentinker serve``'s routes (:mod:`..app`, :mod:`.chat_completions`) and the rollout
+proxy (:mod:`..proxy`).
 """
 
 from __future__ import annotations
