@@ -129,6 +129,7 @@ def test_what_responses_does_not_do_is_a_400_naming_the_field(serve_url):
         ({"input": [{"type": "message", "role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
          "input.0.content.0.type"),
         ({"input": [{"type": "computer_call"}]}, "input.0.type"),
+        ({"input": [{"role": "user", "content": "hi"}] * 1025}, "input"),
         ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object", "if": {}}}}},
          "response_format.json_schema.schema"),
         ({"tool_choice": {"type": "function", "name": "nope"}, "tools": [
@@ -137,7 +138,7 @@ def test_what_responses_does_not_do_is_a_400_naming_the_field(serve_url):
     with httpx.Client(headers={"Authorization": "Bearer sk-agents"}, timeout=60) as http:
         for extra, param in cases:
             r = http.post(serve_url + "/responses", json={**base, **extra})
-            assert r.status_code == 400 and r.json()["error"]["param"] == param, (extra, r.text)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, (str(extra)[:200], r.text[:300])
         schema = {**Answer.model_json_schema(), "additionalProperties": False}
         ok = http.post(serve_url + "/responses", json={**base, "instructions": "Be brief.", "max_output_tokens": 40, "temperature": 0,
                                                        "text": {"format": {"type": "json_schema", "name": "a", "schema": schema}}}).json()

@@ -135,6 +135,21 @@ def test_what_cannot_be_enforced_is_a_400_naming_the_field(tiny, extra, param, s
     assert err["param"] == param and says in err["message"], err
 
 
+def test_the_callable_tools_together_are_one_bounded_schema():
+    """20 tools of 2,000 characters each: each is within bounds, together they are not (a 400
+    naming ``tools``; the tiny model's context refuses such a prompt first, so this is checked
+    on the grammar builder itself)."""
+    from tinker_serve.protocol import APIError
+    from tinker_serve.routes.constrained import chat_grammar
+
+    tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {
+        "type": "object", "properties": {"x": {"type": "string", "description": "d" * 2000}}}}} for i in range(20)]
+    assert chat_grammar(None, tools[:1], tools[:1]) is not None
+    with pytest.raises(APIError) as e:
+        chat_grammar(None, tools, tools)
+    assert e.value.param == "tools" and "characters" in e.value.message
+
+
 def test_the_engine_applies_the_penalties_as_the_sampler_does(tiny):
     """Greedy with penalties through the server = the sampler's tokens (whose penalties are checked
     against an independent oracle in tinker-algos' test_logits_adjust)."""

@@ -42,7 +42,7 @@ it has seen from the history it sends back, or refuses it after a handoff) and t
 same seed.
 
 **Sampling.** The job decides how the policy samples: temperature, top-p and top-k come from the
-job (the request's are ignored, so the recorded logprobs are the behaviour policy the loss
+job (the request's are ignored, and so are its penalties, so the recorded logprobs are the behaviour policy the loss
 expects); a call samples at most the job's ``rollout.max_new_tokens`` (fewer when the request's
 ``max_tokens`` asks); stop strings are the request's. ``n`` must be 1. The ``model`` name is not
 checked. A streamed answer arrives when its sample is complete (one content, tool-call or text

@@ -17,7 +17,8 @@ ends where the JSON (or the last tool call) ends.
 * ``tool_choice: "auto"`` with tools *and* a ``response_format`` JSON: either tool calls or the JSON.
 
 Tenant input is bounded before any compiling: a schema of more than :data:`MAX_SCHEMA_CHARS`
-characters of JSON or deeper than :data:`MAX_SCHEMA_DEPTH` levels is a 400 naming its field, and
+characters of JSON or deeper than :data:`MAX_SCHEMA_DEPTH` levels (the callable tools' calls
+together count as one schema) is a 400 naming its field, and
 so is a schema llguidance does not implement (its message names the keyword, e.g. ``if``) or
 one whose grammar passes the parser limits. Whitespace between JSON tokens is not free (compact
 JSON): a model cannot pad an answer with blanks until ``max_tokens``.
@@ -122,7 +123,8 @@ def chat_grammar(
     alternatives: list[str] = []
     if callable_tools:
         calls = [_call_schema(t, "tools") for t in callable_tools]
-        body = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        body = checked_schema(calls[0] if len(calls) == 1 else {"anyOf": calls}, "tools")  # all tools together: bounded
+        body.pop("x-guidance")
         rules.append(f"call: {_lark_string(TOOL_CALL_OPEN + chr(10))} call_body {_lark_string(chr(10) + TOOL_CALL_CLOSE)}")
         rules.append(f"call_body: %json {json.dumps({**body, 'x-guidance': _JSON_OPTIONS})}")
         alternatives.append('call ("\\n" call)*' if several else "call")
