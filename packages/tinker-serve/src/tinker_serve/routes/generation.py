@@ -1,8 +1,8 @@
 """From an OpenAI request to the engine and back: prompts, sampling parameters, the context
 checks, the event stream of a generation, server-sent events and logprobs in OpenAI's shapes.
 
-Shared by ``opentinker serve``'s routes (:mod:`..app`, :mod:`.chat_completions`) and the rollout
-proxy (:mod:`..proxy`).
+Shared by ``opentinker serve``'s routes (:mod:`tinker_serve.app`, :mod:`tinker_serve.routes.chat_completions`) and the rollout
+proxy (:mod:`tinker_serve.proxy`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def completion_prompts(served: ServedModels, prompt: str | list[str] | list[int]
 
 def sampling_params(body: CompletionRequest | ChatRequest, max_tokens: int) -> SamplingParams:
     """The engine's :class:`SamplingParams` of a request (penalties included; a chat request's
-    grammar is added by :mod:`.chat_completions`)."""
+    grammar is added by :mod:`tinker_serve.routes.chat_completions`)."""
     return SamplingParams(
         max_new_tokens=max_tokens,
         temperature=1.0 if body.temperature is None else body.temperature,
