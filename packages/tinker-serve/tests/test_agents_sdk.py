@@ -2,7 +2,8 @@
 its default provider) runs agent episodes against ``opentinker serve`` and the rollout proxy,
 offline (tracing off, the client pointed at localhost): a plain answer, and a function tool
 round trip (``tool_choice: "required"`` makes the tiny model call the tool through constrained
-decoding; the SDK runs it, sends its output back, and the next turn answers in text).
+decoding; the SDK runs it and sends its output back, and the next turn, offered no tool, answers
+with the structured output).
 ``/v1/responses``' translation is checked on the wire shapes too."""
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Answer(BaseModel):
     answer: int = Field(ge=0, le=99)
 
 
-@function_tool
+@function_tool(is_enabled=lambda ctx, agent: not ADDED)  # offered until it has run once: the next turn answers
 def add(a: Annotated[int, Field(ge=0, le=9)], b: Annotated[int, Field(ge=0, le=9)]) -> int:
     """Add two numbers."""
     ADDED.append((a, b))
@@ -114,8 +115,11 @@ def test_the_rollout_proxy_records_an_agents_episode(policy):
         calls = proxy.close_episode("ep-agents")
     assert len(calls) == 2 and calls[0].finish_reason == "tool_calls" and len(ADDED) == 1
     assert isinstance(result.final_output, Answer) and Answer.model_validate_json(calls[1].text) == result.final_output
-    # the second call's prompt holds the first call's sampled tokens: one trajectory
-    assert list(calls[1].prompt_ids[: len(calls[0].prompt_ids)]) == list(calls[0].prompt_ids)
+    # the second call's prompt holds the first call and the tool's output (offered no tool, it
+    # renders afresh: a new segment of the episode's trajectory, tinker_algos.rollout.agent_calls)
+    a, b = ADDED[0]
+    second = policy.tokenizer.decode(list(calls[1].prompt_ids))
+    assert '"name": "add"' in second and f'"a": {a}' in second and str(a + b) in second.split('"add"')[-1]
 
 
 def test_what_responses_does_not_do_is_a_400_naming_the_field(serve_url):

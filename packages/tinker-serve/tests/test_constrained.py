@@ -22,7 +22,8 @@ SCHEMA = {
         "unit": {"enum": ["cm", "kg", "s"]},
         "note": {"type": "string", "maxLength": 6},
         "flags": {"type": "array", "items": {"type": "boolean"}, "maxItems": 3},
-        "where": {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"], "additionalProperties": False},
+        "where": {"type": "object", "properties": {"x": {"type": "integer", "minimum": -5, "maximum": 5}}, "required": ["x"],
+                  "additionalProperties": False},
     },
     "required": ["answer", "unit", "note", "flags", "where"],
     "additionalProperties": False,
@@ -50,7 +51,7 @@ def tiny(tiny_dir, helpers):
 def test_a_json_schema_answer_parses_and_validates(tiny, seed):
     client, _ = tiny
     r = client.chat.completions.create(
-        model="tiny", messages=MESSAGES, seed=seed, temperature=1.0, n=2, max_tokens=200,
+        model="tiny", messages=MESSAGES, seed=seed, temperature=1.0, n=2, max_tokens=600,
         response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}},
     )
     for choice in r.choices:
@@ -61,7 +62,7 @@ def test_a_json_schema_answer_parses_and_validates(tiny, seed):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_json_mode_answers_a_json_object(tiny, seed):
     client, _ = tiny
-    r = client.chat.completions.create(model="tiny", messages=MESSAGES, seed=seed, max_tokens=300, temperature=0.7,
+    r = client.chat.completions.create(model="tiny", messages=MESSAGES, seed=seed, max_tokens=900, temperature=0.7,
                                        response_format={"type": "json_object"})
     choice = r.choices[0]
     assert choice.finish_reason == "stop", choice.message.content
@@ -72,7 +73,7 @@ def test_json_mode_answers_a_json_object(tiny, seed):
 def test_tool_choice_required_answers_valid_calls(tiny, seed):
     client, _ = tiny
     r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "2+2?"}], tools=[CALCULATOR, WEATHER],
-                                       tool_choice="required", seed=seed, max_tokens=180)
+                                       tool_choice="required", parallel_tool_calls=False, seed=seed, max_tokens=180)
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls", choice.message.content
     by_name = {t["function"]["name"]: t["function"]["parameters"] for t in (CALCULATOR, WEATHER)}
@@ -84,7 +85,8 @@ def test_tool_choice_required_answers_valid_calls(tiny, seed):
 def test_a_named_tool_choice_calls_that_tool(tiny, seed):
     client, _ = tiny
     r = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Weather?"}], tools=[CALCULATOR, WEATHER],
-                                       tool_choice={"type": "function", "function": {"name": "wx"}}, seed=seed, max_tokens=180)
+                                       tool_choice={"type": "function", "function": {"name": "wx"}}, parallel_tool_calls=False,
+                                       seed=seed, max_tokens=180)
     calls = r.choices[0].message.tool_calls
     assert r.choices[0].finish_reason == "tool_calls" and calls and {c.function.name for c in calls} == {"wx"}
     for call in calls:
@@ -93,7 +95,7 @@ def test_a_named_tool_choice_calls_that_tool(tiny, seed):
 
 def test_streamed_json_is_the_same_answer(tiny):
     client, _ = tiny
-    kwargs = dict(model="tiny", messages=MESSAGES, seed=5, max_tokens=200,
+    kwargs = dict(model="tiny", messages=MESSAGES, seed=5, max_tokens=600,
                   response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}})
     whole = client.chat.completions.create(**kwargs).choices[0].message.content
     streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(**kwargs, stream=True) if c.choices)
