@@ -89,7 +89,7 @@ class ModelConfig(_Model):
         description=(
             "CPU threads torch uses for this job's model (intra-op); None keeps torch's default, one per core. "
             "On a machine other busy processes share, fewer threads than cores (1 on 2 cores) keeps a step "
-            "from slowing several-fold (docs/performance.md, 'Threads on a shared machine'); the same "
+            "from slowing several-fold (docs/explanation/experiments/sampler.md, 'Threads on a shared machine'); the same "
             "count gives the same metrics. Ignored for jobs on a scheduler's shared model host (the host's own setting)."
         ),
     )
@@ -337,7 +337,7 @@ Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
 TRACKERS: dict[str, tuple[str, str]] = {
     "tensorboard": ("tensorboard", "tinker-algos[tensorboard]"),
     "wandb": ("wandb", "tinker-algos[wandb]"),
-    "mlflow": ("mlflow", "mlflow"),  # no extra: MLflow's stubs need protobuf < 7, tinker-core needs 7
+    "mlflow": ("mlflow", "tinker-algos[mlflow]"),  # mlflow-skinny >= 3.17.2 (imports with protobuf 7)
     "trackio": ("trackio", "tinker-algos[trackio]"),
 }
 """``logging.report_to`` names -> (the module it imports, what to ``pip install`` for it)."""
