@@ -63,6 +63,12 @@ from tinker_algos.sampling.decode_rows import (
     stop_enders,
 )
 from tinker_algos.sampling.kv_reserve import reserve
+from tinker_algos.sampling.logits_adjust import (
+    LogitsProcessorFactory,
+    adjust_logits,
+    adjusts,
+    check_penalty,
+)
 from tinker_algos.sampling.samples import SampledSequence as SampledSequence
 from tinker_algos.sampling.samples import StopReason as StopReason
 from tinker_algos.sampling.samples import logprob_agreement as logprob_agreement
@@ -101,6 +107,9 @@ class SamplingParams:
     stop_at_eos: bool = True
     eos_token_ids: Sequence[int] = ()  # more end-of-turn ids (e.g. a custom chat template's), reason "eos"
     seed: int | None = None
+    frequency_penalty: float = 0.0  # OpenAI's, in [-2, 2]: :mod:`tinker_algos.sampling.logits_adjust`
+    presence_penalty: float = 0.0
+    logits_processors: Sequence[LogitsProcessorFactory] = ()  # one processor per row each (a grammar's mask)
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:
@@ -117,6 +126,8 @@ class SamplingParams:
             raise TypeError("SamplingParams.stop is a list of strings; wrap a single one: stop=[...]")
         if any(not s for s in self.stop):
             raise ValueError("SamplingParams.stop contains an empty string")
+        check_penalty("frequency_penalty", self.frequency_penalty)
+        check_penalty("presence_penalty", self.presence_penalty)
 
 
 def _resolve_prompts(policy: PolicyModel, prompts: Sequence[Prompt] | Prompt, chat: bool | None) -> list[list[int]]:
@@ -330,7 +341,9 @@ class _DecodeLoop:
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(int(params.seed))
         self.eos = eos_token_ids(self.tok, policy.base_model, params.eos_token_ids) if params.stop_at_eos else set()
-        self.plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
+        self.adjusted = adjusts(params)  # penalties or processors: drawn from adjusted logits
+        self.processors_B = [[f() for f in params.logits_processors] for _ in range(B)]
+        self.plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0 and not self.adjusted
         self.stops = tuple(params.stop)
         self.window = max((len(s) for s in self.stops), default=0) + 8  # tokens decoded per stop check
         self.cache_kw = {cache_kwarg(self.module): cache} if use_cache else {}
@@ -378,8 +391,17 @@ class _DecodeLoop:
             return logits_B_V
         return self.forward(self.P if step == 0 else col - 1, col)
 
-    def choose(self, logits_B_V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(next_B, logprobs_B, raw_logprobs_B)``: one token per row, drawn as ``params`` say."""
+    def choose(self, logits_B_V: torch.Tensor, step: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(next_B, logprobs_B, raw_logprobs_B)``: one token per row, drawn as ``params`` say
+        (after penalties and processors, :mod:`tinker_algos.sampling.logits_adjust`)."""
+        if self.adjusted:
+            generated_B = self.gen_B_N[:, :step].tolist()
+            drawn_B_V = adjust_logits(
+                logits_B_V, generated_B, frequency_penalty=self.params.frequency_penalty,
+                presence_penalty=self.params.presence_penalty, processors_B=self.processors_B,
+            )
+            next_B, lp_B = choose_tokens(drawn_B_V, self.params, self.generator)
+            return next_B, lp_B, torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
         if self.plain:  # the sampled distribution is the raw one: one log_softmax
             raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
             next_B = draw(raw_B_V, self.generator)
@@ -394,7 +416,7 @@ class _DecodeLoop:
         if self.code_V is None:
             self.code_V = reason_codes(logits_B_V.shape[-1], self.eos, self.params.stop_token_ids, self.spec.device)
             self.can_end_V = stop_enders(self.tok, self.stops, logits_B_V.shape[-1], self.spec.device) if self.stops else None
-        next_B, lp_B, raw_B = self.choose(logits_B_V)
+        next_B, lp_B, raw_B = self.choose(logits_B_V, step)
         live_B = ~self.done_B
         next_B = torch.where(self.done_B, self.pad, next_B)
         self.gen_B_N[:, step], self.lp_B_N[:, step], self.raw_B_N[:, step] = next_B, lp_B, raw_B
