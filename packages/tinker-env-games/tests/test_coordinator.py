@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-import tinker_core.coordinator
 from tinker_core import (
     Coordinator,
     EpisodeResult,
