@@ -13,15 +13,29 @@ against both -- and ``resume``. The newest two adapter directories are kept.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tinker_algos.distributed.rollout_worker import probe_logprobs
 from tinker_algos.distributed.rollouts import probe_tokens
 from tinker_core.engines import EngineError, WeightUpdate, tree_sha256
 
 KEEP = 2
+
+
+def version_probe(tokenizer: Any, version: int) -> np.ndarray:
+    """The probe batch of a sync: the distributed check's two fixed rows and one row of its own
+    version (the probe text rotated by ``2 + version`` tokens, cycling), which no cache of the
+    engine's server can have seen at an earlier version -- so a stale prefix cache shows as old
+    rows that disagree while the new one agrees."""
+    fixed = probe_tokens(tokenizer)
+    ids = fixed[0].tolist()
+    shift = 2 + version % max(len(ids) - 2, 1)
+    return np.concatenate([fixed, np.asarray([ids[shift:] + ids[:shift]], dtype=fixed.dtype)])
 
 
 def sync_engine(engine: Any, policy: Any, adapter: str | None, version: int, run_dir: str | Path) -> None:
@@ -47,7 +61,7 @@ def sync_engine(engine: Any, policy: Any, adapter: str | None, version: int, run
         shutil.rmtree(target)
     root.mkdir(parents=True, exist_ok=True)
     save_adapter(policy, adapter, target)
-    tokens = probe_tokens(policy.tokenizer)
+    tokens = version_probe(policy.tokenizer, version)
     probe = probe_logprobs(policy, adapter, tokens)
     update = WeightUpdate(
         version, "adapter", sha256=tree_sha256(target), path=str(target.resolve()),
@@ -61,7 +75,10 @@ def sync_engine(engine: Any, policy: Any, adapter: str | None, version: int, run
         engine.start_weight_update(version)
         engine.update_weights(update)
         engine.finish_weight_update(version)
-    finally:
-        engine.resume()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the update's error is the one to report
+            engine.resume()
+        raise
+    engine.resume()
     for old in sorted(p for p in root.iterdir() if p.name.startswith("v-"))[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
