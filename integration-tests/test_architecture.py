@@ -179,7 +179,7 @@ def test_every_listed_submodule_import_is_still_there() -> None:
 
 
 PACKAGES = ["tinker_core", "tinker_client", "tinker_algos", "tinker_scheduler",
-            "tinker_env_echo", "tinker_env_math", "tinker_env_games", "tinker_env_adapters"]
+            "tinker_env_echo", "tinker_env_math", "tinker_env_games", "tinker_env_adapters", "tinker_engine_vllm"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -42,7 +42,7 @@ checkpointed RNG state govern it).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +88,9 @@ from tinker_algos.sampling.turn_cache import (
 if TYPE_CHECKING:
     from tinker_core.env import TurnEnd
 
-TURN_END_OF: dict[str, TurnEnd] = {"eos": "end_of_turn", "stop_id": "end_of_turn", "stop_string": "stop_string", "length": "length"}
+TURN_END_OF: dict[str, TurnEnd] = {
+    "eos": "end_of_turn", "stop_id": "end_of_turn", "stop_string": "stop_string", "length": "length", "abort": "length",
+}
 """A sampler stop reason -> how the turn ended, as an env sees it (``Action.stop_reason``)."""
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 
@@ -165,6 +167,7 @@ def sample(
     turn_cache: TurnCache | None = None,
     cache_keys: Sequence[Hashable] | None = None,
     store_cache: bool = True,
+    on_step: Callable[[], bool] | None = None,
 ) -> list[list[SampledSequence]]:
     """Sample ``params.n`` continuations of each prompt; returns ``[prompt][sample]``.
 
@@ -180,6 +183,8 @@ def sample(
             entry holds the KV of its prompt and sample (all but the last token).
         store_cache: False when no prompt will be continued (an episode's last turn): the
             entries are read but not stored back (each key's entry is dropped instead).
+        on_step: called after each decode step but the last (a rollout engine's pause gate); True
+            ends the call: running rows keep their tokens, stop with ``"abort"``, drop their cache.
     """
     params = params or SamplingParams()
     params.validate()
@@ -205,7 +210,8 @@ def sample(
         was_training = policy.module.training
         policy.module.eval()
         try:
-            gen = _decode(policy, ids_rows, params, use_cache=use_cache, turn_cache=turn_cache, cache_keys=cache_keys, store_cache=store_cache)
+            gen = _decode(policy, ids_rows, params, use_cache=use_cache, turn_cache=turn_cache, cache_keys=cache_keys,
+                          store_cache=store_cache, on_step=on_step)
         finally:
             policy.module.train(was_training)
     tokens, lps, raws, reasons = gen
@@ -245,6 +251,7 @@ def _decode(
     turn_cache: TurnCache | None = None,
     cache_keys: Sequence[Hashable] | None = None,
     store_cache: bool = True,
+    on_step: Callable[[], bool] | None = None,
 ) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
     """The decode loop. Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
 
@@ -266,16 +273,22 @@ def _decode(
     if turn_cache is not None and cache_keys is not None and use_cache:
         prefixes = [turn_cache.lookup(k, ids) for k, ids in zip(cache_keys, ids_rows, strict=True)]
     loop = _DecodeLoop(policy, ids_rows, params, use_cache=use_cache, prefixes=prefixes)
-    steps = loop.N
+    steps, aborted = loop.N, False
     for step in range(loop.N):
         loop.step(step)
         if step + 1 < loop.N:
             if bool(loop.done_B.all()):
                 steps = step + 1
                 break
+            if on_step is not None and on_step():
+                steps, aborted = step + 1, True
+                break
             loop.tokens_B_T[:, loop.P + loop.S + step] = loop.gen_B_N[:, step]
     result = loop.result(steps)
-    if turn_cache is not None and cache_keys is not None and not store_cache:
+    if aborted:  # the rows still running end here
+        done = loop.done_B.tolist()
+        result = (*result[:3], [r if d else "abort" for r, d in zip(result[3], done, strict=True)])
+    if turn_cache is not None and cache_keys is not None and (aborted or not store_cache):
         for key in cache_keys:
             turn_cache.drop(key)
     elif turn_cache is not None and cache_keys is not None:

@@ -296,6 +296,16 @@ class RolloutConfig(_Model):
         description="Keep each episode's KV cache from one turn to the next, so a turn prefills only the tokens added "
         "since (single-agent rollouts and evaluation); false prefills the whole conversation every turn (for comparison).",
     )
+    engine: str = Field(
+        "hf",
+        description="The rollout engine that samples episodes: hf (the in-process sampler, the default), vllm (a vLLM "
+        "server over HTTP; pip install tinker-engine-vllm) or a plugin's (opentinker plugins lists them).",
+    )
+    engine_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options the engine reads, checked when it starts (vllm: url, timeout_s, probe_tolerance; see the "
+        "rollout engines guide). hf takes none.",
+    )
     max_staleness: int = Field(
         0, ge=0, le=8,
         description="Updates a batch may lag behind the policy: k > 0 samples step s + k's episodes while step s trains "
