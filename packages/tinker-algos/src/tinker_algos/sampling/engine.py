@@ -68,7 +68,8 @@ class HFEngine:
         """:func:`sample` of the token ``prompts`` (``[prompt][sample]``), through the pause gate."""
         kwargs = {k: v for k, v in hints.items() if k in _HINTS}
         if not isinstance(params, SamplingParams):
-            params = SamplingParams(**{f: getattr(params, f) for f in SamplingParams.__dataclass_fields__})
+            # the fields the plain params have (tinker_core.engines.GenerationParams); the rest keep their defaults
+            params = SamplingParams(**{f: getattr(params, f) for f in SamplingParams.__dataclass_fields__ if hasattr(params, f)})
         self._enter()
         try:
             return sample(
