@@ -23,7 +23,7 @@ from tinker_core.engines import (
     tree_sha256,
 )
 from tinker_core.testing import StepHold, check_rollout_engine
-from tinker_engine_vllm.engine import VLLMEngine, VLLMOptions
+from tinker_engine_vllm.engine import ALLOWED_URLS_ENV, VLLMEngine, VLLMOptions
 
 
 def learn(policy: Any, step: int) -> None:
@@ -181,6 +181,20 @@ def test_full_weights_and_bad_options_are_refused_with_the_fix() -> None:
 
     with pytest.raises(EngineError, match=r"rollout.engine_options.ulr: Extra inputs are not permitted; the vllm engine takes url, model"):
         VLLMEngine.from_context(EngineContext(job=None, options={"ulr": "http://x"}))
+
+
+def test_on_a_scheduler_only_the_urls_its_operator_lists_are_used(monkeypatch) -> None:
+    from tinker_core.import_policy import ImportPolicy, enforced
+
+    monkeypatch.delenv(ALLOWED_URLS_ENV, raising=False)
+    VLLMEngine(VLLMOptions(url="http://10.0.0.7:8000"))  # the user's own machine: any server
+    with enforced(ImportPolicy(())):  # what a scheduler's worker holds while it runs a tenant's job
+        with pytest.raises(EngineError, match=r"rollout.engine_options.url: 'http://10.0.0.7:8000' is not a vLLM server .* OPENTINKER_VLLM_URLS .* \(none is listed\)"):
+            VLLMEngine(VLLMOptions(url="http://10.0.0.7:8000"))
+        monkeypatch.setenv(ALLOWED_URLS_ENV, "http://vllm-a:8000/, http://vllm-b:8000")
+        VLLMEngine(VLLMOptions(url="http://vllm-a:8000"))
+        with pytest.raises(EngineError, match=r"allowed: http://vllm-a:8000, http://vllm-b:8000"):
+            VLLMEngine(VLLMOptions(url="http://169.254.169.254"))
 
 
 def test_no_server_is_one_line_saying_what_to_start() -> None:

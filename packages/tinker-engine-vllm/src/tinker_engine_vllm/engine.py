@@ -34,6 +34,7 @@ supported: a job that uses this engine trains a LoRA adapter.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections import Counter
@@ -59,6 +60,7 @@ from tinker_core.engines import (
     tree_sha256,
     verify_sync,
 )
+from tinker_core.import_policy import policy_enforced
 
 __all__ = ["VLLMEngine", "VLLMOptions"]
 
@@ -81,12 +83,33 @@ class VLLMOptions(BaseModel):
     probe_tolerance: float = Field(0.05, ge=0, description="Mean absolute probe logprob gap (nats per token) allowed after a sync.")
 
 
+ALLOWED_URLS_ENV = "OPENTINKER_VLLM_URLS"
+"""The vLLM servers a scheduler's jobs may use (comma-separated base URLs), set by its operator."""
+
+
+def check_url(url: str) -> None:
+    """Refuse ``url`` in a scheduler's job unless the operator listed it in
+    :data:`ALLOWED_URLS_ENV`: a tenant's config must not make the scheduler's hosts send requests
+    (and adapter paths) to an address of the tenant's choosing. ``opentinker train`` on the
+    user's own machine (no scheduler policy enforced) uses any URL."""
+    if not policy_enforced():
+        return
+    allowed = {u.strip().rstrip("/") for u in os.environ.get(ALLOWED_URLS_ENV, "").split(",") if u.strip()}
+    if url.rstrip("/") not in allowed:
+        raise EngineError(
+            f"rollout.engine_options.url: {url!r} is not a vLLM server this scheduler's operator allows; "
+            f"the operator lists them in {ALLOWED_URLS_ENV} (comma-separated) where the scheduler runs"
+            + (f" (allowed: {', '.join(sorted(allowed))})" if allowed else " (none is listed)")
+        )
+
+
 class VLLMEngine:
     """A vLLM server as a rollout engine (see the module docstring)."""
 
     name = "vllm"
 
     def __init__(self, options: VLLMOptions, *, job_name: str = "job", transport: httpx.BaseTransport | None = None) -> None:
+        check_url(options.url)
         self.options = options
         self.url = options.url.rstrip("/")
         self.job = re.sub(r"[^A-Za-z0-9_-]+", "-", job_name).strip("-") or "job"
