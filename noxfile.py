@@ -49,6 +49,12 @@ DEBIAN_PACKAGES = {
 }
 
 
+# The packages whose tests run on two pytest-xdist workers (a file per worker: its module fixtures
+# are shared): their tests spend much of their time in subprocesses, Ray actors and waits, so two
+# side by side on two cores take well under the time of one after the other.
+TWO_WORKERS = {"tinker-algos", "tinker-scheduler"}
+
+
 def system_packages(session: nox.Session, packages: list[str]) -> None:
     """Install the Debian ``packages`` this session's tests need, or fail now naming the command."""
     try:
@@ -72,7 +78,8 @@ def tests(session: nox.Session, package: str) -> None:
     """One package's tests with only that package and its dependencies installed."""
     system_packages(session, DEBIAN_PACKAGES.get(package, []))
     sync(session, "--package", package)
-    session.run("pytest", f"packages/{package}/tests", "-q", "--durations=10", *session.posargs, env=TEST_ENV)
+    workers = ["-n", "2", "--dist", "loadfile"] if package in TWO_WORKERS else []
+    session.run("pytest", f"packages/{package}/tests", "-q", "--durations=10", *workers, *session.posargs, env=TEST_ENV)
 
 
 @nox.session

@@ -337,7 +337,7 @@ def fmt(value: Any) -> str:
 
 
 def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Print (and return) a Markdown table, ready to paste into docs/performance.md."""
+    """Print (and return) a Markdown table, ready to paste into a page of docs/explanation/experiments/."""
     cells = [[fmt(v) for v in row] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) if cells else len(c) for i, c in enumerate(columns)]
     lines = [

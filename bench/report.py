@@ -1,4 +1,4 @@
-"""Print the tables of docs/performance.md from bench/results/*.json (Markdown, to paste).
+"""Print the tables of docs/explanation/experiments/engine.md from bench/results/*.json (Markdown, to paste).
 
     uv run --no-sync python bench/report.py [--results DIR]
 

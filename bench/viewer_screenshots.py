@@ -13,6 +13,8 @@ Not a benchmark (the nox bench session runs ``bench_*.py`` only).
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -39,7 +41,7 @@ def main() -> None:
         dirs = [demo, other] + ([ns.real] if ns.real else [])
         with running(dirs) as url, sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            page = browser.new_page(viewport={"width": 1280, "height": 860})
+            page = browser.new_page(viewport={"width": 1280, "height": 860}, bypass_csp=True)  # wait_for_function evaluates strings
             page.goto(url)
             page.wait_for_selector("body[data-ready='1']")
             page.select_option("#metric", "env/reward_mean")
@@ -64,6 +66,42 @@ def main() -> None:
                 page.wait_for_selector("#checkpoint-table")
                 shot(page, ns.out / "checkpoints.png")
             browser.close()
+        lineage_shot(Path(tmp), ns.out)
+
+
+class _ForkedFaster(SampleRun):
+    """A fork at ``at`` whose setting change makes it learn faster from there on."""
+
+    at = 150
+
+    def skill(self, step: int) -> float:
+        base = super().skill(step)
+        return base if step <= self.at else min(0.97, base + 0.15 * (1 - math.exp(-(step - self.at) / 60)))
+
+
+def lineage_shot(tmp: Path, out: Path) -> None:
+    """lineage.png: a run and its fork at step 150 (the same seed, so equal up to there) with a
+    live change at step 220, shown with only the fork ticked: the parent comes dashed beneath it."""
+    parent = SampleRun(tmp / "arithmetic", seed=4).write(300).path
+    fork = _ForkedFaster(tmp / "arithmetic-fork-150", seed=4).write(300).path
+    (fork / "lineage.json").write_text(json.dumps({
+        "parent": {"run_dir": str(parent), "step": 150, "checkpoint": str(parent / "checkpoints/step-000150")},
+        "overrides": ["stages.0.optimizer.lr=2e-3"], "created_unix": 0.0}))
+    rows = [json.loads(line) for line in (fork / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        if row["step"] == 220:
+            row["live/stages.0.rollout.temperature"] = 0.7
+    (fork / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with running([parent, fork]) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 620})
+        page.goto(url)
+        page.wait_for_selector("body[data-ready='1']")
+        page.select_option("#metric", "eval/accuracy")
+        page.uncheck("#runs input[aria-label='show arithmetic']")
+        page.wait_for_selector("#chart path.parent")
+        shot(page, out / "lineage.png")
+        browser.close()
 
 
 def shot(page, path: Path) -> None:

@@ -6,7 +6,7 @@ and otherwise a random free one. A move that is usually the last number of the o
 learns to reply with a legal cell from these in a few hundred steps; on games between two
 uniformly random players (``python -m tinker_env_games.scripted_sft ... --players random
 random``) it learned the reply format (a digit and a newline) but not legality in 160 steps of
-64 (docs/performance.md, "Multi-agent learning (issue 28)"). The records have the form of
+64 (docs/explanation/experiments/multi-agent.md). The records have the form of
 ``tinker_env_games.scripted_sft`` (``prompt``: the role's trajectory so far, ``completion``: the
 move and "\\n")::
 

@@ -2,8 +2,8 @@
 
 ``examples/arithmetic.yaml`` as written (an SFT warm start: 100 steps on 1- and 2-digit operands,
 then 2-digit sums until 30% held-out; then 100 GRPO steps), run embedded for seeds 0-2 at the
-thread count torch picks. Measured on this kind of machine at 2 threads (docs/performance.md,
-"Learning results"), they end at 59.2 / 80.0 / 74.2% held-out accuracy with GRPO adding 27.0 /
+thread count torch picks. Measured on this kind of machine at 2 threads (docs/explanation/
+experiments/main-job.md), they end at 59.2 / 80.0 / 74.2% held-out accuracy with GRPO adding 27.0 /
 40.2 / 38.4 points; the margins below sit well under the smallest of those, so a change that stops
 the job learning fails here.
 

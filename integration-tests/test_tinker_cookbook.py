@@ -5,6 +5,8 @@
 (a) ``tinker_sdk/sdk_roundtrip.py``: train, sample, save and restore a LoRA with its optimizer;
 (b) the cookbook's ``tinker_cookbook.recipes.math_rl.train`` with ``env=arithmetic``, two steps;
 (c) ``tinker_sdk/custom_loss.py``: ``forward_backward_custom`` with a loss written on the client;
+(c') ``tinker_sdk/cookbook_download.py``: the cookbook's ``weights.download`` of a saved state
+    (an age-encrypted export through signed URLs), loaded back with peft;
 (d) more recipes, each for two steps with the exact command of the guide's recipe table
     (``docs/guides/tinker-api.md``): ``chat_sl.train`` on the cookbook's own
     ``example_data/conversations.jsonl`` (supervised), ``preference.shorter.train`` (pairwise
@@ -107,6 +109,24 @@ def test_sdk_trains_samples_saves_and_restores_with_optimizer(sdk_python, gatewa
     assert out["loss_restored"] == pytest.approx(out["loss_before"], rel=1e-5)  # same weights
     a, b = out["loss_stepped"]  # the same Adam moments: the next identical step stays identical
     assert a == pytest.approx(b, rel=1e-5) and a < out["loss_before"]
+
+
+def test_cookbook_weights_download_gives_the_trained_adapter(sdk_python, gateway, tmp_path) -> None:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    out = last_json(run_sdk(sdk_python, gateway, str(HERE / "cookbook_download.py"), gateway["model"],
+                            str(tmp_path / "adapter"), cwd=tmp_path).stdout)
+    assert out["files"] == ["adapter_config.json", "adapter_model.safetensors"]
+    assert "external" not in out["checkpoint_types_left"]  # the temporary export was deleted
+    base = AutoModelForCausalLM.from_pretrained(gateway["model"])
+    model = PeftModel.from_pretrained(base, str(tmp_path / "adapter")).eval()
+    seq = out["seq"]
+    with torch.no_grad():
+        logits = model(torch.tensor([seq[:-1]])).logits[0].float()
+    logprobs = torch.log_softmax(logits, -1).gather(1, torch.tensor(seq[1:])[:, None])[:, 0].tolist()
+    assert logprobs == pytest.approx(out["logprobs"], abs=1e-4)  # the trained weights, exactly
 
 
 def test_cookbook_math_rl_arithmetic_runs_its_steps(sdk_python, gateway, tmp_path) -> None:

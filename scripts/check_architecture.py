@@ -47,6 +47,8 @@ ALLOWED: dict[str, set[str]] = {
     "tinker_algos": {"tinker_core"},
     "tinker_scheduler": {"tinker_core", "tinker_algos", "tinker_serve"},
     "tinker_serve": {"tinker_core", "tinker_algos"},
+    # rollout engines other than the built-in hf one: HTTP clients of their servers, on the contracts only
+    "tinker_engine_vllm": {"tinker_core"},
     **{env: {"tinker_core"} for env in ENVS},
     # the umbrella distribution's front-door API (opentinker.train, ...): the engine, loaded lazily
     "opentinker": {"tinker_core", "tinker_algos"},

@@ -139,6 +139,10 @@ class Context:
         self.fresh += 1
         return self.training.save_state(f"compat-delete-{self.fresh}").result().path
 
+    def external(self) -> str:
+        """External weights of its own (``save_weights_external``), for the calls that sign their URLs."""
+        return self.training.save_weights_external("compat-urls").result().path
+
     def new_session(self) -> Any:
         """A ServiceClient of its own with its session created (for ``close``)."""
         service = self.tinker.ServiceClient(base_url=self.url, api_key=self.key)
@@ -220,7 +224,7 @@ BUILDERS: dict[str, dict[str, Builder]] = {
         "get_audit_log": lambda c: (c.rest, (), {}),
         "get_billing_usage": lambda c: (c.rest, ("2026-01-01", "2026-01-02"), {}),
         "get_current_checkpoint_storage_usage": lambda c: (c.rest, (), {}),
-        "get_external_weights_urls": lambda c: (c.rest, (f"tinker://{c.model_id}/external_weights/compat",), {}),
+        "get_external_weights_urls": lambda c: (c.rest, (c.external(),), {}),
         "get_sampler": lambda c: (c.rest, (c.sampler._sampling_session_id,), {}),
         "get_server_capabilities": lambda c: (c.rest, (), {}),
         "get_session": lambda c: (c.rest, (c.session_id,), {}),

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tinker_algos.rollout.episodes as rollout_module
+import tinker_algos.sampling.engine as engine_module
 from tinker_algos.model.prompts import PromptRenderer, TemplateError, eos_token_ids
 from tinker_algos.model.tokenizer import build_char_tokenizer, load_tokenizer
 from tinker_algos.rollout.episodes import rollout
@@ -78,7 +78,7 @@ def test_a_rollout_samples_from_the_templated_prompt(chat_policy, algos_and_math
     env_factory = lambda: math_env("math/arithmetic-v0")  # noqa: E731
     obs = env_factory().reset(seed=11)[0]
     mp = pytest.MonkeyPatch()
-    mp.setattr(rollout_module, "sample", record)
+    mp.setattr(engine_module, "sample", record)
     try:
         res = rollout(chat_policy, env_factory, [11], SamplingParams(max_new_tokens=4, stop=(), seed=0))
     finally:
@@ -130,7 +130,7 @@ def test_multi_turn_calculator_training_tokens_are_exactly_the_sampled_tokens(to
     expr, answer = info["expression"], info["answer"]
     turns = [("<calc>1+1</calc>", False), (f"<calc>{expr}</calc>", True), (f"<answer>{answer}</answer>", True)]
     script = Scripted(tok, turns)
-    monkeypatch.setattr(rollout_module, "sample", script)
+    monkeypatch.setattr(engine_module, "sample", script)
     envs: list[Recording] = []
 
     def factory() -> Recording:
@@ -178,7 +178,7 @@ def test_sampled_multi_turn_episodes_train_on_the_sampled_tokens(chat_policy, al
         return out
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(rollout_module, "sample", record)
+    mp.setattr(engine_module, "sample", record)
     try:
         res = rollout(
             chat_policy, lambda: math_env("math/calculator-v0", max_turns=3), [0, 1],
@@ -206,7 +206,6 @@ def test_sampled_multi_turn_episodes_train_on_the_sampled_tokens(chat_policy, al
 
 def test_multi_agent_roles_train_on_their_sampled_tokens_with_env_views_as_user_turns(chat_policy) -> None:
     pytest.importorskip("tinker_env_games", reason="the games envs (tinker-env-games, a dev dependency) are not installed")
-    import tinker_algos.multiagent.batcher as batcher_module
     from tinker_algos.multiagent import multi_agent_rollout
     from tinker_env_games.tictactoe import TicTacToeEnv
 
@@ -225,7 +224,7 @@ def test_multi_agent_roles_train_on_their_sampled_tokens_with_env_views_as_user_
         return out
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(batcher_module, "sample", record)
+    mp.setattr(engine_module, "sample", record)
     try:
         # one episode: episodes of tictactoe all start from the same board, hence the same prompts
         res = multi_agent_rollout(chat_policy, Recording, [0], SamplingParams(max_new_tokens=4, stop=(), seed=0))

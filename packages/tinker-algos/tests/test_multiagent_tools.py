@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-import tinker_algos.multiagent.batcher as batcher_module  # noqa: E402
+import tinker_algos.sampling.engine as engine_module  # noqa: E402
 from tinker_algos.model.prompts import PromptRenderer  # noqa: E402
 from tinker_algos.multiagent import Learner, multi_agent_rollout  # noqa: E402
 from tinker_algos.sampling.sampler import SampledSequence, SamplingParams  # noqa: E402
@@ -76,7 +76,7 @@ def test_a_learner_seat_sees_the_env_tools_and_its_tool_calls_reach_the_env_pars
         ids = tok.encode(reply, add_special_tokens=False)
         return [[SampledSequence(list(c), ids, [-0.5] * len(ids), [-0.5] * len(ids), "eos", reply)] for c in ctxs]
 
-    monkeypatch.setattr(batcher_module, "sample", scripted)
+    monkeypatch.setattr(engine_module, "sample", scripted)
     envs: list[ToolDuelEnv] = []
 
     def factory() -> ToolDuelEnv:

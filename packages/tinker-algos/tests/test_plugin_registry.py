@@ -65,6 +65,7 @@ def test_every_builtin_is_registered_by_the_tinker_algos_distribution():
         "losses": sorted(LOSSES),
         "optimizers": OPTIMIZERS,
         "doctor_checks": ["model-cache", "torch"],  # opentinker doctor's checks of what training needs
+        "rollout_engines": ["hf"],  # the in-process sampler (tinker_algos.sampling.engine)
     }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tinker_algos.rollout.episodes as rollout_module
+import tinker_algos.sampling.engine as engine_module
 from tinker_algos.model.prompts import PromptRenderer
 from tinker_algos.model.tokenizer import load_tokenizer
 from tinker_algos.rollout.episodes import rollout
@@ -111,7 +111,7 @@ def fake_policy(tok: Any) -> Any:
 
 def run_episode(tok: Any, monkeypatch: pytest.MonkeyPatch, renderer: PromptRenderer, turns: list[tuple[list[int], str, str]]):
     script = ScriptedPolicy(turns)
-    monkeypatch.setattr(rollout_module, "sample", script)
+    monkeypatch.setattr(engine_module, "sample", script)
     envs: list[Recording] = []
 
     def factory() -> Recording:

@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import tinker_algos.rollout.episodes as rollout_module
+import tinker_algos.sampling.engine as engine_module
 from tinker_algos.model.models import PolicyModel
 from tinker_algos.rollout.episodes import RolloutResult, rollout
 from tinker_algos.sampling.sampler import SamplingParams, _DecodeLoop, sample
@@ -75,14 +75,14 @@ def assert_same_episodes(a: RolloutResult, b: RolloutResult, *, logprob_atol: fl
 def cache_sizes(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """Per ``sample`` call of a rollout: how many episodes had a cache when it was called."""
     sizes: list[int] = []
-    real = rollout_module.sample
+    real = engine_module.sample
 
     def spy(*args: Any, **kw: Any) -> Any:
         cache = kw.get("turn_cache")
         sizes.append(-1 if cache is None else len(cache))
         return real(*args, **kw)
 
-    monkeypatch.setattr(rollout_module, "sample", spy)
+    monkeypatch.setattr(engine_module, "sample", spy)
     yield sizes
 
 
@@ -242,13 +242,13 @@ def test_turn_cache_bookkeeping(policy: PolicyModel) -> None:
 
 def test_rollout_frees_the_caches_of_ended_episodes(policy: PolicyModel, algos_and_math_plugins: None, monkeypatch: pytest.MonkeyPatch) -> None:
     caches: list[TurnCache] = []
-    real = rollout_module.sample
+    real = engine_module.sample
 
     def spy(*args: Any, **kw: Any) -> Any:
         caches.append(kw["turn_cache"])
         return real(*args, **kw)
 
-    monkeypatch.setattr(rollout_module, "sample", spy)
+    monkeypatch.setattr(engine_module, "sample", spy)
     res = rollout(policy, calculator(), [0, 1], SamplingParams(max_new_tokens=6, stop=("\n",), seed=2), max_turns=2)
     assert len({id(c) for c in caches}) == 1 and max(ep.turns for ep in res.episodes) == 2
     assert len(caches[0]) == 0  # every episode ended: nothing is kept

@@ -64,3 +64,13 @@ def write_run(path: Path, steps: int = 5, checkpoints: tuple[int, ...] = (5,)) -
         d.mkdir(parents=True)
         (d / "manifest.json").write_text("{}")
     return path
+
+
+def write_lineage(fork: Path, parent: Path | str, step: int, overrides: tuple[str, ...] = ()) -> Path:
+    """Make the run dir ``fork`` a fork of ``parent`` at ``step``: its ``lineage.json`` as
+    ``opentinker fork`` writes it (``tinker_algos.run.lineage``)."""
+    record = {"parent": {"run_dir": str(parent), "step": step, "checkpoint": f"checkpoints/step-{step:06d}",
+                         "config_hash": "a" * 64},
+              "overrides": list(overrides), "config_hash": "b" * 64, "created_unix": 1.0}
+    (fork / "lineage.json").write_text(json.dumps(record))
+    return fork

@@ -197,6 +197,20 @@ def test_hook_opentinker_register_rollout_proxies():
         tinker_core.registry.get_rollout_proxy("mien")
 
 
+def test_hook_opentinker_register_rollout_engines():
+    def start(context):
+        """An engine that samples nothing."""
+
+    tinker_core.registry.register_plugin(
+        plugin_module("r", opentinker_register_rollout_engines=lambda register: register("mine", start)),
+        distribution="r-dist",
+    )
+    entry = tinker_core.registry.get_rollout_engine("mine")
+    assert entry.obj is start and entry.description == "An engine that samples nothing." and entry.kind == "rollout_engines"
+    with pytest.raises(UnknownNameError, match="did you mean 'mine'"):
+        tinker_core.registry.get_rollout_engine("mien")
+
+
 def test_a_loss_declares_at_registration_whether_it_vanishes_at_zero_advantage():
     def pg(inputs, **config):
         return None

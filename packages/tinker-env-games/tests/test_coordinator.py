@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-import tinker_core.coordinator
 from tinker_core import (
     Coordinator,
     EpisodeResult,
@@ -209,15 +208,12 @@ def test_envs_and_results_pickle(games_plugin_only: None, env_id: str) -> None:
         assert clone.step("50") == env.step("50")
 
 
-def test_the_old_import_path_re_exports_the_core_coordinator() -> None:
+def test_every_lazy_name_of_the_package_loads() -> None:
     import tinker_env_games
-    import tinker_env_games.coordinator as old
 
-    for name in old.__all__:
-        assert getattr(old, name) is getattr(tinker_core.coordinator, name), name
-    assert tinker_env_games.play_episode is play_episode and tinker_env_games.Turn is Turn
-    for name in tinker_env_games.__all__:  # every lazy name loads
+    for name in tinker_env_games.__all__:
         assert getattr(tinker_env_games, name) is not None, name
+    assert "play_episode" not in tinker_env_games.__all__  # the coordinator is tinker-core's
 
 
 @pytest.mark.parametrize(

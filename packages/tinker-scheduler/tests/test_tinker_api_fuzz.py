@@ -26,13 +26,18 @@ STATUSES: collections.Counter[int] = collections.Counter()
 
 JSON_ROUTES = ["create_session", "session_heartbeat", "create_model", "get_info", "unload_model", "optim_step",
                "save_weights", "save_weights_for_sampler", "load_weights", "create_sampling_session", "asample",
-               "weights_info", "retrieve_future", "client/config", "telemetry"]
+               "weights_info", "retrieve_future", "client/config", "telemetry", "save_weights_external"]
 FIELDS = ["session_id", "model_id", "model_seq_id", "base_model", "lora_config", "user_metadata", "adam_params",
           "path", "optimizer", "model_path", "sampling_session_id", "num_samples", "prompt", "sampling_params",
           "prompt_logprobs", "topk_prompt_logprobs", "topk_sample_logprobs", "prompt_logprobs_last_n", "request_id",
-          "tinker_path"]
+          "tinker_path", "ttl_seconds", "age_encryption_recipients", "display_name"]
 GET_ROUTES = ["healthz", "get_server_capabilities", "training_runs", "training_runs/x", "training_runs/x/checkpoints",
-              "checkpoints", "samplers/ss-x", "training_runs?limit=-1", "checkpoints?offset=abc"]
+              "checkpoints", "samplers/ss-x", "training_runs?limit=-1", "checkpoints?offset=abc",
+              "sessions", "sessions/cs-x", "sessions?access_scope=all", "sessions?limit=0",
+              "training_runs/x/checkpoints/external_weights/y/external_weights_urls",
+              "training_runs/x/checkpoints/weights/y/external_weights_urls", "training_runs/x/checkpoints/weights/y/ttl",
+              "external_weights/x/y/z?expires=1&signature=ab", "external_weights/x/y/..%2F..%2Fs.db?expires=abc",
+              "external_weights/x/y/z"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20),

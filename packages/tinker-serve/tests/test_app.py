@@ -103,7 +103,8 @@ def test_unknown_model_is_404(client):
     ({"echo": True, "stream": True}, "echo"),
     ({"max_tokens": 0, "stream": True}, "max_tokens"),
     ({"logprobs": -1}, "logprobs"),
-    ({"presence_penalty": 1.0}, "presence_penalty"),
+    ({"presence_penalty": 2.5}, "presence_penalty"),
+    ({"frequency_penalty": -3}, "frequency_penalty"),
     ({"prompt": [999999]}, "prompt"),
     ({"prompt": None}, "prompt"),
 ])

@@ -111,8 +111,10 @@ def tiny_client(tiny_dir, helpers):
         ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, None, "tools", "tools[0].function.name"),
         ({"tools": [CALCULATOR, CALCULATOR]}, None, "tools", "unique"),
         ({"tools": {"calculator": CALCULATOR}}, None, "tools", None),
-        ({"tools": TOOLS, "tool_choice": "required"}, None, "tool_choice", "'auto' or 'none'"),
-        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "calculator"}}}, None, "tool_choice", "'auto' or 'none'"),
+        ({"tools": TOOLS, "tool_choice": "sometimes"}, None, "tool_choice", "'required'"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "search"}}}, None, "tool_choice.function.name",
+         "not in 'tools' (calculator)"),
+        ({"tool_choice": "required"}, None, "tool_choice", "no 'tools'"),
         ({"tool_choice": "auto"}, None, "tool_choice", "no 'tools'"),
         ({"functions": [CALCULATOR["function"]]}, None, "functions", "not supported"),
         ({"tools": TOOLS}, [{"role": "user", "content": "1+1"}, {"role": "assistant", "content": None, "tool_calls": [

@@ -18,7 +18,7 @@ from tinker_serve.served import ServedModels
 
 EXAMPLES = 120
 STATUSES: collections.Counter[int] = collections.Counter()
-ROUTES = ["completions", "chat/completions", "load_lora_adapter", "unload_lora_adapter"]
+ROUTES = ["completions", "chat/completions", "responses", "load_lora_adapter", "unload_lora_adapter"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
                     st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12),
@@ -33,7 +33,8 @@ def typed_bodies(draw) -> dict:
     body: dict = {"model": draw(st.sampled_from(["tiny", "nope", 3, None]))}
     fields = ["prompt", "messages", "max_tokens", "max_completion_tokens", "n", "temperature", "top_p", "top_k",
               "stop", "logprobs", "top_logprobs", "seed", "stream", "echo", "lora_name", "lora_path",
-              "presence_penalty", "logit_bias", "stream_options", "ignore_eos"]
+              "presence_penalty", "frequency_penalty", "logit_bias", "stream_options", "ignore_eos", "response_format",
+              "tool_choice", "tools", "input", "instructions", "text", "max_output_tokens"]
     for name in draw(st.lists(st.sampled_from(fields), max_size=6, unique=True)):
         body[name] = draw(json_values)
     body["max_tokens"] = draw(small_tokens)
@@ -53,7 +54,8 @@ def near_valid_bodies(draw) -> dict:
     else:
         body["messages"] = [{"role": "user", "content": "1+1="}]
     name = draw(st.sampled_from(["n", "temperature", "top_p", "top_k", "stop", "logprobs", "top_logprobs", "seed",
-                                 "stream", "max_tokens", "ignore_eos", "stream_options", "prompt", "messages"]))
+                                 "stream", "max_tokens", "ignore_eos", "stream_options", "prompt", "messages",
+                                 "response_format", "frequency_penalty", "presence_penalty"]))
     body[name] = draw(st.one_of(json_values, small_tokens))
     return body
 

@@ -66,6 +66,22 @@ def test_echo_returns_the_prompt_logprobs_of_the_model(client, tiny_dir):
     assert r.json()["usage"] == {"prompt_tokens": len(ids), "completion_tokens": 0, "total_tokens": len(ids)}
 
 
+def test_the_echo_is_the_prompt_as_sent_without_the_bos_text(client, served):
+    """A text prompt is encoded with the tokenizer's ``<bos>`` first: the echo keeps its entry
+    (logprob None, aligned with the ids) with the empty text, so the text is the prompt as sent."""
+    tok = served.policy.tokenizer
+    ids = tok("3+4=")["input_ids"]
+    assert ids[0] == tok.bos_token_id
+    for prompt in ("3+4=", ids):
+        r = client.post("/v1/completions", headers=AUTH, json={
+            "model": "tiny", "prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 0})
+        choice = r.json()["choices"][0]
+        lp = choice["logprobs"]
+        assert choice["text"] == "3+4=" and lp["tokens"] == ["", "3", "+", "4", "="]
+        assert len(lp["token_logprobs"]) == len(ids) and lp["token_logprobs"][0] is None
+        assert lp["text_offset"] == [0, 0, 1, 2, 3]
+
+
 def test_echo_with_generation_is_prompt_then_completion(client, served):
     """lm-eval's loglikelihood request: ``max_tokens: 1``; the generated token comes last and a
     greedy token's logprob equals its top value exactly (how lm-eval tells ``is_greedy``)."""

@@ -16,6 +16,7 @@ Registered names:
   ``gspo``, ``stable_reinforce`` (policy), ``dpo``, ``cdpo``, ``ipo`` (preference), ``value`` (value), ``k1``, ``k2``, ``k3`` (kl)
   (:mod:`tinker_algos.builtins.losses`);
 * optimizers: ``adamw``, ``sgd``, ``lion`` (:mod:`tinker_algos.builtins.optimizers`);
+* the rollout engine ``hf``: the in-process sampler (:mod:`tinker_algos.sampling.engine`);
 * the env ``agent/program-v0``: an agent program trained through the rollout proxy
   (:mod:`tinker_algos.rollout.agent_program`; its factory is imported on first use);
 * the ``opentinker train`` command (:mod:`tinker_algos.commands.cli`), ``eval`` and ``export``
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         EstimatorRegister,
         LossRegister,
         OptimizerRegister,
+        RolloutEngineRegister,
     )
 
 
@@ -158,6 +160,13 @@ def opentinker_register_optimizers(register: OptimizerRegister) -> None:
         register(
             name, Deferred("tinker_algos.builtins.optimizers", name, description), description=description
         )
+
+
+@hookimpl
+def opentinker_register_rollout_engines(register: RolloutEngineRegister) -> None:
+    """``hf``: the in-process sampler (:mod:`tinker_algos.sampling.engine`, imported when built)."""
+    register("hf", Deferred("tinker_algos.sampling.engine", "hf_engine", "the in-process sampler"),
+             description="the in-process sampler (tinker_algos.sampling.sampler) over the job's own model")
 
 
 @hookimpl

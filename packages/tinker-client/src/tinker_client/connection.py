@@ -3,14 +3,40 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict
 
 import grpc
+import tenacity
 
 from tinker_core.handshake import Peer, handshake_channel
 
 DEFAULT_ADDRESS = "localhost:50051"
+
+#: The codes a call is tried again on: the scheduler unreachable (restarting) or too slow to answer.
+RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+#: Only unreachable: for calls that may have done their work before a deadline passed.
+UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+
+def backoff_s(failures: int) -> float:
+    """The wait before the next try after ``failures`` (>= 1) failed ones in a row: 0.2 s,
+    doubling, at most 5 s -- the one backoff of every client call and stream reconnect."""
+    return min(0.2 * 2 ** (failures - 1), 5.0)
+
+
+def call_with_retry(fn: Callable[..., Any], request: Any, *, attempts: int,
+                    codes: frozenset[grpc.StatusCode] = RETRY_CODES, **kwargs: Any) -> Any:
+    """``fn(request, **kwargs)`` (a unary gRPC call), tried up to ``attempts`` times while it
+    fails with one of ``codes`` (tenacity, waiting :func:`backoff_s`); the last error is raised."""
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(max(1, attempts)),
+        wait=lambda state: backoff_s(state.attempt_number),
+        retry=tenacity.retry_if_exception(lambda e: isinstance(e, grpc.RpcError) and e.code() in codes),
+        reraise=True,
+    )
+    return retrying(fn, request, **kwargs)
 
 
 class ConnectionOptions(TypedDict, total=False):

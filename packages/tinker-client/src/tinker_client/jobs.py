@@ -24,7 +24,14 @@ from typing import Any, Unpack, cast
 
 import grpc
 
-from tinker_client.connection import ConnectionOptions, SchedulerConnection
+from tinker_client.connection import (
+    RETRY_CODES,
+    UNREACHABLE,
+    ConnectionOptions,
+    SchedulerConnection,
+    backoff_s,
+    call_with_retry,
+)
 from tinker_core.config import check_config_size
 from tinker_core.proto import jobs_pb2 as pb
 from tinker_core.proto import jobs_pb2_grpc as pb_grpc
@@ -164,17 +171,11 @@ class JobClient(SchedulerConnection):
                 return
             except grpc.RpcError as e:
                 budget = max_reconnects if connected else min(max_reconnects, _CONNECT_ATTEMPTS - 1)
-                if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or failures >= budget:
+                if e.code() not in RETRY_CODES or failures >= budget:
                     raise
                 failures += 1
-                time.sleep(min(0.2 * 2**failures, 5.0))
+                time.sleep(backoff_s(failures + 1))
 
     def _call_with_retry(self, method: Any, request: Any, attempts: int = _CONNECT_ATTEMPTS) -> Any:
-        for i in range(attempts):
-            try:
-                return method(request, metadata=self.metadata, timeout=self.timeout_s)
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or i == attempts - 1:
-                    raise
-                time.sleep(0.2 * 2**i)
-        raise AssertionError("unreachable")
+        # only UNAVAILABLE: a call past its deadline may have created the job
+        return call_with_retry(method, request, attempts=attempts, codes=UNREACHABLE, metadata=self.metadata, timeout=self.timeout_s)

@@ -35,15 +35,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar, Unpack
 
-import grpc
 import numpy as np
 
-from tinker_client.connection import ConnectionOptions, SchedulerConnection
+from tinker_client.connection import (
+    RETRY_CODES,
+    ConnectionOptions,
+    SchedulerConnection,
+    call_with_retry,
+)
 from tinker_client.training_types import (
     AdamParams,
     Datum,
@@ -68,7 +71,6 @@ from tinker_core.proto import training_pb2_grpc as pb_grpc
 T = TypeVar("T")
 
 #: gRPC codes a request is retried on (with the same request_id: the server applies it once).
-RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class APIFuture(concurrent.futures.Future, Generic[T]):  # type: ignore[type-arg]
@@ -112,15 +114,8 @@ class ServiceClient(SchedulerConnection):
                 "split the data into several calls (gradients accumulate until optim_step), or raise the "
                 "limit on both the client (ServiceClient(max_message_bytes=...)) and the scheduler"
             )
-        fn = getattr(self.stub, method)
-        for attempt in range(self.retries + 1):
-            try:
-                return fn(request, metadata=self.metadata, timeout=timeout_s or self.timeout_s)
-            except grpc.RpcError as e:
-                if e.code() not in RETRY_CODES or attempt == self.retries:
-                    raise
-                time.sleep(min(0.2 * 2**attempt, 5.0))
-        raise AssertionError("unreachable")
+        return call_with_retry(getattr(self.stub, method), request, attempts=self.retries + 1, codes=RETRY_CODES,
+                               metadata=self.metadata, timeout=timeout_s or self.timeout_s)
 
     def create_lora_training_client(
         self,

@@ -66,6 +66,12 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.coordinator import play_episode_async as play_episode_async
     from tinker_core.coordinator import play_episodes as play_episodes
     from tinker_core.doctor import Finding as Finding
+    from tinker_core.engines import EngineContext as EngineContext
+    from tinker_core.engines import EngineHealth as EngineHealth
+    from tinker_core.engines import Generation as Generation
+    from tinker_core.engines import GenerationParams as GenerationParams
+    from tinker_core.engines import RolloutEngine as RolloutEngine
+    from tinker_core.engines import WeightUpdate as WeightUpdate
     from tinker_core.env import EnvSpec as EnvSpec
     from tinker_core.env import MultiAgentTextEnv as MultiAgentTextEnv
     from tinker_core.env import TextEnv as TextEnv
@@ -81,6 +87,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.hookspecs import EstimatorRegister as EstimatorRegister
     from tinker_core.hookspecs import LossRegister as LossRegister
     from tinker_core.hookspecs import OptimizerRegister as OptimizerRegister
+    from tinker_core.hookspecs import RolloutEngineRegister as RolloutEngineRegister
     from tinker_core.hookspecs import RolloutProxyRegister as RolloutProxyRegister
     from tinker_core.hookspecs import hookimpl as hookimpl
     from tinker_core.import_policy import ImportPolicy as ImportPolicy

@@ -137,6 +137,26 @@ def opentinker_register_rollout_proxies(register: RolloutProxyRegister) -> None:
     """
 
 
+class RolloutEngineRegister(Protocol):
+    """``register(name, factory, *, description=None)`` of :func:`opentinker_register_rollout_engines`."""
+
+    def __call__(self, name: str, factory: Callable[..., Any], *, description: str | None = None) -> None: ...
+
+
+@hookspec
+def opentinker_register_rollout_engines(register: RolloutEngineRegister) -> None:
+    """Register rollout engines: what samples a job's episodes (``rollout.engine`` names one).
+
+    :param register: ``register(name, factory, *, description=None)``. ``factory(context:
+        EngineContext) -> RolloutEngine`` builds the engine of a job stage (see
+        :mod:`tinker_core.engines`: token-in/token-out generation with logprobs and stop
+        reasons, weight updates in four phases, pause/resume, health); it may raise
+        :class:`~tinker_core.engines.EngineUnavailableError` with one line saying what to start
+        or install. Test an engine with :func:`tinker_core.testing.check_rollout_engine`.
+        tinker-algos registers ``hf`` (the in-process sampler), tinker-engine-vllm ``vllm``.
+    """
+
+
 class DoctorCheckRegister(Protocol):
     """``register(name, check, *, description=None)`` of :func:`opentinker_register_doctor_checks`."""
 
@@ -170,6 +190,7 @@ HOOK_NAMES: tuple[str, ...] = (
     "opentinker_register_optimizers",
     "opentinker_register_losses",
     "opentinker_register_rollout_proxies",
+    "opentinker_register_rollout_engines",
     "opentinker_register_doctor_checks",
     "opentinker_register_commands",
 )

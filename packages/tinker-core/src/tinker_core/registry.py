@@ -125,7 +125,7 @@ class Registry(Generic[T]):
         return [self._entries[n] for n in self.names()]
 
 
-KINDS = ("envs", "advantage_estimators", "losses", "optimizers", "rollout_proxies", "doctor_checks")
+KINDS = ("envs", "advantage_estimators", "losses", "optimizers", "rollout_proxies", "rollout_engines", "doctor_checks")
 
 
 class PluginSystem:
@@ -146,6 +146,7 @@ class PluginSystem:
         self.losses: Registry[Loss] = Registry("losses", "loss")
         self.optimizers: Registry[OptimizerFactory] = Registry("optimizers", "optimizer")
         self.rollout_proxies: Registry[Callable[..., Any]] = Registry("rollout_proxies", "rollout proxy")
+        self.rollout_engines: Registry[Callable[..., Any]] = Registry("rollout_engines", "rollout engine")
         self.doctor_checks: Registry[Callable[[], Any]] = Registry("doctor_checks", "doctor check")
         self._debug = _truthy(os.environ.get("OPENTINKER_DEBUG_PLUGINS"))
 
@@ -257,6 +258,7 @@ class PluginSystem:
             ("opentinker_register_losses", "losses"),
             ("opentinker_register_optimizers", "optimizers"),
             ("opentinker_register_rollout_proxies", "rollout_proxies"),
+            ("opentinker_register_rollout_engines", "rollout_engines"),
             ("opentinker_register_doctor_checks", "doctor_checks"),
         ):
             hook = getattr(self.pm.hook, hook_name)
@@ -358,7 +360,7 @@ class PluginSystem:
 
             return register_loss
 
-        # optimizers, rollout proxies and doctor checks: register(name, factory, *, description=None)
+        # optimizers, rollout proxies, rollout engines and doctor checks: register(name, factory, *, description=None)
         def register_optimizer(
             name: str, factory: Callable[..., Any], *, description: str | None = None
         ) -> None:
@@ -392,7 +394,7 @@ def reset_plugins() -> None:
 
 def get_registry(kind: str) -> Registry[Any]:
     """The loaded registry of ``kind``: ``envs``, ``advantage_estimators``, ``losses``, ``optimizers``,
-    ``rollout_proxies`` or ``doctor_checks``."""
+    ``rollout_proxies``, ``rollout_engines`` or ``doctor_checks``."""
     if kind not in KINDS:
         raise ValueError(f"unknown registry kind {kind!r}; kinds are {', '.join(KINDS)}")
     system = plugin_system()
@@ -439,3 +441,9 @@ def get_optimizer(name: str) -> Entry[OptimizerFactory]:
 def get_rollout_proxy(name: str) -> Entry[Callable[..., Any]]:
     """The rollout proxy registered as ``name`` (``openai``: tinker-serve's)."""
     return get_registry("rollout_proxies").get(name)
+
+
+def get_rollout_engine(name: str) -> Entry[Callable[..., Any]]:
+    """The rollout engine registered as ``name`` (``hf``: tinker-algos' sampler; ``vllm``:
+    tinker-engine-vllm's)."""
+    return get_registry("rollout_engines").get(name)

@@ -4,9 +4,8 @@ Registers ``games/guess-number-v0``, ``games/tictactoe-v0``, ``games/connect-fou
 ``games/negotiation-v0`` (a dialogue game) and ``games/reference-v0`` (a cooperative game) (see
 :mod:`tinker_env_games.plugin`), and provides opponents that need no model
 (:mod:`tinker_env_games.opponents`; the multi-agent games offer them by name in
-``scripted_opponents``). The multi-agent episode coordinator lives in
-:mod:`tinker_core.coordinator`; its names are re-exported here for compatibility. Names below
-load on first use, so plugin discovery, which imports the package, stays cheap; importing it
+``scripted_opponents``). The multi-agent episode coordinator is tinker-core's
+(``from tinker_core import play_episode``). Names below load on first use, so plugin discovery, which imports the package, stays cheap; importing it
 yourself registers its envs with gymnasium (:mod:`tinker_core.gymnasium_envs`).
 """
 
@@ -19,12 +18,6 @@ from tinker_core import lazy_package, register_package
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # pragma: no cover - read by lazy_package too
-    from tinker_core import Coordinator as Coordinator
-    from tinker_core import EpisodeResult as EpisodeResult
-    from tinker_core import Turn as Turn
-    from tinker_core import play_episode as play_episode
-    from tinker_core import play_episode_async as play_episode_async
-    from tinker_core import play_episodes as play_episodes
     from tinker_env_games.board import BoardGameEnv as BoardGameEnv
     from tinker_env_games.connect_four import ConnectFourEnv as ConnectFourEnv
     from tinker_env_games.guess_number import GuessNumberEnv as GuessNumberEnv

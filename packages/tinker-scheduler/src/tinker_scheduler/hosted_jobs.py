@@ -84,7 +84,7 @@ class HostedJobs:
                 return {"status": "failed", "error": f"job {job_id} is already running on this host", "config_error": False}
             self._jobs[job_id] = job
             others = len(self._jobs) - 1
-        job.worker._push({"kind": "log", "source": "scheduler", "level": "INFO", "text": self._describe(job, others)})
+        job.worker.report({"kind": "log", "source": "scheduler", "level": "INFO", "text": self._describe(job, others)})
         try:
             return cast(dict[str, Any], job.worker.run(runner, config, run_dir, capture="thread",
                                                        allowed_imports=allowed_imports, shared=job))

@@ -174,18 +174,18 @@ class Scheduler:
 
     def _lock_db(self) -> None:
         """Hold an exclusive lock on ``<db>.lock`` while serving: two schedulers on one job
-        store would start the same jobs twice. The kernel drops the lock when the process dies."""
-        import fcntl
+        store would start the same jobs twice. ``filelock``'s lock is the OS's (``fcntl`` on
+        POSIX, ``msvcrt`` on Windows): the kernel drops it when the process dies."""
+        from filelock import FileLock, Timeout
 
-        self._lock_file = open(f"{self.db_path}.lock", "a+")  # noqa: SIM115 - held until _release
+        lock = FileLock(f"{self.db_path}.lock", timeout=0, thread_local=False)
         try:
-            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._lock_file.close()
-            self._lock_file = None
+            lock.acquire()
+        except Timeout:
             raise OSError(
                 f"another scheduler is using the job store {self.db_path}; stop it, or pass another --db"
             ) from None
+        self._lock_file = lock
 
     def _release(self) -> None:
         """Close what start() opened: the servers, the model hosts, the local Ray, the store, the lock."""
@@ -205,7 +205,7 @@ class Scheduler:
             ray.shutdown()
         self.store.close()
         if self._lock_file is not None:
-            self._lock_file.close()  # releases the lock
+            self._lock_file.release()
             self._lock_file = None
 
     def stop(self, timeout: float | None = None) -> None:

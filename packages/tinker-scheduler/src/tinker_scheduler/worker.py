@@ -73,21 +73,21 @@ class _Callbacks:
         self._worker = worker
 
     def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
-        self._worker._push({"kind": "metrics", "step": int(step), "values": _floats(metrics), "mono": time.monotonic(),
+        self._worker.report({"kind": "metrics", "step": int(step), "values": _floats(metrics), "mono": time.monotonic(),
                             "host": host_memory.report()})
 
     def on_log(self, line: str) -> None:
         for text in str(line).splitlines() or [""]:
-            self._worker._push({"kind": "log", "source": "stdout", "level": "INFO", "text": text})
+            self._worker.report({"kind": "log", "source": "stdout", "level": "INFO", "text": text})
 
     def on_checkpoint(self, step: int, path: str) -> None:
-        seq = self._worker._push({"kind": "checkpoint", "step": int(step), "path": str(path)})
+        seq = self._worker.report({"kind": "checkpoint", "step": int(step), "path": str(path)})
         # Hold training until the scheduler has stored everything up to this checkpoint: if the
         # process dies later, the run resumes from here and no reported step is lost.
-        self._worker._wait_stored(seq, CHECKPOINT_FLUSH_TIMEOUT_S)
+        self._worker.wait_stored(seq, CHECKPOINT_FLUSH_TIMEOUT_S)
 
     def should_stop(self) -> bool:
-        return self._worker._stop.is_set()
+        return self._worker.stopping()
 
 
 class _LineCapture(io.TextIOBase):
@@ -109,7 +109,7 @@ class _LineCapture(io.TextIOBase):
         self._partial += text
         *lines, self._partial = self._partial.split("\n")
         for line in lines:
-            self._worker._push({"kind": "log", "source": self._source, "level": "", "text": line.rstrip("\r")})
+            self._worker.report({"kind": "log", "source": self._source, "level": "", "text": line.rstrip("\r")})
         return len(text)
 
     def flush(self) -> None:
@@ -119,7 +119,7 @@ class _LineCapture(io.TextIOBase):
 
     def close_partial(self) -> None:
         if self._partial:
-            self._worker._push({"kind": "log", "source": self._source, "level": "", "text": self._partial})
+            self._worker.report({"kind": "log", "source": self._source, "level": "", "text": self._partial})
             self._partial = ""
 
 
@@ -135,7 +135,9 @@ class JobWorker:
         self._stop = threading.Event()
         self._captures: tuple[_LineCapture, _LineCapture] | None = None
 
-    def _push(self, event: dict[str, Any]) -> int:
+    def report(self, event: dict[str, Any]) -> int:
+        """Queue one job event (``kind`` ``log``, ``metrics``, ``checkpoint``, ...) for the
+        scheduler to store; returns its sequence number (see :meth:`wait_stored`)."""
         event.setdefault("time", time.time())
         with self._cond:
             self._seq += 1
@@ -143,13 +145,19 @@ class JobWorker:
             self._events.append(event)
             return self._seq
 
-    def _wait_stored(self, seq: int, timeout: float) -> bool:
+    def wait_stored(self, seq: int, timeout: float) -> bool:
+        """Wait until the scheduler stored every event up to ``seq`` (or the job is stopping);
+        False when ``timeout`` passed first."""
         with self._cond:
             return self._cond.wait_for(lambda: self._stored >= seq or self._stop.is_set(), timeout)
 
     def pid(self) -> int:
         """The worker process id (tests use it to kill the worker)."""
         return os.getpid()
+
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (the runner's ``should_stop()``)."""
+        return self._stop.is_set()
 
     def stop(self) -> None:
         """Make ``should_stop()`` true: the runner checkpoints and returns ``interrupted``."""
@@ -190,7 +198,7 @@ class JobWorker:
             "config_error"}`` when it raised.
         """
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        self._push({"kind": "log", "source": "scheduler", "level": "INFO", "text": _placement_line()})
+        self.report({"kind": "log", "source": "scheduler", "level": "INFO", "text": _placement_line()})
         out = _LineCapture(self, "stdout", _stream("stdout", capture))
         err = _LineCapture(self, "stderr", _stream("stderr", capture))
         self._captures = (out, err)
@@ -208,7 +216,7 @@ class JobWorker:
             from tinker_core.errors import ConfigError
 
             for line in traceback.format_exc().rstrip().splitlines()[-20:]:
-                self._push({"kind": "log", "source": "stderr", "level": "ERROR", "text": line})
+                self.report({"kind": "log", "source": "stderr", "level": "ERROR", "text": line})
             message = str(exc).strip() or type(exc).__name__
             return {
                 "status": "failed",

@@ -12,7 +12,9 @@ their ``name`` and ``tool_call_id``; a template without a ``tool`` role gets the
 of ``<tool_response>`` blocks (the renderer's fallback). ``tool_choice``: ``"auto"`` (the
 default when tools are given) parses calls; ``"none"`` renders and parses no tools (the request
 is answered as if it gave none; earlier calls and results in ``messages`` are still rendered);
-``"required"`` and a named function are refused (400): the sampler cannot force a call.
+``"required"`` and a named function (:func:`forced_tools`) constrain the answer to calls of the
+tools / of that tool in the default format (:mod:`.routes.constrained`); a named function that is not in
+``tools`` is a 400.
 
 Out: the completion is parsed by :func:`tinker_core.tools.parse_tool_calls` against the request's
 tools. When it holds valid calls the message has ``tool_calls`` (:meth:`ToolCall.to_openai`, ids
@@ -33,27 +35,51 @@ from typing import Any
 from tinker_core.tools import check_tools, format_tool_call, parse_tool_calls, strip_tool_calls
 from tinker_serve.protocol import ChatRequest, bad_request
 
-__all__ = ["request_messages", "tool_message_fields"]
+__all__ = ["forced_tools", "request_messages", "tool_message_fields"]
 
 
 def _tools_of(body: ChatRequest) -> tuple[dict[str, Any], ...]:
     """The request's tools when calls are to be parsed (none for ``tool_choice: "none"``)."""
     choice = body.tool_choice
-    if choice not in (None, "auto", "none"):
+    if not (choice in (None, "auto", "none", "required") or _named(choice) is not None):
         shown = json.dumps(choice) if not isinstance(choice, str) else repr(choice)
         raise bad_request(
-            f"'tool_choice' {shown} is not supported by this server (it cannot force a call); use 'auto' or 'none'",
-            "tool_choice",
+            f"'tool_choice' {shown} is not one of 'auto', 'none', 'required' or "
+            "{'type': 'function', 'function': {'name': ...}}", "tool_choice",
         )
     if body.tools is None:
-        if choice == "auto":
-            raise bad_request("'tool_choice' is 'auto' but no 'tools' are given; give 'tools' or drop 'tool_choice'", "tool_choice")
+        if choice not in (None, "none"):
+            raise bad_request(f"'tool_choice' is {json.dumps(choice)} but no 'tools' are given; give 'tools' or drop 'tool_choice'",
+                              "tool_choice")
         return ()
     try:
         tools = check_tools(body.tools)
     except ValueError as e:
         raise bad_request(str(e), "tools") from None
     return () if choice == "none" else tools
+
+
+def _named(choice: object) -> str | None:
+    """The function name of a ``{"type": "function", "function": {"name": ...}}`` tool choice."""
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        return name if isinstance(name, str) and name else None
+    return None
+
+
+def forced_tools(body: ChatRequest, tools: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...] | None:
+    """The tools one of which the answer must call (``tool_choice`` ``"required"``: any of
+    ``tools``; a named function: that one, a 400 when ``tools`` has none of that name), or None."""
+    if body.tool_choice == "required":
+        return tools
+    name = _named(body.tool_choice)
+    if name is None:
+        return None
+    chosen = tuple(t for t in tools if t["function"]["name"] == name)
+    if not chosen:
+        known = ", ".join(t["function"]["name"] for t in tools)
+        raise bad_request(f"'tool_choice' names the function {name!r}, which is not in 'tools' ({known})", "tool_choice.function.name")
+    return chosen
 
 
 def _call_text(call: object, where: str) -> str:

@@ -14,7 +14,8 @@ adapter runs with it active; a mixed batch passes peft's ``adapter_names`` (``"_
 the base), so requests for different adapters share every decode step.
 
 Tokens are chosen with :func:`tinker_algos.sampling.sampler.choose_tokens` per request (its temperature,
-top-p, top-k and seeded generator); the logprobs reported are the model's own (``log_softmax`` of
+top-p, top-k and seeded generator), after its penalties and logits processors (a JSON schema's
+mask: :mod:`tinker_algos.sampling.logits_adjust`, one processor per row); the logprobs reported are the model's own (``log_softmax`` of
 the logits, as OpenAI's API reports them). Text is streamed as it becomes final: the tail that
 could still become a stop string, or an incomplete UTF-8 character, is held back. A request
 finishes ``"stop"`` (an end-of-turn token, or a stop string, which is cut from the text),
@@ -41,6 +42,7 @@ from tinker_algos.model.models import (
     position_ids_from_mask,
 )
 from tinker_algos.model.prompts import eos_token_ids
+from tinker_algos.sampling.logits_adjust import LogitsProcessor, adjust_logits, adjusts
 from tinker_algos.sampling.sampler import SamplingParams, choose_tokens
 
 logger = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class _Row:
     tokens: list[int] = field(default_factory=list)
     sent: int = 0  # characters of text already sent
     done: bool = False
+    processors: list[LogitsProcessor] = field(default_factory=list)  # this row's (a grammar's mask)
 
 
 class Engine:
@@ -286,7 +289,7 @@ class Engine:
             assert self._logits is not None
             logits = torch.cat([self._logits, logits])
         self._cache, self._mask, self._pos, self._logits = DynamicCache(ddp_cache_data=kv), mask, pos, logits
-        self._rows.extend(_Row(r, s) for r in new for s in range(r.params.n))
+        self._rows.extend(_Row(r, s, processors=[f() for f in r.params.logits_processors]) for r in new for s in range(r.params.n))
 
     def _forward(
         self, ids_B_T: torch.Tensor, mask_B_L: torch.Tensor, pos_B_T: torch.Tensor, cache: Any, adapters: list[str | None]
@@ -333,7 +336,12 @@ class Engine:
         for idxs in groups.values():
             req = self._rows[idxs[0]].req
             logits = self._logits[torch.tensor(idxs, device=device)]
-            next_b, sampled_b = choose_tokens(logits, req.params, req.generator)
+            drawn = logits
+            if adjusts(req.params):  # penalties, a grammar: what is drawn from, not the logprobs reported
+                rows = [self._rows[i] for i in idxs]
+                drawn = adjust_logits(logits, [r.tokens for r in rows], frequency_penalty=req.params.frequency_penalty,
+                                      presence_penalty=req.params.presence_penalty, processors_B=[r.processors for r in rows])
+            next_b, sampled_b = choose_tokens(drawn, req.params, req.generator)
             raw = torch.log_softmax(logits, dim=-1)
             lp = raw.gather(-1, next_b[:, None]).squeeze(-1).tolist()
             sampled = sampled_b.tolist()

@@ -1,9 +1,10 @@
 """The OpenAI API's request bodies and error shape, as far as ``opentinker serve`` implements them.
 
-Requests are pydantic models; fields OpenAI defines that change nothing here (``user``,
-``presence_penalty: 0``...) are accepted and ignored, fields that would change the answer and
-are not implemented (nonzero penalties, ``logit_bias``, ``functions``, ``suffix``) are refused
-with a 400 naming the field. Chat ``tools``, ``tool_choice`` and tool messages: :mod:`.chat_tools`. Every error is ``{"error": {"message", "type", "param", "code"}}``
+Requests are pydantic models; fields OpenAI defines that change nothing here (``user``...) are
+accepted and ignored, fields that would change the answer and are not implemented (``logit_bias``,
+``functions``, ``suffix``) are refused with a 400 naming the field. ``frequency_penalty`` and
+``presence_penalty`` (-2..2) are OpenAI's (:mod:`tinker_algos.sampling.logits_adjust`); chat's
+``response_format`` is enforced by constrained decoding (:mod:`.routes.constrained`). Chat ``tools``, ``tool_choice`` and tool messages: :mod:`.chat_tools`. Every error is ``{"error": {"message", "type", "param", "code"}}``
 (:class:`APIError`).
 """
 
@@ -55,8 +56,8 @@ class _Sampling(BaseModel):
     seed: int | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float | None = 0.0
-    frequency_penalty: float | None = 0.0
+    presence_penalty: float | None = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float | None = Field(0.0, ge=-2, le=2)
     logit_bias: dict[str, float] | None = None
 
     def stop_list(self) -> list[str]:
@@ -68,9 +69,6 @@ class _Sampling(BaseModel):
         return stops
 
     def refuse_unsupported(self, names: tuple[str, ...] = ()) -> None:
-        if self.presence_penalty or self.frequency_penalty:
-            which = "presence_penalty" if self.presence_penalty else "frequency_penalty"
-            raise bad_request(f"'{which}' is not supported by this server; leave it at 0", which)
         if self.logit_bias:
             raise bad_request("'logit_bias' is not supported by this server", "logit_bias")
         extra = self.model_extra or {}
@@ -118,6 +116,8 @@ class ChatRequest(_Sampling):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     tools: list[Any] | None = None  # OpenAI function tools, checked in :mod:`.chat_tools`
     tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None  # text, json_object or json_schema: :mod:`.routes.constrained`
+    parallel_tool_calls: bool | None = None  # false: a forced or JSON-constrained answer holds one call at most
 
 
 class LoadAdapterRequest(BaseModel):

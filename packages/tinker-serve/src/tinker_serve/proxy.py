@@ -4,7 +4,11 @@ An agent program (a plain script with the ``openai`` client, an agent framework)
 policy by pointing its ``base_url`` at this proxy (``agent/program-v0`` jobs:
 :mod:`tinker_algos.rollout.agent_program`). Routes: ``POST /v1/chat/completions`` (``tools`` and
 ``tool_calls`` as in :mod:`.chat_tools`; ``stream: true`` answers server-sent events),
-``POST /v1/completions`` (one prompt: text or token ids; streamed too), ``GET /v1/models`` and ``GET /health``.
+``POST /v1/completions`` (one prompt: text or token ids; streamed too), ``POST /v1/responses``
+(the Responses API, answered as a chat call: :mod:`.routes.responses_api`), ``GET /v1/models`` and
+``GET /health``. ``response_format`` and ``tool_choice`` ``"required"`` / a named function
+constrain the sample (:mod:`.routes.constrained`): the recorded logprobs are then under the masked
+distribution the tokens were drawn from.
 
 **Which episode.** :meth:`RolloutProxy.open_episode` gives each episode a key of its own: 32
 random bytes (``secrets.token_urlsafe``), valid at this proxy only, for that episode only, and
@@ -38,7 +42,7 @@ it has seen from the history it sends back, or refuses it after a handoff) and t
 same seed.
 
 **Sampling.** The job decides how the policy samples: temperature, top-p and top-k come from the
-job (the request's are ignored, so the recorded logprobs are the behaviour policy the loss
+job (the request's are ignored, and so are its penalties, so the recorded logprobs are the behaviour policy the loss
 expects); a call samples at most the job's ``rollout.max_new_tokens`` (fewer when the request's
 ``max_tokens`` asks); stop strings are the request's. ``n`` must be 1. The ``model`` name is not
 checked. A streamed answer arrives when its sample is complete (one content, tool-call or text
@@ -71,17 +75,8 @@ from tinker_algos.rollout.agent_calls import EpisodeLog, ProxyCall, UnknownEpiso
 from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.http_limits import BodyGuard, HttpLimits, serve_in_thread, uvicorn_config
 from tinker_core.seeding import derive_seed
-from tinker_serve.app import (
-    MAX_REQUEST_BYTES,
-    _check_chars,
-    _completion_prompts,
-    _failed,
-    _generate,
-    _install_error_handlers,
-    _refused,
-    _sse,
-)
-from tinker_serve.chat_tools import request_messages, tool_message_fields
+from tinker_serve.app import MAX_REQUEST_BYTES, install_error_handlers, refused
+from tinker_serve.chat_tools import forced_tools, request_messages, tool_message_fields
 from tinker_serve.engine import Engine
 from tinker_serve.protocol import (
     APIError,
@@ -92,6 +87,10 @@ from tinker_serve.protocol import (
     finish_reason,
     usage,
 )
+from tinker_serve.routes.chat_completions import constrain
+from tinker_serve.routes.constrained import response_format_schema
+from tinker_serve.routes.generation import check_chars, completion_prompts, failed, generate, sse
+from tinker_serve.routes.responses_api import responses_router
 from tinker_serve.served import prompt_char_bound
 
 EPISODE_HEADER = "x-opentinker-episode"
@@ -212,9 +211,9 @@ class RolloutProxy:
         tokens: list[int] = []
         logprobs: list[float] = []
         text, reason = "", "stop"
-        async for _, ev in _generate(self.served, [ids], params, self.adapter, 0, False, http):  # type: ignore[arg-type]
+        async for _, ev in generate(self.served, [ids], params, self.adapter, 0, False, http):  # type: ignore[arg-type]
             if ev.finish_reason == "error":
-                raise _failed(ev)
+                raise failed(ev)
             text += ev.text
             for t in ev.tokens:
                 tokens.append(t.id)
@@ -238,11 +237,13 @@ class RolloutProxy:
         episode = self._episode(http)
         if body.n != 1:
             raise bad_request("the rollout proxy samples one answer per call; set n to 1", "n")
-        body.refuse_unsupported(("functions", "function_call", "response_format", "suffix"))
+        body.refuse_unsupported(("functions", "function_call", "suffix"))
         messages, tools = request_messages(body)
-        _check_chars(self.served, sum(len(m["content"]) for m in messages) + len(json.dumps(tools)), "messages")  # type: ignore[arg-type]
+        forced, schema = forced_tools(body, tools), response_format_schema(body.response_format)
+        check_chars(self.served, sum(len(m["content"]) for m in messages) + len(json.dumps(tools)), "messages")  # type: ignore[arg-type]
         ids, conv = await run_in_threadpool(self._chat_prompt, episode, messages, tools)
         params = self._call_params(body.max_completion_tokens or body.max_tokens, body.stop_list(), episode, len(ids))
+        await constrain(self.served.engine, params, body, schema, tools, forced)  # response_format, tool_choice
         n_call = len(self.log.calls(episode))
         tokens, logprobs, text, raw_reason = await self._sample(ids, params, http)
         fields, called = tool_message_fields(text, tools, id_prefix=f"call_{n_call}_")
@@ -252,7 +253,7 @@ class RolloutProxy:
         self._last[episode] = _LastChat([*messages], tools, conv, [*ids, *tokens], tokens, text, reply)
         rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if body.stream:
-            return _sse(_chat_chunks(rid, created, fields, reason, usage(len(ids), len(tokens)), body))
+            return sse(_chat_chunks(rid, created, fields, reason, usage(len(ids), len(tokens)), body))
         return {"id": rid, "object": "chat.completion", "created": created, "model": MODEL_NAME,
                 "choices": [{"index": 0, "message": {"role": "assistant", **fields}, "finish_reason": reason, "logprobs": None}],
                 "usage": usage(len(ids), len(tokens))}
@@ -263,7 +264,7 @@ class RolloutProxy:
         if body.n != 1 or body.echo:
             which = "n" if body.n != 1 else "echo"
             raise bad_request(f"the rollout proxy's completions take one prompt, n=1 and no echo; drop '{which}'", which)
-        prompts = await run_in_threadpool(_completion_prompts, self.served, body.prompt)  # type: ignore[arg-type]
+        prompts = await run_in_threadpool(completion_prompts, self.served, body.prompt)  # type: ignore[arg-type]
         if len(prompts) != 1:
             raise bad_request("the rollout proxy takes one prompt per call", "prompt")
         ids = prompts[0]
@@ -283,7 +284,7 @@ class RolloutProxy:
             if include_usage:
                 yield {**out, "choices": [], "usage": out["usage"]}
 
-        return _sse(chunks())
+        return sse(chunks())
 
     def _record(self, episode: str, call: ProxyCall) -> None:
         try:
@@ -293,11 +294,12 @@ class RolloutProxy:
 
     def _app(self) -> FastAPI:
         app = FastAPI(title="opentinker rollout proxy", docs_url=None, redoc_url=None, openapi_url=None)
-        app.add_middleware(BodyGuard, limits=HttpLimits(MAX_REQUEST_BYTES), respond=_refused, what="the rollout proxy's limit")
+        app.add_middleware(BodyGuard, limits=HttpLimits(MAX_REQUEST_BYTES), respond=refused, what="the rollout proxy's limit")
         app.add_middleware(_EpisodeKeys, proxy=self)  # outermost: no key, no body read
         v1 = APIRouter(prefix="/v1")
         v1.add_api_route("/chat/completions", self.chat, methods=["POST"], response_model=None)
         v1.add_api_route("/completions", self.completion, methods=["POST"], response_model=None)
+        v1.include_router(responses_router(self.chat))  # the Responses API, answered (and recorded) as chat
 
         @v1.get("/models")
         async def models() -> dict[str, Any]:
@@ -309,7 +311,7 @@ class RolloutProxy:
         async def health() -> dict[str, Any]:
             return {"status": "ok", "rows": self.served.engine.active_rows, "waiting": self.served.engine.waiting}
 
-        _install_error_handlers(app)
+        install_error_handlers(app)
         return app
 
 

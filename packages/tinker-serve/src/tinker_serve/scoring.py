@@ -5,7 +5,9 @@ reading back each prompt token's logprob (lm-evaluation-harness's ``local-comple
 for every loglikelihood and multiple-choice task, with ``max_tokens: 1``; ``max_tokens: 0``
 scores without generating). The answer is OpenAI's completions shape: a choice's ``text`` is the
 prompt's text followed by the completion, and its ``logprobs`` lists the prompt tokens first:
-``tokens`` (each token's text), ``token_logprobs`` (``None`` for the first prompt token, which
+``tokens`` (each token's text; a beginning-of-sequence token the tokenizer put first, such as
+``<bos>``, is there with the empty text, so the text is the prompt as sent and every entry stays
+aligned with the prompt's token ids), ``token_logprobs`` (``None`` for the first prompt token, which
 has no context), ``top_logprobs`` (the ``logprobs`` most likely tokens at each position, ``None``
 for the first) and ``text_offset`` (where each token starts in ``text``), then the generated
 tokens as without ``echo``.
@@ -99,7 +101,9 @@ def _score(served: ServedModels, adapter: str | None, ids: list[int], top: int) 
             for tok, value in zip(best.indices[t].tolist(), best.values[t].tolist(), strict=True):
                 alternatives.setdefault(piece(int(tok)), float(value))
         tops.append(alternatives)
-    return PromptScores([piece(t) for t in ids], [None, *(float(v) for v in chosen_T)], tops)
+    bos = getattr(tokenizer, "bos_token_id", None)
+    shown = ["" if t == 0 and tok == bos else piece(tok) for t, tok in enumerate(ids)]  # no "<bos>" text
+    return PromptScores(shown, [None, *(float(v) for v in chosen_T)], tops)
 
 
 def unscored_completion(model: str, prompts: list[list[int]], n: int, logprobs: bool) -> dict[str, Any]:

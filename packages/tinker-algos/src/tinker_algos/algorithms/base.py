@@ -45,6 +45,7 @@ class StageContext:
     log: Callable[[str], None]
     renderer: PromptRenderer | None = None  # a tinker_algos.model.prompts.PromptRenderer (model.chat_template); None = 'auto'
     runtime: Runtime | None = None  # the run's rollout workers and learners (execution); None: one process
+    engine: Any = None  # the stage's rollout engine (rollout.engine, tinker_core.engines); None: hf on the policy
 
     @property
     def algo(self) -> Any:
@@ -100,6 +101,10 @@ class StageContext:
         params = self.sampling_params(step)
         if refill:
             params = replace(params, seed=self.step_seed(step, "sample", "refill", refill))
+        elif self.engine is not None and policy is None:  # the engine samples with the weights after `step` updates
+            from tinker_algos.distributed.engine_sync import sync_engine
+
+            sync_engine(self.engine, self.policy, self.adapter, step, self.run_dir)
         return rollout(
             policy or self.policy,
             self.require_env(),
@@ -112,6 +117,7 @@ class StageContext:
             max_error_rate=r.max_error_rate,
             renderer=self.renderer,
             reuse_kv_cache=r.reuse_kv_cache,
+            engine=self.engine if policy is None else None,  # a sample-ahead copy samples in-process
         )
 
     def require_env(self) -> Callable[[], Any]:

@@ -33,7 +33,9 @@ from tinker_algos.distributed.weights import (
     unpack,
 )
 from tinker_algos.rollout.episodes import RolloutResult
+from tinker_algos.sampling.engine import HFEngine
 from tinker_core.config import JobConfig
+from tinker_core.engines import WeightUpdate
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,7 @@ class RolloutWorker:
         self.name = name
         self.policy = load_job_policy(self.job, threads=threads)
         self.adapter = add_job_adapter(self.policy, self.job)
+        self.engine = HFEngine(self.policy, adapter=self.adapter, apply=apply_record)  # samples; takes the records' weights
         self.faults = Faults.parse(faults, name, run_dir)
         self.probe_tokens = probe_tokens
         self.strategy = strategy
@@ -128,8 +131,15 @@ class RolloutWorker:
             return 0.0
         t0 = time.perf_counter()
         record = self._fetch(unit)
-        if not self.faults.active("keep-weights", unit.step):  # the fault: acknowledge, keep the old weights
-            copy_into(trainable(self.policy, self.adapter), unpack(record))
+        held = self.engine.version
+        if self.version is None or self.version[0] != unit.stage or held is None or unit.version <= held:
+            self.engine.forget_version()  # another stage, a reload or an older version: not a step forward
+        keep = self.faults.active("keep-weights", unit.step)  # the fault: acknowledge, keep the old weights
+        self.engine.start_weight_update(unit.version)
+        self.engine.update_weights(WeightUpdate(
+            unit.version, record.manifest.kind, sha256=record.manifest.sha256, payload=None if keep else record,
+        ))
+        self.engine.finish_weight_update(unit.version)
         self.version = (unit.stage, unit.version)
         return time.perf_counter() - t0
 
@@ -171,7 +181,7 @@ class RolloutWorker:
             loaded_s = self._load(unit)
             fresh = self.version != before
         rollout_cfg = self.job.resolved_stages()[unit.stage].rollout
-        result = sample_unit(unit, self.policy, self.env_factory, self.renderer, self.adapter, rollout_cfg)
+        result = sample_unit(unit, self.policy, self.env_factory, self.renderer, self.adapter, rollout_cfg, self.engine)
         sync = self.report(with_probe=fresh)
         assert self.version is not None
         stamp_version(result, self.version[1], self.name)
@@ -194,9 +204,18 @@ class RolloutWorker:
         return self.report(with_probe=True)
 
 
-def sample_unit(unit: Unit, policy: Any, env_factory: Any, renderer: Any, adapter: str | None, r: Any) -> RolloutResult:
+def apply_record(policy: Any, adapter: str | None, record: WeightRecord) -> None:
+    """A weight record into ``policy``'s trainable weights (its bytes checked against its manifest):
+    how the rollout worker's engine applies an update."""
+    copy_into(trainable(policy, adapter), unpack(record))
+
+
+def sample_unit(
+    unit: Unit, policy: Any, env_factory: Any, renderer: Any, adapter: str | None, r: Any, engine: Any = None,
+) -> RolloutResult:
     """The unit's episodes: :func:`~tinker_algos.rollout.rollout` of its task seeds with its
-    sampling seed and the stage's rollout section ``r`` (what the job's process would sample)."""
+    sampling seed and the stage's rollout section ``r`` (what the job's process would sample),
+    sampled by ``engine`` (default: the in-process sampler on ``policy``)."""
     from tinker_algos.rollout.episodes import rollout
     from tinker_algos.sampling.sampler import SamplingParams
 
@@ -207,6 +226,7 @@ def sample_unit(unit: Unit, policy: Any, env_factory: Any, renderer: Any, adapte
     return rollout(
         policy, env_factory, list(unit.task_seeds), params, group_size=r.group_size, max_turns=r.max_turns, adapter=adapter,
         turn_timeout_s=r.turn_timeout_s, max_error_rate=r.max_error_rate, renderer=renderer, reuse_kv_cache=r.reuse_kv_cache,
+        engine=engine,
     )
 
 

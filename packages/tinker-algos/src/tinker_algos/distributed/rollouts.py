@@ -53,6 +53,7 @@ from tinker_algos.distributed.staleness import StalenessBound, staleness_metrics
 from tinker_algos.distributed.weights import WeightDirectory, WeightRecord, WeightSyncError, pack
 from tinker_algos.records.recording import phase
 from tinker_algos.rollout.episodes import RolloutError, RolloutResult
+from tinker_core.engines import probe_gap, verify_sync
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -352,20 +353,15 @@ class DistributedRollouts:
         self.verify_report(sync, pub)
 
     def verify_report(self, sync: SyncReport, pub: Published) -> None:
-        manifest = pub.record.manifest
-        if sync.digest != manifest.sha256:
-            raise WeightSyncError(
-                f"rollout worker {sync.worker} reports weights v{sync.version}, but its parameters hash to "
-                f"{sync.digest[:12]}, not the record's {manifest.sha256[:12]}: the update did not reach its model"
-            )
+        """The sync check (:func:`tinker_core.engines.verify_sync`) of a worker's report: the digest,
+        then (recording the gap) the probe."""
+        who = f"rollout worker {sync.worker}"
+        verify_sync(who, sync.version, digest=sync.digest, sha256=pub.record.manifest.sha256)
         if sync.probe_logprobs is not None:
-            gap = float(np.abs(sync.probe_logprobs - pub.probe).mean())
+            gap = probe_gap(sync.probe_logprobs, pub.probe)
             self.step_metrics["sync/probe_gap_max"] = max(self.step_metrics.get("sync/probe_gap_max", 0.0), gap)
-            if gap > self.ex.sync_tolerance:
-                raise WeightSyncError(
-                    f"rollout worker {sync.worker} with weights v{sync.version}: its probe logprobs differ from the "
-                    f"learner's by {gap:.3g} nats per token (execution.sync_tolerance {self.ex.sync_tolerance:g})"
-                )
+            verify_sync(who, sync.version, digest=None, sha256=None, probe=sync.probe_logprobs, learner_probe=pub.probe,
+                        tolerance=self.ex.sync_tolerance)
 
     def self_test(self, version: int) -> None:
         """Scramble worker 0's weights and check that the sync check fails on it; then reload."""

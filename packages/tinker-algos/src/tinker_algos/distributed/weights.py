@@ -31,14 +31,11 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from tinker_algos.hub.cache import atomic_dir
+from tinker_core.engines import WeightSyncError as WeightSyncError
 
 MARKER = "COMPLETE"
 WEIGHTS_FILE = "weights.safetensors"
 MANIFEST_FILE = "manifest.json"
-
-
-class WeightSyncError(RuntimeError):
-    """A weight record that does not match its manifest, or a worker whose weights do not."""
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 libgomp's default makes an idle thread spin for a while before it sleeps. On a machine whose
 cores other processes keep busy, the spinning threads take turns with preempted partners and a
 step slows several-fold; ``OMP_WAIT_POLICY=PASSIVE`` makes them sleep at once, which costs about a
-quarter of a step's speed on an idle machine (docs/performance.md, "Threads on a shared
-machine"). The wait policy changes timing only, never results, so choosing it from the machine's
+quarter of a step's speed on an idle machine (docs/explanation/experiments/sampler.md,
+"Threads on a shared machine"). The wait policy changes timing only, never results, so choosing it from the machine's
 load keeps same-seed runs identical.
 
 "Busy" is what the other processes run *now*: the kernel's count of runnable threads

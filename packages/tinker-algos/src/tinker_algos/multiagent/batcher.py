@@ -12,10 +12,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from tinker_algos.model.models import PolicyModel
-from tinker_algos.sampling.sampler import SampledSequence, SamplingParams, sample
+from tinker_algos.sampling.engine import HFEngine
+from tinker_algos.sampling.sampler import SampledSequence, SamplingParams
 from tinker_core.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from tinker_core.engines import RolloutEngine
 
 __all__ = ["Batcher"]
 
@@ -37,9 +42,11 @@ class Batcher:
     """
 
     def __init__(
-        self, policy: PolicyModel, params: SamplingParams, live: int, executor: cf.ThreadPoolExecutor
+        self, policy: PolicyModel, params: SamplingParams, live: int, executor: cf.ThreadPoolExecutor,
+        engine: RolloutEngine | None = None,
     ) -> None:
         self.policy = policy
+        self.engine: Any = engine or HFEngine(policy)  # the job's rollout.engine (tinker_core.engines)
         self.params = params
         self.live = live
         self.executor = executor
@@ -79,7 +86,7 @@ class Batcher:
             rows = [r for r in batch if r.adapter == adapter]
             seed = None if self.params.seed is None else derive_seed(self.params.seed, round_index, adapter)
             params = replace(self.params, seed=seed, n=1)
-            samples = sample(self.policy, [r.context for r in rows], params, adapter=adapter)
+            samples = self.engine.generate([r.context for r in rows], params, adapter=adapter)
             for r, outs in zip(rows, samples, strict=True):
                 out[r.order] = outs[0]
         return [out[r.order] for r in batch]

@@ -35,7 +35,8 @@ import numpy as np
 from tinker_algos.model.models import PolicyModel
 from tinker_algos.model.prompts import Conversation, PromptRenderer, TemplateError
 from tinker_algos.records.recording import observation_text, phase, record_eval
-from tinker_algos.sampling.sampler import TURN_END_OF, SampledSequence, SamplingParams, sample
+from tinker_algos.sampling.engine import HFEngine
+from tinker_algos.sampling.sampler import TURN_END_OF, SampledSequence, SamplingParams
 from tinker_algos.sampling.turn_cache import TurnCache
 from tinker_core.contracts import (
     Action,
@@ -52,6 +53,7 @@ from tinker_core.tools import parse_tool_calls
 
 if TYPE_CHECKING:
     from tinker_core.config import EnvConfig
+    from tinker_core.engines import RolloutEngine
     from tinker_core.env import TextEnv
 
 
@@ -243,6 +245,7 @@ class _Rollout:
         self.errors: Counter[str] = Counter()
         self.new_tokens = 0
         self.first_prompts: FirstPrompts = {}
+        self.engine: Any = HFEngine(policy)  # rollout(engine=...) replaces it
 
     def fail(self, ep: _Live, reason: str) -> None:
         self.errors[reason] += 1
@@ -290,8 +293,8 @@ class _Rollout:
         params = self.params
         turn_params = dataclasses.replace(params, seed=None if params.seed is None else params.seed + turn)
         with phase("sample"):
-            samples = sample(
-                self.policy, [ep.turns.fsm.tokens for ep in active], turn_params, adapter=self.adapter,
+            samples = self.engine.generate(
+                [ep.turns.fsm.tokens for ep in active], turn_params, adapter=self.adapter,
                 turn_cache=self.kv, cache_keys=[id(ep) for ep in active], store_cache=not last_turn,
             )
         actions = []
@@ -359,6 +362,7 @@ def rollout(
     max_context_tokens: int | None = None,
     renderer: PromptRenderer | None = None,
     reuse_kv_cache: bool = True,
+    engine: RolloutEngine | None = None,
 ) -> RolloutResult:
     """Run ``group_size`` episodes per task seed (``params.n`` must be 1).
 
@@ -372,6 +376,8 @@ def rollout(
     ``reuse_kv_cache`` keeps each episode's KV cache from one turn to the next, so a turn prefills
     only the tokens added since (:mod:`tinker_algos.sampling.turn_cache`); False prefills the whole
     conversation every turn (the same tokens and logprobs, up to float rounding).
+    ``engine`` samples (the job's ``rollout.engine``, :mod:`tinker_core.engines`); default: the
+    in-process sampler on ``policy`` (:class:`~tinker_algos.sampling.engine.HFEngine`).
     """
     if params.n != 1:
         raise ValueError("rollout() samples one action per episode per turn; set params.n = 1 and use group_size for groups")
@@ -382,6 +388,8 @@ def rollout(
     params = dataclasses.replace(params, eos_token_ids=(*params.eos_token_ids, *renderer.extra_eos_ids))
     runner = CallRunner(turn_timeout_s, name="opentinker-env", message=f"env call took longer than {turn_timeout_s} s")
     run = _Rollout(policy, params, renderer, runner, adapter, context_limit(policy, max_context_tokens), reuse_kv_cache)
+    if engine is not None:
+        run.engine = engine
     try:
         run.start(env_factory, seeds, group_size)
         spec = getattr(run.episodes[0].env, "env_spec", None) if run.episodes else None  # the first episode's env

@@ -83,6 +83,7 @@ from tinker_algos.run.live import LiveSettings
 from tinker_algos.run.plan import Progress, StepPlan, kept_steps
 from tinker_algos.run.progress import describe_model, quiet_third_party_progress
 from tinker_algos.run.resume import newest_intact, run_checkpoints
+from tinker_algos.sampling.engine import open_stage_engine
 from tinker_algos.training.checkpoint import (
     load_state,
     save_state,
@@ -336,7 +337,7 @@ class Run:
         ctx = StageContext(
             self.job, stage, si, self.policy, trainer, self.dir, self.adapter, env_factory, eval_env_factory, self.cb.on_log,
             renderer=self.renderer.with_system_prompt(stage.env.system_prompt if stage.env is not None else None),
-            runtime=self.runtime,
+            runtime=self.runtime, engine=open_stage_engine(self.job, stage, self.policy, self.adapter, self.dir),
         )
         algo = get_algorithm(stage.algorithm.name)(ctx)
         if resuming_here:

@@ -42,7 +42,7 @@ checkpointed RNG state govern it).
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +63,12 @@ from tinker_algos.sampling.decode_rows import (
     stop_enders,
 )
 from tinker_algos.sampling.kv_reserve import reserve
+from tinker_algos.sampling.logits_adjust import (
+    LogitsProcessorFactory,
+    adjust_logits,
+    adjusts,
+    check_penalty,
+)
 from tinker_algos.sampling.samples import SampledSequence as SampledSequence
 from tinker_algos.sampling.samples import StopReason as StopReason
 from tinker_algos.sampling.samples import logprob_agreement as logprob_agreement
@@ -83,7 +89,9 @@ from tinker_algos.sampling.turn_cache import (
 if TYPE_CHECKING:
     from tinker_core.env import TurnEnd
 
-TURN_END_OF: dict[str, TurnEnd] = {"eos": "end_of_turn", "stop_id": "end_of_turn", "stop_string": "stop_string", "length": "length"}
+TURN_END_OF: dict[str, TurnEnd] = {
+    "eos": "end_of_turn", "stop_id": "end_of_turn", "stop_string": "stop_string", "length": "length", "abort": "length",
+}
 """A sampler stop reason -> how the turn ended, as an env sees it (``Action.stop_reason``)."""
 Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 
@@ -102,6 +110,9 @@ class SamplingParams:
     stop_at_eos: bool = True
     eos_token_ids: Sequence[int] = ()  # more end-of-turn ids (e.g. a custom chat template's), reason "eos"
     seed: int | None = None
+    frequency_penalty: float = 0.0  # OpenAI's, in [-2, 2]: :mod:`tinker_algos.sampling.logits_adjust`
+    presence_penalty: float = 0.0
+    logits_processors: Sequence[LogitsProcessorFactory] = ()  # one processor per row each (a grammar's mask)
 
     def validate(self) -> None:
         if self.max_new_tokens < 1:
@@ -118,6 +129,8 @@ class SamplingParams:
             raise TypeError("SamplingParams.stop is a list of strings; wrap a single one: stop=[...]")
         if any(not s for s in self.stop):
             raise ValueError("SamplingParams.stop contains an empty string")
+        check_penalty("frequency_penalty", self.frequency_penalty)
+        check_penalty("presence_penalty", self.presence_penalty)
 
 
 def _resolve_prompts(policy: PolicyModel, prompts: Sequence[Prompt] | Prompt, chat: bool | None) -> list[list[int]]:
@@ -155,6 +168,7 @@ def sample(
     turn_cache: TurnCache | None = None,
     cache_keys: Sequence[Hashable] | None = None,
     store_cache: bool = True,
+    on_step: Callable[[], bool] | None = None,
 ) -> list[list[SampledSequence]]:
     """Sample ``params.n`` continuations of each prompt; returns ``[prompt][sample]``.
 
@@ -170,6 +184,8 @@ def sample(
             entry holds the KV of its prompt and sample (all but the last token).
         store_cache: False when no prompt will be continued (an episode's last turn): the
             entries are read but not stored back (each key's entry is dropped instead).
+        on_step: called after each decode step but the last (a rollout engine's pause gate); True
+            ends the call: running rows keep their tokens, stop with ``"abort"``, drop their cache.
     """
     params = params or SamplingParams()
     params.validate()
@@ -195,7 +211,8 @@ def sample(
         was_training = policy.module.training
         policy.module.eval()
         try:
-            gen = _decode(policy, ids_rows, params, use_cache=use_cache, turn_cache=turn_cache, cache_keys=cache_keys, store_cache=store_cache)
+            gen = _decode(policy, ids_rows, params, use_cache=use_cache, turn_cache=turn_cache, cache_keys=cache_keys,
+                          store_cache=store_cache, on_step=on_step)
         finally:
             policy.module.train(was_training)
     tokens, lps, raws, reasons, ents = gen
@@ -236,8 +253,10 @@ def _decode(
     turn_cache: TurnCache | None = None,
     cache_keys: Sequence[Hashable] | None = None,
     store_cache: bool = True,
+    on_step: Callable[[], bool] | None = None,
 ) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason], list[list[float]]]:
-    """The decode loop (tokens, logprobs, raw logprobs, stop reasons, the policy's entropy at each token). Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
+    """The decode loop (tokens, logprobs, raw logprobs, stop reasons, the policy's entropy at each
+    token). Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
 
     With the cache, the prefix every row shares (a chat template's system prompt, the ``n``
     copies of one prompt) is run once for one row and its KV cache repeated for the batch; pads
@@ -257,16 +276,22 @@ def _decode(
     if turn_cache is not None and cache_keys is not None and use_cache:
         prefixes = [turn_cache.lookup(k, ids) for k, ids in zip(cache_keys, ids_rows, strict=True)]
     loop = _DecodeLoop(policy, ids_rows, params, use_cache=use_cache, prefixes=prefixes)
-    steps = loop.N
+    steps, aborted = loop.N, False
     for step in range(loop.N):
         loop.step(step)
         if step + 1 < loop.N:
             if bool(loop.done_B.all()):
                 steps = step + 1
                 break
+            if on_step is not None and on_step():
+                steps, aborted = step + 1, True
+                break
             loop.tokens_B_T[:, loop.P + loop.S + step] = loop.gen_B_N[:, step]
     result = (*loop.result(steps), loop.entropies(steps))
-    if turn_cache is not None and cache_keys is not None and not store_cache:
+    if aborted:  # the rows still running end here
+        done = loop.done_B.tolist()
+        result = (*result[:3], [r if d else "abort" for r, d in zip(result[3], done, strict=True)], result[4])
+    if turn_cache is not None and cache_keys is not None and (aborted or not store_cache):
         for key in cache_keys:
             turn_cache.drop(key)
     elif turn_cache is not None and cache_keys is not None:
@@ -332,7 +357,9 @@ class _DecodeLoop:
             self.generator = torch.Generator(device=device)
             self.generator.manual_seed(int(params.seed))
         self.eos = eos_token_ids(self.tok, policy.base_model, params.eos_token_ids) if params.stop_at_eos else set()
-        self.plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0
+        self.adjusted = adjusts(params)  # penalties or processors: drawn from adjusted logits
+        self.processors_B = [[f() for f in params.logits_processors] for _ in range(B)]
+        self.plain = params.temperature == 1.0 and params.top_k == 0 and params.top_p == 1.0 and not self.adjusted
         self.stops = tuple(params.stop)
         self.window = max((len(s) for s in self.stops), default=0) + 8  # tokens decoded per stop check
         self.cache_kw = {cache_kwarg(self.module): cache} if use_cache else {}
@@ -381,10 +408,19 @@ class _DecodeLoop:
             return logits_B_V
         return self.forward(self.P if step == 0 else col - 1, col)
 
-    def choose(self, logits_B_V: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def choose(self, logits_B_V: torch.Tensor, step: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(next_B, logprobs_B, raw_logprobs_B, entropy_B)``: one token per row, drawn as
-        ``params`` say, and the entropy of the raw distribution it was drawn at."""
+        ``params`` say (after penalties and processors, :mod:`tinker_algos.sampling.logits_adjust`),
+        and the entropy of the raw distribution (the policy's, before them) it was drawn at."""
         raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
+        if self.adjusted:
+            generated_B = self.gen_B_N[:, :step].tolist()
+            drawn_B_V = adjust_logits(
+                logits_B_V, generated_B, frequency_penalty=self.params.frequency_penalty,
+                presence_penalty=self.params.presence_penalty, processors_B=self.processors_B,
+            )
+            next_B, lp_B = choose_tokens(drawn_B_V, self.params, self.generator)
+            return next_B, lp_B, raw_B_V.gather(-1, next_B[:, None]).squeeze(-1), token_entropy_B(raw_B_V)
         if self.plain:  # the sampled distribution is the raw one: one log_softmax
             next_B = draw(raw_B_V, self.generator)
             raw_B = raw_B_V.gather(-1, next_B[:, None]).squeeze(-1)
@@ -398,7 +434,7 @@ class _DecodeLoop:
         if self.code_V is None:
             self.code_V = reason_codes(logits_B_V.shape[-1], self.eos, self.params.stop_token_ids, self.spec.device)
             self.can_end_V = stop_enders(self.tok, self.stops, logits_B_V.shape[-1], self.spec.device) if self.stops else None
-        next_B, lp_B, raw_B, ent_B = self.choose(logits_B_V)
+        next_B, lp_B, raw_B, ent_B = self.choose(logits_B_V, step)
         live_B = ~self.done_B
         next_B = torch.where(self.done_B, self.pad, next_B)
         self.gen_B_N[:, step], self.lp_B_N[:, step], self.raw_B_N[:, step] = next_B, lp_B, raw_B

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SampledSequence", "StopReason", "logprob_agreement", "sequences_to_batch"]
 
-StopReason = Literal["stop_string", "stop_id", "eos", "length"]
+StopReason = Literal["stop_string", "stop_id", "eos", "length", "abort"]
 """Why a sample stopped (see :mod:`tinker_algos.sampling.sampler`)."""
 
 

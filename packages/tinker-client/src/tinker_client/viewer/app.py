@@ -15,7 +15,8 @@ list is paged with a bounded ``limit``; a text search decodes at most
 bodies are refused past :data:`MAX_REQUEST_BYTES` (the server's header/body deadlines are those
 of :mod:`tinker_core.http_limits`).
 
-Routes (all GET): ``/api/runs``; per run ``/metrics?since=N``, ``/rollouts/index``,
+Routes (all GET): ``/api/runs`` (each with its ``lineage``: :func:`~tinker_client.viewer.lineage.run_lineage`,
+which links a fork to its parent only when both are served); per run ``/lineage``, ``/metrics?since=N``, ``/rollouts/index``,
 ``/rollouts?kind&step&group&min_reward&max_reward&stop_reason&min_tokens&max_tokens&q&offset&limit``,
 ``/config``, ``/checkpoints``, ``/trace``, ``/report``.
 """
@@ -34,6 +35,7 @@ from fastapi.responses import JSONResponse, Response
 from tinker_client.viewer.data import MAX_SCAN, Rollout, RunDir, is_run_dir
 from tinker_client.viewer.files import MAX_JSON_BYTES, inside
 from tinker_client.viewer.hosts import HostCheck, host_allowlist
+from tinker_client.viewer.lineage import run_lineage
 
 __all__ = ["MAX_PAGE", "MAX_REQUEST_BYTES", "PAGE_HEADERS", "create_app", "host_allowlist", "load_runs"]
 
@@ -163,7 +165,13 @@ def _api_routes(app: FastAPI, runs: list[RunDir]) -> None:
 
     @app.get("/api/runs")
     def list_runs() -> list[dict[str, Any]]:
-        return [{"id": i, **r.summary()} for i, r in enumerate(runs)]
+        links = run_lineage(runs)  # first: an unreadable lineage.json is in this answer's warnings
+        return [{"id": i, **r.summary(), "lineage": link} for i, (r, link) in enumerate(zip(runs, links, strict=True))]
+
+    @app.get("/api/runs/{rid}/lineage")
+    def lineage(rid: int) -> dict[str, Any]:
+        run(rid)
+        return run_lineage(runs)[rid]
 
     @app.get("/api/runs/{rid}/metrics")
     def metrics(rid: int, since: Annotated[int, Query(ge=0)] = 0) -> dict[str, Any]:

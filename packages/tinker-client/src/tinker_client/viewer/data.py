@@ -310,7 +310,7 @@ class RunDir:
         #: what could not be read, by file (shown on the page): set and cleared as files are read
         self.problems: dict[str, str] = {}
 
-    def _cached(self, name: str, key: Any, compute: Callable[[], Any]) -> Any:
+    def cached(self, name: str, key: Any, compute: Callable[[], Any]) -> Any:
         """``compute()``, again only when ``key`` (what the value depends on) changed: the page
         polls, and a 10,000-step run's episodes are not walked on every poll."""
         hit = self._cache.get(name)
@@ -377,9 +377,9 @@ class RunDir:
         result = self.read_json("result.json")
         rows = self.metrics.items
         items: list[Rollout] = self.rollouts.items
-        stages = self._cached("stages", (self.metrics.generation, len(rows)),
+        stages = self.cached("stages", (self.metrics.generation, len(rows)),
                               lambda: list(dict.fromkeys(str(r.get("stage", "")) for r in rows)))
-        evals = self._cached("evals", self._rollouts_key(), lambda: sum(1 for r in items if r.kind == "eval"))
+        evals = self.cached("evals", self._rollouts_key(), lambda: sum(1 for r in items if r.kind == "eval"))
         return {
             "name": self.name, "path": str(self.path), "report": (self.path / "report.json").is_file(),
             "status": (result or {}).get("status", "running" if rows else "empty"),
@@ -405,7 +405,7 @@ class RunDir:
     def rollout_index(self) -> dict[str, Any]:
         """The steps that have episodes (per kind), the stop reasons seen and the longest episode."""
         self.refresh()
-        return self._cached("index", self._rollouts_key(), self._rollout_index)
+        return self.cached("index", self._rollouts_key(), self._rollout_index)
 
     def _rollout_index(self) -> dict[str, Any]:
         items: list[Rollout] = self.rollouts.items
@@ -422,7 +422,7 @@ class RunDir:
         self.refresh()
         if step is None:
             return [r for r in self.rollouts.items if keep(r)]
-        by_step = self._cached("by_step", self._rollouts_key(), self._by_step)
+        by_step = self.cached("by_step", self._rollouts_key(), self._by_step)
         return [r for r in by_step.get(step, ()) if keep(r)]
 
     def _by_step(self) -> dict[int, list[Rollout]]:
@@ -478,5 +478,5 @@ class RunDir:
     def trace_summary(self) -> dict[str, Any]:
         """:func:`phase_summary` of the trace's events (an empty table when there is no trace)."""
         self.refresh()
-        table = self._cached("trace", (self.trace.offset, len(self.trace.events)), lambda: phase_summary(self.trace.events))
+        table = self.cached("trace", (self.trace.offset, len(self.trace.events)), lambda: phase_summary(self.trace.events))
         return {"present": self.trace.path.is_file(), **table}

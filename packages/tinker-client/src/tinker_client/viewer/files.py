@@ -71,10 +71,10 @@ def inside(root: Path, path: Path) -> bool:
         return False
 
 
-def read_document(root: Path, name: str, kind: type = dict) -> tuple[Any, str | None]:
+def read_document(root: Path, name: str, kind: type = dict, limit: int = MAX_JSON_BYTES) -> tuple[Any, str | None]:
     """``(value, warning)`` of the JSON document ``root/name``: ``(None, None)`` when it is
-    missing, ``(None, why)`` when it is a link out of ``root``, larger than
-    :data:`MAX_JSON_BYTES`, not JSON or not a ``kind``."""
+    missing, ``(None, why)`` when it is a link out of ``root``, larger than ``limit`` bytes
+    (default :data:`MAX_JSON_BYTES`), not JSON or not a ``kind``."""
     path = root / name
     if not os.path.lexists(path):
         return None, None
@@ -82,8 +82,8 @@ def read_document(root: Path, name: str, kind: type = dict) -> tuple[Any, str | 
         return None, "a link out of the run dir; not read"
     try:
         size = path.stat().st_size
-        if size > MAX_JSON_BYTES:
-            return None, f"{size / 1e6:.0f} MB, more than the viewer reads ({MAX_JSON_BYTES // 2**20} MiB); not read"
+        if size > limit:
+            return None, f"{size / 1e6:.{0 if size >= 1e7 else 2}f} MB, more than the viewer reads ({limit / 2**20:g} MiB); not read"
         value = loads(path.read_bytes())
     except OSError as e:
         return None, f"cannot be read ({e.strerror or e})"

@@ -168,7 +168,7 @@ def _format_errors(errors: list[Any]) -> list[str]:
 
 
 def check_plugin_names(config: JobConfig) -> list[str]:
-    """Problems with names that plugins provide: env ids, estimators, losses, optimizers."""
+    """Problems with names that plugins provide: env ids, estimators, losses, optimizers, rollout engines."""
     from tinker_core.registry import get_registry
 
     problems: list[str] = []
@@ -199,6 +199,7 @@ def check_plugin_names(config: JobConfig) -> list[str]:
             check("optimizers", learner.optimizer, f"{algo}.params.multi_agent.roles.{role}.optimizer")
         assert stage.optimizer is not None
         check("optimizers", stage.optimizer.name, where(i, "optimizer", "name"))
+        check("rollout_engines", stage.rollout.engine, where(i, "rollout", "engine"))
         if stage.env is not None and stage.env.address is None:
             check("envs", stage.env.id, where(i, "env", "id"))
             problems += _multi_agent_env_problems(stage, f"{algo}.params.multi_agent", lora=config.lora is not None)
@@ -284,6 +285,7 @@ def _plugin_problems_of_raw(data: dict[str, Any]) -> list[str]:
         check("advantage_estimators", section.get("algorithm"), "estimator", f"{prefix}algorithm")
         check("losses", section.get("algorithm"), "loss", f"{prefix}algorithm")
         check("optimizers", section.get("optimizer"), "name", f"{prefix}optimizer")
+        check("rollout_engines", section.get("rollout"), "engine", f"{prefix}rollout")
     return problems
 
 

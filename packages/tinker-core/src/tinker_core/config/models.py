@@ -90,7 +90,7 @@ class ModelConfig(_Model):
         description=(
             "CPU threads torch uses for this job's model (intra-op); None keeps torch's default, one per core. "
             "On a machine other busy processes share, fewer threads than cores (1 on 2 cores) keeps a step "
-            "from slowing several-fold (docs/performance.md, 'Threads on a shared machine'); the same "
+            "from slowing several-fold (docs/explanation/experiments/sampler.md, 'Threads on a shared machine'); the same "
             "count gives the same metrics. Ignored for jobs on a scheduler's shared model host (the host's own setting)."
         ),
     )
@@ -297,6 +297,16 @@ class RolloutConfig(_Model):
         description="Keep each episode's KV cache from one turn to the next, so a turn prefills only the tokens added "
         "since (single-agent rollouts and evaluation); false prefills the whole conversation every turn (for comparison).",
     )
+    engine: str = Field(
+        "hf",
+        description="The rollout engine that samples episodes: hf (the in-process sampler, the default), vllm (a vLLM "
+        "server over HTTP; pip install tinker-engine-vllm) or a plugin's (opentinker plugins lists them).",
+    )
+    engine_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options the engine reads, checked when it starts (vllm: url, timeout_s, probe_tolerance; see the "
+        "rollout engines guide). hf takes none.",
+    )
     max_staleness: int = Field(
         0, ge=0, le=8,
         description="Updates a batch may lag behind the policy: k > 0 samples step s + k's episodes while step s trains "
@@ -345,7 +355,7 @@ Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
 TRACKERS: dict[str, tuple[str, str]] = {
     "tensorboard": ("tensorboard", "tinker-algos[tensorboard]"),
     "wandb": ("wandb", "tinker-algos[wandb]"),
-    "mlflow": ("mlflow", "mlflow"),  # no extra: MLflow's stubs need protobuf < 7, tinker-core needs 7
+    "mlflow": ("mlflow", "tinker-algos[mlflow]"),  # mlflow-skinny >= 3.17.2 (imports with protobuf 7)
     "trackio": ("trackio", "tinker-algos[trackio]"),
 }
 """``logging.report_to`` names -> (the module it imports, what to ``pip install`` for it)."""

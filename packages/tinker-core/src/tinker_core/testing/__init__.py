@@ -22,11 +22,12 @@ check                           plugin                                          
 :func:`check_advantage_estimator`  ``estimator(AdvantageInputs, **config)``            no
 :func:`check_loss`              ``loss_fn(LossInputs, **config)``                      yes
 :func:`check_optimizer`         ``factory(params, **config) -> Optimizer``             yes
+:func:`check_rollout_engine`    :class:`~tinker_core.engines.RolloutEngine`            no
 :func:`check_all_registered`    everything in the plugin registries                   some
 ==============================  ====================================================  ======
 
 What each check requires is documented in its module (:mod:`.envs`, :mod:`.multi_agent_envs`,
-:mod:`.estimators`, :mod:`.losses`, :mod:`.optimizers`). Importing this package never imports
+:mod:`.estimators`, :mod:`.losses`, :mod:`.optimizers`, :mod:`.engines`). Importing this package never imports
 torch: the two torch checks import it when called and raise :class:`TorchNotInstalledError`
 (an ImportError too) telling you to install tinker-algos when it is missing.
 """
@@ -43,6 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover - read by lazy_package too
     from tinker_core.testing._common import ConformanceError as ConformanceError
     from tinker_core.testing._common import ConformanceWarning as ConformanceWarning
     from tinker_core.testing._common import TorchNotInstalledError as TorchNotInstalledError
+    from tinker_core.testing.engines import StepHold as StepHold
+    from tinker_core.testing.engines import check_rollout_engine as check_rollout_engine
     from tinker_core.testing.envs import DEFAULT_ACTIONS as DEFAULT_ACTIONS
     from tinker_core.testing.envs import check_env as check_env
     from tinker_core.testing.estimators import (

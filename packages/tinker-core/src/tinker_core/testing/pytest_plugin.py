@@ -52,6 +52,14 @@ def opentinker_check_advantage_estimator() -> Callable[..., None]:
 
 
 @pytest.fixture
+def opentinker_check_rollout_engine() -> Callable[..., list[str]]:
+    """:func:`tinker_core.testing.check_rollout_engine`."""
+    from tinker_core.testing import check_rollout_engine
+
+    return check_rollout_engine
+
+
+@pytest.fixture
 def opentinker_check_loss() -> Callable[..., None]:
     """:func:`tinker_core.testing.check_loss` (the test is skipped, with the reason, without torch)."""
     pytest.importorskip("torch", reason="torch not installed: check_loss needs it (install tinker-algos)")

@@ -12,7 +12,9 @@ The routes live in one router module per area (:mod:`.routes`). Errors are JSON
 (:func:`tinker_scheduler.errors.http_status`), never a traceback; a failed long request answers ``{"error": ...,
 "category": "user" | "server"}`` to ``retrieve_future``. The SDK retries 408, 409, 429 and 5xx,
 so what retrying cannot fix is 4xx. Tinker sessions (the SDK's ``ServiceClient``) not heard from (``session_heartbeat``) for
-``session_timeout_s`` expire and their models are unloaded (:class:`Expiry`).
+``session_timeout_s`` expire and their models are unloaded (:class:`Expiry`), which also deletes
+checkpoints whose TTL ran out. External weights leave through signed URLs the gateway serves
+itself (:mod:`.downloads`), under a secret drawn when the app is made.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from tinker_core.proto import MAX_MESSAGE_BYTES
 from tinker_scheduler.auth import AuthError, AuthMode
 from tinker_scheduler.errors import HTTP_STATUS, StatusError, classify, http_status
 from tinker_scheduler.store import JobStore
+from tinker_scheduler.tinker_api import listings
+from tinker_scheduler.tinker_api.downloads import Downloads, Signer
 from tinker_scheduler.tinker_api.futures import Futures
 from tinker_scheduler.tinker_api.routes import ROUTERS
 from tinker_scheduler.tinker_api.routes.context import Context
@@ -73,9 +77,14 @@ class Expiry:
                 logger.exception("expiring Tinker sessions failed")
 
     def expire(self, now: float | None = None) -> None:
-        """Expire the sessions last heard from before ``now`` (default: the time) minus the timeout."""
+        """Expire the sessions last heard from before ``now`` (default: the time) minus the timeout,
+        and delete the checkpoints whose TTL ran out by ``now``."""
         records = self.models.records
-        records.expire_tinker_sessions((time.time() if now is None else now) - self.timeout_s)
+        now = time.time() if now is None else now
+        for tenant, saved in records.expired_checkpoints(now):
+            logger.info("checkpoint %s expired: deleting it", saved.tinker_path)
+            listings.remove(records, tenant, saved)
+        records.expire_tinker_sessions(now - self.timeout_s)
         for m in records.live_models_of_expired():
             logger.info("Tinker session %s expired: unloading model %s", m.client_session, m.model_id)
             try:
@@ -107,7 +116,8 @@ def create_app(models: Models, store: JobStore, auth: AuthMode, *, session_timeo
     app.state.models = models
     app.state.futures = futures
     app.state.expiry = Expiry(models, futures, session_timeout_s)
-    app.state.context = Context(models, futures, store, auth, session_timeout_s, max_json_bytes)
+    app.state.context = Context(models, futures, store, auth, session_timeout_s, max_json_bytes,
+                                Downloads(models.records, Signer()))
     _add_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

@@ -6,6 +6,12 @@ messages are read and written here straight from the protobuf wire format (varin
 length-delimited fields), with the field numbers of Tinker's public schema, so the scheduler needs
 neither the SDK nor generated code. Only the fields the gateway serves are read; others are
 skipped. A malformed body raises :class:`ValueError`.
+
+Why not ``protobuf``'s own parser (already a dependency) over a schema built at run time: it
+decodes a whole body before any of it can be checked, so a hostile body within the HTTP size
+limit (millions of empty fields, a datum of millions of tokens) costs its full decode and its
+memory before being refused. This reader counts fields, values and tokens as it goes
+(:class:`_Budget`, from the tenant's request limits) and stops at the first one over.
 """
 
 from __future__ import annotations

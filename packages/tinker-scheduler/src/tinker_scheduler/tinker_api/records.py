@@ -9,7 +9,9 @@ models still marked ``live`` become ``restarted`` and the futures still ``pendin
 A Tinker session's heartbeat clock restarts then too: the scheduler's downtime does not count.
 
 Tables (created if missing, so an older store simply gains them): ``tinker_sessions``,
-``tinker_models``, ``tinker_checkpoints``, ``tinker_futures``. Times are seconds since the epoch.
+``tinker_models``, ``tinker_checkpoints``, ``tinker_futures``; columns added since (a session's
+``user_metadata`` and ``display_name``, a checkpoint's ``expires_at``) are added to an older
+store's tables when it is opened (:data:`ADDED_COLUMNS`). Times are seconds since the epoch.
 """
 
 from __future__ import annotations
@@ -71,6 +73,20 @@ CREATE TABLE IF NOT EXISTS tinker_futures (
     body BLOB
 );
 """
+#: Columns added after the first release of these tables: added to an older store when it is opened.
+ADDED_COLUMNS = {"tinker_sessions": {"user_metadata": "TEXT NOT NULL DEFAULT '{}'", "display_name": "TEXT"},
+                 "tinker_checkpoints": {"expires_at": "REAL"}}
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A Tinker session (the SDK's ``ServiceClient``)."""
+
+    session_id: str
+    created_at: float
+    state: str  # active | expired
+    user_metadata: dict[str, str]
+    display_name: str | None
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,7 @@ class CheckpointRecord:
     file: str
     size_bytes: int | None
     created_at: float
+    expires_at: float | None = None  # None: kept until deleted
 
     @property
     def tinker_path(self) -> str:
@@ -112,6 +129,7 @@ class Records:
         self._conn.execute("PRAGMA synchronous=NORMAL")  # as the job store: WAL, no fsync per commit
         self._writes = 0
         self._conn.executescript(SCHEMA)
+        _add_columns(self._conn)
         with self._write() as db:
             now = time.time()
             db.execute("UPDATE tinker_models SET state = 'restarted' WHERE state = 'live'")
@@ -131,11 +149,34 @@ class Records:
             self._conn.close()
 
     # ---- Tinker sessions (the SDK's ServiceClient: create_session, session_heartbeat) ----------
-    def add_tinker_session(self, session_id: str, tenant: str) -> None:
+    def add_tinker_session(self, session_id: str, tenant: str, user_metadata: dict[str, str] | None = None,
+                           display_name: str | None = None) -> None:
         now = time.time()
         with self._write() as db:
-            db.execute("INSERT INTO tinker_sessions(id, tenant, created_at, last_seen) VALUES (?, ?, ?, ?)",
-                       (session_id, tenant, now, now))
+            db.execute("INSERT INTO tinker_sessions(id, tenant, created_at, last_seen, user_metadata, display_name) "
+                       "VALUES (?, ?, ?, ?, ?, ?)", (session_id, tenant, now, now, json.dumps(user_metadata or {}),
+                                                     display_name))
+
+    def tinker_sessions(self, tenant: str, limit: int, offset: int) -> list[str]:
+        """The ids of the tenant's Tinker sessions (active or expired), newest first."""
+        rows = self._query("SELECT id FROM tinker_sessions WHERE tenant = ? ORDER BY created_at DESC, id "
+                           "LIMIT ? OFFSET ?", (tenant, limit, offset))
+        return [str(r["id"]) for r in rows]
+
+    def tinker_session(self, tenant: str, session_id: str) -> SessionRecord | None:
+        """The tenant's Tinker session; None for none or another tenant's."""
+        rows = self._query("SELECT * FROM tinker_sessions WHERE id = ? AND tenant = ?", (session_id, tenant))
+        if not rows:
+            return None
+        r = rows[0]
+        return SessionRecord(str(r["id"]), float(r["created_at"]), str(r["state"]),
+                             json.loads(r["user_metadata"] or "{}"), r["display_name"])
+
+    def models_of_session(self, tenant: str, session_id: str) -> list[str]:
+        """The ids of the models the tenant created in Tinker session ``session_id``, oldest first."""
+        rows = self._query("SELECT model_id FROM tinker_models WHERE tenant = ? AND client_session = ? "
+                           "ORDER BY created_at, model_id", (tenant, session_id))
+        return [str(r["model_id"]) for r in rows]
 
     def tinker_session_state(self, tenant: str, session_id: str) -> str | None:
         """``active`` or ``expired`` for the tenant's session; None for none (or another tenant's)."""
@@ -191,11 +232,29 @@ class Records:
             db.execute("UPDATE tinker_models SET state = ? WHERE model_id = ?", (state, model_id))
 
     # ---- checkpoints ----------------------------------------------------------------------------
-    def add_checkpoint(self, tenant: str, model_id: str, kind: str, name: str, file: str) -> None:
+    def add_checkpoint(self, tenant: str, model_id: str, kind: str, name: str, file: str,
+                       expires_at: float | None = None) -> None:
         size = _size(Path(file))
         with self._write() as db:
             db.execute("INSERT OR REPLACE INTO tinker_checkpoints(model_id, kind, name, tenant, file, size_bytes, "
-                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)", (model_id, kind, name, tenant, file, size, time.time()))
+                       "created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (model_id, kind, name, tenant, file, size, time.time(), expires_at))
+
+    def set_checkpoint_expiry(self, tenant: str, model_id: str, kind: str, name: str, expires_at: float | None) -> None:
+        with self._write() as db:
+            db.execute("UPDATE tinker_checkpoints SET expires_at = ? WHERE tenant = ? AND model_id = ? AND kind = ? "
+                       "AND name = ?", (expires_at, tenant, model_id, kind, name))
+
+    def expired_checkpoints(self, now: float) -> list[tuple[str, CheckpointRecord]]:
+        """``(tenant, checkpoint)`` of every checkpoint whose time ran out before ``now``."""
+        rows = self._query("SELECT * FROM tinker_checkpoints WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
+        return [(str(r["tenant"]), _checkpoint(r)) for r in rows]
+
+    def checkpoint_owner(self, model_id: str, kind: str, name: str) -> str | None:
+        """The tenant that owns a checkpoint (for a signed download URL, which carries no key)."""
+        rows = self._query("SELECT tenant FROM tinker_checkpoints WHERE model_id = ? AND kind = ? AND name = ?",
+                           (model_id, kind, name))
+        return str(rows[0]["tenant"]) if rows else None
 
     def checkpoints(self, tenant: str, model_id: str | None = None, limit: int = -1, offset: int = 0
                     ) -> tuple[list[CheckpointRecord], int]:
@@ -250,7 +309,16 @@ def _model(row: sqlite3.Row) -> ModelRecord:
 
 def _checkpoint(row: sqlite3.Row) -> CheckpointRecord:
     return CheckpointRecord(row["model_id"], row["kind"], row["name"], row["file"], row["size_bytes"],
-                            float(row["created_at"]))
+                            float(row["created_at"]), row["expires_at"])
+
+
+def _add_columns(conn: sqlite3.Connection) -> None:
+    """Give an older store's tables the columns of :data:`ADDED_COLUMNS` they lack."""
+    for table, columns in ADDED_COLUMNS.items():
+        have = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+        for name, declaration in columns.items():
+            if name not in have:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
 
 def _size(path: Path) -> int | None:

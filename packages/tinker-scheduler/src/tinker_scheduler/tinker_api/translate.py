@@ -5,7 +5,8 @@ by heartbeats; :mod:`.records`); a Tinker *model* (``create_model``) is one trai
 (:class:`~tinker_scheduler.sessions.TrainingSession`), named by the id the SDK derives
 (``<Tinker session>:train:<seq>``); a *sampling session* (:class:`SamplingSession`) is Tinker's
 name for what a ``SamplingClient`` samples from. Checkpoints are named ``tinker://<model_id>/weights/<name>``
-(a saved state) and ``tinker://<model_id>/sampler_weights/<name>`` (sampler weights); they resolve
+(a saved state), ``tinker://<model_id>/sampler_weights/<name>`` (sampler weights) and
+``tinker://<model_id>/external_weights/<name>`` (a PEFT adapter to download, :mod:`.downloads`); they resolve
 only through the caller's own models' records (:mod:`.records`, kept across restarts), so another
 tenant's path is "not found". A *sampling session* samples from saved sampler weights on the
 model host of the session that saved them.
@@ -21,6 +22,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from tinker_scheduler import host_ops as ops
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.policy import Resources
 from tinker_scheduler.sessions import SessionManager, SessionRequest, TrainingSession
-from tinker_scheduler.tinker_api import fields, sampling
+from tinker_scheduler.tinker_api import downloads, fields, sampling
 from tinker_scheduler.tinker_api.records import ModelRecord, Records
 from tinker_scheduler.tinker_api.stability import StabilityRecords
 from tinker_scheduler.training_service import NAME_RE
@@ -40,7 +42,10 @@ from tinker_scheduler.training_wire import MAX_LORA_RANK
 LOSS_INPUTS = {"target_tokens": "target_tokens", "weights": "loss_weights", "advantages": "advantages",
                "logprobs": "sampling_logprobs", "sequence_ratio_mask": "sequence_ratio_mask"}
 #: Checkpoint kinds in ``tinker://`` paths -> the session subdirectory holding them.
-PATH_KINDS = {"weights": "states", "sampler_weights": "sampler"}
+PATH_KINDS = {"weights": "states", "sampler_weights": "sampler", "external_weights": "external"}
+#: The answer's ``type`` of each save, by kind.
+SAVE_TYPES = {"weights": "save_weights", "sampler_weights": "save_weights_for_sampler",
+              "external_weights": "save_weights_external"}
 #: Why a model recorded in the store has no live session, by its state.
 GONE = {"unloaded": "was unloaded",
         "expired": "expired: its client session sent no heartbeat for too long (tinker_session_timeout_s)",
@@ -59,6 +64,7 @@ class SamplingSession:
     model_path: str  # their tinker:// path ("" for the base model)
     base_model: str = ""  # sampling the untrained base model: its name
     session_id: str = ""  # ... and the hidden session on its host that samples it
+    client_session: str = ""  # the Tinker session that created it ("" when unknown)
 
 
 class Models:
@@ -193,24 +199,40 @@ class Models:
                 for k in ("learning_rate", "beta1", "beta2", "eps", "weight_decay", "grad_clip_norm")}
 
     # ---- checkpoints --------------------------------------------------------------------------
-    def save(self, tenant: str, body: Mapping[str, Any], kind: str) -> dict[str, Any]:
-        """``save_weights`` (kind ``weights``) or ``save_weights_for_sampler`` (``sampler_weights``).
-
-        Without a name (``save_weights_and_get_sampling_client``) the sampler weights get a fresh
-        name and the answer carries a new sampling session on them."""
-        model_id = str(body.get("model_id", ""))
-        session = self.session(tenant, model_id)
+    @staticmethod
+    def save_args(body: Mapping[str, Any], kind: str) -> tuple[str, float | None]:
+        """``(name, expires_at)`` of a save request, its fields checked. Without a name
+        (``save_weights_and_get_sampling_client``) the weights get a fresh one."""
         name = fields.text(body.get("path"), "path") or f"ephemeral-{uuid.uuid4().hex[:12]}"
         if not NAME_RE.fullmatch(name):
             raise StatusError("INVALID_ARGUMENT", f"path: {name!r} is not a valid name; use letters, digits, '.', '_' and '-'")
+        expires_at = downloads.ttl_of(body.get("ttl_seconds"))
+        if kind == "external_weights":
+            downloads.age_recipients(body.get("age_encryption_recipients"))
+        return name, expires_at
+
+    def save(self, tenant: str, body: Mapping[str, Any], kind: str) -> dict[str, Any]:
+        """``save_weights`` (kind ``weights``), ``save_weights_for_sampler`` (``sampler_weights``) or
+        ``save_weights_external`` (``external_weights``: the sampler's files, a PEFT adapter, to
+        download). Without a name the sampler weights' answer carries a new sampling session on them."""
+        model_id = str(body.get("model_id", ""))
+        session = self.session(tenant, model_id)
+        name, expires_at = self.save_args(body, kind)
         target = str(session.dir / PATH_KINDS[kind] / name)
         save = ops.SaveState(target) if kind == "weights" else ops.SaveWeightsForSampler(target)
         self.sessions.run(session, "", lambda call: call(save))
-        self.records.add_checkpoint(tenant, model_id, kind, name, target)
+        if kind == "external_weights" and body.get("age_encryption_recipients"):
+            downloads.encrypt_export(Path(target), downloads.age_recipients(body["age_encryption_recipients"]))
+        self.records.add_checkpoint(tenant, model_id, kind, name, target, expires_at)
         path = f"tinker://{model_id}/{kind}/{name}"
-        out: dict[str, Any] = {"path": path, "type": "save_weights" if kind == "weights" else "save_weights_for_sampler"}
+        out: dict[str, Any] = {"path": path, "type": SAVE_TYPES[kind]}
         if kind == "sampler_weights" and not body.get("path"):
-            out["sampling_session_id"] = self.new_sampling_session(tenant, model_path=path)
+            record = self.records.model(tenant, model_id)
+            out["sampling_session_id"] = self.new_sampling_session(
+                tenant, model_path=path, client_session=record.client_session if record is not None else "")
+        if kind == "external_weights":
+            saved = self.records.checkpoint(tenant, model_id, kind, name)
+            out["size_bytes"] = saved.size_bytes if saved is not None else None
         return out
 
     def load(self, tenant: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -238,7 +260,8 @@ class Models:
         return self.sessions.own_path(tenant, str(record.dir / PATH_KINDS[kind] / name), "path")
 
     # ---- sampling -----------------------------------------------------------------------------
-    def new_sampling_session(self, tenant: str, *, model_path: str | None = None, base_model: str | None = None) -> str:
+    def new_sampling_session(self, tenant: str, *, model_path: str | None = None, base_model: str | None = None,
+                             client_session: str = "") -> str:
         """A sampling session on saved sampler weights (``model_path``) or on the untrained
         ``base_model``: a hidden LoRA-less sampler session on the base model's host, one per
         tenant and base model (SessionManager's ``request_id`` makes repeats find it)."""
@@ -253,9 +276,17 @@ class Models:
         else:
             raise StatusError("INVALID_ARGUMENT", "model_path or base_model: pass one (a tinker://.../sampler_weights/... "
                                                   "path, or the name of a base model to sample untrained)")
+        target.client_session = client_session
         with self._lock:
             self._sampling[sid] = target
         return sid
+
+    def samplers_of(self, tenant: str, client_session: str) -> list[str]:
+        """The ids of the sampling sessions the tenant's Tinker session created (kept in memory:
+        a restart forgets them)."""
+        with self._lock:
+            return sorted(sid for sid, s in self._sampling.items()
+                          if s.tenant == tenant and s.client_session == client_session)
 
     def _base_sampler(self, tenant: str, base_model: str) -> TrainingSession:
         """The tenant's hidden sampler session on ``base_model`` (created on first use)."""
@@ -336,7 +367,7 @@ def parse_path(path: str, kind: str = "") -> tuple[str, str, str]:
     """``(model_id, kind, name)`` of ``tinker://<model_id>/<kind>/<name>`` (of ``kind`` if given)."""
     parts = path[len("tinker://"):].split("/") if isinstance(path, str) and path.startswith("tinker://") else []
     if len(parts) != 3 or parts[1] not in PATH_KINDS or (kind and parts[1] != kind) or not NAME_RE.fullmatch(parts[2]):
-        shape = f"tinker://<model_id>/{kind or 'weights|sampler_weights'}/<name>"
+        shape = f"tinker://<model_id>/{kind or '|'.join(PATH_KINDS)}/<name>"
         raise StatusError("INVALID_ARGUMENT", f"path: {path!r} is not a {shape} path")
     return parts[0], parts[1], parts[2]
 

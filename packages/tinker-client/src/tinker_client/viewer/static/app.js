@@ -65,7 +65,8 @@ async function poll() {
   for (const r of runs) $(`#run-${r.id} .run-meta`).textContent = `${r.status}, step ${r.last_step ?? "-"}`;
   showWarnings(runs);
   if (!changed.length) return;
-  await Promise.all(changed.filter((id) => state.shown.has(id) || id === state.current).map(loadMetrics));
+  const drawn = drawnRuns();
+  await Promise.all(changed.filter((id) => drawn.has(id) || id === state.current).map(loadMetrics));
   drawCurves();
   if (changed.includes(state.current)) refreshTab(true);
 }
@@ -85,11 +86,19 @@ function setupRuns() {
     const box_ = el("input", { type: "checkbox", "aria-label": `show ${r.name}` });
     box_.checked = state.shown.has(r.id);
     box_.addEventListener("change", async () => {
-      if (box_.checked) { state.shown.add(r.id); await loadMetrics(r.id); } else state.shown.delete(r.id);
+      if (box_.checked) state.shown.add(r.id); else state.shown.delete(r.id);
+      await Promise.all([...drawnRuns()].filter((id) => !state.metrics[id]).map(loadMetrics));
       drawCurves();
     });
-    box.append(el("label", { class: "run", id: `run-${r.id}`, style: `--c:${COLOURS[i % COLOURS.length]}` },
-      box_, el("span", { class: "swatch" }), el("b", { text: r.name }), " ", el("span", { class: "run-meta muted" })));
+    const label = el("label", { class: "run", id: `run-${r.id}`, style: `--c:${COLOURS[i % COLOURS.length]}; --depth:${Math.min(r.lineage?.depth || 0, 6)}` },
+      box_, el("span", { class: "swatch" }), el("b", { text: r.name }), " ", el("span", { class: "run-meta muted" }));
+    const parent = r.lineage?.parent;
+    if (parent) {  // a fork: whose, from which step, with which overrides (all as text)
+      const overrides = r.lineage.overrides.join(" ") + (r.lineage.more_overrides ? ` (+${r.lineage.more_overrides} more)` : "");
+      label.append(" ", el("span", { class: "fork-of muted", title: overrides || "no overrides",
+        text: `\u21b3 fork of ${parent.name} @ ${parent.step}${parent.served ? "" : " (not served)"}${overrides ? `: ${overrides}` : ""}` }));
+    }
+    box.append(label);
     select.append(el("option", { value: r.id, text: r.name }));
   });
   $("#tabs [data-tab=report]").hidden = !state.runs.some((r) => r.report);
@@ -97,6 +106,35 @@ function setupRuns() {
 }
 
 // ---- curves --------------------------------------------------------------------------------
+
+// A shown fork brings its served parent's curve (dashed, in the fork's colour) and a mark at the
+// step it was forked from, so where the two part is seen; the parent need not be ticked.
+function forkParent(id) {
+  const parent = state.runs[id]?.lineage?.parent;
+  return parent && parent.served && parent.id !== null ? parent : null;
+}
+
+// The vertical marks of a shown run: the step it was forked from, and each live setting change
+// (`opentinker job set`: a `live/<key.path>` column in metrics.jsonl at the step it took effect).
+function runMarks(id) {
+  const colour = COLOURS[id % COLOURS.length], name = state.runs[id]?.name;
+  const parent = state.runs[id]?.lineage?.parent;
+  const out = parent ? [{ id, step: parent.step, colour, kind: "fork-mark", label: `${name}: forked from ${parent.name} @ ${parent.step}` }] : [];
+  const m = state.metrics[id];
+  for (const [k, values] of Object.entries(m?.series || {})) {
+    if (!k.startsWith("live/")) continue;
+    values.forEach((v, i) => {
+      if (v !== null) out.push({ id, step: m.steps[i], colour, kind: "live-mark", label: `${name}: ${k.slice(5)} = ${fmt(v)} from step ${m.steps[i]}` });
+    });
+  }
+  return out;
+}
+
+function drawnRuns() {
+  const ids = new Set(state.shown);
+  for (const id of state.shown) { const p = forkParent(id); if (p) ids.add(p.id); }
+  return ids;
+}
 
 async function loadMetrics(id) {
   let have = state.metrics[id];
@@ -139,7 +177,13 @@ function smoothed(steps, values, weight) {
 
 function series(metric, weight, maxPoints) {
   const out = [];
-  for (const id of [...state.shown].sort()) {
+  const colour = (id) => COLOURS[state.runs.findIndex((r) => r.id === id) % COLOURS.length];
+  const wanted = [...state.shown].sort((a, b) => a - b).map((id) => ({ id, colour: colour(id) }));
+  for (const id of [...state.shown].sort((a, b) => a - b)) {
+    const p = forkParent(id);
+    if (p && !state.shown.has(p.id)) wanted.push({ id: p.id, colour: colour(id), parentOf: id });
+  }
+  for (const { id, colour: c, parentOf } of wanted) {
     const m = state.metrics[id];
     if (!m || !m.series[metric]) continue;
     let [xs, ys] = smoothed(m.steps, m.series[metric], weight);
@@ -148,9 +192,16 @@ function series(metric, weight, maxPoints) {
       xs = xs.filter((_, i) => i % stride === 0 || i === xs.length - 1);
       ys = ys.filter((_, i) => i % stride === 0 || i === ys.length - 1);
     }
-    if (xs.length) out.push({ id, xs, ys, colour: COLOURS[state.runs.findIndex((r) => r.id === id) % COLOURS.length] });
+    if (xs.length) out.push({ id, xs, ys, colour: c, parentOf });
   }
   return out;
+}
+
+// The legend says the last value a run logged (not the smoothed one the curve ends on).
+function lastValue(id) {
+  const values = state.metrics[id]?.series[state.metric] || [];
+  for (let i = values.length - 1; i >= 0; i--) if (values[i] !== null && Number.isFinite(values[i])) return values[i];
+  return null;
 }
 
 function ticks(lo, hi, n) {
@@ -162,7 +213,7 @@ function ticks(lo, hi, n) {
   return out;
 }
 
-function plot(svg, lines, { width, height, axes }) {
+function plot(svg, lines, { width, height, axes, marks = [] }) {
   svg.replaceChildren();
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   svg.setAttribute("width", width);
@@ -188,9 +239,19 @@ function plot(svg, lines, { width, height, axes }) {
       svg.append(label);
     }
   }
+  for (const m of marks) {  // a fork's step or a live change: a vertical line, when it lies on the x axis
+    if (m.step < x0 || m.step > x1) continue;
+    const line = svgEl("line", { x1: sx(m.step), x2: sx(m.step), y1: pad.t, y2: height - pad.b, class: m.kind, stroke: m.colour, "data-run": m.id, "data-step": m.step });
+    const title = svgEl("title");
+    title.textContent = m.label;  // the hover text (text, never markup)
+    line.append(title);
+    svg.append(line);
+  }
   for (const s of lines) {
     const d = s.xs.map((x, i) => `${i ? "L" : "M"}${sx(x).toFixed(1)},${sy(s.ys[i]).toFixed(1)}`).join("");
-    svg.append(svgEl("path", { d, class: "series", stroke: s.colour, "data-run": s.id, "data-points": s.xs.length }));
+    const attrs = { d, class: s.parentOf === undefined ? "series" : "series parent", stroke: s.colour, "data-run": s.id, "data-points": s.xs.length };
+    if (s.parentOf !== undefined) attrs["data-parent-of"] = s.parentOf;
+    svg.append(svgEl("path", attrs));
     if (s.xs.length === 1) svg.append(svgEl("circle", { cx: sx(s.xs[0]), cy: sy(s.ys[0]), r: 3, fill: s.colour }));
   }
   return { sx, sy, x0, x1, pad, width };
@@ -211,11 +272,12 @@ function drawCurves() {
   const box = $("#chart-box");
   const width = Math.max(320, box.clientWidth || 900);
   const lines = series(state.metric, weight, width * 2);
-  const scale = plot($("#chart"), lines, { width, height: 340, axes: true });
+  const marks = [...state.shown].filter((id) => lines.some((s) => s.id === id)).flatMap((id) => runMarks(id));
+  const scale = plot($("#chart"), lines, { width, height: 340, axes: true, marks });
   $("#chart").dataset.metric = state.metric || "";
   $("#chart-info").textContent = lines.length ? `${lines.reduce((a, s) => a + s.xs.length, 0)} points` : "no data for this metric yet";
-  $("#legend").replaceChildren(...lines.map((s) => el("span", { class: "legend", style: `--c:${s.colour}` },
-    el("span", { class: "swatch" }), `${state.runs[s.id].name}: ${fmt(s.ys[s.ys.length - 1])} at step ${s.xs[s.xs.length - 1]}`)));
+  $("#legend").replaceChildren(...lines.map((s) => el("span", { class: s.parentOf === undefined ? "legend" : "legend parent", style: `--c:${s.colour}` },
+    el("span", { class: "swatch" }), `${state.runs[s.id].name}${s.parentOf === undefined ? "" : ` (parent of ${state.runs[s.parentOf].name}, dashed)`}: ${fmt(lastValue(s.id))} at step ${s.xs[s.xs.length - 1]}`)));
   state.scale = scale && { ...scale, lines };
   const grid = $("#grid");
   grid.replaceChildren(...keys.map((k) => {

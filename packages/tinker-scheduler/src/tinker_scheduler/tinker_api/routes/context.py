@@ -15,6 +15,7 @@ from tinker_scheduler.auth import AuthMode
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.store import JobStore
 from tinker_scheduler.tinker_api.auth import tenant_of
+from tinker_scheduler.tinker_api.downloads import Downloads
 from tinker_scheduler.tinker_api.futures import Futures
 from tinker_scheduler.tinker_api.records import Records
 from tinker_scheduler.tinker_api.translate import Models
@@ -35,6 +36,7 @@ class Context:
     auth: AuthMode
     session_timeout_s: float
     max_json_bytes: int
+    downloads: Downloads
 
     @property
     def records(self) -> Records:

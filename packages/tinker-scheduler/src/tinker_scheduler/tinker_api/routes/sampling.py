@@ -19,8 +19,9 @@ router = APIRouter(prefix="/api/v1")
 async def create_sampling_session(request: Request) -> Body:
     ctx = context(request)
     tenant, body = await ctx.body_of(request)
-    sid = await run_in_threadpool(lambda: ctx.models.new_sampling_session(tenant, model_path=body.get("model_path"),
-                                                                          base_model=body.get("base_model")))
+    sid = await run_in_threadpool(lambda: ctx.models.new_sampling_session(
+        tenant, model_path=body.get("model_path"), base_model=body.get("base_model"),
+        client_session=str(body.get("session_id") or "")))
     return {"type": "create_sampling_session", "sampling_session_id": sid}
 
 

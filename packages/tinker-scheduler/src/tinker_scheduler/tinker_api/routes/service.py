@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from fastapi import APIRouter, Request
 
 from tinker_scheduler.errors import StatusError
+from tinker_scheduler.tinker_api import fields
 from tinker_scheduler.tinker_api.routes.context import Body, context
 
 router = APIRouter(prefix="/api/v1")
 
 #: Base models listed by ``get_server_capabilities`` (others the scheduler allows load too).
 LISTED_MODELS = ("tiny",)
+#: The most characters a session's ``user_metadata`` (as JSON) or ``display_name`` may hold.
+MAX_SESSION_METADATA = 16384
 
 
 @router.get("/healthz")
@@ -51,9 +55,14 @@ async def telemetry(request: Request) -> Body:
 @router.post("/create_session")
 async def create_session(request: Request) -> Body:
     ctx = context(request)
-    tenant, _ = await ctx.body_of(request)
+    tenant, body = await ctx.body_of(request)
+    metadata = {str(k): str(v) for k, v in fields.obj(body, "user_metadata").items()}
+    display_name = fields.text(body.get("display_name"), "display_name") or None
+    if len(json.dumps(metadata)) > MAX_SESSION_METADATA or len(display_name or "") > MAX_SESSION_METADATA:
+        raise StatusError("INVALID_ARGUMENT", f"user_metadata, display_name: at most {MAX_SESSION_METADATA} "
+                                              "characters each (as JSON)")
     sid = f"cs-{uuid.uuid4().hex[:12]}"
-    ctx.records.add_tinker_session(sid, tenant)
+    ctx.records.add_tinker_session(sid, tenant, metadata, display_name)
     return {"type": "create_session", "session_id": sid}
 
 

@@ -1,4 +1,5 @@
-"""Routes: training a Tinker model (``forward_backward``, ``optim_step``, saving and loading weights)."""
+"""Routes: training a Tinker model (``forward_backward``, ``optim_step``, saving and loading weights,
+``save_weights_external``)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,14 @@ async def save_weights(request: Request) -> Body:
 async def save_weights_for_sampler(request: Request) -> Body:
     ctx = context(request)
     return await ctx.on_model(request, lambda tenant, body: ctx.models.save(tenant, body, "sampler_weights"))
+
+
+@router.post("/save_weights_external")
+async def save_weights_external(request: Request) -> Body:
+    ctx = context(request)
+    kind = "external_weights"
+    return await ctx.on_model(request, lambda tenant, body: ctx.models.save(tenant, body, kind),
+                              check=lambda body: ctx.models.save_args(body, kind))
 
 
 @router.post("/load_weights")
