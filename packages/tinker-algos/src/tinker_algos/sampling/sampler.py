@@ -287,7 +287,7 @@ def _decode(
                 steps, aborted = step + 1, True
                 break
             loop.tokens_B_T[:, loop.P + loop.S + step] = loop.gen_B_N[:, step]
-    result = (*loop.result(steps), loop.entropies(steps))
+    result = loop.result(steps)
     if aborted:  # the rows still running end here
         done = loop.done_B.tolist()
         result = (*result[:3], [r if d else "abort" for r, d in zip(result[3], done, strict=True)], result[4])
@@ -458,23 +458,12 @@ class _DecodeLoop:
             if any(s in tail for s in self.stops):
                 self.reason_B[b], self.done_B[b] = 3, True
 
-    def result(self, steps: int) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
-        """Each row's tokens, logprobs and raw logprobs up to and including its stopping token, and why it stopped."""
+    def result(self, steps: int) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason], list[list[float]]]:
+        """Each row's tokens, logprobs, raw logprobs, why it stopped, and the entropy at each token (up to its stopping token)."""
         ends = self.end_B.tolist()
-        gen_l = self.gen_B_N[:, :steps].tolist()
-        lp_l, raw_l = self.lp_B_N[:, :steps].tolist(), self.raw_B_N[:, :steps].tolist()
+        cut = lambda x_B_N: [g[:e] for g, e in zip(x_B_N[:, :steps].tolist(), ends, strict=True)]  # noqa: E731
         final: list[StopReason] = [REASON_CODES[c] or "length" for c in self.reason_B.tolist()]
-        return (
-            [g[:e] for g, e in zip(gen_l, ends, strict=True)],
-            [g[:e] for g, e in zip(lp_l, ends, strict=True)],
-            [g[:e] for g, e in zip(raw_l, ends, strict=True)],
-            final,
-        )
-
-
-    def entropies(self, steps: int) -> list[list[float]]:
-        """Each row's entropy at each of its tokens up to and including its stopping token."""
-        return [g[:e] for g, e in zip(self.ent_B_N[:, :steps].tolist(), self.end_B.tolist(), strict=True)]
+        return cut(self.gen_B_N), cut(self.lp_B_N), cut(self.raw_B_N), final, cut(self.ent_B_N)
 
     def cached_rows(self, ids_rows: list[list[int]], tokens: list[list[int]], steps: int) -> list[CachedPrefix | None]:
         """Each row's :class:`CachedPrefix` after :meth:`result`: its prompt and generated tokens but
