@@ -207,10 +207,12 @@ def run_compare(spec_doc: dict[str, Any], path: Path) -> tuple[Any, list[Any]]:
     return spec, outcomes
 
 
-def job_reports(spec: Any, outcomes: list[Any]) -> list[dict[str, Any]]:
+def job_reports(spec: Any, outcomes: list[Any], warm_start: float | None) -> list[dict[str, Any]]:
+    """compare's per-job numbers, counted from the warm start's held-out level (trained once,
+    outside these jobs)."""
     from tinker_algos.compare.report import report_of
 
-    return report_of(spec, outcomes)["jobs"]
+    return report_of(spec, outcomes, warm_start=warm_start)["jobs"]
 
 
 def preference_numbers(spec: Any, outcomes: list[Any]) -> dict[str, Any]:
@@ -225,8 +227,8 @@ def preference_numbers(spec: Any, outcomes: list[Any]) -> dict[str, Any]:
     return {"metric": key, "variant": variant_numbers(jobs), "jobs": jobs}
 
 
-SUMMARY = (("final", "final acc."), ("best", "best acc."), ("auc", "AUC"), ("steps_to_+10", "steps to +10"),
-           ("steps_to_+20", "steps to +20"), ("steps_per_s", "steps/s"))
+SUMMARY = (("final", "final acc."), ("gain", "gain over warm start"), ("best", "best acc."), ("auc", "AUC"),
+           ("steps_to_+10", "steps to +10"), ("steps_to_+20", "steps to +20"), ("steps_per_s", "steps/s"))
 
 
 def cell(d: dict[str, Any], metric: str, n_seeds: int) -> str:
@@ -238,7 +240,8 @@ def cell(d: dict[str, Any], metric: str, n_seeds: int) -> str:
         f = lambda v: f"{v:.2f}"  # noqa: E731
     else:
         f = lambda v: f"{100 * v:.1f}"  # noqa: E731
-    out = f"{f(d['mean'])} [{f(d['ci_low'])}, {f(d['ci_high'])}] ({f(d['min'])}-{f(d['max'])})"
+    ci = "" if d["ci_low"] is None else f" [{f(d['ci_low'])}, {f(d['ci_high'])}]"
+    out = f"{f(d['mean'])}{ci} ({f(d['min'])}-{f(d['max'])})"
     return out + (f" {d['n']}/{n_seeds}" if d["n"] < n_seeds else "")
 
 
@@ -280,7 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     t_dpo = time.perf_counter() - t2
 
-    jobs = job_reports(est_spec, est_outcomes) + job_reports(dpo_spec, dpo_outcomes)
+    level = (warm.get("eval") or {}).get("eval/accuracy")
+    jobs = job_reports(est_spec, est_outcomes, level) + job_reports(dpo_spec, dpo_outcomes, level)
     variants = {v.name: v.override_texts for v in est_spec.variants}
     variants["dpo"] = [f"algorithm: dpo (on-policy pairs), loss dpo, beta {DPO_BETA}; held-out pairs: {pairs.name}"]
     report = build_report(

@@ -54,24 +54,25 @@ def read_rows(path: Path) -> list[dict]:
 def recomputed(rows: list[dict]) -> dict:
     """A job's numbers from its metrics.jsonl rows: the grpo stage's eval/accuracy points."""
     pts = [(r["step"], r["eval/accuracy"]) for r in rows if r["stage"] == "1-grpo" and "eval/accuracy" in r]
+    warm = [r["eval/accuracy"] for r in rows if r["stage"] == "0-sft" and "eval/accuracy" in r][-1]  # the SFT stage's last eval
+    start = max(r["step"] for r in rows if r["stage"] == "0-sft")
     steps, values = np.array([s for s, _ in pts], float), np.array([v for _, v in pts], float)
     span = steps[-1] - steps[0]
-    out = {"final": values[-1], "best": values.max(), "auc": np.trapezoid(values, steps) / span if span else values[0]}
+    out = {"final": values[-1], "best": values.max(), "auc": np.trapezoid(values, steps) / span if span else values[0],
+           "warm_start": warm, "gain": values[-1] - warm, "dip": max(0.0, warm - values.min())}
     for name, gain in (("steps_to_+10", 0.1), ("steps_to_+20", 0.2)):
-        hit = np.nonzero(values >= values[0] + gain - 1e-12)[0]
-        out[name] = float(steps[hit[0]] - steps[0]) if hit.size else None
+        hit = np.nonzero(values >= warm + gain - 1e-12)[0]
+        out[name] = float(steps[hit[0]] - start) if hit.size else None
     times = [r["time/step_s"] for r in rows if "time/step_s" in r]
     out["steps_per_s"] = len(times) / sum(times)
     return out
 
 
-def bootstrap(values: list[float]) -> tuple[float, float]:
-    if len(values) == 1:
-        return values[0], values[0]
-    x = np.array(values)
-    means = x[np.random.default_rng(0).integers(0, len(x), size=(10_000, len(x)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
+def t_interval(values: list[float]) -> tuple[float, float]:
+    from scipy import stats
+
+    ci = stats.ttest_1samp(values, 0.0).confidence_interval(0.95)
+    return float(ci.low), float(ci.high)
 
 
 def check_report(out: Path, run_dir_of) -> None:
@@ -94,9 +95,16 @@ def check_report(out: Path, run_dir_of) -> None:
             d = report["variants"][name][metric]
             assert d["mean"] == pytest.approx(np.mean(values), rel=1e-12, abs=1e-12)
             assert (d["min"], d["max"]) == (pytest.approx(min(values)), pytest.approx(max(values)))
-            assert (d["ci_low"], d["ci_high"]) == pytest.approx(bootstrap(values), rel=1e-12, abs=1e-12)
+            if np.std(values) > 0:
+                assert (d["ci_low"], d["ci_high"]) == pytest.approx(t_interval(values), rel=1e-9, abs=1e-12)
+    # each variant's final against the baseline (the first variant), paired by seed
+    for name in ("dr_grpo", "rloo"):
+        d = report["differences"][name]["final"]
+        assert d["method"] == "paired t" and d["n"] == 3
+        assert d["mean"] == pytest.approx(np.mean([j["final"] for j in by_variant[name]]) - np.mean([j["final"] for j in by_variant["grpo"]]))
     md = (out / "report.md").read_text()
-    assert "## final eval/accuracy" in md and "## steps to +20 points of eval/accuracy" in md
+    assert "## final eval/accuracy" in md and "## steps into the last stage to +20 points of eval/accuracy over the warm start" in md
+    assert "## differences from the baseline `grpo`" in md
     assert "## training steps per second" in md and "| rloo |" in md
     assert all(f"{j['variant']} seed {j['seed']}: {j['run_dir']}" in md for j in report["jobs"])
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"

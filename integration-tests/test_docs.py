@@ -135,6 +135,9 @@ def test_the_oracle_page_derives_the_values_the_tests_cite():
     R = np.array([1.0, 0.0, 0.0, 1.0])
     x = math.log(0.25) - math.log(0.5)
     sig = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    from scipy import stats
+
+    t_975_2 = stats.t.ppf(0.975, 2)  # the t interval's quantile at 3 seeds
     l_ = np.array([[1.0, 2, 3], [4, 0, 0]])
     m = np.array([[1.0, 1, 1], [1, 0, 0]])
     values = {
@@ -147,7 +150,8 @@ def test_the_oracle_page_derives_the_values_the_tests_cite():
         "ipo": [(2 - 1 / 0.2) ** 2],
         "kl": [-x, x * x / 2, math.exp(x) - x - 1],
         "agg": [(l_ * m).sum() / m.sum(), ((l_ * m).sum(1) / m.sum(1)).mean(), (l_ * m).sum(1).mean(), (l_ * m).sum(1).mean() / 3],
-        "compare": [np.trapezoid([0, 1, 1], [0, 10, 20]) / 20, np.trapezoid([0, 0.6, 0.2], [10, 12, 20]) / 10, 243 / 256],
+        "compare": [np.trapezoid([0, 1, 1], [0, 10, 20]) / 20, np.trapezoid([0, 0.6, 0.2], [10, 12, 20]) / 10,
+                    t_975_2, 3.5 / 4, 20.5 / 25],
     }
     for name, numbers in values.items():
         for number in numbers:

@@ -72,6 +72,11 @@ def test_an_inline_base_a_seed_list_and_an_output(tmp_path):
     assert load_spec(write(tmp_path), output=tmp_path / "elsewhere").output == tmp_path / "elsewhere"
 
 
+def test_the_baseline_is_the_first_variant_unless_named(tmp_path):
+    assert load_spec(write(tmp_path)).baseline == "grpo"
+    assert load_spec(write(tmp_path, baseline="rloo")).baseline == "rloo"
+
+
 BAD = [
     ({"base": None}, "no 'base'"),
     ({"base": "missing.yaml"}, "base missing.yaml: config file"),
@@ -94,6 +99,7 @@ BAD = [
     ({"variants": [{"name": "a", "set": {"stages.1.algorithm.estimator": "nope"}}]}, "variant 'a': stages[1].algorithm.estimator: unknown advantage"),
     ({"variants": [{"name": "a", "set": {"stages.0.algorithm.steps": -1}}]}, "variant 'a': stages[0].algorithm.steps: Input should be greater"),
     ({"seed": 3}, "unknown key 'seed'; did you mean 'seeds'?"),
+    ({"baseline": "rlo"}, "baseline: 'rlo' is not a variant; did you mean 'rloo'?"),
 ]
 
 

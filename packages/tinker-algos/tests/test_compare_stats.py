@@ -6,7 +6,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tinker_algos.compare.stats import bootstrap_ci, curve_auc, describe, steps_to_gain
+from tinker_algos.compare.stats import (
+    compare_to_baseline,
+    curve_auc,
+    describe,
+    difference,
+    iqm,
+    iqm_interval,
+    largest_dip,
+    probability_of_improvement,
+    probability_of_improvement_interval,
+    steps_to_gain,
+    t_interval,
+)
 from tinker_algos.compare.summary import (
     eval_curve,
     eval_key,
@@ -17,31 +29,77 @@ from tinker_algos.compare.summary import (
 from tinker_core.config import JobConfig
 
 
-def test_bootstrap_of_identical_values_is_a_point():
-    assert bootstrap_ci([0.4, 0.4, 0.4]) == (pytest.approx(0.4), pytest.approx(0.4))
-    assert bootstrap_ci([0.7]) == (0.7, 0.7)
+def test_t_interval_is_scipys_on_fixed_numbers():  # oracles.md: compare reports
+    from scipy import stats
+
+    # three seeds: mean 0.5, sd 0.1, t_{0.975, 2} = 4.302652729911275 -> 0.5 -/+ 4.3027 * 0.1 / sqrt(3)
+    lo, hi = t_interval([0.4, 0.5, 0.6])
+    assert (lo, hi) == (pytest.approx(0.5 - 4.302652729911275 * 0.1 / np.sqrt(3)), pytest.approx(0.5 + 4.302652729911275 * 0.1 / np.sqrt(3)))
+    for values in ([0.378, 0.302, 0.340], [0.1, 0.5, 0.2, 0.9, 0.3], [0.764, 0.726, 0.654, 0.752, 0.756, 0.66]):
+        ref = stats.ttest_1samp(values, 0.0).confidence_interval(0.95)
+        assert t_interval(values) == (pytest.approx(ref.low, abs=1e-12), pytest.approx(ref.high, abs=1e-12))
+    assert t_interval([0.4, 0.4, 0.4]) == (pytest.approx(0.4), pytest.approx(0.4))
+    assert t_interval([0.7]) is None  # one seed: no spread to estimate
     with pytest.raises(ValueError):
-        bootstrap_ci([])
+        t_interval([])
 
 
-def test_bootstrap_of_one_success_in_four():  # oracles.md: compare reports
-    # a resample of [0, 0, 0, 1] has mean k/4 with k ~ Binomial(4, 1/4):
-    # P(k = 0) = 81/256 = 0.32 > 2.5%, so the low end is 0;
-    # P(k <= 2) = 243/256 = 0.949 < 97.5% < P(k <= 3) = 255/256, so the high end is 3/4.
-    assert bootstrap_ci([0, 0, 0, 1]) == (0.0, 0.75)
-    # two values: means 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4 -> the interval is [0, 1]
-    assert bootstrap_ci([0.0, 1.0]) == (0.0, 1.0)
+def test_three_seeds_cover_more_than_their_min_max():
+    """The percentile bootstrap of 3 values stayed inside [min, max]; the t interval at n=3 is
+    wider than the range whenever the values are not all equal."""
+    values = [0.3, 0.5, 0.4]
+    lo, hi = t_interval(values)
+    assert lo < min(values) and hi > max(values)
 
 
-def test_bootstrap_is_reproducible_and_is_the_documented_resampling():
-    values = [0.1, 0.5, 0.2, 0.9, 0.3]
-    assert bootstrap_ci(values) == bootstrap_ci(values)
-    lo, hi = bootstrap_ci(values)
-    assert 0.1 <= lo < np.mean(values) < hi <= 0.9
-    # the definition: 10,000 resamples drawn by default_rng(0), 2.5% and 97.5% quantiles of their means
-    rng = np.random.default_rng(0)
-    means = np.asarray(values)[rng.integers(0, 5, size=(10_000, 5))].mean(axis=1)
-    assert (lo, hi) == tuple(np.quantile(means, [0.025, 0.975]))
+def test_differences_paired_and_welch_are_scipys():  # oracles.md: compare reports
+    from scipy import stats
+
+    a, b = [0.726, 0.532, 0.846], [0.378, 0.302, 0.340]
+    d = difference(a, b, paired=True)
+    ref = stats.ttest_rel(a, b).confidence_interval(0.95)
+    assert d["method"] == "paired t" and d["n"] == 3 and d["df"] == 2
+    assert d["mean"] == pytest.approx(np.mean(a) - np.mean(b))
+    assert (d["ci_low"], d["ci_high"]) == (pytest.approx(ref.low, abs=1e-12), pytest.approx(ref.high, abs=1e-12))
+    w = difference(a, [0.378, 0.302, 0.340, 0.52], paired=False)
+    ref = stats.ttest_ind(a, [0.378, 0.302, 0.340, 0.52], equal_var=False).confidence_interval(0.95)
+    assert w["method"] == "Welch t" and w["n"] == [3, 4]
+    assert (w["ci_low"], w["ci_high"]) == (pytest.approx(ref.low, abs=1e-12), pytest.approx(ref.high, abs=1e-12))
+    # hand: Welch df for equal n and equal variances is 2(n-1)
+    w = difference([1.0, 2.0, 3.0], [2.0, 3.0, 4.0], paired=False)
+    assert w["df"] == pytest.approx(4.0) and w["mean"] == -1.0
+    with pytest.raises(ValueError, match="one value per seed"):
+        difference([1.0, 2.0], [1.0], paired=True)
+
+
+def test_iqm_and_probability_of_improvement_by_hand():  # oracles.md: compare reports
+    # 8 values: the middle 4 (25% cut from each end) are 3, 4, 5, 6
+    assert iqm([1, 2, 3, 4, 5, 6, 7, 100]) == pytest.approx(4.5)
+    # 2 x 2 pairs: 3>1, 3>2, 2>1, 2=2 -> (3 + 0.5) / 4
+    assert probability_of_improvement([3, 2], [1, 2]) == pytest.approx(0.875)
+    assert probability_of_improvement([1, 1], [1, 1]) == 0.5
+    lo, hi = iqm_interval([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert 0.1 <= lo <= iqm([0.1, 0.2, 0.3, 0.4, 0.5]) <= hi <= 0.5
+    lo, hi = probability_of_improvement_interval([0.6, 0.7, 0.8, 0.9, 1.0], [0.1, 0.2, 0.3, 0.4, 0.5])
+    assert (lo, hi) == (1.0, 1.0)  # every resample: every variant seed beats every baseline seed
+
+
+def test_compare_to_baseline_says_when_seeds_cannot_conclude():
+    base = {0: 0.30, 1: 0.34, 2: 0.38}
+    clear = compare_to_baseline({0: 0.70, 1: 0.75, 2: 0.80}, base)
+    assert clear["method"] == "paired t" and clear["note"] == "higher than the baseline"
+    noisy = compare_to_baseline({0: 0.20, 1: 0.50, 2: 0.36}, base)
+    assert noisy["ci_low"] < 0 < noisy["ci_high"] and "crosses 0" in noisy["note"]
+    two = compare_to_baseline({0: 0.9, 1: 0.95}, {0: 0.1, 1: 0.15})
+    assert two["note"].startswith("too few seeds to conclude")
+    # different seeds on the two sides (a seed that never reached a gain): Welch
+    assert compare_to_baseline({0: 0.7, 1: None, 2: 0.8}, base)["method"] == "Welch t"
+    assert compare_to_baseline({0: None}, base) is None
+    assert clear["poi"] is None  # 3 seeds: no probability of improvement
+    # 5 seeds a side: P(improvement); by hand, a=3 beats 2 and ties 1 of [1..5] (2.5), a=4: 3.5,
+    # a=5: 4.5, a=6: 5, a=7: 5 -> 20.5 / 25
+    five = compare_to_baseline({s: float(s + 3) for s in range(5)}, {s: float(s + 1) for s in range(5)})
+    assert five["poi"] == pytest.approx(0.82) and five["poi_low"] <= 0.82 <= five["poi_high"]
 
 
 def test_curve_area_is_the_trapezoid_over_the_step_span():  # oracles.md: compare reports
@@ -55,18 +113,27 @@ def test_curve_area_is_the_trapezoid_over_the_step_span():  # oracles.md: compar
         curve_auc([2, 1], [0.0, 1.0])
 
 
-def test_steps_to_gain_counts_from_the_first_point():  # oracles.md: compare reports
+def test_steps_to_gain_counts_from_the_warm_start():  # oracles.md: compare reports
     steps, values = [10, 20, 30, 40], [0.1, 0.15, 0.2, 0.35]
-    assert steps_to_gain(steps, values, 0.10) == 20.0  # 0.2 at step 30 is the first >= 0.1 + 0.1
-    assert steps_to_gain(steps, values, 0.20) == 30.0  # 0.35 at step 40
+    # no warm start level: the first point's (0.1) stands for it; steps from the stage's start
+    assert steps_to_gain(steps, values, 0.10) == 30.0  # 0.2 at step 30 is the first >= 0.1 + 0.1
+    assert steps_to_gain(steps, values, 0.20) == 40.0  # 0.35 at step 40
     assert steps_to_gain(steps, values, 0.30) is None  # never 0.4
     assert steps_to_gain([0, 5], [0.5, 0.4], 0.1) is None  # falling
+    # a warm start at 0.2 that the first eval falls below: +10 is 0.3, first reached at step 40;
+    # counted from the first eval (0.1) it would have looked like +10 at step 30
+    assert steps_to_gain(steps, values, 0.10, level=0.2) == 40.0
+    assert largest_dip(steps, values, 0.2) == (pytest.approx(0.1), 10.0)
+    assert largest_dip(steps, values, 0.05) == (0.0, None)
 
 
 def test_describe_leaves_out_the_seeds_that_never_got_there():
     d = describe([None, 20.0, 40.0])
     assert (d["mean"], d["min"], d["max"], d["n"]) == (30.0, 20.0, 40.0, 2)
-    assert describe([None, None]) == {"mean": None, "ci_low": None, "ci_high": None, "min": None, "max": None, "n": 0}
+    assert describe([None, None])["mean"] is None and describe([None, None])["n"] == 0
+    assert describe([0.5])["ci_low"] is None  # one seed: no interval
+    assert describe([0.1, 0.2, 0.3, 0.4])["iqm"] is None  # IQM from 5 seeds up
+    assert describe([0.1, 0.2, 0.3, 0.4, 0.5])["iqm"] == pytest.approx(0.3)
 
 
 def rows(values_by_step, *, sft_steps=2, step_s=0.5):
@@ -85,7 +152,10 @@ def test_job_numbers_read_the_last_stage_only():
     assert n["final"] == 0.35 and n["best"] == 0.35
     # (1 * 0.125 + 1 * 0.175 + 1 * 0.275) / 3
     assert n["auc"] == pytest.approx(0.575 / 3)
-    assert n["steps_to_+10"] == 2.0 and n["steps_to_+20"] == 3.0
+    # from the SFT stage's final eval (0.9, step 2): the GRPO stage never gets back to it
+    assert n["warm_start"] == 0.9 and n["warm_start_from"] == "before the stage"
+    assert n["gain"] == pytest.approx(0.35 - 0.9) and n["dip"] == pytest.approx(0.8) and n["dip_step"] == 1
+    assert n["steps_to_+10"] is None and n["steps_to_+20"] is None
     assert n["steps_per_s"] == pytest.approx(7 / (6 * 0.5 + 1.5))
 
 
@@ -102,8 +172,16 @@ def test_variant_numbers_average_the_curves_over_seeds():
     v = variant_numbers([a, b])
     assert v["curve"] == {"steps": [1, 2], "mean": pytest.approx([0.1, 0.375]), "min": [0.0, 0.15], "max": [0.2, 0.6]}
     assert v["final"]["mean"] == pytest.approx(0.375) and (v["final"]["min"], v["final"]["max"]) == (0.15, 0.6)
-    assert v["final"]["ci_low"] == 0.15 and v["final"]["ci_high"] == 0.6  # two values: [min, max]
-    assert v["steps_to_+20"]["n"] == 1 and v["steps_to_+20"]["mean"] == 1.0  # only b gains 0.2 (at step 4)
+    half = 12.706204736174707 * np.std([0.15, 0.6], ddof=1) / np.sqrt(2)  # t_{0.975, 1}
+    assert (v["final"]["ci_low"], v["final"]["ci_high"]) == (pytest.approx(0.375 - half), pytest.approx(0.375 + half))
+
+
+def test_steps_to_gain_of_a_job_from_its_warm_start():
+    r = rows({3: 0.0, 4: 0.15, 5: 0.95, 6: 1.0})  # SFT ends at 0.9 (step 2): +10 is 1.0
+    n = job_numbers(r, "eval/accuracy", 2)
+    assert n["steps_to_+10"] == 4.0 and n["dip"] == pytest.approx(0.9) and n["dip_step"] == 1
+    single = job_numbers([{"step": s, "eval/accuracy": v} for s, v in ((10, 0.2), (20, 0.35))], "eval/accuracy", 0)
+    assert single["warm_start_from"] == "first eval of the stage" and single["steps_to_+10"] == 20.0
 
 
 def test_the_last_stage_starts_where_an_earlier_stage_stopped():

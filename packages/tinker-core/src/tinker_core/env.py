@@ -79,6 +79,11 @@ class EnvSpec:
             (:mod:`tinker_core.import_policy`); the env loads that code after
             :func:`tinker_core.check_import`. A kwarg value of another type (a list of tasks) is
             data. Omitted from :meth:`to_dict` when empty.
+        difficulty_levels: the env's difficulty levels, easiest first, each a mapping of env
+            kwargs that set that level (``{"digits": 1}``, ``{"digits": 2}``, ...). A GRPO stage
+            with ``rollout.curriculum.enabled`` draws its training prompts at one level at a time
+            (those kwargs over the stage's ``env.kwargs``) and moves by recent success. Omitted
+            from :meth:`to_dict` when empty.
         metadata: anything else JSON-serialisable (tags, citation, default kwargs...).
     """
 
@@ -94,6 +99,7 @@ class EnvSpec:
     tools: tuple[dict[str, Any], ...] = ()
     agent_program: bool = False
     import_kwargs: tuple[str, ...] = ()
+    difficulty_levels: tuple[dict[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         parse_env_id(self.id)
@@ -113,6 +119,10 @@ class EnvSpec:
         object.__setattr__(self, "reward_range", (float(lo), float(hi)))
         object.__setattr__(self, "roles", tuple(self.roles))
         object.__setattr__(self, "import_kwargs", tuple(self.import_kwargs))
+        object.__setattr__(self, "difficulty_levels", tuple(dict(level) for level in self.difficulty_levels))
+        if any(not level for level in self.difficulty_levels):
+            raise ValueError(f"EnvSpec {self.id!r}: each difficulty level is a non-empty mapping of env kwargs")
+        json.dumps(self.difficulty_levels)
         if self.tools:
             object.__setattr__(self, "tools", check_tools(self.tools, f"EnvSpec {self.id!r}: tools"))
         else:
@@ -143,6 +153,10 @@ class EnvSpec:
             d["import_kwargs"] = list(self.import_kwargs)
         else:
             del d["import_kwargs"]
+        if self.difficulty_levels:
+            d["difficulty_levels"] = [dict(level) for level in self.difficulty_levels]
+        else:
+            del d["difficulty_levels"]
         return d
 
     def to_json(self) -> str:
@@ -162,6 +176,8 @@ class EnvSpec:
             data["tools"] = tuple(data["tools"])
         if "import_kwargs" in data:
             data["import_kwargs"] = tuple(data["import_kwargs"])
+        if "difficulty_levels" in data:
+            data["difficulty_levels"] = tuple(data["difficulty_levels"])
         return cls(**data)
 
     @classmethod

@@ -70,6 +70,8 @@ ARITHMETIC_SPEC = EnvSpec(
     # for chat models only (prompts through a chat template); the tiny preset's plain-text
     # prompts never show it. SmolLM2-135M-Instruct: 41% greedy on 1-digit sums with it, 11% without.
     system_prompt="You are a calculator. Reply with only the result, a single number.",
+    # rollout.curriculum moves between these (over the stage's env.kwargs): digits per operand
+    difficulty_levels=({"digits": 1}, {"digits": 2}, {"digits": 3}, {"digits": 4}),
     metadata={
         "prompt_format": "<a><op><b>=",
         "kwargs": {

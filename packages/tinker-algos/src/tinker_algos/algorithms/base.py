@@ -15,7 +15,7 @@ would.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -77,31 +77,39 @@ class StageContext:
             seed=self.step_seed(step, "sample"),
         )
 
-    def task_seeds(self, step: int) -> list[int]:
+    def task_seeds(self, step: int, refill: int = 0) -> list[int]:
         """The reset seeds of a step's ``rollout.prompts_per_step`` tasks, task ``p``'s derived from
-        ``(seed, stage, step, p)``."""
+        ``(seed, stage, step, p)``; those of dynamic sampling's refill round ``refill > 0`` from
+        ``(seed, stage, step, "refill", refill, p)``."""
+        if refill:
+            return [self.step_seed(step, "refill", refill, p) for p in range(self.rollout_cfg.prompts_per_step)]
         return [self.step_seed(step, "task", p) for p in range(self.rollout_cfg.prompts_per_step)]
 
-    def group_rollout(self, step: int, policy: PolicyModel | None = None) -> RolloutResult:
+    def group_rollout(self, step: int, policy: PolicyModel | None = None, *, refill: int = 0, tasks: int | None = None) -> RolloutResult:
         """The step's single-agent episodes: ``rollout.group_size`` per task (see :meth:`task_seeds`),
         returned as one :class:`~tinker_core.TrajectoryGroup` per task (``result.groups``), sampled
         by ``policy`` (default: the stage's; a copy with older weights samples ahead). An
-        ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.rollout.agent_program`)."""
+        ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.rollout.agent_program`).
+        ``refill > 0``: dynamic sampling's refill round, fresh tasks with their own sampling seed
+        (the first ``tasks`` of them)."""
         from tinker_algos.rollout import agent_program
         from tinker_algos.rollout.episodes import rollout
 
         if agent_program.is_agent_program(self.stage.env):
             return agent_program.stage_agent_rollout(self, step, policy)
         r = self.rollout_cfg
-        if self.engine is not None and policy is None:  # the engine samples with the weights after `step` updates
+        params = self.sampling_params(step)
+        if refill:
+            params = replace(params, seed=self.step_seed(step, "sample", "refill", refill))
+        elif self.engine is not None and policy is None:  # the engine samples with the weights after `step` updates
             from tinker_algos.distributed.engine_sync import sync_engine
 
             sync_engine(self.engine, self.policy, self.adapter, step, self.run_dir)
         return rollout(
             policy or self.policy,
             self.require_env(),
-            self.task_seeds(step),
-            self.sampling_params(step),
+            self.task_seeds(step, refill)[:tasks],
+            params,
             group_size=r.group_size,
             max_turns=r.max_turns,
             adapter=self.adapter,

@@ -84,8 +84,11 @@ from tinker_algos.multiagent import (
     evaluate_stage,
     stage_env_spec,
 )
+from tinker_algos.records.health import HealthMonitor, reward_spread
 from tinker_algos.records.recording import phase, record_train
+from tinker_algos.rollout.curriculum import Curriculum
 from tinker_algos.rollout.episodes import RolloutResult
+from tinker_algos.rollout.group_filter import GroupFilter, collect_filtered
 from tinker_core.config import GRPOParams
 from tinker_core.contracts import AdvantageInputs, Batch
 from tinker_core.errors import ConfigError
@@ -132,12 +135,48 @@ class GRPO(Algorithm):
             if self.multi_agent is not None and self.multi_agent.mode == "league" and self.env_spec is not None else None
         )
         self.tied_hint = TiedRewardsHint(ctx.log)
+        self.health = HealthMonitor(ctx.log)
+        self.group_filter, self.curriculum = self.group_sampling(ctx)
         k = int(getattr(ctx.rollout_cfg, "max_staleness", 0) or 0)
         if k and self.multi_agent is not None:
             raise ConfigError(["rollout.max_staleness: sampling ahead is for single-agent envs; set it to 0 for a multi-agent env"])
         self.ahead: RolloutsAhead | DistributedRollouts | None = RolloutsAhead(ctx, k) if k else None
         if ctx.job.execution.rollout_workers:
             self.ahead = self.distributed_rollouts(k)
+
+    def group_sampling(self, ctx: StageContext) -> tuple[GroupFilter | None, Curriculum | None]:
+        """``rollout.dynamic_sampling`` and ``rollout.curriculum``: single-agent envs sampled in the
+        job's process (with or without sampling ahead); anything else is a ConfigError naming them."""
+        from tinker_algos.rollout import agent_program
+
+        ds, cur = ctx.rollout_cfg.dynamic_sampling, ctx.rollout_cfg.curriculum
+        on = [name for name, c in (("dynamic_sampling", ds), ("curriculum", cur)) if c.enabled]
+        if not on:
+            return None, None
+        where = "rollout." + " and rollout.".join(on)
+        if self.multi_agent is not None or agent_program.is_agent_program(ctx.stage.env):
+            what = "a multi-agent env" if self.multi_agent is not None else "agent programs"
+            raise ConfigError([f"{where}: for single-agent envs; {ctx.where} plays {what}: set enabled: false"])
+        if ctx.job.execution.rollout_workers:
+            raise ConfigError([f"{where}: not supported on rollout workers yet (execution.rollout_workers: "
+                               f"{ctx.job.execution.rollout_workers}); set enabled: false or rollout_workers: 0"])
+        group_filter = GroupFilter(ds) if ds.enabled else None
+        curriculum = None
+        if cur.enabled:
+            env = ctx.stage.env
+            if env is None or self.env_spec is None:
+                raise ConfigError(["rollout.curriculum: needs a registered env that declares difficulty levels (not an env served from an address)"])
+            curriculum = Curriculum(cur, self.env_spec.difficulty_levels, env_id=env.id, where="rollout")
+            self.draw_at_level(curriculum)
+        return group_filter, curriculum
+
+    def draw_at_level(self, curriculum: Curriculum) -> None:
+        """Training envs at the curriculum's level (its kwargs over the stage's ``env.kwargs``)."""
+        from tinker_algos.rollout.episodes import make_env
+
+        env = self.ctx.stage.env
+        assert env is not None
+        self.ctx.env_factory = self.env_factory = partial(make_env, env, curriculum.kwargs(env.kwargs))
 
     def distributed_rollouts(self, k: int) -> DistributedRollouts:
         """The stage's collector on rollout workers (``execution.rollout_workers``): single-agent
@@ -161,8 +200,17 @@ class GRPO(Algorithm):
         if self.ahead is not None:
             result = self.ahead.take(step)
             self.ahead.start(step)  # the batch of step + k, with the weights before this update
+        else:
+            result = self.ctx.group_rollout(step)
+        if self.group_filter is None:
             return result
-        return self.ctx.group_rollout(step)
+        # dynamic sampling: refill rounds sample fresh tasks in this process with the current weights
+        ds = self.ctx.rollout_cfg.dynamic_sampling
+        kept, self.sampling_metrics = collect_filtered(
+            result, lambda r, n: self.ctx.group_rollout(step, refill=r, tasks=n), self.group_filter, self.ctx.rollout_cfg.prompts_per_step, ds.max_rounds,
+        )
+        self.round0_metrics = result.metrics()
+        return kept
 
     def evaluate(self) -> dict[str, float]:
         if self.multi_agent is None:
@@ -180,10 +228,19 @@ class GRPO(Algorithm):
 
     def step(self, step: int) -> dict[str, float]:
         t0 = time.perf_counter()
+        level = self.curriculum.level if self.curriculum is not None else None
         with phase("rollout"):
             result = self.collect(step)
-        metrics = result.metrics()
+        # with dynamic sampling, env/* are round 0's (what the policy does on the step's usual prompts)
+        metrics = self.round0_metrics if self.group_filter is not None else result.metrics()
+        metrics.update(self.sampling_metrics if self.group_filter is not None else {})
         metrics["time/rollout_s"] = time.perf_counter() - t0
+        if self.curriculum is not None and level is not None:
+            moved = self.curriculum.observe(metrics.get("env/success_rate", 0.0))
+            metrics.update(self.curriculum.metrics(), **{"curriculum/level": float(level)})
+            if moved is not None:
+                self.ctx.log(f"curriculum: level {level} -> {moved} ({self.curriculum.levels[moved]}) after step {step + 1}")
+                self.draw_at_level(self.curriculum)
         if self.learners is not None:  # each role's adapter learns from its own trajectories
             assert isinstance(result, MultiAgentRolloutResult)
             metrics.update(self.learners.learn(result, self.learn))
@@ -194,6 +251,7 @@ class GRPO(Algorithm):
             metrics.update(self.league.metrics())
         if self.ahead is not None:
             metrics.update(self.ahead.metrics())  # on rollout workers: sync/*, staleness/*, time/idle_frac/*
+        metrics.update(self.health.observe(metrics))  # health/*, and a warning line per crossing
         return metrics
 
     def learn(
@@ -206,6 +264,7 @@ class GRPO(Algorithm):
         if batch is None:
             return metrics
         (hint or self.tied_hint).observe(batch.rewards_B, batch.group_ids_B)
+        metrics["health/reward_spread"], metrics["health/tied_frac"] = reward_spread(batch.rewards_B, batch.group_ids_B)
         # the sampler is the behaviour policy; KL to the reference shapes the rewards (kl.mode: reward)
         before = update.behaviour(batch, metrics)
         adv, est_metrics = self.advantages(batch, before.token_rewards_B_T)
@@ -225,6 +284,10 @@ class GRPO(Algorithm):
             state.update(self.ahead.state_dict())
         if self.learners is not None:
             state["learners"] = self.learners.state_dict()
+        for part in (self.group_filter, self.curriculum):
+            if part is not None:
+                state.update(part.state_dict())
+        state.update(self.health.state_dict())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -233,6 +296,12 @@ class GRPO(Algorithm):
             self.ahead.load_state_dict(state)
         if self.learners is not None:
             self.learners.load_state_dict(state.get("learners", {}))
+        for part in (self.group_filter, self.curriculum):
+            if part is not None:
+                part.load_state_dict(state)
+        self.health.load_state_dict(state)
+        if self.curriculum is not None:
+            self.draw_at_level(self.curriculum)
 
     def save_files(self, checkpoint_dir: Path) -> None:
         if self.learners is not None:

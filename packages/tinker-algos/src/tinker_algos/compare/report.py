@@ -1,9 +1,11 @@
 """The report directory of ``opentinker compare``: ``report.json``, ``report.md``, ``curves.png``.
 
 ``report.json`` holds every number: per job (variant, seed, run dir, its numbers and eval
-curve) and per variant (each metric's mean, 95% bootstrap interval, min, max over seeds, and
-the mean curve). ``report.md`` shows one table per metric and one line per job naming its run
-dir; ``curves.png`` the mean eval curve of each variant with its min-max band over seeds.
+curve), per variant (each metric's mean, 95% t interval, min, max over seeds, IQM from 5 seeds,
+and the mean curve) and each variant's differences from the baseline variant (with their
+intervals, method and a plain note). ``report.md`` shows the differences first, then one table
+per metric and one line per job naming its run dir; ``curves.png`` the mean eval curve of each
+variant with its min-max band over seeds.
 """
 
 from __future__ import annotations
@@ -12,28 +14,41 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinker_algos.compare.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE
-from tinker_algos.compare.summary import METRICS, variant_numbers
+from tinker_algos.compare.stats import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    CONFIDENCE,
+    METHOD,
+    MIN_SEEDS_ROBUST,
+    MIN_SEEDS_TO_CONCLUDE,
+)
+from tinker_algos.compare.summary import DIFFERENCE_METRICS, METRICS, differences, variant_numbers
 
 if TYPE_CHECKING:
     from tinker_algos.compare.runner import Outcome
     from tinker_algos.compare.spec import CompareSpec
 
 TITLES = {
+    "warm_start": "{key} of the warm start (where the last stage starts)",
     "final": "final {key}",
+    "gain": "gain over the warm start (final - warm start) of {key}",
+    "dip": "largest fall below the warm start of {key} (0: never below)",
     "best": "best {key}",
     "auc": "area under the {key} curve (per step)",
-    "steps_to_+10": "steps to +10 points of {key}",
-    "steps_to_+20": "steps to +20 points of {key}",
+    "steps_to_+10": "steps into the last stage to +10 points of {key} over the warm start",
+    "steps_to_+20": "steps into the last stage to +20 points of {key} over the warm start",
     "steps_per_s": "training steps per second",
 }
 
 
 def build_report(
-    *, compare_file: str, base: str, key: str, seeds: list[int], variants: dict[str, list[str]], jobs: list[dict[str, Any]]
+    *, compare_file: str, base: str, key: str, seeds: list[int], variants: dict[str, list[str]], jobs: list[dict[str, Any]],
+    baseline: str | None = None,
 ) -> dict[str, Any]:
     """The ``report.json`` document: ``variants`` maps each name to its overrides, ``jobs`` holds
-    each job's ``variant``, ``seed``, ``run_dir`` and :func:`~tinker_algos.compare.summary.job_numbers`."""
+    each job's ``variant``, ``seed``, ``run_dir`` and :func:`~tinker_algos.compare.summary.job_numbers`;
+    ``baseline`` (default: the first variant) is the variant the others are compared with."""
+    baseline = baseline or next(iter(variants))
     by_variant = {
         name: {"overrides": overrides, **variant_numbers([j for j in jobs if j["variant"] == name])}
         for name, overrides in variants.items()
@@ -43,8 +58,13 @@ def build_report(
         "base": base,
         "metric": key,
         "seeds": seeds,
-        "bootstrap": {"resamples": BOOTSTRAP_RESAMPLES, "seed": BOOTSTRAP_SEED, "confidence": CONFIDENCE},
+        "baseline": baseline,
+        "intervals": {
+            "method": METHOD, "confidence": CONFIDENCE, "min_seeds_to_conclude": MIN_SEEDS_TO_CONCLUDE,
+            "min_seeds_iqm_poi": MIN_SEEDS_ROBUST, "bootstrap_resamples": BOOTSTRAP_RESAMPLES, "bootstrap_seed": BOOTSTRAP_SEED,
+        },
         "variants": by_variant,
+        "differences": differences(jobs, baseline) if len(variants) > 1 else {},
         "jobs": jobs,
     }
 
@@ -57,6 +77,30 @@ def _num(v: float | None, metric: str) -> str:
     return f"{v:.4g}"
 
 
+def _ci(low: float | None, high: float | None, metric: str) -> str:
+    return "-" if low is None or high is None else f"[{_num(low, metric)}, {_num(high, metric)}]"
+
+
+def _difference_lines(report: dict[str, Any]) -> list[str]:
+    diffs = report.get("differences") or {}
+    if not diffs:
+        return []
+    conf = report["intervals"]["confidence"]
+    lines = ["", f"## differences from the baseline `{report['baseline']}` (variant - baseline)", "",
+             f"| variant | number | difference | {conf:.0%} CI | method | P(improvement) [{conf:.0%} CI] | note |",
+             "|---|---|---|---|---|---|---|"]
+    for name, by_metric in diffs.items():
+        for metric in DIFFERENCE_METRICS:
+            d = by_metric.get(metric)
+            if d is None:
+                continue
+            n = d["n"] if isinstance(d["n"], int) else "/".join(map(str, d["n"]))
+            poi = "-" if d["poi"] is None else f"{d['poi']:.2f} {_ci(d['poi_low'], d['poi_high'], 'poi')}"
+            lines.append(f"| {name} | {metric} | {_num(d['mean'], metric)} | {_ci(d['ci_low'], d['ci_high'], metric)} "
+                         f"| {d['method']}, n={n} | {poi} | {d['note']} |")
+    return lines
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     key = report["metric"]
     n_seeds = len(report["seeds"])
@@ -64,23 +108,32 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"# compare: {report['compare_file']}",
         "",
         f"Base job: `{report['base']}`; seeds: {', '.join(map(str, report['seeds']))}; held-out metric: `{key}` "
-        f"(the eval points of the last stage). Intervals: {report['bootstrap']['confidence']:.0%} percentile bootstrap "
-        f"of the mean over seeds ({report['bootstrap']['resamples']:,} resamples, rng seed {report['bootstrap']['seed']}).",
+        f"(the eval points of the last stage; the warm start's level is its last value before the stage). "
+        f"Intervals ({report['intervals']['confidence']:.0%}): {report['intervals']['method']}. "
+        f"With fewer than {report['intervals']['min_seeds_to_conclude']} seeds a difference is not concluded.",
         "",
         "| variant | overrides |",
         "|---|---|",
     ]
     for name, v in report["variants"].items():
-        lines.append(f"| {name} | {'<br>'.join(f'`{o}`' for o in v['overrides']) or '(the base)'} |")
+        base = " (baseline)" if name == report.get("baseline") else ""
+        lines.append(f"| {name}{base} | {'<br>'.join(f'`{o}`' for o in v['overrides']) or '(the base)'} |")
+    lines += _difference_lines(report)
     for metric in METRICS:
-        lines += ["", f"## {TITLES[metric].format(key=key)}", "", "| variant | mean | 95% CI | min | max | seeds |", "|---|---|---|---|---|---|"]
+        lines += ["", f"## {TITLES[metric].format(key=key)}", "", "| variant | mean | 95% CI | min | max | IQM [95% CI] | seeds |",
+                  "|---|---|---|---|---|---|---|"]
         for name, v in report["variants"].items():
             d = v[metric]
             if d["n"] == 0:
-                lines.append(f"| {name} | not reached | - | - | - | 0/{n_seeds} |")
+                lines.append(f"| {name} | not reached | - | - | - | - | 0/{n_seeds} |")
                 continue
-            ci = f"[{_num(d['ci_low'], metric)}, {_num(d['ci_high'], metric)}]"
-            lines.append(f"| {name} | {_num(d['mean'], metric)} | {ci} | {_num(d['min'], metric)} | {_num(d['max'], metric)} | {d['n']}/{n_seeds} |")
+            iqm = "-" if d.get("iqm") is None else f"{_num(d['iqm'], metric)} {_ci(d['iqm_low'], d['iqm_high'], metric)}"
+            lines.append(f"| {name} | {_num(d['mean'], metric)} | {_ci(d['ci_low'], d['ci_high'], metric)} | {_num(d['min'], metric)} "
+                         f"| {_num(d['max'], metric)} | {iqm} | {d['n']}/{n_seeds} |")
+        if metric == "warm_start":
+            firsts = sorted({f"{j['variant']}/seed-{j['seed']}" for j in report["jobs"] if j.get("warm_start_from") == "first eval of the stage"})
+            if firsts:
+                lines += ["", f"No evaluation before the last stage for {', '.join(firsts)}: their first eval point stands for the warm start."]
     lines += ["", "## jobs", ""]
     lines += [f"- {j['variant']} seed {j['seed']}: {j['run_dir']}" + (f" (job {j['job_id']})" if j.get("job_id") else "") for j in report["jobs"]]
     return "\n".join(lines) + "\n"
@@ -154,18 +207,20 @@ def write_report(report: dict[str, Any], out: Path) -> dict[str, Path]:
     return written
 
 
-def report_of(spec: CompareSpec, outcomes: list[Outcome]) -> dict[str, Any]:
+def report_of(spec: CompareSpec, outcomes: list[Outcome], *, warm_start: float | None = None) -> dict[str, Any]:
     """The report of a compare (a :class:`~tinker_algos.compare.spec.CompareSpec`) whose jobs all
-    completed (:class:`~tinker_algos.compare.runner.Outcome` each)."""
+    completed (:class:`~tinker_algos.compare.runner.Outcome` each); ``warm_start``: the held-out
+    level every job starts from when it was measured outside the jobs (a warm start trained
+    once and given as ``model.name``), else each job's own eval before its last stage."""
     from tinker_algos.compare.summary import eval_key, job_numbers, last_stage_start
 
     key = eval_key([o.rows for o in outcomes])
     jobs = []
     for o in outcomes:
         start = last_stage_start(spec.configs[o.job.variant], o.rows)
-        numbers = job_numbers(o.rows, key, start)
+        numbers = job_numbers(o.rows, key, start, warm=warm_start)
         jobs.append({"variant": o.job.variant, "seed": o.job.seed, "run_dir": o.run_dir, "job_id": o.job_id, **numbers})
     return build_report(
         compare_file=str(spec.path), base=spec.base_source, key=key, seeds=list(spec.seeds),
-        variants={v.name: v.override_texts for v in spec.variants}, jobs=jobs,
+        variants={v.name: v.override_texts for v in spec.variants}, jobs=jobs, baseline=spec.baseline,
     )

@@ -10,6 +10,7 @@
       - name: rloo
         set: ["stages.2.algorithm.estimator=rloo"]   # the override syntax of `opentinker train`
     seeds: 3                       # 0, 1, 2; or a list [0, 7, 11]
+    baseline: grpo                 # the variant the others are compared with (default: the first)
     output: runs/compare-estimators   # default: runs/compare-<file stem>
 
 :func:`load_spec` reads and checks it all before any job starts: every variant's merged config
@@ -40,7 +41,7 @@ from tinker_core.config import (
 from tinker_core.config.overrides import parse_path
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 
-KEYS = ("base", "variants", "seeds", "output")
+KEYS = ("base", "variants", "seeds", "baseline", "output")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_SEEDS = 1000
 MAX_JOBS = 10_000
@@ -72,6 +73,8 @@ class CompareSpec:
     seeds: tuple[int, ...]
     output: Path
     configs: dict[str, JobConfig] = field(default_factory=dict)
+    baseline: str | None = None
+    """The variant the report compares the others with (None: the first)."""
 
 
 @dataclass(frozen=True)
@@ -224,6 +227,11 @@ def load_spec(path: str | Path, *, output: str | Path | None = None) -> CompareS
     base, base_source = _base(path, data.get("base"))
     variants = _variants(path, data.get("variants"))
     seeds = _seeds(path, data.get("seeds"))
+    baseline = data.get("baseline")
+    names = [v.name for v in variants]
+    if baseline is not None and baseline not in names:
+        hint = did_you_mean(str(baseline), names)
+        raise _fail(path, f"baseline: {baseline!r} is not a variant" + (f"; did you mean {hint!r}?" if hint else f"; the variants are {', '.join(names)}"))
     if len(variants) * len(seeds) > MAX_JOBS:
         raise _fail(path, f"{len(variants)} variants x {len(seeds)} seeds is over {MAX_JOBS:,} jobs")
     out = Path(output) if output is not None else Path(data["output"]) if data.get("output") else Path("runs") / f"compare-{path.stem}"
@@ -244,7 +252,7 @@ def load_spec(path: str | Path, *, output: str | Path | None = None) -> CompareS
         if twin is not None:
             raise _fail(path, f"variants {twin!r} and {variant.name!r} run the same config; make them differ or drop one")
         dumped[variant.name] = dump
-    return CompareSpec(path, base, base_source, variants, seeds, out, configs)
+    return CompareSpec(path, base, base_source, variants, seeds, out, configs, baseline or names[0])
 
 
 def job_name(spec: CompareSpec, variant: str, seed: int) -> str:

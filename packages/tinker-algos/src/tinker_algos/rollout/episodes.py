@@ -75,6 +75,9 @@ class Episode:
     transcript: list[tuple[str, str]] = field(default_factory=list)  # (observation, action)
     truncated: bool = False
     group: int = 0
+    entropy_sum: float = 0.0
+    """The policy's entropy summed over the episode's generated tokens (``policy/entropy``)."""
+    entropy_tokens: int = 0
 
 
 @dataclass
@@ -121,6 +124,9 @@ class RolloutResult:
         }
         for reason, n in sorted(self.errors.items()):
             out[f"rollout/errors/{reason}"] = float(n)
+        tokens = sum(e.entropy_tokens for e in ok)
+        if tokens:
+            out["policy/entropy"] = sum(e.entropy_sum for e in ok) / tokens
         return out
 
 
@@ -149,6 +155,7 @@ class PolicyTurns:
         self.observation_text = ""
         self.transcript: list[tuple[str, str]] = []
         self.tools: tuple[dict[str, Any], ...] = ()
+        self.entropy_sum, self.entropy_tokens = 0.0, 0
 
     def render(self, observation: Observation, first_prompts: FirstPrompts | None = None) -> list[int]:
         """The ids of ``observation``: the first one as the prompt (with the system prompt; text
@@ -177,6 +184,8 @@ class PolicyTurns:
         self.fsm.append(seq.tokens, logprobs=seq.logprobs)
         self.fsm.transition(TurnState.INTERACTING)
         self.last = seq
+        self.entropy_sum += float(sum(seq.entropies))
+        self.entropy_tokens += len(seq.entropies)
         if not self.tools:
             return Action(seq.text, TURN_END_OF[seq.stop_reason])
         calls, errors = parse_tool_calls(seq.text, self.tools)
@@ -317,7 +326,8 @@ class _Rollout:
         if step.terminated or step.truncated or last_turn:
             traj = ep.turns.finish(group_id=ep.group)
             truncated = bool(step.truncated or (last_turn and not step.terminated))
-            ep.done = Episode(traj, ep.reward, ep.turns.fsm.num_turns, step.reward >= top_reward - 1e-9, None, ep.turns.transcript, truncated, ep.group)
+            ep.done = Episode(traj, ep.reward, ep.turns.fsm.num_turns, step.reward >= top_reward - 1e-9, None, ep.turns.transcript, truncated,
+                              ep.group, ep.turns.entropy_sum, ep.turns.entropy_tokens)
             return
         try:
             ids = ep.turns.render(step.observation)

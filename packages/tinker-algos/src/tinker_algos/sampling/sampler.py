@@ -76,6 +76,7 @@ from tinker_algos.sampling.samples import sequences_to_batch as sequences_to_bat
 from tinker_algos.sampling.token_draw import INVERSE_CDF_MIN_VOCAB as INVERSE_CDF_MIN_VOCAB
 from tinker_algos.sampling.token_draw import choose_tokens as choose_tokens
 from tinker_algos.sampling.token_draw import draw as draw
+from tinker_algos.sampling.token_draw import token_entropy_B
 from tinker_algos.sampling.turn_cache import (
     CachedPrefix,
     TurnCache,
@@ -214,7 +215,7 @@ def sample(
                           store_cache=store_cache, on_step=on_step)
         finally:
             policy.module.train(was_training)
-    tokens, lps, raws, reasons = gen
+    tokens, lps, raws, reasons, ents = gen
     out: list[list[SampledSequence]] = [[] for _ in prompt_ids]
     texts: dict[tuple[int, ...], str] = {}  # samples repeat (short answers): decode each once
     for b, (pi, si) in enumerate(rows):
@@ -232,6 +233,7 @@ def sample(
                 text=text,
                 prompt_index=pi,
                 sample_index=si,
+                entropies=ents[b],
             )
         )
     return out
@@ -252,8 +254,9 @@ def _decode(
     cache_keys: Sequence[Hashable] | None = None,
     store_cache: bool = True,
     on_step: Callable[[], bool] | None = None,
-) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
-    """The decode loop. Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
+) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason], list[list[float]]]:
+    """The decode loop (tokens, logprobs, raw logprobs, stop reasons, the policy's entropy at each
+    token). Layout of each row: ``[shared prefix][pads][own prompt][generated]``.
 
     With the cache, the prefix every row shares (a chat template's system prompt, the ``n``
     copies of one prompt) is run once for one row and its KV cache repeated for the batch; pads
@@ -287,7 +290,7 @@ def _decode(
     result = loop.result(steps)
     if aborted:  # the rows still running end here
         done = loop.done_B.tolist()
-        result = (*result[:3], [r if d else "abort" for r, d in zip(result[3], done, strict=True)])
+        result = (*result[:3], [r if d else "abort" for r, d in zip(result[3], done, strict=True)], result[4])
     if turn_cache is not None and cache_keys is not None and (aborted or not store_cache):
         for key in cache_keys:
             turn_cache.drop(key)
@@ -365,6 +368,7 @@ class _DecodeLoop:
         self.gen_B_N = torch.full((B, N), pad, dtype=torch.long, device=device)
         self.lp_B_N = torch.zeros((B, N), device=device)
         self.raw_B_N = torch.zeros((B, N), device=device)
+        self.ent_B_N = torch.zeros((B, N), device=device)
         self.reason_B = torch.zeros(B, dtype=torch.long, device=device)  # index into REASON_CODES
         self.done_B = torch.zeros(B, dtype=torch.bool, device=device)
         self.end_B = torch.full((B,), N, dtype=torch.long, device=device)
@@ -404,9 +408,11 @@ class _DecodeLoop:
             return logits_B_V
         return self.forward(self.P if step == 0 else col - 1, col)
 
-    def choose(self, logits_B_V: torch.Tensor, step: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(next_B, logprobs_B, raw_logprobs_B)``: one token per row, drawn as ``params`` say
-        (after penalties and processors, :mod:`tinker_algos.sampling.logits_adjust`)."""
+    def choose(self, logits_B_V: torch.Tensor, step: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(next_B, logprobs_B, raw_logprobs_B, entropy_B)``: one token per row, drawn as
+        ``params`` say (after penalties and processors, :mod:`tinker_algos.sampling.logits_adjust`),
+        and the entropy of the raw distribution (the policy's, before them) it was drawn at."""
+        raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
         if self.adjusted:
             generated_B = self.gen_B_N[:, :step].tolist()
             drawn_B_V = adjust_logits(
@@ -414,14 +420,13 @@ class _DecodeLoop:
                 presence_penalty=self.params.presence_penalty, processors_B=self.processors_B,
             )
             next_B, lp_B = choose_tokens(drawn_B_V, self.params, self.generator)
-            return next_B, lp_B, torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
+            return next_B, lp_B, raw_B_V.gather(-1, next_B[:, None]).squeeze(-1), token_entropy_B(raw_B_V)
         if self.plain:  # the sampled distribution is the raw one: one log_softmax
-            raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
             next_B = draw(raw_B_V, self.generator)
             raw_B = raw_B_V.gather(-1, next_B[:, None]).squeeze(-1)
-            return next_B, raw_B, raw_B
+            return next_B, raw_B, raw_B, token_entropy_B(raw_B_V)
         next_B, lp_B = choose_tokens(logits_B_V, self.params, self.generator)
-        return next_B, lp_B, torch.log_softmax(logits_B_V, dim=-1).gather(-1, next_B[:, None]).squeeze(-1)
+        return next_B, lp_B, raw_B_V.gather(-1, next_B[:, None]).squeeze(-1), token_entropy_B(raw_B_V)
 
     def step(self, step: int) -> None:
         """Generate the token of every live row at ``step`` and record which rows it stops."""
@@ -429,10 +434,11 @@ class _DecodeLoop:
         if self.code_V is None:
             self.code_V = reason_codes(logits_B_V.shape[-1], self.eos, self.params.stop_token_ids, self.spec.device)
             self.can_end_V = stop_enders(self.tok, self.stops, logits_B_V.shape[-1], self.spec.device) if self.stops else None
-        next_B, lp_B, raw_B = self.choose(logits_B_V, step)
+        next_B, lp_B, raw_B, ent_B = self.choose(logits_B_V, step)
         live_B = ~self.done_B
         next_B = torch.where(self.done_B, self.pad, next_B)
         self.gen_B_N[:, step], self.lp_B_N[:, step], self.raw_B_N[:, step] = next_B, lp_B, raw_B
+        self.ent_B_N[:, step] = ent_B
         code_B = self.code_V[next_B]
         hit_B = (code_B > 0) & live_B
         self.reason_B = torch.where(hit_B, code_B, self.reason_B)
@@ -452,19 +458,12 @@ class _DecodeLoop:
             if any(s in tail for s in self.stops):
                 self.reason_B[b], self.done_B[b] = 3, True
 
-    def result(self, steps: int) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason]]:
-        """Each row's tokens, logprobs and raw logprobs up to and including its stopping token, and why it stopped."""
+    def result(self, steps: int) -> tuple[list[list[int]], list[list[float]], list[list[float]], list[StopReason], list[list[float]]]:
+        """Each row's tokens, logprobs, raw logprobs, why it stopped, and the entropy at each token (up to its stopping token)."""
         ends = self.end_B.tolist()
-        gen_l = self.gen_B_N[:, :steps].tolist()
-        lp_l, raw_l = self.lp_B_N[:, :steps].tolist(), self.raw_B_N[:, :steps].tolist()
+        cut = lambda x_B_N: [g[:e] for g, e in zip(x_B_N[:, :steps].tolist(), ends, strict=True)]  # noqa: E731
         final: list[StopReason] = [REASON_CODES[c] or "length" for c in self.reason_B.tolist()]
-        return (
-            [g[:e] for g, e in zip(gen_l, ends, strict=True)],
-            [g[:e] for g, e in zip(lp_l, ends, strict=True)],
-            [g[:e] for g, e in zip(raw_l, ends, strict=True)],
-            final,
-        )
-
+        return cut(self.gen_B_N), cut(self.lp_B_N), cut(self.raw_B_N), final, cut(self.ent_B_N)
 
     def cached_rows(self, ids_rows: list[list[int]], tokens: list[list[int]], steps: int) -> list[CachedPrefix | None]:
         """Each row's :class:`CachedPrefix` after :meth:`result`: its prompt and generated tokens but

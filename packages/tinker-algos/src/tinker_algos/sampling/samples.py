@@ -6,7 +6,7 @@ agree with the trainer's. :mod:`tinker_algos.sampling.sampler` produces them (an
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -33,6 +33,8 @@ class SampledSequence:
     text: str
     prompt_index: int = 0
     sample_index: int = 0
+    entropies: list[float] = field(default_factory=list)
+    """The policy's entropy (nats, temperature 1, unfiltered) at each generated token's position."""
 
     @property
     def full_tokens(self) -> list[int]:

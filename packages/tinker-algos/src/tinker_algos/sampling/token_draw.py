@@ -49,6 +49,14 @@ def choose_tokens(
     return next_B, logp_B_V.gather(-1, next_B[:, None]).squeeze(-1)
 
 
+def token_entropy_B(logp_B_V: torch.Tensor) -> torch.Tensor:
+    """The entropy (nats) of each row's next-token distribution from its log-probabilities:
+    ``-sum_v p_v log p_v`` (``torch.special.entr``: a token of probability 0 adds 0). The one place
+    policy entropy is computed; it reads log-probabilities the sampler already holds, so no
+    logits are materialised for it."""
+    return torch.special.entr(logp_B_V.exp()).sum(-1)
+
+
 INVERSE_CDF_MIN_VOCAB = 4096
 """From this vocabulary size on, :func:`draw` samples by inverse CDF (one uniform per row)."""
 

@@ -21,6 +21,7 @@ Every public name of the five is importable from ``tinker_core.config``.
 from __future__ import annotations
 
 from tinker_core.config.execution import ExecutionConfig, WorkerResources
+from tinker_core.config.group_sampling import CurriculumConfig, DynamicSamplingConfig
 from tinker_core.config.loading import (
     CONFIG_TOO_DEEP,
     MAX_CONFIG_BYTES,
@@ -120,6 +121,8 @@ __all__ = [
     "PRECISION_OF_DTYPE",
     "ResourcesConfig",
     "RolloutConfig",
+    "DynamicSamplingConfig",
+    "CurriculumConfig",
     "SECTIONS",
     "SFTAlgorithm",
     "SFTParams",

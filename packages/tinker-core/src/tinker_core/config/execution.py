@@ -138,6 +138,15 @@ def check_topology(job: Any) -> None:
                 f"execution.rollout_workers: {where} is ppo, which samples in the job's process; rollout workers "
                 "serve grpo stages (use grpo with loss: ppo for a clipped objective, or set rollout_workers to 0)"
             )
+        on = [n for n in ("dynamic_sampling", "curriculum") if getattr(rollout, n).enabled]
+        if on and algo.name == "ppo":
+            raise ValueError(f"{where}: rollout.{on[0]} is for grpo stages (ppo samples without it); set rollout.{on[0]}.enabled: false, "
+                             "or use grpo with loss: ppo")
+        if ex.rollout_workers and algo.name == "grpo" and on:
+            raise ValueError(
+                f"execution.rollout_workers: {where} uses rollout.{on[0]}, which rollout workers do not support yet "
+                f"(the refill and the level are chosen in the job's process); set rollout.{on[0]}.enabled: false or rollout_workers: 0"
+            )
         if ex.rollout_workers and algo.name == "grpo" and ex.rollout_workers > rollout.prompts_per_step:
             raise ValueError(
                 f"execution.rollout_workers: {ex.rollout_workers} workers but {where} samples {rollout.prompts_per_step} "

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from tinker_core.config.checkpointing import MAX_STEPS, CheckpointConfig
 from tinker_core.config.execution import ExecutionConfig, check_topology
+from tinker_core.config.group_sampling import CurriculumConfig, DynamicSamplingConfig
 from tinker_core.config.multi_agent import MultiAgentConfig
 from tinker_core.config.recording import RolloutsLogConfig
 
@@ -310,6 +311,13 @@ class RolloutConfig(_Model):
         0, ge=0, le=8,
         description="Updates a batch may lag behind the policy: k > 0 samples step s + k's episodes while step s trains "
         "(single-agent GRPO; the loss's ratio to the sampler's logprobs corrects for it). 0: on-policy.",
+    )
+    dynamic_sampling: DynamicSamplingConfig = Field(
+        default_factory=DynamicSamplingConfig,
+        description="GRPO: drop groups without a learning signal (rewards all tied, or a prompt always/never solved) and refill the step with fresh prompts.",
+    )
+    curriculum: CurriculumConfig = Field(
+        default_factory=CurriculumConfig, description="GRPO: draw training prompts at the env's difficulty levels, moving by recent success.",
     )
 
     @model_validator(mode="after")

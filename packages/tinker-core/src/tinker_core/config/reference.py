@@ -8,6 +8,7 @@ from typing import Any, get_args
 from pydantic import BaseModel
 
 from tinker_core.config.execution import ExecutionConfig, WorkerResources
+from tinker_core.config.group_sampling import CurriculumConfig, DynamicSamplingConfig
 from tinker_core.config.models import (
     ALGORITHM_MODELS,
     AlgorithmConfig,
@@ -57,6 +58,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("algorithm.params (dpo)", DPOParams),
     ("stages[]", StageConfig),
     ("rollout", RolloutConfig),
+    ("rollout.dynamic_sampling", DynamicSamplingConfig),
+    ("rollout.curriculum", CurriculumConfig),
     ("optimizer", OptimizerConfig),
     ("resources", ResourcesConfig),
     ("execution", ExecutionConfig),
