@@ -141,6 +141,8 @@ class Generation:
     prompt_index: int = 0
     sample_index: int = 0
     weight_version: int | None = None
+    #: the policy's entropy (nats) at each sampled position where the engine computes it; else empty
+    entropies: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
