@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
+from tinker_client.console import EXIT_BAD_INPUT, RootGroup, err_console, fail, fail_config
 from tinker_client.doctor import register as register_doctor_command
 from tinker_client.env_serve import register as register_env_serve_command
 from tinker_client.job_settings import register as register_job_command
@@ -37,6 +37,7 @@ from tinker_core.errors import ConfigError, OpenTinkerError
 
 app = typer.Typer(
     name="opentinker",
+    cls=RootGroup,
     help="OpenTinker: reinforcement learning for LLM agents, from a laptop CPU to a Ray cluster.",
     no_args_is_help=True,
     add_completion=False,
