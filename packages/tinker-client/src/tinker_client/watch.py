@@ -48,6 +48,7 @@ class WatchDisplay:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.progress.update(self.task, eta="")  # the bar that stays says what was, not what is left
         self.progress.stop()
 
     def state(self, name: str, reason: str) -> None:
