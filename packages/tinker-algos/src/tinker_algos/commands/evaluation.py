@@ -356,12 +356,19 @@ def evaluate_source(
 
 
 def default_output(source: Source, env_id: str) -> Path:
-    """Where the JSON goes without ``--output``: ``<run>/eval/step-N-<env>.json`` for a run
-    (or a checkpoint in one), else ``eval-<env>.json`` in the current directory."""
+    """Where the JSON goes without ``--output``: ``<run>/eval/step-N-<env>.json`` for a run,
+    else ``runs/eval/<name>-<what>-<env>.json`` under the current directory (never into it:
+    a baseline evaluated in a repository would land in its root): ``<name>`` is the job's name
+    (a job config, a checkpoint in a run) or the file's, ``<what>`` is ``baseline`` for a job
+    config, ``step-N`` for a checkpoint, else the source's kind."""
+    from tinker_algos.commands.cli import RUNS
+
     slug = env_id.replace("/", "_")
     if source.kind == "run":
         return source.path / "eval" / f"step-{source.step or 0:06d}-{slug}.json"
-    return Path(f"eval-{slug}.json")
+    name = source.job.name if source.job is not None else source.path.stem if source.path.is_file() else source.path.name
+    what = "baseline" if source.kind == "config" else f"step-{source.step:06d}" if source.step is not None else source.kind
+    return RUNS / "eval" / f"{name}-{what}-{slug}.json"
 
 
 __all__: Sequence[str] = (
