@@ -40,7 +40,7 @@ app = typer.Typer(
     cls=RootGroup,
     help="OpenTinker: reinforcement learning for LLM agents, from a laptop CPU to a Ray cluster.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, powershell)
     pretty_exceptions_enable=False,
 )
 config_app = typer.Typer(help="Validate job configs and print their schema.", no_args_is_help=True)

@@ -11,7 +11,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperGroup
+from typer.core import TyperArgument, TyperGroup
 
 from tinker_core.errors import ConfigError
 from tinker_core.progress import set_verbosity
@@ -104,9 +104,36 @@ def add_verbosity_options(command: Any, params: list[Any] | None = None) -> Any:
     return command
 
 
+class UsageArgument(TyperArgument):
+    """An argument shown in usage lines the usual way: ``FILE``, ``[NAME]``, ``RUN_DIR...`` (typer
+    writes a required one as ``{file}``)."""
+
+    def _usage_display_name(self) -> str:
+        name = self.display_name_raw
+        if "[" in name or name.endswith("..."):  # a metavar that already says it all: [KEY.PATH=VALUE]...
+            return name
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+
+def readable_usage(command: Any) -> Any:
+    """Name the arguments of ``command`` and its subcommands in capitals (``FILE``, unless a
+    metavar is set) and show them as :class:`UsageArgument` does; returns ``command``."""
+    for param in command.params:
+        if isinstance(param, TyperArgument):
+            if param.metavar is None:
+                param.metavar = (param.name or "arg").upper()
+            param.__class__ = UsageArgument
+    for sub in getattr(command, "commands", {}).values():
+        readable_usage(sub)
+    return command
+
+
 class RootGroup(TyperGroup):
-    """The ``opentinker`` group: every command, a plugin's included, takes ``-q``/``-v``/``--log-level``."""
+    """The ``opentinker`` group: every command, a plugin's included, takes ``-q``/``-v``/``--log-level``
+    and has readable usage lines (:func:`readable_usage`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         add_verbosity_options(self)
+        readable_usage(self)
