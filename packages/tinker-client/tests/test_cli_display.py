@@ -66,7 +66,7 @@ def test_plugins_lists_a_plugin_that_failed_to_import_and_the_healthy_ones(broke
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if "broken-plugin" in line)
     assert "0.3" in row and "broken" in row and "failed to load: ModuleNotFoundError: No module named" in row
-    assert "echo/echo-v0" in result.stdout
+    assert "  echo/ call-response-v0, countdown-v0, echo-v0" in result.stdout.splitlines()
     assert result.stderr.count("skipping plugin 'broken'") == 1 and "Traceback" not in result.stderr
 
 
