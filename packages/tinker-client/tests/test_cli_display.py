@@ -165,6 +165,20 @@ def test_watch_piped_prints_one_plain_line_per_event(scheduler):
     assert "\x1b[" not in result.stdout
 
 
+@pytest.mark.parametrize("env", [None, "terminal"])
+def test_watch_quiet_prints_only_the_result_line(scheduler, env):
+    import logging
+
+    from tinker_core.progress import set_verbosity
+
+    try:
+        result = CliRunner().invoke(app, ["watch", "job-1", "--scheduler", scheduler, "-q"], env=TERMINAL if env else None)
+    finally:
+        set_verbosity(logging.WARNING)
+    assert result.exit_code == 0, result.output
+    assert plain(result.stdout).strip().splitlines() == ["job job-1 SUCCEEDED; run dir: /runs/job-1", "learning curve: /runs/job-1/curve.png"]
+
+
 def test_list_is_a_table_on_a_terminal_and_json_on_request(scheduler):
     result = CliRunner().invoke(app, ["list", "--scheduler", scheduler], env=TERMINAL)
     assert result.exit_code == 0, result.output
