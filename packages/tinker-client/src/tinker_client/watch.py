@@ -16,7 +16,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from tinker_core.progress import HEADLINE_METRICS, StepTimes, headline, is_quiet, log_style, progress_bar
+from tinker_core.progress import (
+    HEADLINE_METRICS,
+    StepTimes,
+    headline,
+    is_quiet,
+    log_style,
+    progress_bar,
+)
 
 if TYPE_CHECKING:
     from tinker_client.jobs import JobClient
