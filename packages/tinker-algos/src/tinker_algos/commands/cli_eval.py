@@ -68,8 +68,8 @@ def eval_command(
         records.parent.mkdir(parents=True, exist_ok=True)
         games = settings.n * settings.samples
         doing = f"loading {src.checkpoint or src.path} and playing {games} episode{'s' * (games != 1)} of {settings.env.id}"
-        with status(err_console, doing), recording.transcripts(records, stage=settings.env.id, step=src.step or 0):
-            report = evaluate_source(src, settings, base_model=base_model, device=device)
+        with recording.transcripts(records, stage=settings.env.id, step=src.step or 0):
+            report = evaluate_source(src, settings, base_model=base_model, device=device, progress=lambda: status(err_console, doing))
     except (EvalError, ModelLoadError, DeviceError, ConfigError, OverrideError) as e:
         _fail(str(e))
     for line in src.skipped:
@@ -130,8 +130,8 @@ def export_command(
 
     quiet_third_party_progress()  # no "Loading weights" / "Writing model shards" bars
     try:
-        with status(err_console, f"loading {source} and writing {'a merged model' if merge else 'its weights'} to {output}"):
-            result = export(source, output, merge=merge, base_model=base_model, force=force)
+        doing = f"loading {source} and writing {'a merged model' if merge else 'its weights'} to {output}"
+        result = export(source, output, merge=merge, base_model=base_model, force=force, progress=lambda: status(err_console, doing))
     except (EvalError, ModelLoadError, DeviceError) as e:
         _fail(str(e))
     src = result.source

@@ -17,7 +17,9 @@ that is 0) and ``pass@j`` is the unbiased estimator of Chen et al. (2021), :func
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -334,13 +336,16 @@ def evaluate_source(
     *,
     base_model: str | None = None,
     device: str | None = None,
+    progress: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> EvalReport:
-    """Load ``source`` and evaluate it with ``settings`` (the env is checked before the model loads)."""
+    """Load ``source`` and evaluate it with ``settings`` (the env is checked before the model
+    loads); ``progress()`` is entered while the model loads and plays (a status line)."""
     opponent = check_env(settings)  # None: a single-agent env
     settings = replace(settings, opponent=opponent)
-    policy, adapter = load_policy(source, base_model=base_model, device=device)
-    adapters = load_role_adapters(policy, source) if opponent is not None else None
-    metrics, episodes = run_eval(policy, settings, adapter=adapter, adapters=adapters)
+    with progress():
+        policy, adapter = load_policy(source, base_model=base_model, device=device)
+        adapters = load_role_adapters(policy, source) if opponent is not None else None
+        metrics, episodes = run_eval(policy, settings, adapter=adapter, adapters=adapters)
     return EvalReport(
         source=str(source.checkpoint or source.path),
         kind=source.kind,
