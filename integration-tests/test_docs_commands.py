@@ -123,3 +123,36 @@ def test_no_reference_to_the_oracles_file_that_moved():
     files = [*DOCS.rglob("*.md"), ROOT / "README.md", *ROOT.glob("packages/*/src/**/*.py"), *ROOT.glob("packages/*/tests/**/*.py")]
     stale = [str(f.relative_to(ROOT)) for f in files if "ORACLES.md" in f.read_text(encoding="utf-8")]
     assert not stale, f"point these at docs/reference/oracles.md: {stale}"
+
+
+GUIDES = ["quickstart.md", "install.md", *(f"guides/{p.name}" for p in sorted((DOCS / "guides").glob("*.md"))),
+          *(f"tutorials/{p.name}" for p in sorted((DOCS / "tutorials").glob("*.md")))]
+"""The pages a reader follows step by step: every command block there is run or says why not."""
+ANY_BLOCK = re.compile(r"^```(?:console|bash|sh)\b", re.M)
+RUN_MARKERS = (MARKER, "<!-- harness-test -->")  # harness-test: integration-tests/test_eval_harnesses.py runs it
+NOT_RUN = re.compile(r"<!-- docs-commands: not run \((.+?)\) -->", re.S)
+
+
+def unrun_blocks(text: str) -> int:
+    """The command blocks of a page that no test runs (not preceded by a run marker)."""
+    count = 0
+    for m in ANY_BLOCK.finditer(text):
+        before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        count += before.strip() not in RUN_MARKERS
+    return count
+
+
+@pytest.mark.parametrize("page", GUIDES)
+def test_every_guide_runs_its_command_blocks_or_says_why_not(page):
+    """A guide's shell blocks are run (``<!-- runnable -->`` here, ``<!-- harness-test -->`` by the
+    harness test), or the page says near its top why the others are not:
+    ``<!-- docs-commands: not run (REASON) -->``, naming what needs a network, a GPU, a running
+    service or minutes of training, and which test runs the same thing where one does."""
+    text = (DOCS / page).read_text(encoding="utf-8")
+    reason = NOT_RUN.search(text[:1500])
+    if unrun_blocks(text):
+        assert reason and len(reason.group(1).split()) >= 4, (
+            f"docs/{page} has {unrun_blocks(text)} command block(s) no test runs: mark those that run offline in "
+            f"seconds with {MARKER}, and say why the rest do not near the top with <!-- docs-commands: not run (REASON) -->")
+    else:
+        assert reason is None, f"docs/{page}: every command block runs; drop the stale 'not run' note"

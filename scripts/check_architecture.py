@@ -117,6 +117,7 @@ SUBMODULE_IMPORTS: dict[str, str] = {
     "tinker-env-math/tests/test_conformance.py::tinker_core.registry": _TESTS,
     "tinker-env-adapters/tests/conftest.py::tinker_core.registry": _TESTS,
     "tinker-env-adapters/tests/test_gymnasium.py::tinker_core.registry": _TESTS,
+    "tinker-env-adapters/tests/test_unavailable.py::tinker_core.registry": _TESTS,
     # serves the test's OpenEnv app in a thread (the one helper for that, a testing aid)
     "tinker-env-adapters/tests/test_openenv.py::tinker_core.http_limits": _TESTS,
     "tinker-env-adapters/src/tinker_env_adapters/gymnasium_env.py::tinker_core.gymnasium_envs": (

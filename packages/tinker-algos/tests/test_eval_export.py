@@ -5,6 +5,7 @@ with ``AutoModelForCausalLM`` / ``PeftModel`` and give the trained policy's logi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -473,3 +474,33 @@ def test_a_tiny_adapter_export_loads_with_plain_peft_in_a_fresh_process(lora_run
     got = torch.tensor(json.loads(out.stdout.strip().splitlines()[-1]))
     assert torch.allclose(got, want, atol=1e-5)
     assert (adapter / "base" / "model.safetensors").stat().st_mode & 0o044  # readable by whoever serves it
+
+
+def test_a_baseline_eval_writes_under_runs_not_into_the_current_directory(tmp_path, monkeypatch, algos_and_echo_plugins):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job(name="base-line")))
+    result = invoke("eval", "job.yaml", "--n", "2")
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == ["job.yaml"]  # nothing beside the config
+    written = tmp_path / "runs" / "eval" / "base-line-baseline-echo_echo-v0.json"
+    assert json.loads(written.read_text())["n"] == 2
+    assert written.with_name("base-line-baseline-echo_echo-v0.rollouts.jsonl").is_file()
+
+
+def test_eval_and_export_say_what_they_load_off_a_terminal_and_nothing_with_q(lora_run, tmp_path):
+    from tinker_core.progress import set_verbosity
+
+    result = invoke("eval", lora_run, "--n", "2", "-o", tmp_path / "e.json")
+    assert result.exit_code == 0, result.output
+    assert f"loading {lora_run / 'checkpoints' / 'step-000003'} and playing 2 episodes of echo/echo-v0 ...\n" in result.stderr
+    result = invoke("export", lora_run, "-o", tmp_path / "x")
+    assert result.exit_code == 0, result.output
+    assert f"loading {lora_run} and writing its weights to {tmp_path / 'x'} ...\n" in result.stderr
+    set_verbosity(logging.ERROR)  # what -q sets
+    try:
+        quiet = invoke("eval", lora_run, "--n", "2", "-o", tmp_path / "q.json")
+    finally:
+        set_verbosity(logging.WARNING)
+    assert quiet.exit_code == 0 and "loading" not in quiet.stderr, quiet.stderr

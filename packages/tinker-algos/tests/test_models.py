@@ -254,3 +254,27 @@ def _logprobs(policy, batch_factory):
     b = batch_factory(policy.tokenizer, ["1+1=", "hello"], ["2", " there"])
     with torch.no_grad():
         return sequence_logprobs(policy.module, torch.as_tensor(b.tokens_B_T), torch.as_tensor(b.attention_mask_B_T))
+
+
+def test_adding_or_loading_a_lora_adapter_drops_only_transformers_is_gradient_checkpointing_warning(tmp_path):
+    """peft reads transformers' deprecated ``is_gradient_checkpointing`` each time it wraps a model:
+    a FutureWarning on every LoRA command, that is not the user's to act on."""
+    import warnings
+
+    from peft import get_peft_model
+
+    from tinker_algos.model.models import LoraSpec
+
+    def future_warnings(call):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            call()
+        return [str(w.message) for w in seen if issubclass(w.category, FutureWarning)]
+
+    bare = PolicyModel.load("tiny", device="cpu")
+    assert any("is_gradient_checkpointing" in m for m in future_warnings(lambda: get_peft_model(bare.model, LoraSpec().to_peft())))
+    policy = PolicyModel.load("tiny", device="cpu")
+    assert not [m for m in future_warnings(lambda: policy.add_adapter("mine")) if "is_gradient_checkpointing" in m]
+    policy.model.save_pretrained(tmp_path / "saved")
+    fresh = PolicyModel.load("tiny", device="cpu")
+    assert not [m for m in future_warnings(lambda: fresh.load_adapter("mine", tmp_path / "saved" / "mine")) if "is_gradient_checkpointing" in m]

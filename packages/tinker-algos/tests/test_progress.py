@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -92,5 +93,60 @@ def test_train_on_a_terminal_shows_the_status_lines_then_the_bar_and_no_hugging_
     assert -1 not in where and where == sorted(where), out
     assert re.search(r"^ +\d+\.\ds  importing torch and transformers$", out, re.M)  # time-stamped lines above the bar
     assert "hint: for 3 steps in a row" in out and "checkpoint at step 2:" in out
-    assert re.search(r"training .*4/4 .*eta 0:00 .*reward 0 +eval acc 0 +loss ", out), out
+    final_bar = next(line for line in reversed(out.splitlines()) if "4/4" in line)
+    assert re.search(r"training .*4/4 .*reward 0 +eval acc 0 +loss ", final_bar) and "eta" not in final_bar, out
     assert "Writing model shards" not in out and "Loading weights" not in out
+
+
+TWO_STAGES = FLAT_GRPO.replace("algorithm: {name: grpo, steps: 4, eval_size: 2}", """stages:
+  - {name: first, algorithm: {name: grpo, steps: 3, eval_size: 2}}
+  - {name: second, algorithm: {name: grpo, steps: 2, eval_size: 2}}""")
+
+
+@pytest.fixture
+def verbosity():
+    """Set the output level for one test (what -q / -v / --log-level do), then put it back."""
+    import logging
+
+    from tinker_core.progress import set_verbosity
+
+    root_level = logging.getLogger().level
+    yield set_verbosity
+    set_verbosity(logging.WARNING)
+    logging.getLogger().setLevel(root_level)
+
+
+def run_piped(tmp_path, monkeypatch, config: str) -> str:
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-algos,tinker-env-echo")
+    (tmp_path / "job.yaml").write_text(config)
+    cli = typer.Typer(add_completion=False)
+    cli.command()(lambda: None)
+    plugin.opentinker_register_commands(cli=cli)
+    result = CliRunner().invoke(cli, ["train", str(tmp_path / "job.yaml"), "--run-dir", str(tmp_path / "run"), "--fresh"],
+                                env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_piped_train_output_has_whole_lines_one_step_numbering_and_no_time_left(tmp_path, monkeypatch, verbosity):
+    out = run_piped(tmp_path, monkeypatch, TWO_STAGES)
+    lines = out.splitlines()
+    assert "stage 0 'first': grpo, steps 1..3" in lines and "stage 1 'second': grpo, steps 4..5" in lines, out
+    hint = next(line for line in lines if line.startswith("hint:"))
+    assert len(hint) > 80 and hint.endswith("(partial credit)."), out  # one line, not wrapped at 80 columns
+    assert "eta" not in out and "\r" not in out and "\x1b" not in out and "━" not in out, out
+    assert re.search(r"^training: 5/5 steps in \d+:\d\d  reward 0  eval acc 0  loss ", out, re.M), out
+    assert "importing torch" not in out  # status lines are for a terminal, or -v
+
+
+def test_quiet_keeps_hints_and_the_result_and_verbose_adds_status_lines(tmp_path, monkeypatch, verbosity):
+    import logging
+
+    verbosity(logging.ERROR)  # -q
+    quiet = run_piped(tmp_path, monkeypatch, FLAT_GRPO)
+    assert "checkpoint at" not in quiet and "stage 0" not in quiet and "training:" not in quiet, quiet
+    assert "hint: for 3 steps in a row" in quiet and "completed: 4 steps" in quiet, quiet
+    verbosity(logging.INFO)  # -v
+    verbose = run_piped(tmp_path, monkeypatch, FLAT_GRPO)
+    assert re.search(r"^ +\d+\.\ds  importing torch and transformers$", verbose, re.M), verbose
+    assert re.search(r"^ +\d+\.\ds  first step of stage 0 \(grpo\)", verbose, re.M), verbose

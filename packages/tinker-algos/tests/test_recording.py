@@ -224,3 +224,40 @@ def test_a_self_play_run_records_each_learner_seat_of_its_games(tmp_path, reques
         assert all(len(t.logprobs) == len(t.token_texts) == t.tokens for t in policy)
         assert r.advantage is not None
         assert r.success == (r.outcome == "win")
+
+
+def test_greedy_eval_records_carry_each_tokens_logprob_under_the_policy_not_the_point_mass(policy, tmp_path):
+    """Greedy sampling draws from a point mass (sampler logprobs all 0); the records show the
+    chosen tokens' logprobs under the untempered policy, recomputed here by a forward pass."""
+    import numpy as np
+    import torch
+
+    import tinker_core
+    from tinker_algos.model.models import sequence_logprobs
+    from tinker_algos.records import recording
+    from tinker_algos.records.recording import UNTEMPERED, episode_record
+    from tinker_algos.rollout.episodes import rollout
+    from tinker_algos.sampling.sampler import SamplingParams
+
+    params = SamplingParams(max_new_tokens=4, temperature=0.0, stop=("\n",), seed=0)
+    result = rollout(policy, lambda: tinker_core.make_env("echo/echo-v0"), [0, 1, 2], params)
+    for i, e in enumerate(result.episodes):
+        traj = e.trajectory
+        policy_T = traj.loss_mask_T > 0
+        assert np.all(traj.sampler_logprobs_T == 0.0)  # the point mass, what the trainer would see
+        tokens = torch.as_tensor(traj.tokens_T)[None]
+        with torch.no_grad():
+            oracle_T = sequence_logprobs(policy.model, tokens, torch.ones_like(tokens)).numpy()[0]
+        assert np.allclose(traj.info[UNTEMPERED][policy_T], oracle_T[policy_T], atol=1e-4)
+        assert np.all(oracle_T[policy_T] < 0)  # the untrained tiny model is never certain
+        record = episode_record(e, policy.tokenizer, kind="eval", stage="echo/echo-v0", step=0, episode=i)
+        shown = [lp for turn in record.turns if turn.role == "policy" for lp in turn.logprobs]
+        assert shown == [round(float(x), 5) for x in traj.info[UNTEMPERED][policy_T]]
+    # a training record keeps the sampler's logprobs
+    train_record = episode_record(result.episodes[0], policy.tokenizer, kind="train", stage="s", step=1, episode=0)
+    assert all(lp == 0.0 for turn in train_record.turns if turn.role == "policy" for lp in turn.logprobs)
+    # and opentinker eval's transcripts show them (through the recorder)
+    with recording.transcripts(tmp_path / "t.jsonl", stage="echo/echo-v0", step=0):
+        recording.record_eval(result, policy.tokenizer)
+    for rec in read_rollouts(tmp_path / "t.jsonl"):
+        assert rec.turns[0].logprobs and all(lp < 0 for lp in rec.turns[0].logprobs)

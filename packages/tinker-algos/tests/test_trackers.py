@@ -208,12 +208,21 @@ def test_mlflow_logs_metrics_and_the_config_to_a_file_store(tmp_path, monkeypatc
 
 
 @pytest.mark.skipif(importlib.util.find_spec("trackio") is None, reason="trackio is not installed (pip install 'tinker-algos[trackio]')")
-def test_trackio_logs_locally(tmp_path, monkeypatch):
+def test_trackio_logs_locally(tmp_path, monkeypatch, capsys, caplog):
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))
     if "trackio" in sys.modules:
         pytest.skip("trackio was imported before TRACKIO_DIR could be set")
+    caplog.set_level(logging.INFO, logger="tinker_algos.records.trackers")
     log_three_steps(tmp_path / "run", rollouts=True, report_to=["trackio"], project="opentinker-test")
+    from trackio import context_vars
     from trackio.sqlite_storage import SQLiteStorage
+
+    # trackio's banner (print()ed with raw colour codes) stays off stdout: INFO log lines, plain
+    out = capsys.readouterr().out
+    assert "rackio" not in out and "\x1b" not in out, out
+    banner = [r.getMessage() for r in caplog.records if r.getMessage().startswith("trackio: ")]
+    assert 'trackio: trackio show --project "opentinker-test"' in banner and not [m for m in banner if "\x1b" in m], banner
+    assert context_vars.current_run.get() is None  # finished: trackio's atexit hook has nothing to finish (and print) again
 
     assert SQLiteStorage.get_runs("opentinker-test") == ["tracked"]
     logs = SQLiteStorage.get_logs("opentinker-test", "tracked")

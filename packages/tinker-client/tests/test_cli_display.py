@@ -66,7 +66,7 @@ def test_plugins_lists_a_plugin_that_failed_to_import_and_the_healthy_ones(broke
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if "broken-plugin" in line)
     assert "0.3" in row and "broken" in row and "failed to load: ModuleNotFoundError: No module named" in row
-    assert "echo/echo-v0" in result.stdout
+    assert "  echo/ call-response-v0, countdown-v0, echo-v0" in result.stdout.splitlines()
     assert result.stderr.count("skipping plugin 'broken'") == 1 and "Traceback" not in result.stderr
 
 
@@ -163,6 +163,20 @@ def test_watch_piped_prints_one_plain_line_per_event(scheduler):
     assert lines[0] == "[RUNNING] started"
     assert "step 3: env/reward_mean=0.5  losses/total=1.25  optim/grad_norm=0" in lines
     assert "\x1b[" not in result.stdout
+
+
+@pytest.mark.parametrize("env", [None, "terminal"])
+def test_watch_quiet_prints_only_the_result_line(scheduler, env):
+    import logging
+
+    from tinker_core.progress import set_verbosity
+
+    try:
+        result = CliRunner().invoke(app, ["watch", "job-1", "--scheduler", scheduler, "-q"], env=TERMINAL if env else None)
+    finally:
+        set_verbosity(logging.WARNING)
+    assert result.exit_code == 0, result.output
+    assert plain(result.stdout).strip().splitlines() == ["job job-1 SUCCEEDED; run dir: /runs/job-1", "learning curve: /runs/job-1/curve.png"]
 
 
 def test_list_is_a_table_on_a_terminal_and_json_on_request(scheduler):

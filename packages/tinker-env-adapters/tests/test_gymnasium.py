@@ -53,3 +53,30 @@ def test_max_turns_must_be_at_least_1(adapters_only: None, bad: object) -> None:
     with pytest.raises(AdapterError, match=r"max_turns must be an int >= 1"):
         tinker_core.make_env("gym/FrozenLake-v1", max_turns=bad)
     assert tinker_core.make_env("gym/FrozenLake-v1", max_turns=1).env_spec.max_turns == 1
+
+
+def adapters_info():
+    return next(p for p in list_plugins() if p.distribution == "tinker-env-adapters")
+
+
+def test_gym_ids_without_a_text_form_are_marked_unavailable_and_indeed_fail_to_build(adapters_only: None) -> None:
+    """The seed documents' ``Pendulum-v1``: registered (so a config naming it gets the reason),
+    marked unavailable; every marked id whose family imports here fails to build for that reason."""
+    info = adapters_info()
+    assert info.unavailable["gym/Pendulum-v1"].startswith("no text form (Box observations)")
+    assert "gym/FrozenLake-v1" not in info.unavailable and "gym/Taxi-v4" not in info.unavailable
+    classic = ["gym/CartPole-v1", "gym/Acrobot-v1", "gym/MountainCar-v0", "gym/MountainCarContinuous-v0", "gym/Pendulum-v1"]
+    for env_id in classic:  # gymnasium's classic_control imports here (box2d, mujoco and jax do not)
+        assert info.unavailable[env_id].startswith("no text form")
+        with pytest.raises(AdapterError, match="has observation space Box"):
+            tinker_core.make_env(env_id)
+
+
+def test_every_gym_id_not_marked_builds_here(adapters_only: None) -> None:
+    info = adapters_info()
+    buildable = [e for e in info.registers["envs"] if e.startswith("gym/") and e not in info.unavailable]
+    assert set(ENVS) <= set(buildable)
+    for env_id in buildable:
+        env = tinker_core.make_env(env_id)
+        observation, _ = env.reset(seed=0)
+        assert isinstance(observation, str) and observation

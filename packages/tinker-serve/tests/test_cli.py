@@ -40,7 +40,7 @@ def test_bad_input_is_one_error_line_and_exit_2(tmp_path):
         result = CliRunner().invoke(cli(), args)
         assert result.exit_code == 2, result.output
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+        assert lines[-1].startswith("error: ") and [line for line in lines[:-1] if not line.startswith("loading model ")] == [], result.stderr
 
 
 def test_serve_builds_the_app_with_an_adapter_from_a_run_directory_and_the_key(tiny_dir, arithmetic_run, monkeypatch):
@@ -54,6 +54,9 @@ def test_serve_builds_the_app_with_an_adapter_from_a_run_directory_and_the_key(t
     assert result.exit_code == 0, result.output
     assert started["port"] == 8123 and started["host"] == "127.0.0.1"
     assert f"serving {tiny_dir}, sums on http://127.0.0.1:8123" in result.stderr
+    # off a terminal, one line says what loads before the model is ready
+    assert result.stderr.splitlines()[0] == f"loading model {tiny_dir}, adapter sums from {arithmetic_run} ..."
+    assert started["log_level"] == "info"
     with TestClient(started["app"]) as http:
         assert http.get("/v1/models").status_code == 401
         ids = [m["id"] for m in http.get("/v1/models", headers={"Authorization": "Bearer k"}).json()["data"]]

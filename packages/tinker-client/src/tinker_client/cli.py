@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tinker_client.console import EXIT_BAD_INPUT, err_console, fail, fail_config
+from tinker_client.console import EXIT_BAD_INPUT, RootGroup, err_console, fail, fail_config
 from tinker_client.doctor import register as register_doctor_command
 from tinker_client.env_serve import register as register_env_serve_command
 from tinker_client.job_settings import register as register_job_command
@@ -37,9 +37,10 @@ from tinker_core.errors import ConfigError, OpenTinkerError
 
 app = typer.Typer(
     name="opentinker",
+    cls=RootGroup,
     help="OpenTinker: reinforcement learning for LLM agents, from a laptop CPU to a Ray cluster.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, powershell)
     pretty_exceptions_enable=False,
 )
 config_app = typer.Typer(help="Validate job configs and print their schema.", no_args_is_help=True)
@@ -72,10 +73,11 @@ def _root(
 
 @app.command()
 def plugins(
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of a table.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every plugin with every name it registers, as JSON.")] = False,
     check: Annotated[bool, typer.Option("--check", help="Exit 1 when a plugin failed to load (for CI).")] = False,
 ) -> None:
-    """List installed plugins: distribution, version and what each registers (or why it failed to load)."""
+    """List installed plugins (distribution, version) and what they register, grouped by kind;
+    env ids that cannot be built here apart, with what to install. --json lists every name."""
     from tinker_core.registry import list_plugins
 
     try:
@@ -86,19 +88,65 @@ def plugins(
     if as_json:
         typer.echo(json.dumps([i.to_dict() for i in infos], indent=2))
     else:
-        table = Table(title="OpenTinker plugins")
-        for col in ("distribution", "version", "plugin", "registers"):
-            table.add_column(col, overflow="fold")
-        for info in sorted(infos, key=lambda i: (i.distribution, i.name)):
-            registers = "\n".join(
-                f"{kind.replace('_', ' ')}: {', '.join(sorted(names))}" for kind, names in sorted(info.registers.items())
-            )
-            if info.error is not None:
-                registers = Text(f"failed to load: {info.error}", style="red")
-            table.add_row(info.distribution, info.version or "-", info.name, registers or "-")
-        Console(highlight=False).print(table)
+        console = Console(highlight=False, soft_wrap=True)
+        for line in plugin_listing(infos, width=max(console.width, 60)):
+            console.print(line)
     if failed and check:  # each failure was reported above (and warned about once, on stderr)
         raise typer.Exit(1)
+
+
+SHOWN_PER_GROUP = 8
+"""Names a group of ``opentinker plugins`` shows before ``... and N more`` (``--json`` lists all)."""
+
+
+def plugin_listing(infos: list[Any], width: int = 80) -> list[Text]:
+    """The lines of ``opentinker plugins``: the distributions, then each kind's names (envs by
+    namespace), wrapped between names at ``width`` columns, then the env ids that cannot be
+    built here grouped by reason."""
+    import textwrap
+    from collections import defaultdict
+
+    def wrapped(head: str, names: list[str], more: str = "", limit: int = SHOWN_PER_GROUP) -> list[Text]:
+        shown = names[:limit]
+        rest = len(names) - len(shown)
+        text = ", ".join(shown) + (f" and {rest} more" if rest else "") + more
+        lines = textwrap.wrap(text, width=width - 4, initial_indent=head, subsequent_indent="      ",
+                              break_long_words=False, break_on_hyphens=False)
+        return [Text("  " + line) for line in lines]
+
+    out = [Text("distributions", style="bold")]
+    for info in sorted(infos, key=lambda i: i.distribution):
+        if info.error is not None:
+            out.append(Text(f"  {info.distribution} {info.version or '-'}: failed to load: {info.error}", style="red"))
+        else:
+            out.append(Text(f"  {info.distribution} {info.version or '-'}"))
+    by_kind: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    unavailable: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for info in infos:
+        for kind, names in info.registers.items():
+            for name in names:
+                if name in info.unavailable:
+                    namespace, _, rest = name.partition("/")
+                    unavailable[(namespace, info.unavailable[name])].append(rest)
+                elif kind == "envs":
+                    namespace, _, rest = name.partition("/")
+                    by_kind[kind][namespace + "/"].append(rest)
+                else:
+                    by_kind[kind][""].append(name)
+    for kind in sorted(by_kind, key=lambda k: (k != "envs", k)):
+        groups = by_kind[kind]
+        total = sum(len(v) for v in groups.values())
+        out.append(Text(f"{kind.replace('_', ' ')} ({total})", style="bold"))
+        for group, names in sorted(groups.items()):
+            head = f"{group} ({len(names)}): " if group and len(names) > SHOWN_PER_GROUP else f"{group} " if group else ""
+            out.extend(wrapped(head, sorted(names)))
+    if unavailable:
+        count = sum(len(v) for v in unavailable.values())
+        out.append(Text(f"env ids that cannot be built here ({count})", style="bold"))
+        for (namespace, why), names in sorted(unavailable.items()):
+            out.extend(wrapped(f"{namespace}/ ({len(names)}): ", sorted(names), more=f" -- {why}", limit=3 * SHOWN_PER_GROUP))
+    out.append(Text("opentinker plugins --json lists every name", style="dim"))
+    return out
 
 
 # ---- config -------------------------------------------------------------------------------

@@ -16,7 +16,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from tinker_core.progress import HEADLINE_METRICS, StepTimes, headline, log_style, progress_bar
+from tinker_core.progress import (
+    HEADLINE_METRICS,
+    StepTimes,
+    headline,
+    is_quiet,
+    log_style,
+    progress_bar,
+)
 
 if TYPE_CHECKING:
     from tinker_client.jobs import JobClient
@@ -48,6 +55,7 @@ class WatchDisplay:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.progress.update(self.task, eta="")  # the bar that stays says what was, not what is left
         self.progress.stop()
 
     def state(self, name: str, reason: str) -> None:
@@ -79,17 +87,20 @@ def follow(client: JobClient, job_id: str, *, logs_only: bool = False, console: 
 
     console = console or Console(highlight=False)
     final = None
-    if logs_only or not console.is_terminal:
+    quiet = is_quiet() and not logs_only  # -q: only the result line (the logs are what `logs` prints)
+    if logs_only or quiet or not console.is_terminal:
         for event in client.watch(job_id):
             kind = event.WhichOneof("event")
             if kind == "log":
-                typer.echo(event.log.text)
+                if not quiet:
+                    typer.echo(event.log.text)
             elif logs_only:
                 pass
             elif kind == "state_change":
-                typer.echo(f"[{state_name(event.state_change.state)}] {event.state_change.reason}".rstrip())
+                if not quiet:
+                    typer.echo(f"[{state_name(event.state_change.state)}] {event.state_change.reason}".rstrip())
                 final = event.state_change.state
-            elif kind == "metrics":
+            elif kind == "metrics" and not quiet:
                 typer.echo(plain_metrics_line(event.metrics.step, event.metrics.values))
         if logs_only:
             return None

@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.engines import GenerationParams as GenerationParams
     from tinker_core.engines import RolloutEngine as RolloutEngine
     from tinker_core.engines import WeightUpdate as WeightUpdate
+    from tinker_core.env import UNAVAILABLE as UNAVAILABLE
     from tinker_core.env import EnvSpec as EnvSpec
     from tinker_core.env import MultiAgentTextEnv as MultiAgentTextEnv
     from tinker_core.env import TextEnv as TextEnv

@@ -34,6 +34,11 @@ ActionFormat = Literal["text", "chat"]
 
 ENV_ID_RE = re.compile(r"^(?P<namespace>[a-z0-9][a-z0-9_.-]*)/(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)-v(?P<version>\d+)$")
 
+UNAVAILABLE = "unavailable"
+"""The ``EnvSpec.metadata`` key a plugin sets when an env it registers cannot be built here: why,
+and what to install (``needs the Python package 'textarena': pip install ...``).
+``opentinker plugins`` lists such ids apart, with the reason."""
+
 
 def parse_env_id(env_id: str) -> tuple[str, str, int]:
     """Split ``namespace/name-vN`` into its parts; raise ValueError naming the rule otherwise."""

@@ -5,12 +5,19 @@ show the same numbers the same way, in the same bar (:func:`progress_bar`). The 
 rich, which tinker-core does not depend on (an env package never draws one): it is the
 ``tinker-core[progress]`` extra, and the two packages that call :func:`progress_bar` depend on
 rich themselves. Importing this module never imports rich.
+
+How much the commands say is one setting, :func:`set_verbosity` (``-q`` / ``-v`` /
+``--log-level`` of every ``opentinker`` command): a :mod:`logging` level that the root logger
+takes and that progress displays read (:func:`is_quiet`, :func:`is_verbose`).
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -100,3 +107,51 @@ def progress_bar(console: Console, *, transient: bool | None = None) -> Progress
         console=console,
         **options,
     )
+
+
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+_verbosity = logging.WARNING
+
+
+def set_verbosity(level: int) -> None:
+    """Make ``level`` (a :mod:`logging` level) how much this process says: the root logger's
+    level (with a stderr handler when it has none) and what :func:`is_quiet` and
+    :func:`is_verbose` report. ``WARNING`` is the default; ``ERROR`` and above is quiet (no
+    progress, no status lines, errors still shown); ``INFO`` and below is verbose."""
+    global _verbosity
+    _verbosity = level
+    root = logging.getLogger()
+    root.setLevel(level)
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        root.addHandler(handler)
+
+
+def verbosity() -> int:
+    """The level :func:`set_verbosity` set (``logging.WARNING`` when never called)."""
+    return _verbosity
+
+
+def is_quiet() -> bool:
+    """True after ``-q`` (or ``--log-level ERROR``): show no progress and no status lines."""
+    return _verbosity >= logging.ERROR
+
+
+def is_verbose() -> bool:
+    """True after ``-v`` (or ``--log-level INFO``/``DEBUG``): show status lines off a terminal too."""
+    return _verbosity <= logging.INFO
+
+
+@contextmanager
+def status(console: Console, text: str) -> Iterator[None]:
+    """Say what a command is doing while ``text`` (``loading model runs/x/final``) takes a while:
+    a rich spinner on a terminal, one plain line otherwise, nothing when :func:`is_quiet`."""
+    if is_quiet():
+        yield
+    elif console.is_terminal:
+        with console.status(text):
+            yield
+    else:
+        console.print(f"{text} ...", markup=False, highlight=False, soft_wrap=True)
+        yield

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pluggy
 
 from tinker_core import hookspecs
-from tinker_core.env import EnvSpec
+from tinker_core.env import UNAVAILABLE, EnvSpec
 from tinker_core.errors import DuplicateNameError, PluginError, UnknownNameError
 from tinker_core.gymnasium_envs import build_env, plugin_discovery, register_specs
 
@@ -67,13 +67,15 @@ class Entry(Generic[T]):
 @dataclass
 class PluginInfo:
     """A plugin: its distribution and everything it registered, by kind; ``error`` is why it
-    could not be imported (then it registered nothing), None when it loaded."""
+    could not be imported (then it registered nothing), None when it loaded; ``unavailable``:
+    the env ids it registered that cannot be built here, with why (``EnvSpec.metadata["unavailable"]``)."""
 
     name: str
     distribution: str
     version: str | None
     registers: dict[str, list[str]] = field(default_factory=dict)
     error: str | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,7 +84,14 @@ class PluginInfo:
             "version": self.version,
             "registers": {k: sorted(v) for k, v in self.registers.items()},
             "error": self.error,
+            "unavailable": dict(sorted(self.unavailable.items())),
         }
+
+    def add(self, kind: str, name: str, spec: EnvSpec | None = None) -> None:
+        """Record that this plugin registered ``name`` of ``kind`` (an env with its ``spec``)."""
+        self.registers.setdefault(kind, []).append(name)
+        if spec is not None and spec.metadata.get(UNAVAILABLE):
+            self.unavailable[name] = str(spec.metadata[UNAVAILABLE])
 
 
 class Registry(Generic[T]):
@@ -297,7 +306,7 @@ class PluginSystem:
                 doc = (getattr(obj, "__doc__", None) or "").strip()
                 description = doc.splitlines()[0] if doc else ""
             registry.add(Entry(kind, name, obj, dist, version, options, description))
-            info.registers.setdefault(kind, []).append(name)
+            info.add(kind, name, options.get("spec"))
 
         def check_name(name: object) -> None:
             if not isinstance(name, str) or not NAME_RE.fullmatch(name):

@@ -18,7 +18,8 @@ One record (format version :data:`VERSION`)::
 ``prompt`` is the rendered first prompt (chat template included), ``messages`` the episode as chat
 messages (the observations as ``user``, the policy's replies as ``assistant``; a system prompt
 first). ``turns`` alternate policy and env: a policy turn's ``token_texts`` are its sampled tokens
-each decoded alone and ``logprobs`` the sampler's; an env turn is the environment's reply and the
+each decoded alone and ``logprobs`` the sampler's (an ``eval`` record's, greedy: the policy's
+untempered ones, a point mass's being all 0); an env turn is the environment's reply and the
 tokens it took in the context. ``stop_reason`` is how the last policy turn ended (``eos``,
 ``stop_id``, ``stop_string``, ``length``) or, for a failed episode, the error (``env_error``,
 ``env_timeout``, ``context_overflow``). ``advantage`` is the mean advantage over the episode's

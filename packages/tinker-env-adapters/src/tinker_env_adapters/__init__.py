@@ -1,7 +1,8 @@
 """tinker-env-adapters: environments of other ecosystems as OpenTinker envs.
 
 One optional extra per ecosystem; each registers its env ids through the ordinary plugin hook
-(:mod:`tinker_env_adapters.plugin`) when its package is installed:
+(:mod:`tinker_env_adapters.plugin`), buildable once its package is installed (until then marked
+unavailable with the install line, ``EnvSpec.metadata["unavailable"]``):
 
 - ``[reasoning-gym]``: ``reasoning_gym/<task>-v0``, every reasoning-gym task, single-turn
   (:class:`ReasoningGymEnv`);

@@ -33,7 +33,7 @@ from typing import Any
 from tinker_core import EnvSpec, TextEnv
 from tinker_env_adapters._common import AdapterError
 
-__all__ = ["DEFAULT_MAX_TURNS", "UNKNOWN_REWARD_RANGE", "GymTextEnv", "gymnasium_envs", "gymnasium_spec"]
+__all__ = ["DEFAULT_MAX_TURNS", "UNKNOWN_REWARD_RANGE", "GymTextEnv", "gymnasium_envs", "gymnasium_spec", "unavailable_reason"]
 
 DEFAULT_MAX_TURNS = 100
 UNKNOWN_REWARD_RANGE = (-1e6, 1e6)
@@ -48,9 +48,46 @@ def _opentinker_id(gym_id: str, namespace: str | None, name: str, version: int |
     return f"gym/{namespace + '.' if namespace else ''}{name}-v{version}"
 
 
-def gymnasium_envs() -> list[tuple[str, str, int | None]]:
-    """``(opentinker_id, gymnasium_id, max_episode_steps)`` for every env in gymnasium's registry
-    that is not an OpenTinker env and has a version (built without importing any env)."""
+NO_TEXT_FORM = {
+    "gymnasium.envs.classic_control": "Box observations",
+    "gymnasium.envs.box2d": "Box observations",
+    "gymnasium.envs.mujoco": "Box observations and actions",
+    "gymnasium.envs.phys2d": "Box observations",
+}
+"""Gymnasium's own env families that cannot become text envs, and why (checked by building
+those that import here: tests/test_gymnasium.py)."""
+
+RETIRED = {
+    "_raise_mujoco_py_error": "needs mujoco-py, which gymnasium 1.x no longer supports",
+    "_raise_shimmy_error": "needs shimmy and the old gym package (pip install 'shimmy[gym-v26]')",
+}
+"""What gymnasium's placeholder entry points (they raise when built) stand for."""
+
+
+def unavailable_reason(gym_id: str) -> str | None:
+    """Why ``gym/<gym_id>`` cannot be built here, from its registry entry without importing it
+    (None: it maps to text, or it is another package's env, checked only when built)."""
+    import gymnasium
+
+    from tinker_env_adapters._common import installed
+
+    entry = gymnasium.registry[gym_id].entry_point
+    name = getattr(entry, "__name__", "")
+    if callable(entry) and name in RETIRED:
+        return RETIRED[name]
+    module = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+    for family, why in NO_TEXT_FORM.items():
+        if module.startswith(family + "."):
+            return f"no text form ({why}); Discrete ones such as gym/FrozenLake-v1 have one"
+    if module.startswith("gymnasium.envs.tabular.") and not installed("jax"):
+        return "needs the Python package 'jax': pip install jax"
+    return None
+
+
+def gymnasium_envs() -> list[tuple[str, str, int | None, str | None]]:
+    """``(opentinker_id, gymnasium_id, max_episode_steps, unavailable_reason)`` for every env in
+    gymnasium's registry that is not an OpenTinker env and has a version (built without
+    importing any env; the reason is :func:`unavailable_reason`'s)."""
     import gymnasium
 
     from tinker_core.gymnasium_envs import build_env
@@ -62,7 +99,7 @@ def gymnasium_envs() -> list[tuple[str, str, int | None]]:
             continue  # an OpenTinker env that tinker-core put there
         ot_id = _opentinker_id(gym_id, spec.namespace, spec.name, spec.version)
         if ot_id is not None:
-            found.append((ot_id, gym_id, spec.max_episode_steps))
+            found.append((ot_id, gym_id, spec.max_episode_steps, unavailable_reason(gym_id)))
     return found
 
 

@@ -8,7 +8,7 @@ a malformed ``--adapter``, a device this machine lacks.
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -55,26 +55,16 @@ def serve_command(
         adapters = [parse_adapter(a) for a in adapter or []]
     except ValueError as e:
         _fail(str(e))
+    from tinker_core.progress import is_quiet, status
+
+    loading = f"loading model {model}" + "".join(f", adapter {n} from {p}" for n, p in adapters)
+    with status(err_console, loading):
+        served = _load(model, adapters, name=name, device=device, precision=precision, chat_template=chat_template, max_batch=max_batch)
     import uvicorn
 
-    from tinker_algos.model.device import DeviceError
-    from tinker_algos.model.models import ModelLoadError
-    from tinker_algos.run.progress import quiet_third_party_progress
-    from tinker_core.errors import ConfigError
     from tinker_core.http_limits import HttpLimits, protocol_class
     from tinker_serve.app import create_app
-    from tinker_serve.protocol import APIError
-    from tinker_serve.served import ServedModels
 
-    quiet_third_party_progress()  # the startup line is the output, not Hugging Face's loading bars
-    try:
-        served = ServedModels.load(model, name=name, device=device, precision=precision, chat_template=chat_template, max_batch=max_batch)
-        for adapter_name, path in adapters:
-            served.load_adapter(adapter_name, path)
-    except (ModelLoadError, DeviceError, ConfigError) as e:
-        _fail(str(e))
-    except APIError as e:
-        _fail(e.message)
     spec = served.policy.spec
     err_console.print(
         f"serving {', '.join(served.models)} on http://{host}:{port} ({spec.device}, {spec.precision}); "
@@ -82,7 +72,28 @@ def serve_command(
     )
     limits = HttpLimits(max_request_bytes, header_timeout_s=header_timeout, body_timeout_s=body_timeout)
     app = create_app(served, api_key=api_key, limits=limits)
-    uvicorn.run(app, host=host, port=port, log_level="info", http=protocol_class(limits.header_timeout_s))
+    uvicorn.run(app, host=host, port=port, log_level="warning" if is_quiet() else "info", http=protocol_class(limits.header_timeout_s))
+
+
+def _load(model: str, adapters: list[tuple[str, str]], **options: Any) -> Any:
+    """The :class:`~tinker_serve.served.ServedModels` of ``model`` with ``adapters``; bad input exits 2."""
+    from tinker_algos.model.device import DeviceError
+    from tinker_algos.model.models import ModelLoadError
+    from tinker_algos.run.progress import quiet_third_party_progress
+    from tinker_core.errors import ConfigError
+    from tinker_serve.protocol import APIError
+    from tinker_serve.served import ServedModels
+
+    quiet_third_party_progress()  # the startup lines are the output, not Hugging Face's loading bars
+    try:
+        served = ServedModels.load(model, **options)
+        for adapter_name, path in adapters:
+            served.load_adapter(adapter_name, path)
+    except (ModelLoadError, DeviceError, ConfigError) as e:
+        _fail(str(e))
+    except APIError as e:
+        _fail(e.message)
+    return served
 
 
 def register(cli: typer.Typer) -> None:

@@ -56,6 +56,7 @@ def eval_command(
     from tinker_algos.run.progress import quiet_third_party_progress
     from tinker_core.config import OverrideError
     from tinker_core.errors import ConfigError
+    from tinker_core.progress import status
 
     quiet_third_party_progress()  # our table is the output, not Hugging Face's loading bars
     try:
@@ -65,8 +66,10 @@ def eval_command(
         target = output or default_output(src, settings.env.id)
         records = transcripts or target.with_name(target.name.removesuffix(".json") + ".rollouts.jsonl")
         records.parent.mkdir(parents=True, exist_ok=True)
+        games = settings.n * settings.samples
+        doing = f"loading {src.checkpoint or src.path} and playing {games} episode{'s' * (games != 1)} of {settings.env.id}"
         with recording.transcripts(records, stage=settings.env.id, step=src.step or 0):
-            report = evaluate_source(src, settings, base_model=base_model, device=device)
+            report = evaluate_source(src, settings, base_model=base_model, device=device, progress=lambda: status(err_console, doing))
     except (EvalError, ModelLoadError, DeviceError, ConfigError, OverrideError) as e:
         _fail(str(e))
     for line in src.skipped:
@@ -123,10 +126,12 @@ def export_command(
     from tinker_algos.model.device import DeviceError
     from tinker_algos.model.models import ModelLoadError
     from tinker_algos.run.progress import quiet_third_party_progress
+    from tinker_core.progress import status
 
     quiet_third_party_progress()  # no "Loading weights" / "Writing model shards" bars
     try:
-        result = export(source, output, merge=merge, base_model=base_model, force=force)
+        doing = f"loading {source} and writing {'a merged model' if merge else 'its weights'} to {output}"
+        result = export(source, output, merge=merge, base_model=base_model, force=force, progress=lambda: status(err_console, doing))
     except (EvalError, ModelLoadError, DeviceError) as e:
         _fail(str(e))
     src = result.source

@@ -17,7 +17,9 @@ that is 0) and ``pass@j`` is the unbiased estimator of Chen et al. (2021), :func
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -334,13 +336,16 @@ def evaluate_source(
     *,
     base_model: str | None = None,
     device: str | None = None,
+    progress: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> EvalReport:
-    """Load ``source`` and evaluate it with ``settings`` (the env is checked before the model loads)."""
+    """Load ``source`` and evaluate it with ``settings`` (the env is checked before the model
+    loads); ``progress()`` is entered while the model loads and plays (a status line)."""
     opponent = check_env(settings)  # None: a single-agent env
     settings = replace(settings, opponent=opponent)
-    policy, adapter = load_policy(source, base_model=base_model, device=device)
-    adapters = load_role_adapters(policy, source) if opponent is not None else None
-    metrics, episodes = run_eval(policy, settings, adapter=adapter, adapters=adapters)
+    with progress():
+        policy, adapter = load_policy(source, base_model=base_model, device=device)
+        adapters = load_role_adapters(policy, source) if opponent is not None else None
+        metrics, episodes = run_eval(policy, settings, adapter=adapter, adapters=adapters)
     return EvalReport(
         source=str(source.checkpoint or source.path),
         kind=source.kind,
@@ -356,12 +361,19 @@ def evaluate_source(
 
 
 def default_output(source: Source, env_id: str) -> Path:
-    """Where the JSON goes without ``--output``: ``<run>/eval/step-N-<env>.json`` for a run
-    (or a checkpoint in one), else ``eval-<env>.json`` in the current directory."""
+    """Where the JSON goes without ``--output``: ``<run>/eval/step-N-<env>.json`` for a run,
+    else ``runs/eval/<name>-<what>-<env>.json`` under the current directory (never into it:
+    a baseline evaluated in a repository would land in its root): ``<name>`` is the job's name
+    (a job config, a checkpoint in a run) or the file's, ``<what>`` is ``baseline`` for a job
+    config, ``step-N`` for a checkpoint, else the source's kind."""
+    from tinker_algos.commands.cli import RUNS
+
     slug = env_id.replace("/", "_")
     if source.kind == "run":
         return source.path / "eval" / f"step-{source.step or 0:06d}-{slug}.json"
-    return Path(f"eval-{slug}.json")
+    name = source.job.name if source.job is not None else source.path.stem if source.path.is_file() else source.path.name
+    what = "baseline" if source.kind == "config" else f"step-{source.step:06d}" if source.step is not None else source.kind
+    return RUNS / "eval" / f"{name}-{what}-{slug}.json"
 
 
 __all__: Sequence[str] = (

@@ -23,12 +23,15 @@ directory to its newest intact checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tinker_algos.commands.evaluation import EvalError, Source, find_source, load_policy
 from tinker_algos.model.model_files import TINY, atomic_dir
@@ -162,6 +165,7 @@ def export(
     merge: bool = False,
     base_model: str | None = None,
     force: bool = False,
+    progress: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> ExportResult:
     """Export the policy at ``path`` (a run directory, checkpoint or adapter) to ``output``.
 
@@ -169,6 +173,7 @@ def export(
     gives a full model. ``base_model``: the portable name an adapter records (and, for an adapter
     without a run config, the base model to merge into). Raises :class:`ExportError` (or
     :class:`EvalError` for the source) naming what is wrong; nothing is written then.
+    ``progress()`` is entered, once the request is checked, while the weights load and are written.
     """
     output = Path(output)
     source = find_source(path)
@@ -207,7 +212,8 @@ def export(
 
     if output.is_dir() and not any(output.iterdir()):
         output.rmdir()  # an empty directory given as the target is replaced like a new one
-    atomic_dir(output, write, overwrite=force)
+    with progress():
+        atomic_dir(output, write, overwrite=force)
     return ExportResult(output=output, layout=layout, base_model=name, source=source)
 
 

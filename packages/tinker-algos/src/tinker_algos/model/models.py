@@ -17,6 +17,7 @@ import contextlib
 import inspect
 import os
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -144,6 +145,20 @@ def adapter_of(param_name: str) -> str | None:
     return None
 
 
+PEFT_DEPRECATION = r"`is_gradient_checkpointing` is deprecated"
+"""The start of transformers' FutureWarning that peft triggers each time it wraps a model (it reads
+the deprecated ``is_gradient_checkpointing`` property); :func:`peft_quietly` drops that one."""
+
+
+@contextlib.contextmanager
+def peft_quietly() -> Iterator[None]:
+    """Wrap a model with peft without transformers' ``is_gradient_checkpointing`` FutureWarning
+    (peft's doing, not the user's: it printed on every LoRA command); every other warning shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=PEFT_DEPRECATION, category=FutureWarning, module=r"transformers\.")
+        yield
+
+
 @dataclass
 class PolicyModel:
     """A causal LM, its tokenizer and device, plus any named LoRA adapters on it.
@@ -258,7 +273,8 @@ class PolicyModel:
             if self.is_peft:
                 self.model.add_adapter(name, cfg)
             else:
-                self.model = get_peft_model(self.model, cfg, adapter_name=name)
+                with peft_quietly():
+                    self.model = get_peft_model(self.model, cfg, adapter_name=name)
         self.lora_specs[name] = lora
         self.set_adapter(name)
 
@@ -273,7 +289,8 @@ class PolicyModel:
         if self.is_peft:
             self.model.load_adapter(str(path), adapter_name=name, is_trainable=True)
         else:
-            self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=True)
+            with peft_quietly():
+                self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name, is_trainable=True)
         self.lora_specs[name] = LoraSpec(
             rank=cfg.r,
             alpha=int(cfg.lora_alpha),

@@ -38,6 +38,12 @@ from tinker_core.rollout_records import ROLLOUTS_FILE, RolloutRecord, RolloutTur
 from tinker_core.tools import parse_tool_calls
 from tinker_core.traces import STEP, TRACE_FILE, TraceWriter
 
+UNTEMPERED = "untempered_logprobs_T"
+"""The ``Trajectory.info`` key of each token's logprob under the policy's own distribution
+(temperature 1, no top-k/top-p; 0 off the policy's tokens), aligned as ``sampler_logprobs_T``.
+Evaluation records show these: a greedy sample's sampler logprobs are a point mass's, all 0."""
+
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 _ACTIVE: ContextVar[Recorder | None] = ContextVar("opentinker_recorder", default=None)
 
@@ -289,6 +295,9 @@ def episode_record(e: Any, tokenizer: Any, *, kind: str, stage: str, step: int, 
         env_runs = [(s, t) for trained, s, t in runs if not trained]
     turns: list[RolloutTurn] = []
     messages: list[dict[str, Any]] = []
+    logprobs_T = traj.sampler_logprobs_T if traj is not None else None
+    if kind == "eval" and traj is not None and traj.info.get(UNTEMPERED) is not None:
+        logprobs_T = traj.info[UNTEMPERED]  # greedy: the sampler's are a point mass's (all 0); the policy's own
     for k, (observation, action) in enumerate(e.transcript):
         messages += [{"role": "user", "content": observation}, {"role": "assistant", "content": action}]
         if k > 0:
@@ -299,7 +308,7 @@ def episode_record(e: Any, tokenizer: Any, *, kind: str, stage: str, step: int, 
             ids = [int(x) for x in traj.tokens_T[s:t]]
             turns.append(RolloutTurn(
                 role="policy", text=action, tokens=t - s, token_texts=tokenizer.batch_decode([[x] for x in ids]),
-                logprobs=[round(float(x), 5) for x in traj.sampler_logprobs_T[s:t]], tool_calls=_tool_calls(action),
+                logprobs=[round(float(x), 5) for x in logprobs_T[s:t]], tool_calls=_tool_calls(action),
             ))
         else:
             turns.append(RolloutTurn(role="policy", text=action, tokens=0, tool_calls=_tool_calls(action)))

@@ -29,12 +29,15 @@ Where each writes (a resumed run continues the same tracker run; the ids live in
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import math
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -154,14 +157,33 @@ class MlflowTracker:
         self.client.set_terminated(self.run_id)
 
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@contextlib.contextmanager
+def banner_to_log(library: str) -> Iterator[None]:
+    """Run a library call that ``print``s a banner (trackio's, with raw colour codes) without it
+    reaching the command's stdout: its lines go to this module's logger at INFO (``-v`` shows
+    them), colour codes removed."""
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            yield
+    finally:
+        for line in ANSI.sub("", out.getvalue()).splitlines():
+            if line.strip():
+                logger.info("%s: %s", library, line.strip().removeprefix("* "))
+
+
 class TrackioTracker:
     def __init__(self, run: RunInfo) -> None:
         import trackio
 
-        self.run = trackio.init(
-            project=run.project, name=run.name, config=run.config,
-            resume="allow", embed=False, auto_log_gpu=False, auto_log_cpu=False,
-        )
+        with banner_to_log("trackio"):
+            self.run = trackio.init(
+                project=run.project, name=run.name, config=run.config,
+                resume="allow", embed=False, auto_log_gpu=False, auto_log_cpu=False,
+            )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.run.log(metrics, step=step)
@@ -172,7 +194,12 @@ class TrackioTracker:
         self.run.log({key: trackio.Table(columns=columns, data=rows)}, step=step)
 
     def close(self) -> None:
-        self.run.finish()
+        from trackio import context_vars
+
+        with banner_to_log("trackio"):
+            self.run.finish()
+        if context_vars.current_run.get() is self.run:  # else trackio's atexit hook finishes it again, printing again
+            context_vars.current_run.set(None)
 
 
 def flat_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:

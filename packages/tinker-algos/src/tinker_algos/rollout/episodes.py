@@ -34,7 +34,7 @@ import numpy as np
 
 from tinker_algos.model.models import PolicyModel
 from tinker_algos.model.prompts import Conversation, PromptRenderer, TemplateError
-from tinker_algos.records.recording import observation_text, phase, record_eval
+from tinker_algos.records.recording import UNTEMPERED, observation_text, phase, record_eval
 from tinker_algos.sampling.engine import HFEngine
 from tinker_algos.sampling.sampler import TURN_END_OF, SampledSequence, SamplingParams
 from tinker_algos.sampling.turn_cache import TurnCache
@@ -152,6 +152,7 @@ class PolicyTurns:
         self.fsm = TurnFSM()
         self.conv = Conversation()
         self.last: SampledSequence | None = None
+        self.untempered: list[float] = []  # each policy token's raw logprob (temperature 1, unfiltered)
         self.observation_text = ""
         self.transcript: list[tuple[str, str]] = []
         self.tools: tuple[dict[str, Any], ...] = ()
@@ -182,6 +183,7 @@ class PolicyTurns:
         """Record the policy's sample as a ``GENERATING`` turn; the action the env gets."""
         self.fsm.transition(TurnState.GENERATING)
         self.fsm.append(seq.tokens, logprobs=seq.logprobs)
+        self.untempered.extend(seq.raw_logprobs)
         self.fsm.transition(TurnState.INTERACTING)
         self.last = seq
         self.entropy_sum += float(sum(seq.entropies))
@@ -202,7 +204,13 @@ class PolicyTurns:
         self.fsm.transition(TurnState.TERMINATED)
         if self.last is not None:
             info.setdefault("stop_reason", self.last.stop_reason)
-        return self.fsm.to_trajectory(group_id=group_id, **info)
+        traj = self.fsm.to_trajectory(group_id=group_id, **info)
+        policy_T = traj.loss_mask_T > 0
+        if int(policy_T.sum()) == len(self.untempered):  # what records show: greedy's sampler logprobs are all 0
+            untempered_T = np.zeros_like(traj.sampler_logprobs_T)
+            untempered_T[policy_T] = self.untempered
+            traj.info[UNTEMPERED] = untempered_T
+        return traj
 
 
 @dataclass

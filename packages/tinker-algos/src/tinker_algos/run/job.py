@@ -291,7 +291,8 @@ class Run:
         start = self.progress.stage_step if si == self.progress.stage_index else 0
         trainer, algo = self.in_turn(partial(self.start_stage, si, start))
         self.stage_base = self.global_step - start
-        self.cb.on_log(f"stage {si} '{stage.name}': {stage.algorithm.name}, steps {start}..{steps}")
+        first, last = self.global_step + 1, self.stage_base + steps  # the numbering of the step lines
+        self.cb.on_log(f"stage {si} '{stage.name}': {stage.algorithm.name}, steps {first}..{last}")
         self.cb.on_status(f"first step of stage {si} ({stage.algorithm.name}): sampling, scoring, learning", short=f"step {self.global_step + 1}")
         for k in range(start, steps):
             if self.cb.should_stop():
