@@ -80,7 +80,7 @@ def test_without_prompt_logprobs_only_the_prompts_tokens_are_left_at_zero(policy
     tok, att, tr = random_groups(1, n_prompts=4, group=3, vocab=60)
     with torch.no_grad():
         plain = sequence_logprobs(module, tok, att)
-        lean = batch_logprobs(module, tok, att, tr, prefix_logprobs=False)
+        lean = batch_logprobs(module, tok, att, tr, only_trained=True)
     split = plan(tok.numpy(), att.numpy(), tr.numpy())
     assert split is not None
     for b in range(tok.shape[0]):

@@ -489,4 +489,5 @@ def trainer_config(stage: StageConfig) -> TrainerConfig:
         max_grad_norm=opt.grad_clip,
         micro_batch_size=algo.micro_batch_size,
         share_prefix=algo.share_prefix,
+        chunked_logprobs=algo.chunked_logprobs,
     )

@@ -23,12 +23,14 @@ batch is right-padded. Otherwise :func:`batch_logprobs` is the plain
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from tinker_algos.model.head_logprobs import HeadRoute, head_route, pick_logprobs, run_model
 from tinker_algos.model.models import (
     accepts_kwarg,
     cache_kwarg,
@@ -130,24 +132,27 @@ def batch_logprobs(
     temperature: float = 1.0,
     spec: DeviceSpec | None = None,
     share: bool = True,
-    prefix_logprobs: bool = True,
+    only_trained: bool = False,
+    chunked: bool = True,
 ) -> torch.Tensor:
     """:func:`~tinker_algos.model.models.sequence_logprobs` of the batch (same alignment and masking),
     through the shared-prefix pass when :func:`plan` finds it pays and :func:`shares_safely`.
 
     ``trained_B_T`` marks the tokens a loss will use (its prefix split); without it, or with
-    ``share=False``, this is the plain pass. ``prefix_logprobs=False`` leaves 0 at the tokens
-    before each row's last untrained one (no loss reads them), which spares the prefix pass its
-    logits.
+    ``share=False``, this is the plain pass. ``only_trained=True`` leaves 0 at every token
+    ``trained_B_T`` does not mark (no loss reads them), which spares the prefix pass its logits
+    and, on the head route (``chunked``, see :mod:`tinker_algos.model.head_logprobs`), the LM head
+    everywhere else.
     """
+    positions = trained_B_T if only_trained and trained_B_T is not None else None
     if share and trained_B_T is not None and shares_safely(module):
         tokens_np = tokens_B_T.cpu().numpy()
         split = plan(tokens_np, attention_mask_B_T.cpu().numpy(), trained_B_T.detach().cpu().numpy())
         if split is not None:
             return shared_prefix_logprobs(
-                module, tokens_B_T, split, temperature=temperature, spec=spec, prefix_logprobs=prefix_logprobs, tokens_np=tokens_np
+                module, tokens_B_T, split, temperature=temperature, spec=spec, positions_B_T=positions, tokens_np=tokens_np, chunked=chunked,
             )
-    return sequence_logprobs(module, tokens_B_T, attention_mask_B_T, temperature=temperature, spec=spec)
+    return sequence_logprobs(module, tokens_B_T, attention_mask_B_T, temperature=temperature, spec=spec, positions_B_T=positions, chunked=chunked)
 
 
 def shared_prefix_logprobs(
@@ -157,12 +162,14 @@ def shared_prefix_logprobs(
     *,
     temperature: float = 1.0,
     spec: DeviceSpec | None = None,
-    prefix_logprobs: bool = True,
+    positions_B_T: torch.Tensor | None = None,
     tokens_np: np.ndarray | None = None,
+    chunked: bool = True,
 ) -> torch.Tensor:
     """The logprobs ``[B, T]`` of a right-padded batch through the shared-prefix pass of ``split``
-    (with ``prefix_logprobs=False``, 0 at tokens ``1..split`` of each row); ``tokens_np``: the
-    tokens already on the host, when the caller has them."""
+    (with ``positions_B_T``, only at the positions it marks, which lie after each row's split: 0
+    elsewhere, and the prefix pass computes no logprobs); ``tokens_np``: the tokens already on
+    the host, when the caller has them."""
     from transformers import DynamicCache
 
     if temperature <= 0:
@@ -194,15 +201,16 @@ def shared_prefix_logprobs(
     split_t = torch.from_numpy(split.split_B).to(device)
     row_of = torch.tensor(split.row_of, dtype=torch.long, device=device)
 
-    ctx = spec.autocast() if spec is not None else contextlib.nullcontext()
+    autocast = spec.autocast if spec is not None else contextlib.nullcontext
+    route = head_route(module, chunked=chunked)
     kw = cache_kwarg(module)
+    prefix_logprobs = positions_B_T is None
     last_only = {"logits_to_keep": 1} if accepts_kwarg(module, "logits_to_keep") and not prefix_logprobs else {}
     prefix_cache = DynamicCache()
-    with ctx:
-        pre_out = module(
-            input_ids=pre_tok, attention_mask=pre_mask, position_ids=position_ids_from_mask(pre_mask),
-            use_cache=True, **{kw: prefix_cache}, **last_only,
-        )
+    pre_states, _ = run_model(
+        module, route, autocast, input_ids=pre_tok, attention_mask=pre_mask, position_ids=position_ids_from_mask(pre_mask),
+        use_cache=True, **{kw: prefix_cache}, **last_only,
+    )
     # each row gets its prefix's keys and values (pads zeroed: a left pad's hidden state can be
     # anything, and only masked attention keeps it out)
     keep_U_1_P_1 = pre_mask.bool()[:, None, :, None]
@@ -214,43 +222,41 @@ def shared_prefix_logprobs(
     row_cache = DynamicCache(ddp_cache_data=layers)
     full_mask = torch.cat([pre_mask.index_select(0, row_of), suf_mask], dim=1)
     positions = split_t[:, None] + torch.arange(S, device=device)[None, :]
-    with ctx:
-        out = module(input_ids=suf_tok, attention_mask=full_mask, position_ids=positions, use_cache=True, **{kw: row_cache})
-    logits = out.logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    lp_B_S = logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    states, _ = run_model(module, route, autocast, input_ids=suf_tok, attention_mask=full_mask, position_ids=positions, use_cache=True, **{kw: row_cache})
     # row b's token t (split < t < length) is predicted by its suffix column t - split - 1
     t_1_T = torch.arange(T, device=device)[None, :]
     col_B_T = t_1_T - split_t[:, None] - 1
     valid = (col_B_T >= 0) & (t_1_T < torch.from_numpy(split.length_B).to(device)[:, None])
+    # the suffix columns whose token is asked for: column j predicts token split + 1 + j
+    keep_B_S = torch.from_numpy(np.arange(S)[None, :] < (split.length_B - 1 - split.split_B)[:, None]).to(device)
+    if positions_B_T is not None:
+        wanted_B_S = (positions_B_T != 0).gather(1, (split_t[:, None] + 1 + torch.arange(S, device=device)[None, :]).clamp(max=T - 1))
+        keep_B_S = keep_B_S & wanted_B_S
+    lp_B_S = pick_logprobs(route, states, tgt, keep_B_S, temperature=temperature, autocast=autocast)
     lp_B_T = lp_B_S.gather(1, col_B_T.clamp(0, S - 1))
     lp_B_T = torch.where(valid, lp_B_T, torch.zeros((), dtype=lp_B_T.dtype, device=device))
     if prefix_logprobs:
-        lp_B_T = lp_B_T + _prefix_part(pre_out.logits, pre_tok, tokens_B_T, split, row_of, split_t, temperature)
+        lp_B_T = lp_B_T + _prefix_part(route, pre_states, pre_tok, pre_mask, tokens_B_T, row_of, split_t, temperature, autocast)
     return lp_B_T
 
 
 def _prefix_part(
-    logits_U_P_V: torch.Tensor, pre_tok: torch.Tensor, tokens_B_T: torch.Tensor, split: SharedPrefixPlan,
-    row_of: torch.Tensor, split_t: torch.Tensor, temperature: float,
+    route: HeadRoute | None, states_U_P_X: torch.Tensor, pre_tok: torch.Tensor, pre_mask: torch.Tensor, tokens_B_T: torch.Tensor,
+    row_of: torch.Tensor, split_t: torch.Tensor, temperature: float, autocast: Callable[[], contextlib.AbstractContextManager[Any]],
 ) -> torch.Tensor:
     """``[B, T]``: the logprobs of tokens ``1..split`` of each row (0 elsewhere), from the prefix
-    pass: prefix column ``c`` predicts the next prefix token, the last column the row's token at
-    ``split`` (the suffix's first)."""
+    pass's states (logits, or hidden states on the head route): prefix column ``c`` predicts the
+    next prefix token, the last column the row's token at ``split`` (the suffix's first)."""
     device = tokens_B_T.device
     B, T = tokens_B_T.shape
     P = pre_tok.shape[1]
-    logits = logits_U_P_V.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logz_U_P = torch.logsumexp(logits, dim=-1)
-    # inside the prefix: column c predicts column c + 1
-    inner_U_P1 = logits[:, :-1].gather(-1, pre_tok[:, 1:].unsqueeze(-1)).squeeze(-1) - logz_U_P[:, :-1]
+    # inside the prefix: column c predicts column c + 1 (both real: left pads predict nothing)
+    keep_U_P1 = (pre_mask[:, :-1] != 0) & (pre_mask[:, 1:] != 0)
+    inner_U_P1 = pick_logprobs(route, states_U_P_X[:, :-1], pre_tok[:, 1:], keep_U_P1 if route is not None else None, temperature=temperature, autocast=autocast)
     # the last column predicts each row's token at its split
-    last_B_V = logits[:, -1].index_select(0, row_of)
-    at_split_B = tokens_B_T.gather(1, split_t[:, None]).squeeze(1)
-    last_B = last_B_V.gather(-1, at_split_B[:, None]).squeeze(1) - logz_U_P[:, -1].index_select(0, row_of)
+    at_split_B = tokens_B_T.gather(1, split_t[:, None])
+    last_B_1 = states_U_P_X[:, -1:].index_select(0, row_of)
+    last_B = pick_logprobs(route, last_B_1, at_split_B, None, temperature=temperature, autocast=autocast).squeeze(1)
     # row b's token t (1 <= t < split) is prefix column P - split + t, predicted by column P - split + t - 1
     t_B_T = torch.arange(T, device=device)[None, :].expand(B, T)
     col_B_T = P - split_t[:, None] + t_B_T - 1
