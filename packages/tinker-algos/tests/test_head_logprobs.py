@@ -124,6 +124,22 @@ def test_every_real_token_when_no_positions_are_named(policy: PolicyModel) -> No
     assert bool((plain[:, 1:][(att[:, 1:] * att[:, :-1]) != 0] != 0).all())  # every real token with a real one before it is filled
 
 
+@pytest.mark.parametrize("chunked", [True, False])
+def test_the_rest_is_filled_detached(trained_policy, chunked: bool) -> None:
+    """``rest=True``: every real token's logprob, but the gradient only through the named positions."""
+    policy, params = trained_policy
+    module = policy.module
+    tok, att, tr = ragged_batch(5, 101)
+    everywhere = torch.randn(tok.shape, generator=torch.Generator().manual_seed(3))
+    plain, _ = values_and_grads(params, lambda: sequence_logprobs(module, tok, att, chunked=False), everywhere)
+    _, g_trained = values_and_grads(params, lambda: sequence_logprobs(module, tok, att, chunked=False), everywhere * tr)
+    lp, g = values_and_grads(params, lambda: sequence_logprobs(module, tok, att, positions_B_T=tr, rest=True, chunked=chunked), everywhere)
+    torch.testing.assert_close(lp, plain, atol=1e-5, rtol=0)
+    scale = max(float(x.abs().max()) for x in g_trained)
+    for a, b in zip(g_trained, g, strict=True):
+        torch.testing.assert_close(b, a, atol=1e-5 * scale, rtol=1e-4)
+
+
 @pytest.mark.parametrize("only_trained", [True, False])
 def test_the_shared_prefix_pass_on_the_head_route_equals_the_plain_pass(trained_policy, only_trained: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     policy, params = trained_policy

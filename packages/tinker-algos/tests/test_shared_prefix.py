@@ -49,10 +49,10 @@ def logprobs_and_grads(module: torch.nn.Module, params: list[torch.nn.Parameter]
 
 
 def count_calls(module: torch.nn.Module) -> tuple[list[int], Any]:
-    """Rows of every model call (a forward pre-hook), and the hook's handle."""
+    """Rows of every model call (a forward pre-hook on the decoder, which every route runs), and the hook's handle."""
     rows: list[int] = []
     base = module.get_base_model() if hasattr(module, "get_base_model") else module
-    handle = base.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    handle = base.get_decoder().register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
     return rows, handle
 
 

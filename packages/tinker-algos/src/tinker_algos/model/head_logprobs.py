@@ -109,34 +109,52 @@ def pick_logprobs(
     *,
     temperature: float,
     autocast: Autocast,
+    rest_B_S: torch.Tensor | None = None,
     rows: int | None = None,
 ) -> torch.Tensor:
     """``[B, S]`` float32: at column ``s``, the logprob of ``targets_B_S[:, s]`` under the states of
-    column ``s`` (hidden states on the head route, logits on the plain one); 0 where ``keep_B_S``
-    is 0 (None: keep all). The head route computes only the kept positions, ``rows`` (default
-    :func:`chunk_rows`) at a time."""
+    column ``s`` (hidden states on the head route, logits on the plain one), where ``keep_B_S`` is
+    1 (None: everywhere); where ``rest_B_S`` is 1 too, but detached (no gradient flows through
+    them: logprobs asked for that no loss reads); 0 elsewhere. The head route computes only those
+    positions, ``rows`` (default :func:`chunk_rows`) at a time, the kept ones first (their chunks
+    are the same with or without ``rest_B_S``, and so are their values and gradients)."""
     if route is None:
         lp = _logprob_rows(states_B_S_X, targets_B_S, temperature)
-        return lp if keep_B_S is None else torch.where(keep_B_S != 0, lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
+        zero = torch.zeros((), dtype=lp.dtype, device=lp.device)
+        if rest_B_S is not None:
+            zero = torch.where(rest_B_S != 0, lp.detach(), zero)
+        return lp if keep_B_S is None else torch.where(keep_B_S != 0, lp, zero)
     B, S, H = states_B_S_X.shape
-    flat = torch.ones(B * S, dtype=torch.bool, device=states_B_S_X.device) if keep_B_S is None else (keep_B_S != 0).reshape(-1)
-    idx_N = flat.nonzero().squeeze(1)
-    hidden_N_H = states_B_S_X.reshape(B * S, H).index_select(0, idx_N)
-    targets_N = targets_B_S.reshape(-1).index_select(0, idx_N)
-    head = route.head
+    hidden = states_B_S_X.reshape(B * S, H)
+    targets = targets_B_S.reshape(-1)
+    step = rows or chunk_rows(route.vocab)
+    keep = torch.ones(B * S, dtype=torch.bool, device=hidden.device) if keep_B_S is None else (keep_B_S != 0).reshape(-1)
+    idx_N = keep.nonzero().squeeze(1)
+    out = torch.zeros(B * S, dtype=torch.float32, device=hidden.device).index_copy(0, idx_N, _head_rows(route.head, hidden, targets, idx_N, step, temperature, autocast))
+    if rest_B_S is not None:
+        idx_R = ((rest_B_S != 0).reshape(-1) & ~keep).nonzero().squeeze(1)
+        with torch.no_grad():
+            lp_R = _head_rows(route.head, hidden.detach(), targets, idx_R, step, temperature, autocast)
+        out = out.index_copy(0, idx_R, lp_R)
+    return out.reshape(B, S)
+
+
+def _head_rows(
+    head: torch.nn.Module, hidden_M_H: torch.Tensor, targets_M: torch.Tensor, idx_N: torch.Tensor, step: int, temperature: float, autocast: Autocast,
+) -> torch.Tensor:
+    """``[N]``: the logprobs of rows ``idx_N``, ``step`` rows per head call (each call checkpointed
+    when a gradient is wanted: backward recomputes its logits rather than keeping them)."""
+    hidden_N_H = hidden_M_H.index_select(0, idx_N)
+    targets_N = targets_M.index_select(0, idx_N)
 
     def chunk(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         with autocast():
             logits = head(h)
         return _logprob_rows(logits, t, temperature)
 
-    step = rows or chunk_rows(route.vocab)
     grad = torch.is_grad_enabled() and (hidden_N_H.requires_grad or any(p.requires_grad for p in head.parameters()))
     pieces = []
     for start in range(0, idx_N.numel(), step):
         h, t = hidden_N_H[start : start + step], targets_N[start : start + step]
-        # backward recomputes the chunk's logits rather than keeping them (the bound on memory)
         pieces.append(checkpoint(chunk, h, t, use_reentrant=False) if grad else chunk(h, t))
-    lp_N = torch.cat(pieces) if pieces else hidden_N_H[:, 0].float() * 0  # none kept: still on the graph
-    out = torch.zeros(B * S, dtype=lp_N.dtype, device=lp_N.device).index_copy(0, idx_N, lp_N)
-    return out.reshape(B, S)
+    return torch.cat(pieces) if pieces else hidden_N_H[:, 0].float() * 0  # none kept: still on the graph

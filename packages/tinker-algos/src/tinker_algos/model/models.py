@@ -393,15 +393,17 @@ def sequence_logprobs(
     temperature: float = 1.0,
     spec: DeviceSpec | None = None,
     positions_B_T: torch.Tensor | None = None,
+    rest: bool = False,
     chunked: bool = True,
 ) -> torch.Tensor:
     """Log-probabilities of each token given the tokens before it, ``[B, T]`` float32.
 
     ``out[:, t] = log softmax(logits[:, t - 1] / temperature)[tokens[:, t]]``; ``out[:, 0] = 0``
     and positions where ``attention_mask_B_T`` is 0 are 0. Differentiable when grad is enabled.
-    ``positions_B_T`` (1 where wanted; None: every token) leaves the others at 0, and with
-    ``chunked`` (the head route of :mod:`tinker_algos.model.head_logprobs`, where the model
-    allows it) the LM head runs only at the wanted positions, a chunk at a time.
+    ``positions_B_T`` (the tokens a loss reads; None: every token) leaves the others at 0, or
+    with ``rest`` fills them detached (no gradient flows through them); with ``chunked`` (the head
+    route of :mod:`tinker_algos.model.head_logprobs`, where the model allows it) the LM head runs
+    only at the positions filled, a chunk at a time.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for logprobs, got {temperature}")
@@ -413,12 +415,18 @@ def sequence_logprobs(
     )
     # a token counts only when it and the token before it are real (left pads give no context)
     m = mask.to(torch.float32)
-    keep = m[:, 1:] * m[:, :-1]
+    real = m[:, 1:] * m[:, :-1]
+    keep, others = real, None
     if positions_B_T is not None:
-        keep = keep * (positions_B_T[:, 1:].to(keep.device) != 0)
-    lp = pick_logprobs(route, states[:, :-1], tokens_B_T[:, 1:], keep if route is not None else None, temperature=temperature, autocast=autocast)
+        wanted = positions_B_T[:, 1:].to(real.device) != 0
+        keep, others = real * wanted, (real * ~wanted if rest else None)
+    lp = pick_logprobs(
+        route, states[:, :-1], tokens_B_T[:, 1:], keep if route is not None or others is not None else None,
+        rest_B_S=others, temperature=temperature, autocast=autocast,
+    )
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
-    return lp * torch.cat([torch.zeros_like(keep[:, :1]), keep], dim=1)
+    filled = keep if others is None else keep + others
+    return lp * torch.cat([torch.zeros_like(filled[:, :1]), filled], dim=1)
 
 
 def to_tensor(x: Any, *, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:

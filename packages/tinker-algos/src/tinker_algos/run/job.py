@@ -387,6 +387,7 @@ class Run:
                 metrics.update(ev)
                 metrics["time/eval_s"] = time.perf_counter() - t1
                 plan = plan.after_evaluation(ev)
+            metrics.update(self.recorder.memory_metrics())
             if plan.report:
                 self.log.log(plan.global_step, stage.name or stage.algorithm.name, metrics)
             saved = None

@@ -138,21 +138,24 @@ def batch_logprobs(
     """:func:`~tinker_algos.model.models.sequence_logprobs` of the batch (same alignment and masking),
     through the shared-prefix pass when :func:`plan` finds it pays and :func:`shares_safely`.
 
-    ``trained_B_T`` marks the tokens a loss will use (its prefix split); without it, or with
-    ``share=False``, this is the plain pass. ``only_trained=True`` leaves 0 at every token
-    ``trained_B_T`` does not mark (no loss reads them), which spares the prefix pass its logits
-    and, on the head route (``chunked``, see :mod:`tinker_algos.model.head_logprobs`), the LM head
-    everywhere else.
+    ``trained_B_T`` marks the tokens a loss will use (its prefix split; the gradient flows only
+    through their logprobs, the others' are detached); without it, or with ``share=False``, this
+    is the plain pass. ``only_trained=True`` leaves 0 at every token ``trained_B_T`` does not
+    mark (no loss reads them), which spares the prefix pass its logits and, on the head route
+    (``chunked``, see :mod:`tinker_algos.model.head_logprobs`), the LM head everywhere else.
     """
-    positions = trained_B_T if only_trained and trained_B_T is not None else None
+    positions, rest = trained_B_T, not only_trained
     if share and trained_B_T is not None and shares_safely(module):
         tokens_np = tokens_B_T.cpu().numpy()
         split = plan(tokens_np, attention_mask_B_T.cpu().numpy(), trained_B_T.detach().cpu().numpy())
         if split is not None:
             return shared_prefix_logprobs(
-                module, tokens_B_T, split, temperature=temperature, spec=spec, positions_B_T=positions, tokens_np=tokens_np, chunked=chunked,
+                module, tokens_B_T, split, temperature=temperature, spec=spec, positions_B_T=positions, rest=rest, tokens_np=tokens_np,
+                chunked=chunked,
             )
-    return sequence_logprobs(module, tokens_B_T, attention_mask_B_T, temperature=temperature, spec=spec, positions_B_T=positions, chunked=chunked)
+    return sequence_logprobs(
+        module, tokens_B_T, attention_mask_B_T, temperature=temperature, spec=spec, positions_B_T=positions, rest=rest, chunked=chunked,
+    )
 
 
 def shared_prefix_logprobs(
@@ -163,13 +166,15 @@ def shared_prefix_logprobs(
     temperature: float = 1.0,
     spec: DeviceSpec | None = None,
     positions_B_T: torch.Tensor | None = None,
+    rest: bool = False,
     tokens_np: np.ndarray | None = None,
     chunked: bool = True,
 ) -> torch.Tensor:
     """The logprobs ``[B, T]`` of a right-padded batch through the shared-prefix pass of ``split``
-    (with ``positions_B_T``, only at the positions it marks, which lie after each row's split: 0
-    elsewhere, and the prefix pass computes no logprobs); ``tokens_np``: the tokens already on
-    the host, when the caller has them."""
+    (with ``positions_B_T``, the trained ones, all after each row's split, only at those: 0
+    elsewhere, and the prefix pass computes no logprobs; with ``rest`` too, the others detached,
+    as :func:`~tinker_algos.model.models.sequence_logprobs`); ``tokens_np``: the tokens already
+    on the host, when the caller has them."""
     from transformers import DynamicCache
 
     if temperature <= 0:
@@ -204,7 +209,7 @@ def shared_prefix_logprobs(
     autocast = spec.autocast if spec is not None else contextlib.nullcontext
     route = head_route(module, chunked=chunked)
     kw = cache_kwarg(module)
-    prefix_logprobs = positions_B_T is None
+    prefix_logprobs = positions_B_T is None or rest
     last_only = {"logits_to_keep": 1} if accepts_kwarg(module, "logits_to_keep") and not prefix_logprobs else {}
     prefix_cache = DynamicCache()
     pre_states, _ = run_model(
@@ -229,14 +234,18 @@ def shared_prefix_logprobs(
     valid = (col_B_T >= 0) & (t_1_T < torch.from_numpy(split.length_B).to(device)[:, None])
     # the suffix columns whose token is asked for: column j predicts token split + 1 + j
     keep_B_S = torch.from_numpy(np.arange(S)[None, :] < (split.length_B - 1 - split.split_B)[:, None]).to(device)
+    rest_B_S = None
     if positions_B_T is not None:
         wanted_B_S = (positions_B_T != 0).gather(1, (split_t[:, None] + 1 + torch.arange(S, device=device)[None, :]).clamp(max=T - 1))
-        keep_B_S = keep_B_S & wanted_B_S
-    lp_B_S = pick_logprobs(route, states, tgt, keep_B_S, temperature=temperature, autocast=autocast)
+        keep_B_S, rest_B_S = keep_B_S & wanted_B_S, (keep_B_S & ~wanted_B_S if rest else None)
+    lp_B_S = pick_logprobs(route, states, tgt, keep_B_S, rest_B_S=rest_B_S, temperature=temperature, autocast=autocast)
     lp_B_T = lp_B_S.gather(1, col_B_T.clamp(0, S - 1))
     lp_B_T = torch.where(valid, lp_B_T, torch.zeros((), dtype=lp_B_T.dtype, device=device))
     if prefix_logprobs:
-        lp_B_T = lp_B_T + _prefix_part(route, pre_states, pre_tok, pre_mask, tokens_B_T, row_of, split_t, temperature, autocast)
+        # the prefix's tokens are never trained: detached when the trained ones were named
+        with torch.no_grad() if positions_B_T is not None else contextlib.nullcontext():
+            prefix_B_T = _prefix_part(route, pre_states, pre_tok, pre_mask, tokens_B_T, row_of, split_t, temperature, autocast)
+        lp_B_T = lp_B_T + prefix_B_T
     return lp_B_T
 
 
