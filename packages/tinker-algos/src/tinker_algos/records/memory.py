@@ -15,11 +15,13 @@ Two measures, each honest about what it counts:
 
 Both counters are process-wide and can only be reset, not nested, so one :class:`PeakWatch` per
 process folds each reading into every phase open at the time before it resets (phases nest, and
-jobs sharing a process each see the process's peak). A reading is a few microseconds.
+jobs sharing a process each see the process's peak). A phase's reading and reset take about
+10 microseconds.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -46,22 +48,36 @@ class Peaks:
         return {k: round(v / GIB, 4) for k, v in self.bytes.items()}
 
 
-def _rss_hwm() -> int | None:
-    try:
-        for line in _STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+class _ProcFiles:
+    """``/proc/self/status`` and ``/proc/self/clear_refs`` kept open (a read and a reset are then a
+    few microseconds, not tens); reopened in a forked child, whose ``self`` is another process."""
 
+    def __init__(self) -> None:
+        self.pid = -1
+        self.status = self.clear = -1
 
-def _rss_reset() -> bool:
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        return False
-    return True
+    def _open(self) -> None:
+        if self.pid != os.getpid():
+            self.pid = os.getpid()
+            self.status = os.open(_STATUS, os.O_RDONLY)
+            self.clear = os.open(_CLEAR_REFS, os.O_WRONLY)
+
+    def hwm(self) -> int | None:
+        try:
+            self._open()
+            text = os.pread(self.status, 1 << 14, 0)
+            at = text.index(b"VmHWM:")
+            return int(text[at + 6 : text.index(b"\n", at)].split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def reset(self) -> bool:
+        try:
+            self._open()
+            os.write(self.clear, b"5")
+        except OSError:
+            return False
+        return True
 
 
 class PeakWatch:
@@ -72,7 +88,8 @@ class PeakWatch:
         self.open: set[int] = set()
         self.peaks: dict[int, Peaks] = {}
         self.next_id = 0
-        self.rss = sys.platform.startswith("linux") and _rss_hwm() is not None and _rss_reset()
+        self.proc = _ProcFiles()
+        self.rss = sys.platform.startswith("linux") and self.proc.hwm() is not None and self.proc.reset()
 
     def _cuda(self):  # the torch.cuda module when this process uses CUDA already, else None
         torch = sys.modules.get("torch")
@@ -85,8 +102,8 @@ class PeakWatch:
     def _read_and_reset(self) -> dict[str, int]:
         reading: dict[str, int] = {}
         if self.rss:
-            hwm = _rss_hwm()
-            if hwm is not None and _rss_reset():
+            hwm = self.proc.hwm()
+            if hwm is not None and self.proc.reset():
                 reading["rss"] = hwm
         cuda = self._cuda()
         if cuda is not None:
@@ -102,11 +119,12 @@ class PeakWatch:
     def begin(self) -> int:
         """Open a phase; its id for :meth:`end` / :meth:`peek`."""
         with self.lock:
-            self._fold()  # the open phases' peak until now; the counters start over for the new one
+            # the open phases' peak until now; the counters start over (at what the process holds
+            # now) for the new one, so its first reading covers its start
+            self._fold()
             i, self.next_id = self.next_id, self.next_id + 1
             self.open.add(i)
             self.peaks[i] = Peaks()
-            self.peaks[i].fold(self._read_and_reset())  # what the process holds as the phase starts
             return i
 
     def peek(self, i: int) -> Peaks:

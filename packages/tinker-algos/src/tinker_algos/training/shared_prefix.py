@@ -181,28 +181,10 @@ def shared_prefix_logprobs(
         raise ValueError(f"temperature must be > 0 for logprobs, got {temperature}")
     device = tokens_B_T.device
     B, T = tokens_B_T.shape
-    U, P, S = len(split.first_of), split.prefix_width, split.suffix_width
+    S = split.suffix_width
     if tokens_np is None:
         tokens_np = tokens_B_T.cpu().numpy()
-    # the distinct prefixes, right-aligned in P columns: [pads][prefix]
-    pre_np = np.zeros((U, P), dtype=np.int64)
-    pre_mask_np = np.zeros((U, P), dtype=np.int64)
-    for u, b in enumerate(split.first_of):
-        s = int(split.split_B[b])
-        if s:
-            pre_np[u, P - s :] = tokens_np[b, :s]
-            pre_mask_np[u, P - s :] = 1
-    # every row's suffix, left-aligned in S columns: [suffix][pads]; column j predicts token split + 1 + j
-    suf_np = np.zeros((B, S), dtype=np.int64)
-    suf_mask_np = np.zeros((B, S), dtype=np.int64)
-    tgt_np = np.zeros((B, S), dtype=np.int64)
-    for b, (s, e, n) in enumerate(zip(split.split_B.tolist(), split.end_B.tolist(), split.length_B.tolist(), strict=True)):
-        suf_np[b, : e - s] = tokens_np[b, s:e]
-        suf_mask_np[b, : e - s] = 1
-        tgt_np[b, : n - 1 - s] = tokens_np[b, s + 1 : n]
-    pre_tok, pre_mask = torch.from_numpy(pre_np).to(device), torch.from_numpy(pre_mask_np).to(device)
-    suf_tok, suf_mask = torch.from_numpy(suf_np).to(device), torch.from_numpy(suf_mask_np).to(device)
-    tgt = torch.from_numpy(tgt_np).to(device)
+    pre_tok, pre_mask, suf_tok, suf_mask, tgt = (torch.from_numpy(a).to(device) for a in _pass_inputs(tokens_np, split))
     split_t = torch.from_numpy(split.split_B).to(device)
     row_of = torch.tensor(split.row_of, dtype=torch.long, device=device)
 
@@ -247,6 +229,29 @@ def shared_prefix_logprobs(
             prefix_B_T = _prefix_part(route, pre_states, pre_tok, pre_mask, tokens_B_T, row_of, split_t, temperature, autocast)
         lp_B_T = lp_B_T + prefix_B_T
     return lp_B_T
+
+
+def _pass_inputs(tokens_np: np.ndarray, split: SharedPrefixPlan) -> tuple[np.ndarray, ...]:
+    """``(prefix tokens, prefix mask, suffix tokens, suffix mask, suffix targets)`` of the two passes."""
+    B = tokens_np.shape[0]
+    U, P, S = len(split.first_of), split.prefix_width, split.suffix_width
+    # the distinct prefixes, right-aligned in P columns: [pads][prefix]
+    pre_np = np.zeros((U, P), dtype=np.int64)
+    pre_mask_np = np.zeros((U, P), dtype=np.int64)
+    for u, b in enumerate(split.first_of):
+        s = int(split.split_B[b])
+        if s:
+            pre_np[u, P - s :] = tokens_np[b, :s]
+            pre_mask_np[u, P - s :] = 1
+    # every row's suffix, left-aligned in S columns: [suffix][pads]; column j predicts token split + 1 + j
+    suf_np = np.zeros((B, S), dtype=np.int64)
+    suf_mask_np = np.zeros((B, S), dtype=np.int64)
+    tgt_np = np.zeros((B, S), dtype=np.int64)
+    for b, (s, e, n) in enumerate(zip(split.split_B.tolist(), split.end_B.tolist(), split.length_B.tolist(), strict=True)):
+        suf_np[b, : e - s] = tokens_np[b, s:e]
+        suf_mask_np[b, : e - s] = 1
+        tgt_np[b, : n - 1 - s] = tokens_np[b, s + 1 : n]
+    return pre_np, pre_mask_np, suf_np, suf_mask_np, tgt_np
 
 
 def _prefix_part(
