@@ -25,6 +25,11 @@ with the head route (``chunked_logprobs``, the default) and the full logits, and
 calculator with ``micro_batch_size`` 8 and unset.
 
     uv run --no-sync python bench/bench_memory.py [--quick] [--limit 12] [--only smollm2-calculator]
+    uv run --no-sync python bench/bench_memory.py --cases smollm2-calculator:lora:head:0,smollm2-calculator:lora:logits:8
+
+``--saved JSON`` instead lists what autograd keeps for backward in one micro-batch's pass, by
+the saved tensors' last dimension (``{"shape": ..., "lora": true, "chunked": true, "rows": 8,
+"threads": 1}``): where the memory of the pass goes.
 """
 
 from __future__ import annotations
@@ -102,6 +107,61 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             "peak_gib": peak / GIB, "pass_s": seconds}
 
 
+def saved_breakdown(spec: dict[str, Any]) -> dict[str, Any]:
+    """What autograd keeps for backward in the training pass of ``spec["rows"]`` rows of the shape
+    (the logprobs the loss reads, LoRA r=16 or full, through the trainer's own pass), by the
+    saved tensors' last dimension: each distinct storage counted once, in GiB."""
+    import numpy as np
+    import torch
+
+    from tinker_algos.model.models import LoraSpec, PolicyModel, resolve_model
+    from tinker_algos.training.shared_prefix import batch_logprobs
+
+    torch.set_num_threads(spec["threads"])
+    model, _prompts, group, prompt_len, turns = SHAPES[spec["shape"]]
+    policy = PolicyModel.load(resolve_model(model), device="cpu", precision="fp32")
+    if spec["lora"]:
+        policy.add_adapter("policy", LoraSpec(rank=16, alpha=32), seed=0)
+        policy.set_adapter("policy")
+    module = policy.module.train()
+    cfg = policy.base_model.config
+    vocab = policy.model.get_input_embeddings().weight.shape[0]
+    g = np.random.default_rng(0)
+    prompt = g.integers(3, vocab, size=prompt_len).tolist()
+    rows, trained = [], []
+    for _ in range(spec["rows"]):
+        toks, mask = list(prompt), [0] * prompt_len
+        for sampled, reply in turns:
+            toks += g.integers(3, vocab, size=sampled + reply).tolist()
+            mask += [1] * sampled + [0] * reply
+        rows.append(toks)
+        trained.append(mask)
+    tok = torch.tensor(rows)
+    tr = torch.tensor(trained, dtype=torch.float32)
+    names = {cfg.hidden_size: "hidden-wide", cfg.intermediate_size: "mlp-wide", vocab: "vocabulary-wide"}
+    seen: dict[int, tuple[str, int]] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type == "cpu" and t.numel() > 0 and not isinstance(t, torch.nn.Parameter):
+            key = t.untyped_storage().data_ptr()
+            size = t.untyped_storage().nbytes()
+            kind = names.get(t.shape[-1], f"last dim {t.shape[-1]}")
+            if size > seen.get(key, ("", 0))[1]:
+                seen[key] = (kind, size)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        lp = batch_logprobs(module, tok, torch.ones_like(tr), tr, temperature=0.7, only_trained=True, chunked=spec["chunked"])
+    del lp
+    by: dict[str, float] = {}
+    for kind, size in seen.values():
+        by[kind] = by.get(kind, 0.0) + size / (1 << 30)
+    params = {n: p for n, p in module.named_parameters()}
+    weights = sum(p.numel() * p.element_size() for p in params.values()) / (1 << 30)
+    return {"rows": spec["rows"], "tokens": tok.shape[1], "saved_gib": by, "saved_total_gib": sum(by.values()), "weights_gib": weights,
+            "group": group}
+
+
 def rss_gib(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -145,11 +205,17 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--child":
         print(json.dumps(child(json.loads(sys.argv[2]))))
         return
+    if len(sys.argv) > 2 and sys.argv[1] == "--saved":
+        # e.g. --saved '{"shape": "smollm2-calculator", "lora": true, "chunked": true, "rows": 8, "threads": 1}'
+        print(json.dumps(saved_breakdown(json.loads(sys.argv[2])), indent=1))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=float, default=12.0, help="stop a case past this many GiB resident (default 12)")
     parser.add_argument("--only", default=None, help="comma-separated shapes (default: all)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="LoRA only, and no full-logits case without micro-batches")
+    parser.add_argument("--cases", default=None,
+                        help="comma-separated SHAPE:lora|full:head|logits:MBS (MBS 0: unset), instead of every combination")
     parser.add_argument("--results", type=Path, default=BENCH_DIR / "results")
     ns = parser.parse_args()
     shapes = ns.only.split(",") if ns.only else list(SHAPES)
@@ -161,6 +227,12 @@ def main() -> None:
                     if ns.quick and not chunked and mbs is None and shape == "smollm2-calculator":
                         continue
                     cases.append({"shape": shape, "lora": lora, "chunked": chunked, "micro_batch_size": mbs, "threads": ns.threads})
+    if ns.cases:
+        cases = []
+        for text in ns.cases.split(","):
+            shape, ft, logprobs, mbs = text.split(":")
+            cases.append({"shape": shape, "lora": ft == "lora", "chunked": logprobs == "head", "micro_batch_size": int(mbs) or None,
+                          "threads": ns.threads})
     load_start = load_snapshot()
     rows = []
     for spec in cases:
