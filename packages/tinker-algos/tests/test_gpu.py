@@ -199,3 +199,43 @@ def test_smollm2_sampler_and_trainer_agree_and_a_lora_step_trains_on_cuda(smollm
     metrics, moved = train_step(trainer, completion_batch(seqs))
     assert np.isfinite(metrics["loss"]) and moved > 0
     smollm2_cuda.remove_adapter("gpu-check")
+
+
+# ---- the head route and memory on CUDA ----------------------------------------------------------
+@pytest.mark.parametrize("precision", ["fp32", "bf16-mixed"])
+def test_the_head_route_gives_the_full_logits_logprobs_on_cuda(tiny_dir, precision):
+    from tinker_algos.model.models import PolicyModel, sequence_logprobs
+
+    if precision.startswith("bf16") and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16 support")
+    policy = PolicyModel.load(tiny_dir, device="cuda", precision=precision)
+    module = policy.module.train()
+    g = torch.Generator().manual_seed(0)
+    tok = torch.randint(3, 101, (6, 20), generator=g).cuda()
+    att = torch.ones(6, 20, device="cuda")
+    trained = (torch.arange(20, device="cuda")[None, :] >= 8).float().expand(6, 20)
+    weights = torch.randn(6, 20, generator=g).cuda() * trained
+    out = {}
+    for chunked in (True, False):
+        module.zero_grad()
+        lp = sequence_logprobs(module, tok, att, temperature=0.7, spec=policy.spec, positions_B_T=trained, chunked=chunked)
+        (lp * weights).sum().backward()
+        out[chunked] = (lp.detach(), [p.grad.clone() for p in module.parameters()])
+    tol = 1e-5 if precision == "fp32" else 2e-2  # bf16's head matmul rounds by the shape it runs at
+    torch.testing.assert_close(out[True][0], out[False][0] * trained, atol=tol, rtol=0)
+    for a, b in zip(out[False][1], out[True][1], strict=True):
+        torch.testing.assert_close(b, a, atol=tol * max(float(a.abs().max()), 1e-3), rtol=tol)
+
+
+def test_a_phase_reports_its_peak_cuda_allocation(tiny_dir):
+    from tinker_algos.records.memory import GIB, PeakWatch
+
+    torch.cuda.init()
+    w = PeakWatch()
+    i = w.begin()
+    block = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    del block
+    inner = w.end(i).bytes["cuda"]
+    j = w.begin()
+    sibling = w.end(j).bytes["cuda"]
+    assert inner - sibling >= (200 << 20) and inner / GIB > 0.2

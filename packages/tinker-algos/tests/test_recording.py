@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from tinker_algos import train
+from tinker_algos.records.memory import watch
+from tinker_algos.records.metrics import read_metrics
 from tinker_algos.records.recording import select
 from tinker_core.rollout_records import read_rollouts
 from tinker_core.traces import read_trace, summarise
@@ -78,7 +80,7 @@ def check_trace_file(path) -> list[dict]:
         assert ev["ph"] in ("X", "M") and isinstance(ev["pid"], int) and isinstance(ev["tid"], int) and isinstance(ev["name"], str)
         if ev["ph"] == "X":
             assert ev["cat"] == "step" and isinstance(ev["ts"], (int, float)) and isinstance(ev["dur"], (int, float)) and ev["dur"] >= 0
-            assert set(ev["args"]) == {"stage", "step"}
+            assert {"stage", "step"} <= set(ev["args"]) <= {"stage", "step", "peak_rss_gib", "peak_cuda_gib"}
         else:
             assert ev["name"] in ("process_name", "thread_name") and isinstance(ev["args"]["name"], str)
     return events
@@ -113,8 +115,15 @@ def test_a_run_records_its_episodes_and_the_phases_of_every_step(tmp_path):
         s = steps[e["args"]["step"]]
         assert s["ts"] - 1 <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 1
         assert e["args"]["stage"] == ("warm" if e["args"]["step"] <= 2 else "rl")
+    if watch().rss:  # each phase's peak resident set, none above its step's (the step's covers it)
+        assert all(e["args"]["peak_rss_gib"] > 0 for e in complete)
+        assert all(e["args"]["peak_rss_gib"] <= steps[e["args"]["step"]]["args"]["peak_rss_gib"] for e in complete)
+        rows = read_metrics(tmp_path / "metrics.jsonl")
+        assert all(0 < r["memory/forward_backward_rss_gib"] <= r["memory/step_rss_gib"] for r in rows)
+        assert all(0 < r["memory/rollout_rss_gib"] <= r["memory/step_rss_gib"] for r in rows if r["stage"] == "rl")
     stats = {s.name: s for s in summarise(events)}
     assert stats["step"].count == 5 and stats["step"].share == 1.0
+    assert stats["step"].peak_rss_gib == (max(e["args"]["peak_rss_gib"] for e in steps.values()) if watch().rss else None)
     assert stats["rollout"].count == 3 and 0 < stats["rollout"].share < 1
     assert stats["optim_step"].count == 5 and stats["checkpoint"].count == 3  # steps 2, 4, 5
 

@@ -49,10 +49,10 @@ def logprobs_and_grads(module: torch.nn.Module, params: list[torch.nn.Parameter]
 
 
 def count_calls(module: torch.nn.Module) -> tuple[list[int], Any]:
-    """Rows of every model call (a forward pre-hook), and the hook's handle."""
+    """Rows of every model call (a forward pre-hook on the decoder, which every route runs), and the hook's handle."""
     rows: list[int] = []
     base = module.get_base_model() if hasattr(module, "get_base_model") else module
-    handle = base.register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+    handle = base.get_decoder().register_forward_pre_hook(lambda m, a, kw: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
     return rows, handle
 
 
@@ -80,7 +80,7 @@ def test_without_prompt_logprobs_only_the_prompts_tokens_are_left_at_zero(policy
     tok, att, tr = random_groups(1, n_prompts=4, group=3, vocab=60)
     with torch.no_grad():
         plain = sequence_logprobs(module, tok, att)
-        lean = batch_logprobs(module, tok, att, tr, prefix_logprobs=False)
+        lean = batch_logprobs(module, tok, att, tr, only_trained=True)
     split = plan(tok.numpy(), att.numpy(), tr.numpy())
     assert split is not None
     for b in range(tok.shape[0]):

@@ -38,7 +38,7 @@ def test_trace_json_is_the_summary_as_machine_output(tmp_path):
     assert result.exit_code == 0, result.output
     stats = {s["name"]: s for s in json.loads(result.output)}
     assert stats["step"]["count"] == 4 and stats["step"]["total_ms"] == 650.0
-    assert set(stats["rollout"]) == {"name", "count", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share"}
+    assert set(stats["rollout"]) == {"name", "count", "total_ms", "mean_ms", "p50_ms", "p95_ms", "share", "peak_rss_gib", "peak_cuda_gib"}
 
 
 def test_trace_of_a_run_without_one_exits_2_with_a_hint(tmp_path):

@@ -59,23 +59,24 @@ def test_a_trace_reads_without_its_closing_bracket_or_with_a_half_written_event(
     path.write_text("[" + json.dumps(event) + tail)
     trace = TraceEvents(path)
     trace.refresh()
-    assert trace.events == [("a", 1500.0, "s", 1)]
+    assert trace.events == [("a", 1500.0, "s", 1, {})]
     if tail.startswith(',\n{"name": "b"'):
         with path.open("a") as f:
             f.write('r": 500, "args": {"step": 2}}')
-        assert trace.refresh() and trace.events[-1] == ("b", 500.0, None, 2)
+        assert trace.refresh() and trace.events[-1] == ("b", 500.0, None, 2, {})
 
 
 def test_the_phase_table_gives_mean_percentiles_and_share_of_the_step():
-    events = [("step", 1000.0, "s", i) for i in range(4)]
-    events += [("rollout", d, "s", i) for i, d in enumerate([500.0, 500.0, 700.0, 300.0])]
-    events += [("optimizer", 100.0, "s", i) for i in range(4)]
+    events = [("step", 1000.0, "s", i, {}) for i in range(4)]
+    events += [("rollout", d, "s", i, {"peak_rss_gib": 1.0 + i}) for i, d in enumerate([500.0, 500.0, 700.0, 300.0])]
+    events += [("optimizer", 100.0, "s", i, {}) for i in range(4)]
     table = phase_summary(events)
     rows = {r["name"]: r for r in table["phases"]}
     assert set(rows) == {"rollout", "optimizer"} and table["steps"] == 4
     assert rows["rollout"]["mean_ms"] == pytest.approx(0.5) and rows["rollout"]["share"] == pytest.approx(0.5)
     assert rows["rollout"]["p50_ms"] == pytest.approx(0.5) and rows["rollout"]["p95_ms"] == pytest.approx(0.67)  # interpolated (tinker_core.traces)
     assert rows["optimizer"]["share"] == pytest.approx(0.1)
+    assert rows["rollout"]["peak_rss_gib"] == 4.0 and rows["optimizer"]["peak_rss_gib"] is None  # the largest peak; none where unmeasured
     assert table["phases"][0]["name"] == "rollout"  # the largest share first
     assert table["step_total_ms"] == pytest.approx(4.0)
     no_steps = {r["name"]: r["share"] for r in phase_summary(events[4:])["phases"]}

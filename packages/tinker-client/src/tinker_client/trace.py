@@ -30,11 +30,15 @@ def phase_table(stats: list[PhaseStats], title: str) -> Table:
     """The phase table ``opentinker trace`` prints."""
     table = Table(title=title)
     table.add_column("phase")
-    for col in ("count", "mean ms", "p50 ms", "p95 ms", "share of step"):
+    # the memory columns where the trace measured it (peak resident set, peak CUDA allocation)
+    memory = [(k, label) for k, label in (("peak_rss_gib", "peak RSS GiB"), ("peak_cuda_gib", "peak CUDA GiB"))
+              if any(getattr(s, k) is not None for s in stats)]
+    for col in ("count", "mean ms", "p50 ms", "p95 ms", "share of step", *(label for _k, label in memory)):
         table.add_column(col, justify="right")
     for s in stats:
         share = "-" if math.isnan(s.share) else f"{100 * s.share:.1f}%"
-        table.add_row(s.name, str(s.count), _ms(s.mean_ms), _ms(s.p50_ms), _ms(s.p95_ms), share)
+        gib = [("-" if getattr(s, k) is None else f"{getattr(s, k):.2f}") for k, _label in memory]
+        table.add_row(s.name, str(s.count), _ms(s.mean_ms), _ms(s.p50_ms), _ms(s.p95_ms), share, *gib)
     return table
 
 
@@ -47,7 +51,7 @@ def register(app: typer.Typer) -> None:
         stage: Annotated[str | None, typer.Option("--stage", help="Only the steps of this stage (its name).")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON instead of a table.")] = False,
     ) -> None:
-        """Summarise a run's per-phase trace: mean, p50, p95 and share of the step per phase.
+        """Summarise a run's per-phase trace: mean, p50, p95, share of the step and peak memory per phase.
 
         The trace itself opens in ui.perfetto.dev (or chrome://tracing).
         """

@@ -2,7 +2,8 @@
 
 A run writes its phases (``rollout``, ``sample``, ``env``, ``logprobs``, ``forward_backward``,
 ``optim_step``, ``evaluate``, ``checkpoint``, ``record``, each inside its ``step``) as complete
-events (``"ph": "X"``, ``ts`` and ``dur`` in microseconds, ``args: {"stage", "step"}``) in the
+events (``"ph": "X"``, ``ts`` and ``dur`` in microseconds, ``args: {"stage", "step"}`` and the
+phase's peak memory where it was measured, ``peak_rss_gib`` and ``peak_cuda_gib``) in the
 "JSON Array Format": the file starts with ``[`` and holds one event per line, each followed by a
 comma; the closing ``]`` is left out so the file can grow while the run trains (the format allows
 it, and ui.perfetto.dev and chrome://tracing load it). ``"ph": "M"`` metadata events name the
@@ -10,7 +11,7 @@ process (the job, the host) and the thread.
 
 :class:`TraceWriter` writes one; :func:`read_trace` reads one (a missing ``]``, a trailing comma,
 a last line cut short, or the "JSON Object Format" ``{"traceEvents": [...]}``); :func:`summarise`
-gives each phase's count, mean, p50, p95 and share of the step time, which ``opentinker trace
+gives each phase's count, mean, p50, p95, share of the step time and peak memory, which ``opentinker trace
 RUN_DIR`` prints. No torch here.
 """
 
@@ -28,6 +29,8 @@ TRACE_FILE = "trace.json"
 """The file name in a run directory."""
 STEP = "step"
 """The phase every other phase of a step lies inside; shares are of its total time."""
+MEMORY_ARGS = ("peak_rss_gib", "peak_cuda_gib")
+"""The args of an event that hold its phase's peak memory (GiB), where it was measured."""
 
 
 class TraceWriter:
@@ -119,7 +122,9 @@ def _parse_trace(p: Path, text: str) -> list[Any]:
 
 @dataclass(frozen=True)
 class PhaseStats:
-    """One phase of :func:`summarise`: durations in milliseconds; ``share`` of the total step time."""
+    """One phase of :func:`summarise`: durations in milliseconds; ``share`` of the total step time;
+    the largest peak memory of its events in GiB (None where none was measured): the process's
+    resident set (``peak_rss_gib``) and torch's CUDA allocation (``peak_cuda_gib``)."""
 
     name: str
     count: int
@@ -128,6 +133,8 @@ class PhaseStats:
     p50_ms: float
     p95_ms: float
     share: float
+    peak_rss_gib: float | None = None
+    peak_cuda_gib: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,21 +152,28 @@ def percentile(values: list[float], q: float) -> float:
 
 def summarise(events: list[dict[str, Any]], *, stage: str | None = None) -> list[PhaseStats]:
     """Per phase (the names of the complete events; ``stage``: only that stage's): count, total,
-    mean, p50, p95 and share of the summed ``step`` time; ``step`` first, then the largest share."""
+    mean, p50, p95, share of the summed ``step`` time and peak memory; ``step`` first, then the largest share."""
     durations: dict[str, list[float]] = {}
+    peaks: dict[tuple[str, str], float] = {}
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") != "X" or not isinstance(ev.get("dur"), int | float):
             continue
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
         if stage is not None and args.get("stage") != stage:
             continue
-        durations.setdefault(str(ev.get("name")), []).append(float(ev["dur"]) / 1000.0)
+        name = str(ev.get("name"))
+        durations.setdefault(name, []).append(float(ev["dur"]) / 1000.0)
+        for key in MEMORY_ARGS:
+            value = args.get(key)
+            if isinstance(value, int | float) and math.isfinite(value):
+                peaks[name, key] = max(peaks.get((name, key), 0.0), float(value))
     step_total = sum(durations.get(STEP, [])) or math.nan
     out = [
-        PhaseStats(name, len(d), sum(d), sum(d) / len(d), percentile(d, 50), percentile(d, 95), sum(d) / step_total)
+        PhaseStats(name, len(d), sum(d), sum(d) / len(d), percentile(d, 50), percentile(d, 95), sum(d) / step_total,
+                   peaks.get((name, "peak_rss_gib")), peaks.get((name, "peak_cuda_gib")))
         for name, d in durations.items()
     ]
     return sorted(out, key=lambda s: (s.name != STEP, -s.total_ms))
 
 
-__all__ = ["STEP", "TRACE_FILE", "PhaseStats", "TraceWriter", "percentile", "read_trace", "summarise"]
+__all__ = ["MEMORY_ARGS", "STEP", "TRACE_FILE", "PhaseStats", "TraceWriter", "percentile", "read_trace", "summarise"]

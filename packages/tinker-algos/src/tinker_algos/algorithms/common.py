@@ -71,7 +71,8 @@ class ReferencePolicy:
         attn = torch.as_tensor(batch.attention_mask_B_T, device=dev)
         trained = torch.as_tensor(batch.loss_mask_B_T, device=dev) * attn
         with torch.no_grad():  # the pass Trainer.forward runs, so that equal weights give equal logprobs
-            lp = batch_logprobs(self.module, tokens, attn, trained, spec=self.ctx.policy.spec, share=self.ctx.trainer.config.share_prefix)
+            config = self.ctx.trainer.config
+            lp = batch_logprobs(self.module, tokens, attn, trained, spec=self.ctx.policy.spec, share=config.share_prefix, chunked=config.chunked_logprobs)
         return (lp.float() * attn).cpu().numpy()
 
     def state_dict(self) -> dict[str, Any]:

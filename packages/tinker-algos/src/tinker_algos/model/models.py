@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from tinker_algos.model.device import DeviceSpec, resolve_device
+from tinker_algos.model.head_logprobs import head_route, pick_logprobs, run_model
 from tinker_algos.model.model_files import (  # re-exported: their home was this module
     TINY,
     TINY_CONFIG,
@@ -408,33 +409,41 @@ def sequence_logprobs(
     *,
     temperature: float = 1.0,
     spec: DeviceSpec | None = None,
+    positions_B_T: torch.Tensor | None = None,
+    rest: bool = False,
+    chunked: bool = True,
 ) -> torch.Tensor:
     """Log-probabilities of each token given the tokens before it, ``[B, T]`` float32.
 
     ``out[:, t] = log softmax(logits[:, t - 1] / temperature)[tokens[:, t]]``; ``out[:, 0] = 0``
     and positions where ``attention_mask_B_T`` is 0 are 0. Differentiable when grad is enabled.
+    ``positions_B_T`` (the tokens a loss reads; None: every token) leaves the others at 0, or
+    with ``rest`` fills them detached (no gradient flows through them); with ``chunked`` (the head
+    route of :mod:`tinker_algos.model.head_logprobs`, where the model allows it) the LM head runs
+    only at the positions filled, a chunk at a time.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for logprobs, got {temperature}")
     mask = attention_mask_B_T.to(tokens_B_T.device)
-    ctx = spec.autocast() if spec is not None else contextlib.nullcontext()
-    with ctx:
-        out = module(
-            input_ids=tokens_B_T,
-            attention_mask=mask.long(),
-            position_ids=position_ids_from_mask(mask),
-            use_cache=False,
-        )
-    logits = out.logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    targets = tokens_B_T[:, 1:]
-    lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    autocast = spec.autocast if spec is not None else contextlib.nullcontext
+    route = head_route(module, chunked=chunked)
+    states, _ = run_model(
+        module, route, autocast, input_ids=tokens_B_T, attention_mask=mask.long(), position_ids=position_ids_from_mask(mask), use_cache=False,
+    )
     # a token counts only when it and the token before it are real (left pads give no context)
-    m = mask.to(lp.dtype)
-    m_prev = torch.cat([torch.zeros_like(m[:, :1]), m[:, :-1]], dim=1)
-    return lp * m * m_prev
+    m = mask.to(torch.float32)
+    real = m[:, 1:] * m[:, :-1]
+    keep, others = real, None
+    if positions_B_T is not None:
+        wanted = positions_B_T[:, 1:].to(real.device) != 0
+        keep, others = real * wanted, (real * ~wanted if rest else None)
+    lp = pick_logprobs(
+        route, states[:, :-1], tokens_B_T[:, 1:], keep if route is not None or others is not None else None,
+        rest_B_S=others, temperature=temperature, autocast=autocast,
+    )
+    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    filled = keep if others is None else keep + others
+    return lp * torch.cat([torch.zeros_like(filled[:, :1]), filled], dim=1)
 
 
 def to_tensor(x: Any, *, dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 Keys are namespaced (``env/reward_mean``, ``losses/policy``, ``optim/grad_norm``,
 ``rollout/tokens_per_s``, ``kl/sample_train``, ``eval/accuracy``). Keys under ``time/`` and keys
-ending in ``_per_s`` measure wall-clock time; every other value is deterministic under a seed.
+ending in ``_per_s`` measure wall-clock time, keys under ``memory/`` peak memory
+(:mod:`tinker_algos.records.memory`); every other value is deterministic under a seed.
 Trackers (TensorBoard, W&B, MLflow, trackio) are in :mod:`tinker_algos.records.trackers`; matplotlib is
 optional: without it :func:`plot_curves` warns once and draws nothing.
 """
@@ -38,7 +39,9 @@ KL_NEGLIGIBLE = 1e-6
 
 
 def is_timing(key: str) -> bool:
-    return key.startswith("time/") or key.endswith("_per_s")
+    """Whether ``key`` measures the machine (wall time under ``time/`` or ``*_per_s``, peak memory
+    under ``memory/``) rather than the run: such values differ between runs of the same seed."""
+    return key.startswith(("time/", "memory/")) or key.endswith("_per_s")
 
 
 class MetricsLog:

@@ -8,7 +8,9 @@ observes: the run makes a :class:`Recorder` *active* for the duration of each st
 own run directory), and the code being observed calls three module functions that do nothing when
 no recorder is active:
 
-* :func:`phase` (and the decorator :func:`traced`) -- ``with phase("sample"): ...`` times a phase as a trace event (the rollout's
+* :func:`phase` (and the decorator :func:`traced`) -- ``with phase("sample"): ...`` times a phase
+  as a trace event and measures its peak memory (:mod:`tinker_algos.records.memory`: the event's
+  ``peak_rss_gib`` / ``peak_cuda_gib`` args, and :meth:`Recorder.memory_metrics`) (the rollout's
   ``sample`` and ``env`` calls, the trainer's ``logprobs``, ``forward_backward`` and
   ``optim_step``; the run's ``rollout``, ``evaluate``, ``checkpoint``; ``record`` is this module's
   own time);
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -33,6 +36,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from tinker_algos.records.memory import Peaks, watch
 from tinker_core.config import LoggingConfig, RolloutsLogConfig
 from tinker_core.rollout_records import ROLLOUTS_FILE, RolloutRecord, RolloutTurn, keep_until
 from tinker_core.tools import parse_tool_calls
@@ -67,6 +71,9 @@ class Recorder:
         self.stage = ""
         self.step = 0
         self.args: dict[str, Any] = {}
+        self.memory: dict[str, Peaks] = {}
+        self._memory_lock = threading.Lock()
+        self._step_watch: int | None = None
 
     @classmethod
     def for_run(cls, run_dir: Path, logging: LoggingConfig, *, job_name: str, resume_step: int | None) -> Recorder:
@@ -86,15 +93,34 @@ class Recorder:
     def active(self, stage: str, step: int) -> Iterator[Recorder]:
         """Record into this run while the block runs: step ``step`` of stage ``stage`` (a ``step`` trace event)."""
         self.stage, self.step, self.args = stage, step, {"stage": stage, "step": step}
+        self.memory = {}
         token = _ACTIVE.set(self)
+        self._step_watch = watch().begin()
         ts, t0 = time.time(), time.perf_counter()
         try:
             yield self
         finally:
             _ACTIVE.reset(token)
+            peaks = watch().end(self._step_watch)
+            self._step_watch = None
             if self.trace is not None:
-                self.trace.complete(STEP, ts * 1e6, (time.perf_counter() - t0) * 1e6, self.args)
+                self.trace.complete(STEP, ts * 1e6, (time.perf_counter() - t0) * 1e6, {**self.args, **_memory_args(peaks)})
                 self.trace.flush()
+
+    def note_memory(self, name: str, peaks: Peaks) -> None:
+        """Phase ``name`` of this step peaked at ``peaks`` (a phase run several times: the largest)."""
+        with self._memory_lock:
+            self.memory.setdefault(name, Peaks()).fold(peaks.bytes)
+
+    def memory_metrics(self) -> dict[str, float]:
+        """``memory/<phase>_<measure>_gib`` of the phases this step has finished so far, and
+        ``memory/step_<measure>_gib``: the step's peak until now (``rss``: the process's resident
+        set, ``cuda``: torch's allocated bytes; see :mod:`tinker_algos.records.memory`)."""
+        with self._memory_lock:
+            phases = dict(self.memory)
+        if self._step_watch is not None:
+            phases[STEP] = watch().peek(self._step_watch)
+        return {f"memory/{name}_{k}_gib": v for name, p in sorted(phases.items()) for k, v in p.gib().items()}
 
     def write(self, records: list[RolloutRecord]) -> None:
         if self.rollouts_path is None or not records:
@@ -109,14 +135,25 @@ class Recorder:
 def phase(name: str) -> Iterator[None]:
     """Time the block as phase ``name`` of the active recorder's step (nothing without one)."""
     rec = _ACTIVE.get()
-    if rec is None or rec.trace is None:
+    if rec is None:
         yield
         return
+    w = watch()
+    i = w.begin()
     ts, t0 = time.time(), time.perf_counter()
     try:
         yield
     finally:
-        rec.trace.complete(name, ts * 1e6, (time.perf_counter() - t0) * 1e6, rec.args)
+        dur_us = (time.perf_counter() - t0) * 1e6
+        peaks = w.end(i)
+        rec.note_memory(name, peaks)
+        if rec.trace is not None:
+            rec.trace.complete(name, ts * 1e6, dur_us, {**rec.args, **_memory_args(peaks)})
+
+
+def _memory_args(peaks: Peaks) -> dict[str, float]:
+    """A trace event's memory args: ``peak_rss_gib``, ``peak_cuda_gib`` (those measured)."""
+    return {f"peak_{k}_gib": v for k, v in peaks.gib().items()}
 
 
 def traced(name: str) -> Callable[[_F], _F]:

@@ -389,6 +389,7 @@ class Run:
                 metrics.update(ev)
                 metrics["time/eval_s"] = time.perf_counter() - t1
                 plan = plan.after_evaluation(ev)
+            metrics.update(self.recorder.memory_metrics())
             if plan.report:
                 self.log.log(plan.global_step, stage.name or stage.algorithm.name, metrics)
             saved = None
@@ -491,4 +492,5 @@ def trainer_config(stage: StageConfig) -> TrainerConfig:
         max_grad_norm=opt.grad_clip,
         micro_batch_size=algo.micro_batch_size,
         share_prefix=algo.share_prefix,
+        chunked_logprobs=algo.chunked_logprobs,
     )

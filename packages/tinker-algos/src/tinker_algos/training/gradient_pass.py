@@ -72,6 +72,7 @@ class GradientPass:
     spec: DeviceSpec
     temperature: float
     share_prefix: bool
+    chunked_logprobs: bool
     total_tokens: float
     total_rows: float
     logprobs_B_T: np.ndarray | None
@@ -92,10 +93,10 @@ class GradientPass:
 
     def _logprobs(self, module: torch.nn.Module, sl: slice) -> torch.Tensor:
         """The rows' logprobs (a prompt they share run once, see :mod:`tinker_algos.training.shared_prefix`);
-        at the prompt's tokens only when the caller asked for logprobs (no loss reads them)."""
+        at the untrained tokens only when the caller asked for logprobs (no loss reads them)."""
         return batch_logprobs(
             module, self.tokens[sl], self.attn[sl], self.mask[sl], temperature=self.temperature, spec=self.spec,
-            share=self.share_prefix, prefix_logprobs=self.logprobs_B_T is not None,
+            share=self.share_prefix, only_trained=self.logprobs_B_T is None, chunked=self.chunked_logprobs,
         )
 
     def _score(self, module: torch.nn.Module, sl: slice) -> None:

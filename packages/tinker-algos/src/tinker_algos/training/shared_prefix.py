@@ -23,12 +23,14 @@ batch is right-padded. Otherwise :func:`batch_logprobs` is the plain
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from tinker_algos.model.head_logprobs import HeadRoute, head_route, pick_logprobs, run_model
 from tinker_algos.model.models import (
     accepts_kwarg,
     cache_kwarg,
@@ -130,24 +132,30 @@ def batch_logprobs(
     temperature: float = 1.0,
     spec: DeviceSpec | None = None,
     share: bool = True,
-    prefix_logprobs: bool = True,
+    only_trained: bool = False,
+    chunked: bool = True,
 ) -> torch.Tensor:
     """:func:`~tinker_algos.model.models.sequence_logprobs` of the batch (same alignment and masking),
     through the shared-prefix pass when :func:`plan` finds it pays and :func:`shares_safely`.
 
-    ``trained_B_T`` marks the tokens a loss will use (its prefix split); without it, or with
-    ``share=False``, this is the plain pass. ``prefix_logprobs=False`` leaves 0 at the tokens
-    before each row's last untrained one (no loss reads them), which spares the prefix pass its
-    logits.
+    ``trained_B_T`` marks the tokens a loss will use (its prefix split; the gradient flows only
+    through their logprobs, the others' are detached); without it, or with ``share=False``, this
+    is the plain pass. ``only_trained=True`` leaves 0 at every token ``trained_B_T`` does not
+    mark (no loss reads them), which spares the prefix pass its logits and, on the head route
+    (``chunked``, see :mod:`tinker_algos.model.head_logprobs`), the LM head everywhere else.
     """
+    positions, rest = trained_B_T, not only_trained
     if share and trained_B_T is not None and shares_safely(module):
         tokens_np = tokens_B_T.cpu().numpy()
         split = plan(tokens_np, attention_mask_B_T.cpu().numpy(), trained_B_T.detach().cpu().numpy())
         if split is not None:
             return shared_prefix_logprobs(
-                module, tokens_B_T, split, temperature=temperature, spec=spec, prefix_logprobs=prefix_logprobs, tokens_np=tokens_np
+                module, tokens_B_T, split, temperature=temperature, spec=spec, positions_B_T=positions, rest=rest, tokens_np=tokens_np,
+                chunked=chunked,
             )
-    return sequence_logprobs(module, tokens_B_T, attention_mask_B_T, temperature=temperature, spec=spec)
+    return sequence_logprobs(
+        module, tokens_B_T, attention_mask_B_T, temperature=temperature, spec=spec, positions_B_T=positions, rest=rest, chunked=chunked,
+    )
 
 
 def shared_prefix_logprobs(
@@ -157,21 +165,76 @@ def shared_prefix_logprobs(
     *,
     temperature: float = 1.0,
     spec: DeviceSpec | None = None,
-    prefix_logprobs: bool = True,
+    positions_B_T: torch.Tensor | None = None,
+    rest: bool = False,
     tokens_np: np.ndarray | None = None,
+    chunked: bool = True,
 ) -> torch.Tensor:
     """The logprobs ``[B, T]`` of a right-padded batch through the shared-prefix pass of ``split``
-    (with ``prefix_logprobs=False``, 0 at tokens ``1..split`` of each row); ``tokens_np``: the
-    tokens already on the host, when the caller has them."""
+    (with ``positions_B_T``, the trained ones, all after each row's split, only at those: 0
+    elsewhere, and the prefix pass computes no logprobs; with ``rest`` too, the others detached,
+    as :func:`~tinker_algos.model.models.sequence_logprobs`); ``tokens_np``: the tokens already
+    on the host, when the caller has them."""
     from transformers import DynamicCache
 
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 for logprobs, got {temperature}")
     device = tokens_B_T.device
     B, T = tokens_B_T.shape
-    U, P, S = len(split.first_of), split.prefix_width, split.suffix_width
+    S = split.suffix_width
     if tokens_np is None:
         tokens_np = tokens_B_T.cpu().numpy()
+    pre_tok, pre_mask, suf_tok, suf_mask, tgt = (torch.from_numpy(a).to(device) for a in _pass_inputs(tokens_np, split))
+    split_t = torch.from_numpy(split.split_B).to(device)
+    row_of = torch.tensor(split.row_of, dtype=torch.long, device=device)
+
+    autocast = spec.autocast if spec is not None else contextlib.nullcontext
+    route = head_route(module, chunked=chunked)
+    kw = cache_kwarg(module)
+    prefix_logprobs = positions_B_T is None or rest
+    last_only = {"logits_to_keep": 1} if accepts_kwarg(module, "logits_to_keep") and not prefix_logprobs else {}
+    prefix_cache = DynamicCache()
+    pre_states, _ = run_model(
+        module, route, autocast, input_ids=pre_tok, attention_mask=pre_mask, position_ids=position_ids_from_mask(pre_mask),
+        use_cache=True, **{kw: prefix_cache}, **last_only,
+    )
+    # each row gets its prefix's keys and values (pads zeroed: a left pad's hidden state can be
+    # anything, and only masked attention keeps it out)
+    keep_U_1_P_1 = pre_mask.bool()[:, None, :, None]
+    layers = []
+    for layer in prefix_cache.layers:
+        k = torch.where(keep_U_1_P_1, layer.keys, torch.zeros((), dtype=layer.keys.dtype, device=device))
+        v = torch.where(keep_U_1_P_1, layer.values, torch.zeros((), dtype=layer.values.dtype, device=device))
+        layers.append((k.index_select(0, row_of), v.index_select(0, row_of)))
+    row_cache = DynamicCache(ddp_cache_data=layers)
+    full_mask = torch.cat([pre_mask.index_select(0, row_of), suf_mask], dim=1)
+    positions = split_t[:, None] + torch.arange(S, device=device)[None, :]
+    states, _ = run_model(module, route, autocast, input_ids=suf_tok, attention_mask=full_mask, position_ids=positions, use_cache=True, **{kw: row_cache})
+    # row b's token t (split < t < length) is predicted by its suffix column t - split - 1
+    t_1_T = torch.arange(T, device=device)[None, :]
+    col_B_T = t_1_T - split_t[:, None] - 1
+    valid = (col_B_T >= 0) & (t_1_T < torch.from_numpy(split.length_B).to(device)[:, None])
+    # the suffix columns whose token is asked for: column j predicts token split + 1 + j
+    keep_B_S = torch.from_numpy(np.arange(S)[None, :] < (split.length_B - 1 - split.split_B)[:, None]).to(device)
+    rest_B_S = None
+    if positions_B_T is not None:
+        wanted_B_S = (positions_B_T != 0).gather(1, (split_t[:, None] + 1 + torch.arange(S, device=device)[None, :]).clamp(max=T - 1))
+        keep_B_S, rest_B_S = keep_B_S & wanted_B_S, (keep_B_S & ~wanted_B_S if rest else None)
+    lp_B_S = pick_logprobs(route, states, tgt, keep_B_S, rest_B_S=rest_B_S, temperature=temperature, autocast=autocast)
+    lp_B_T = lp_B_S.gather(1, col_B_T.clamp(0, S - 1))
+    lp_B_T = torch.where(valid, lp_B_T, torch.zeros((), dtype=lp_B_T.dtype, device=device))
+    if prefix_logprobs:
+        # the prefix's tokens are never trained: detached when the trained ones were named
+        with torch.no_grad() if positions_B_T is not None else contextlib.nullcontext():
+            prefix_B_T = _prefix_part(route, pre_states, pre_tok, pre_mask, tokens_B_T, row_of, split_t, temperature, autocast)
+        lp_B_T = lp_B_T + prefix_B_T
+    return lp_B_T
+
+
+def _pass_inputs(tokens_np: np.ndarray, split: SharedPrefixPlan) -> tuple[np.ndarray, ...]:
+    """``(prefix tokens, prefix mask, suffix tokens, suffix mask, suffix targets)`` of the two passes."""
+    B = tokens_np.shape[0]
+    U, P, S = len(split.first_of), split.prefix_width, split.suffix_width
     # the distinct prefixes, right-aligned in P columns: [pads][prefix]
     pre_np = np.zeros((U, P), dtype=np.int64)
     pre_mask_np = np.zeros((U, P), dtype=np.int64)
@@ -188,69 +251,26 @@ def shared_prefix_logprobs(
         suf_np[b, : e - s] = tokens_np[b, s:e]
         suf_mask_np[b, : e - s] = 1
         tgt_np[b, : n - 1 - s] = tokens_np[b, s + 1 : n]
-    pre_tok, pre_mask = torch.from_numpy(pre_np).to(device), torch.from_numpy(pre_mask_np).to(device)
-    suf_tok, suf_mask = torch.from_numpy(suf_np).to(device), torch.from_numpy(suf_mask_np).to(device)
-    tgt = torch.from_numpy(tgt_np).to(device)
-    split_t = torch.from_numpy(split.split_B).to(device)
-    row_of = torch.tensor(split.row_of, dtype=torch.long, device=device)
-
-    ctx = spec.autocast() if spec is not None else contextlib.nullcontext()
-    kw = cache_kwarg(module)
-    last_only = {"logits_to_keep": 1} if accepts_kwarg(module, "logits_to_keep") and not prefix_logprobs else {}
-    prefix_cache = DynamicCache()
-    with ctx:
-        pre_out = module(
-            input_ids=pre_tok, attention_mask=pre_mask, position_ids=position_ids_from_mask(pre_mask),
-            use_cache=True, **{kw: prefix_cache}, **last_only,
-        )
-    # each row gets its prefix's keys and values (pads zeroed: a left pad's hidden state can be
-    # anything, and only masked attention keeps it out)
-    keep_U_1_P_1 = pre_mask.bool()[:, None, :, None]
-    layers = []
-    for layer in prefix_cache.layers:
-        k = torch.where(keep_U_1_P_1, layer.keys, torch.zeros((), dtype=layer.keys.dtype, device=device))
-        v = torch.where(keep_U_1_P_1, layer.values, torch.zeros((), dtype=layer.values.dtype, device=device))
-        layers.append((k.index_select(0, row_of), v.index_select(0, row_of)))
-    row_cache = DynamicCache(ddp_cache_data=layers)
-    full_mask = torch.cat([pre_mask.index_select(0, row_of), suf_mask], dim=1)
-    positions = split_t[:, None] + torch.arange(S, device=device)[None, :]
-    with ctx:
-        out = module(input_ids=suf_tok, attention_mask=full_mask, position_ids=positions, use_cache=True, **{kw: row_cache})
-    logits = out.logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    lp_B_S = logits.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    # row b's token t (split < t < length) is predicted by its suffix column t - split - 1
-    t_1_T = torch.arange(T, device=device)[None, :]
-    col_B_T = t_1_T - split_t[:, None] - 1
-    valid = (col_B_T >= 0) & (t_1_T < torch.from_numpy(split.length_B).to(device)[:, None])
-    lp_B_T = lp_B_S.gather(1, col_B_T.clamp(0, S - 1))
-    lp_B_T = torch.where(valid, lp_B_T, torch.zeros((), dtype=lp_B_T.dtype, device=device))
-    if prefix_logprobs:
-        lp_B_T = lp_B_T + _prefix_part(pre_out.logits, pre_tok, tokens_B_T, split, row_of, split_t, temperature)
-    return lp_B_T
+    return pre_np, pre_mask_np, suf_np, suf_mask_np, tgt_np
 
 
 def _prefix_part(
-    logits_U_P_V: torch.Tensor, pre_tok: torch.Tensor, tokens_B_T: torch.Tensor, split: SharedPrefixPlan,
-    row_of: torch.Tensor, split_t: torch.Tensor, temperature: float,
+    route: HeadRoute | None, states_U_P_X: torch.Tensor, pre_tok: torch.Tensor, pre_mask: torch.Tensor, tokens_B_T: torch.Tensor,
+    row_of: torch.Tensor, split_t: torch.Tensor, temperature: float, autocast: Callable[[], contextlib.AbstractContextManager[Any]],
 ) -> torch.Tensor:
     """``[B, T]``: the logprobs of tokens ``1..split`` of each row (0 elsewhere), from the prefix
-    pass: prefix column ``c`` predicts the next prefix token, the last column the row's token at
-    ``split`` (the suffix's first)."""
+    pass's states (logits, or hidden states on the head route): prefix column ``c`` predicts the
+    next prefix token, the last column the row's token at ``split`` (the suffix's first)."""
     device = tokens_B_T.device
     B, T = tokens_B_T.shape
     P = pre_tok.shape[1]
-    logits = logits_U_P_V.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logz_U_P = torch.logsumexp(logits, dim=-1)
-    # inside the prefix: column c predicts column c + 1
-    inner_U_P1 = logits[:, :-1].gather(-1, pre_tok[:, 1:].unsqueeze(-1)).squeeze(-1) - logz_U_P[:, :-1]
+    # inside the prefix: column c predicts column c + 1 (both real: left pads predict nothing)
+    keep_U_P1 = (pre_mask[:, :-1] != 0) & (pre_mask[:, 1:] != 0)
+    inner_U_P1 = pick_logprobs(route, states_U_P_X[:, :-1], pre_tok[:, 1:], keep_U_P1 if route is not None else None, temperature=temperature, autocast=autocast)
     # the last column predicts each row's token at its split
-    last_B_V = logits[:, -1].index_select(0, row_of)
-    at_split_B = tokens_B_T.gather(1, split_t[:, None]).squeeze(1)
-    last_B = last_B_V.gather(-1, at_split_B[:, None]).squeeze(1) - logz_U_P[:, -1].index_select(0, row_of)
+    at_split_B = tokens_B_T.gather(1, split_t[:, None])
+    last_B_1 = states_U_P_X[:, -1:].index_select(0, row_of)
+    last_B = pick_logprobs(route, last_B_1, at_split_B, None, temperature=temperature, autocast=autocast).squeeze(1)
     # row b's token t (1 <= t < split) is prefix column P - split + t, predicted by column P - split + t - 1
     t_B_T = torch.arange(T, device=device)[None, :].expand(B, T)
     col_B_T = P - split_t[:, None] + t_B_T - 1

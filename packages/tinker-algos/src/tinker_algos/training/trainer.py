@@ -152,7 +152,10 @@ class Trainer:
         module.eval()
         try:
             with self.policy.adapters_disabled() if reference else contextlib.nullcontext():
-                lp = batch_logprobs(module, tokens, attn, mask, temperature=temperature, spec=self.policy.spec, share=self.config.share_prefix)
+                lp = batch_logprobs(
+                    module, tokens, attn, mask, temperature=temperature, spec=self.policy.spec, share=self.config.share_prefix,
+                    chunked=self.config.chunked_logprobs,
+                )
         finally:
             module.train(was_training)
         return lp.float().cpu().numpy()
@@ -233,7 +236,7 @@ class Trainer:
         gradient_pass = GradientPass(
             loss=loss, loss_fn=entry.obj, loss_config=loss_config, agg=agg, loss_scale=loss_scale,
             tokens=tokens, attn=attn, mask=mask, consts=consts, spec=self.policy.spec, temperature=temperature,
-            share_prefix=self.config.share_prefix,
+            share_prefix=self.config.share_prefix, chunked_logprobs=self.config.chunked_logprobs,
             total_tokens=batch_totals[0] if batch_totals else trained_tokens(mask), total_rows=batch_totals[1] if batch_totals else float((mask.sum(-1) > 0).sum()),
             logprobs_B_T=np.zeros((B, T), dtype=np.float32) if return_logprobs else None,
         )

@@ -62,6 +62,11 @@ class TrainerConfig:
             (:mod:`tinker_algos.training.shared_prefix`): the same logprobs and gradients up to float
             rounding, for fewer token positions. Off: one full pass per row (the results of
             versions before it, bit for bit).
+        chunked_logprobs: compute the LM head and the log-softmax only at the tokens a loss reads,
+            a chunk of positions at a time, from the model's last hidden states
+            (:mod:`tinker_algos.model.head_logprobs`; models whose logits are the head of the last
+            hidden state: Llama, Qwen, Mistral ...): the same logprobs and gradients up to float
+            rounding, without the whole batch's logits in memory. Off: the full logits.
     """
 
     optimizer: str = "adamw"
@@ -75,6 +80,7 @@ class TrainerConfig:
     max_grad_norm: float | None = 1.0
     micro_batch_size: int | None = None
     share_prefix: bool = True
+    chunked_logprobs: bool = True
 
     def validate(self) -> None:
         if not (self.lr > 0 and math.isfinite(self.lr)):

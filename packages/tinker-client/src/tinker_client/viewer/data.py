@@ -39,7 +39,7 @@ from tinker_client.viewer.files import (
     read_document,
     walk_files,
 )
-from tinker_core.traces import STEP, summarise
+from tinker_core.traces import MEMORY_ARGS, STEP, summarise
 
 __all__ = ["JsonLines", "Rollout", "RunDir", "TraceEvents", "is_run_dir", "phase_summary"]
 
@@ -219,7 +219,7 @@ class TraceEvents:
 
     def __init__(self, path: Path, root: Path | None = None) -> None:
         self.path, self.root = path, root
-        self.events: list[tuple[str, float, Any, Any]] = []  # (name, dur_us, stage, step)
+        self.events: list[tuple[str, float, Any, Any, dict[str, float]]] = []  # (name, dur_us, stage, step, peak memory)
         self._lock = threading.Lock()
         self._reset()
 
@@ -281,19 +281,20 @@ class TraceEvents:
             pos = end
             if isinstance(event, dict) and event.get("ph") == "X" and isinstance(event.get("dur"), int | float):
                 args = event.get("args") if isinstance(event.get("args"), dict) else {}
-                self.events.append((str(event.get("name", "?")), float(event["dur"]), args.get("stage"), args.get("step")))
+                peaks = {k: float(v) for k in MEMORY_ARGS if isinstance(v := args.get(k), int | float)}
+                self.events.append((str(event.get("name", "?")), float(event["dur"]), args.get("stage"), args.get("step"), peaks))
         self._buffer = text[pos:]
 
 
-def phase_summary(events: list[tuple[str, float, Any, Any]]) -> dict[str, Any]:
+def phase_summary(events: list[tuple[str, float, Any, Any, dict[str, float]]]) -> dict[str, Any]:
     """The phase table of :func:`tinker_core.traces.summarise` (the one ``opentinker trace``
     prints): per phase name its count, mean/p50/p95/total milliseconds and share of the summed
     ``step`` time (None when the trace has no ``step`` events), largest first; ``step`` itself is
     not a row but gives ``step_total_ms``. ``steps`` counts the (stage, step) pairs seen."""
-    stats = summarise([{"name": name, "ph": "X", "dur": dur, "args": {"stage": stage}} for name, dur, stage, _step in events])
+    stats = summarise([{"name": name, "ph": "X", "dur": dur, "args": {"stage": stage, **peaks}} for name, dur, stage, _step, peaks in events])
     rows = [{k: _finite(v) for k, v in s.to_dict().items()} for s in stats if s.name != STEP]
     step_total = sum(s.total_ms for s in stats if s.name == STEP)
-    steps = {(stage, step) for _n, _d, stage, step in events if step is not None}
+    steps = {(stage, step) for _n, _d, stage, step, _p in events if step is not None}
     return {"phases": rows, "events": len(events), "steps": len(steps), "step_total_ms": step_total}
 
 

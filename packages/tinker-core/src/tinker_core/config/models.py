@@ -224,6 +224,9 @@ class AlgorithmConfig(_Model):
     share_prefix: bool = Field(
         True, description="Run a prompt that several sequences share (a grpo group's copies) through the model once in each training pass; same results up to float rounding, fewer token positions. false: one full pass per sequence.",
     )
+    chunked_logprobs: bool = Field(
+        True, description="Compute the LM head and log-softmax only at the trained tokens, a chunk at a time, from the last hidden states (Llama/Qwen/Mistral-family models; others take the full logits): same results up to float rounding, without the whole batch's logits in memory. false: the full logits.",
+    )
     epochs_per_step: int = Field(1, ge=1, le=1000, description="Passes over each rollout batch (ppo; at most 1000).")
     data: str | None = Field(
         None, min_length=1, max_length=4096,

@@ -479,10 +479,11 @@ async function showTrace() {
     return;
   }
   const bar = (share) => el("span", { class: "bar" }, el("span", { style: `width:${((share ?? 0) * 100).toFixed(1)}%` }));
+  const gib = (v) => (v === null || v === undefined ? "-" : v.toFixed(2));
   const pct = (share) => (share === null || share === undefined ? "-" : `${(100 * share).toFixed(1)}%`);
   body.replaceChildren(el("p", { text: `${data.events} events over ${data.steps} steps; share of the step time (${fmt(data.step_total_ms / Math.max(1, data.steps))} ms per step)` }),
-    table(["phase", "count", "mean ms", "p50 ms", "p95 ms", "share", ""], data.phases.map((p) =>
-      [p.name, p.count, fmt(p.mean_ms), fmt(p.p50_ms), fmt(p.p95_ms), pct(p.share), bar(p.share)])));
+    table(["phase", "count", "mean ms", "p50 ms", "p95 ms", "share", "", "peak RSS GiB", "peak CUDA GiB"], data.phases.map((p) =>
+      [p.name, p.count, fmt(p.mean_ms), fmt(p.p50_ms), fmt(p.p95_ms), pct(p.share), bar(p.share), gib(p.peak_rss_gib), gib(p.peak_cuda_gib)])));
 }
 
 async function showReport() {
