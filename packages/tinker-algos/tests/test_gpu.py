@@ -99,7 +99,7 @@ def test_cuda_n_is_checked_against_the_devices_this_machine_has():
         resolve_device(f"cuda:{count}")
     assert f"'cuda:{count}' does not exist on this machine; available: cpu, cuda:0" in str(e.value)
     assert str(e.value.in_config()).startswith(f"model.device: 'cuda:{count}'")
-    assert resolve_device("cuda", "fp16-mixed").autocast_dtype == torch.float16  # CUDA only
+    assert resolve_device("cuda", "fp16-mixed").autocast_dtype == torch.float16
 
 
 def test_a_model_loaded_for_cuda_is_on_cuda(tiny_dir: Path):
@@ -113,7 +113,8 @@ def test_a_model_loaded_for_cuda_is_on_cuda(tiny_dir: Path):
 # ---- bf16 in the trainer ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("precision", "param_dtype", "autocast_dtype"),
-    [("bf16-mixed", torch.float32, torch.bfloat16), ("bf16", torch.bfloat16, None), ("fp32", torch.float32, None)],
+    [("bf16-mixed", torch.float32, torch.bfloat16), ("bf16", torch.bfloat16, None), ("fp32", torch.float32, None),
+     ("fp16-mixed", torch.float32, torch.float16)],
 )
 def test_a_training_step_under_each_cuda_precision(tiny_dir, batch_factory, precision, param_dtype, autocast_dtype):
     from tinker_algos.model.models import PolicyModel
