@@ -137,12 +137,15 @@ def vllm_step(timeout: float, log: Log, work: Path, *, self_test: bool) -> dict[
         return {"status": "skipped", "reason": "the self-test starts no vLLM server"}
     from tinker_algos.hub.presets import preset_dir
 
+    vllm_cli = Path(sys.executable).parent / "vllm"  # the console script of this environment's vllm
+    if not vllm_cli.exists():
+        return {"status": "failed", "reason": f"vllm is importable but {vllm_cli} is missing; reinstall vllm"}
     deadline = time.monotonic() + timeout
     model_dir, port = preset_dir(SMOLLM2), _free_port()
     url = f"http://127.0.0.1:{port}"
     server_log = (work / "vllm-serve.log").open("w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir), "--enable-lora", "--max-lora-rank", "8",
+        [str(vllm_cli), "serve", str(model_dir), "--enable-lora", "--max-lora-rank", "8",
          "--port", str(port), "--gpu-memory-utilization", "0.3", "--max-model-len", "2048"],
         cwd=ROOT, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
