@@ -190,7 +190,7 @@ def vllm(args: argparse.Namespace) -> dict[str, Any]:
     health = engine.health()
     engine.close()
     return {"url": args.vllm_url, "model": args.model, "sync_s": round(sync_s, 3), "adapters": list(health.adapters),
-            "version": health.version, "sampled_tokens": int(gaps.size),
+            "weight_version": health.weight_version, "sampled_tokens": int(gaps.size),
             "logprob_max_abs_diff_vs_learner": float(gaps.max()), "logprob_mean_abs_diff_vs_learner": float(gaps.mean())}
 
 
