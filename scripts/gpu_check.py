@@ -146,7 +146,7 @@ def vllm_step(timeout: float, log: Log, work: Path, *, self_test: bool) -> dict[
     server_log = (work / "vllm-serve.log").open("w")
     server = subprocess.Popen(
         [str(vllm_cli), "serve", str(model_dir), "--enable-lora", "--max-lora-rank", "8",
-         "--port", str(port), "--gpu-memory-utilization", "0.3", "--max-model-len", "2048"],
+         "--port", str(port), "--gpu-memory-utilization", "0.3", "--max-model-len", "2048", "--enforce-eager"],
         cwd=ROOT, stdout=server_log, stderr=subprocess.STDOUT, start_new_session=True,
         env={**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"},
     )
