@@ -65,14 +65,8 @@ class ModelConfig(_Model):
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto",
-        description=(
-            "Training precision. 'auto': bf16 autocast on a CUDA GPU with bf16, else fp32. 'float32': fp32. "
-            "'bfloat16': fp32 weights, bf16 autocast. 'float16': fp32 weights, fp16 autocast with a dynamic "
-            "gradient scaler (torch.amp.GradScaler: an update whose gradients overflow is skipped and the "
-            "scale halved; metrics optim/grad_scale and optim/skipped_steps; its state is checkpointed) "
-            "for GPUs without bf16; works on the CPU too."
-        ),
+        "auto", description="'auto': bf16 autocast on a GPU with bf16, else fp32. 'float16': fp16 autocast with a "
+        "gradient scaler (overflowing updates skipped, scale halved: optim/grad_scale; checkpointed); CPU too.",
     )
     device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'.")
     tokenizer: str | None = Field(
