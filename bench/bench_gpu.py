@@ -1,5 +1,5 @@
-"""Sampling and training tokens/s on one device (CUDA when there is one), the numbers
-``scripts/gpu_check.sh`` prints.
+"""Sampling and training tokens/s on one device (CUDA when there is one); run by hand (the GPU
+check, ``scripts/gpu_check.sh``, measures sampler vs ``generate`` and precisions instead).
 
 * sampling -- ``tinker_algos.sampling.sampler.sample`` on 32 arithmetic prompts (``bench_sampler.py``'s),
   64 new tokens each, temperature 1, no early stop: new tokens/s = 32 * 64 / wall time;
@@ -13,7 +13,7 @@ else fetched once). The device and precision come from ``tinker_algos.model.devi
 On CUDA each timed call ends with ``torch.cuda.synchronize()``.
 
 ``--quick``: the tiny model only, 8 prompts x 16 new tokens, training steps of 8 x 16 tokens, one
-repeat (a smoke run: the CPU self-test of ``scripts/gpu_check.sh``; numbers not for the docs).
+repeat (a smoke run; numbers not for the docs).
 Results go to ``<results>/device_<cuda|cpu>.json`` (``.quick.json`` for ``--quick``).
 
     uv run --no-sync python bench/bench_gpu.py [--device auto|cpu|cuda|cuda:N] [--precision auto] [--quick]

@@ -43,7 +43,9 @@ def chat_prompts(tokenizer: Any, n: int) -> list[list[int]]:
     return [encode_prompt(tokenizer, p.prompt, chat=True) for p in arithmetic_problems(n, 0, split="train")]
 
 
-def make_calls(policy: Any, ids_rows: list[list[int]]) -> dict[str, Any]:
+def make_calls(policy: Any, ids_rows: list[list[int]], *, max_new_tokens: int = MAX_NEW_TOKENS) -> dict[str, Any]:
+    """``sample`` and ``generate`` on the same left-padded ids (on the policy's device), each
+    making exactly ``max_new_tokens`` per row (used by ``scripts/gpu_check_steps.py`` too)."""
     import torch
 
     from tinker_algos.sampling.sampler import SamplingParams, sample
@@ -54,19 +56,20 @@ def make_calls(policy: Any, ids_rows: list[list[int]]) -> dict[str, Any]:
     for b, r in enumerate(ids_rows):
         input_ids[b, L - len(r) :] = torch.tensor(r)
         attn[b, L - len(r) :] = 1
-    params = SamplingParams(max_new_tokens=MAX_NEW_TOKENS, temperature=1.0, stop_at_eos=False, seed=0)
+    input_ids, attn = input_ids.to(policy.device), attn.to(policy.device)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, stop_at_eos=False, seed=0)
 
     def ours() -> None:
         n = sum(len(s.tokens) for g in sample(policy, ids_rows, params) for s in g)
-        assert n == B * MAX_NEW_TOKENS, n
+        assert n == B * max_new_tokens, n
 
     def hf() -> None:
         with torch.no_grad():
             out = policy.module.generate(
                 input_ids=input_ids, attention_mask=attn, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                max_new_tokens=MAX_NEW_TOKENS, min_new_tokens=MAX_NEW_TOKENS, pad_token_id=pad,
+                max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=pad,
             )
-        assert out.shape == (B, L + MAX_NEW_TOKENS), out.shape
+        assert out.shape == (B, L + max_new_tokens), out.shape
 
     return {"sample": ours, "generate": hf}
 

@@ -68,7 +68,7 @@ def test_a_gpu_without_bfloat16_names_fp16_mixed(monkeypatch):
     monkeypatch.setattr(doctor_checks, "_working_dtypes", lambda torch_, device: (["float32", "float16"], ["bfloat16"]))
     (line,) = problems(doctor_checks.check_torch())
     assert line == ("warning: device: cuda:0 has no bfloat16: the auto precision trains in fp32; fix: set model.dtype: "
-                    "fp16-mixed in the job config (or OPENTINKER_PRECISION=fp16-mixed) to halve activation memory")
+                    "float16 in the job config (or OPENTINKER_PRECISION=fp16-mixed) to halve activation memory")
 
 
 def test_a_device_where_float32_fails_is_an_error(monkeypatch):

@@ -223,5 +223,9 @@ def stage_system_prompt(ctx: StageContext, env: object = None) -> str:
 
 
 def optim_metrics(opt: dict[str, float]) -> dict[str, float]:
-    """``optim/grad_norm``, ``optim/lr``, ``optim/skipped_steps`` of one ``Trainer.optim_step``."""
-    return {"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])}
+    """``optim/grad_norm``, ``optim/lr``, ``optim/skipped_steps`` of one ``Trainer.optim_step``
+    (and ``optim/grad_scale`` under fp16-mixed)."""
+    metrics = {"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])}
+    if "grad_scale" in opt:
+        metrics["optim/grad_scale"] = opt["grad_scale"]
+    return metrics

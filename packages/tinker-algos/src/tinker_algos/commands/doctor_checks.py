@@ -81,7 +81,7 @@ def check_torch() -> Iterator[Finding]:
                       fix=f"set {DEVICE_ENV}=cpu, or reinstall torch: {REINSTALL_TORCH}")
     elif spec.device.type == "cuda" and "bfloat16" in fails:
         yield Finding("device", f"{spec.device} has no bfloat16: the auto precision trains in fp32", "warning",
-                      fix=f"set model.dtype: fp16-mixed in the job config (or {PRECISION_ENV}=fp16-mixed) "
+                      fix=f"set model.dtype: float16 in the job config (or {PRECISION_ENV}=fp16-mixed) "
                           "to halve activation memory")
 
 

@@ -9,7 +9,10 @@ Precisions:
 * ``fp32`` -- float32 weights, no autocast (the CPU default; what the tests use).
 * ``bf16-mixed`` -- float32 weights and optimizer state, forward passes under bf16 autocast
   (the CUDA default when the GPU supports bf16).
-* ``fp16-mixed`` -- float32 weights, fp16 autocast (older GPUs; no loss scaling is done).
+* ``fp16-mixed`` -- float32 weights, fp16 autocast with dynamic loss scaling (GPUs without bf16):
+  the trainer scales each loss by a ``torch.amp.GradScaler`` before backward, skips an update
+  whose gradients overflowed and halves the scale (reported as ``grad_scale`` and
+  ``skipped_steps``; the scaler's state is saved in checkpoints). Works on the CPU too.
 * ``bf16`` -- bfloat16 weights, no autocast (halves memory; less exact updates).
 * ``auto`` -- the default described above.
 """
@@ -45,6 +48,11 @@ class DeviceSpec:
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    @property
+    def needs_grad_scaler(self) -> bool:
+        """fp16 autocast: gradients can underflow, so the trainer scales the loss (``GradScaler``)."""
+        return self.autocast_dtype == torch.float16
 
     def to_dict(self) -> dict[str, str | None]:
         return {
@@ -127,8 +135,6 @@ def resolve_device(device: str | torch.device | None = None, precision: str | No
     if prec == "bf16-mixed":
         return DeviceSpec(dev, torch.float32, torch.bfloat16, prec)
     if prec == "fp16-mixed":
-        if dev.type != "cuda":
-            raise DeviceError("precision", "'fp16-mixed' needs a CUDA device; use 'fp32' on the CPU")
         return DeviceSpec(dev, torch.float32, torch.float16, prec)
     return DeviceSpec(dev, torch.bfloat16, None, prec)  # "bf16"
 

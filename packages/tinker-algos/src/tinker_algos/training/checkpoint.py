@@ -9,7 +9,7 @@ Layout of a checkpoint directory::
                        (``AutoModelForCausalLM.from_pretrained(ckpt / "model")`` loads it)
     adapter/           LoRA: peft ``save_pretrained`` of the trained adapter
                        (``PeftModel.from_pretrained(base, ckpt / "adapter")`` loads it)
-    trainer_state.pt   optimizer state dict, step, skipped_steps
+    trainer_state.pt   optimizer state dict, step, skipped_steps (and the fp16 grad scaler)
     rng_state.pt       python ``random``, numpy global, torch CPU (and CUDA) generator states
 
 Everything is written into a temporary sibling directory which is then renamed into place, so a

@@ -76,6 +76,8 @@ class GradientPass:
     total_tokens: float
     total_rows: float
     logprobs_B_T: np.ndarray | None
+    #: fp16-mixed: scales the loss before backward (the trainer unscales before the update)
+    scaler: torch.amp.GradScaler | None = None
     agg_total: float = 0.0
     nonfinite: bool = False
     loss_metrics: dict[str, float] = field(default_factory=dict)
@@ -135,7 +137,8 @@ class GradientPass:
                 f"loss {self.loss!r} does not depend on the policy's logprobs (no gradient); "
                 "a value loss needs a value head, which this Trainer does not have"
             )
-        (contribution * self.loss_scale).backward()
+        scaled = contribution * self.loss_scale
+        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         self.agg_total += value
 
     def metrics(self) -> dict[str, float]:

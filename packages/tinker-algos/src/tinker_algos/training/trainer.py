@@ -22,12 +22,17 @@ Semantics:
   scheduled LR (or ``lr``) and clears the gradients. If any loss since the last step was NaN/inf,
   or the gradient norm is, the update is **skipped** (weights and optimizer state untouched,
   gradients cleared) and counted in ``skipped_steps``.
+* Under ``fp16-mixed`` a ``torch.amp.GradScaler`` multiplies each loss by the current scale
+  before backward; ``optim_step`` unscales the gradients first (``grad_norm`` is the true norm),
+  skips an update whose gradients overflowed (counted in ``skipped_steps``) and lets the scaler
+  halve its scale then (double it after 2000 clean steps). Its state is in ``state_dict``.
 * ``step`` counts applied updates; the LR schedule follows it (skipped steps do not advance it).
 
 Metrics are flat dicts of floats. ``forward_backward``: ``loss`` (the aggregated loss, before
 ``loss_scale``), ``num_tokens``, ``num_sequences``, ``nonfinite`` (1.0 when the loss was NaN/inf)
 and the loss function's own metrics as ``<loss name>/<key>``. ``optim_step``: ``lr``,
-``grad_norm`` (before clipping), ``skipped`` (1.0 or 0.0), ``skipped_steps``, ``step``.
+``grad_norm`` (before clipping), ``skipped`` (1.0 or 0.0), ``skipped_steps``, ``step`` and, under
+``fp16-mixed``, ``grad_scale`` (the loss scale the next step will use).
 """
 
 from __future__ import annotations
@@ -100,6 +105,10 @@ class Trainer:
         )
         self.step = 0
         self.skipped_steps = 0
+        #: fp16-mixed only: dynamic loss scaling (None in every other precision)
+        self.scaler: torch.amp.GradScaler | None = (
+            torch.amp.GradScaler(policy.device.type) if policy.spec.needs_grad_scaler else None
+        )
         self._pending_calls = 0
         self._nonfinite_pending = False
         #: set by a data-parallel learner group: ``optim_step`` first sums the gradients over it
@@ -239,6 +248,7 @@ class Trainer:
             share_prefix=self.config.share_prefix, chunked_logprobs=self.config.chunked_logprobs,
             total_tokens=batch_totals[0] if batch_totals else trained_tokens(mask), total_rows=batch_totals[1] if batch_totals else float((mask.sum(-1) > 0).sum()),
             logprobs_B_T=np.zeros((B, T), dtype=np.float32) if return_logprobs else None,
+            scaler=self.scaler,
         )
         module = self.policy.module
         module.train()
@@ -303,6 +313,11 @@ class Trainer:
         if self.data_parallel:
             self._sum_gradients_over_learners()
         grads = [p.grad for p in self.params if p.grad is not None]
+        # fp16-mixed: divide the gradients by the loss scale (it records overflow for update());
+        # after a NaN/inf loss no gradient of it exists and the scale stays as it is
+        unscaled = self.scaler is not None and bool(grads) and not self._nonfinite_pending
+        if unscaled:
+            self.scaler.unscale_(self.optimizer)
         if grads:
             norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
             grad_norm = float(norm)
@@ -326,16 +341,24 @@ class Trainer:
                     if k == "weight_decay" and i > 0:
                         continue  # the no-decay group keeps 0
                     group[k] = v
-            self.optimizer.step()
+            if unscaled:
+                self.scaler.step(self.optimizer)  # no overflow was found: this is optimizer.step()
+            else:
+                self.optimizer.step()
             self.step += 1
+        if unscaled:
+            self.scaler.update()  # halves the scale after an overflow, grows it after clean steps
         self.zero_grad()
-        return {
+        metrics = {
             "lr": lr_now,
             "grad_norm": grad_norm,
             "skipped": 1.0 if skip else 0.0,
             "skipped_steps": float(self.skipped_steps),
             "step": float(self.step),
         }
+        if self.scaler is not None:
+            metrics["grad_scale"] = float(self.scaler.get_scale())
+        return metrics
 
     def _sum_gradients_over_learners(self) -> None:
         """Sum every learner's gradients (one flat all-reduce), so each holds the whole batch's.
@@ -371,17 +394,23 @@ class Trainer:
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Optimizer state plus counters (weights are saved by :mod:`tinker_algos.training.checkpoint`)."""
-        return {
+        state: dict[str, Any] = {
             "optimizer": self.optimizer.state_dict(),
             "step": self.step,
             "skipped_steps": self.skipped_steps,
         }
+        if self.scaler is not None:
+            state["grad_scaler"] = self.scaler.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any], *, with_optimizer: bool = True) -> None:
         if with_optimizer:
             self.optimizer.load_state_dict(state["optimizer"])
             self.step = int(state["step"])
             self.skipped_steps = int(state["skipped_steps"])
+            # a checkpoint from another precision has no scaler state: the scaler starts fresh
+            if self.scaler is not None and state.get("grad_scaler"):
+                self.scaler.load_state_dict(state["grad_scaler"])
         self.zero_grad()
 
     def save_state(self, path: str | Path, *, data_cursor: Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:

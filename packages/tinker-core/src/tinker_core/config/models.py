@@ -65,7 +65,8 @@ class ModelConfig(_Model):
     )
     revision: str | None = Field(None, description="Hub revision (branch, tag or commit).")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights dtype; 'auto' is bf16 autocast on CUDA, fp32 on CPU."
+        "auto", description="'auto': bf16 autocast on a GPU with bf16, else fp32. 'float16': fp16 autocast with a "
+        "gradient scaler (overflowing updates skipped, scale halved: optim/grad_scale; checkpointed); CPU too.",
     )
     device: str = Field("auto", description="'auto', 'cpu', 'cuda' or 'cuda:N'.")
     tokenizer: str | None = Field(
