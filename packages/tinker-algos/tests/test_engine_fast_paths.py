@@ -219,7 +219,7 @@ def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_m
     for skip in (False, True):
         trainer = Trainer(policy, TrainerConfig(lr=1e-3, share_prefix=False))  # one pass per row: the calls count rows
         rows: list[int] = []
-        handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        handle = policy.base_model.get_decoder().register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
         try:
             metrics, logprobs, scored = policy_update(trainer, batch, loss, agg, adv, {}, skip=skip)
         finally:
@@ -248,7 +248,7 @@ def test_skipped_rows_need_no_forward_when_their_metrics_may_cover_the_trained_r
     for forward_skipped in (True, False):
         trainer = Trainer(policy, TrainerConfig(lr=1e-3, share_prefix=False))  # one pass per row: the calls count rows
         rows: list[int] = []
-        handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        handle = policy.base_model.get_decoder().register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
         try:
             metrics, logprobs, scored = policy_update(trainer, batch, "ppo", "token-mean", adv, {}, skip=True, forward_skipped=forward_skipped)
         finally:
@@ -295,7 +295,7 @@ def test_a_plugin_loss_gets_the_zero_advantage_fast_path_by_declaring_it_at_regi
     for loss, skip in (("algostest_pg", False), ("algostest_pg", True), ("algostest_pg_undeclared", True)):
         trainer = Trainer(policy, TrainerConfig(lr=1e-3, share_prefix=False))  # one pass per row: the calls count rows
         rows: list[int] = []
-        handle = policy.base_model.register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
+        handle = policy.base_model.get_decoder().register_forward_pre_hook(lambda m, a, kw, rows=rows: rows.append(kw["input_ids"].shape[0]), with_kwargs=True)
         try:
             metrics, _, scored = policy_update(trainer, batch, loss, "token-mean", adv, {}, skip=skip)
         finally:
