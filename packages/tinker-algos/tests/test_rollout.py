@@ -257,7 +257,8 @@ def test_policy_gradient_is_exactly_zero_at_prompt_and_env_positions(countdown_p
         if output.requires_grad:
             output.register_hook(lambda g: captured.append(g.detach().clone()))
 
-    trainer = Trainer(countdown_policy, TrainerConfig(lr=1e-3))
+    # the full-logits pass: the head's output covers every position, so the mask is what zeroes them
+    trainer = Trainer(countdown_policy, TrainerConfig(lr=1e-3, chunked_logprobs=False))
     handle = countdown_policy.base_model.lm_head.register_forward_hook(keep_grad)
     try:
         trainer.forward_backward(batch, "importance_sampling", agg="token-sum", advantages_B_T=adv_B_T)
@@ -280,6 +281,17 @@ def test_policy_gradient_is_exactly_zero_at_prompt_and_env_positions(countdown_p
             if v == 0:
                 env_positions += b - a
     assert env_positions > 0 and trained_next_B_T.sum() > 0
+    # the head route (the default): the head runs at the trained positions only, each with a gradient
+    captured.clear()
+    trainer.zero_grad()
+    chunked = Trainer(countdown_policy, TrainerConfig(lr=1e-3))
+    handle = countdown_policy.base_model.lm_head.register_forward_hook(keep_grad)
+    try:
+        chunked.forward_backward(batch, "importance_sampling", agg="token-sum", advantages_B_T=adv_B_T)
+    finally:
+        handle.remove()
+    rows_N_V = torch.cat([g.reshape(-1, g.shape[-1]) for g in captured])
+    assert rows_N_V.shape[0] == trained_next_B_T.sum() and bool((rows_N_V.abs().amax(-1) > 0).all())
 
 
 # ---------------------------------------------------------------------------------------------
