@@ -50,32 +50,6 @@ def test_plugins_table_shows_every_distribution():
     assert "  echo/ call-response-v0, countdown-v0, echo-v0" in result.output.splitlines()
 
 
-def test_plugins_listing_is_grouped_by_kind_fits_80_columns_and_never_breaks_a_name():
-    result = opentinker("plugins", env={"COLUMNS": "80"})
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    plugins = json.loads(opentinker("plugins", "--json").stdout)
-    assert len(lines) < 100 and all(len(line) <= 80 for line in lines), result.stdout
-    heads = [line for line in lines if not line.startswith(" ")]
-    buildable = sum(len(set(p["registers"].get("envs", [])) - set(p["unavailable"])) for p in plugins)
-    assert heads[0] == "distributions" and heads[1] == f"envs ({buildable})"
-    assert {"advantage estimators (6)", "losses (14)", "optimizers (3)"} <= set(heads)
-    names = {name.partition("/")[2] or name for p in plugins for names in p["registers"].values() for name in names}
-    words = {w.strip(",:()") for line in lines for w in line.split()}
-    shown = {w for w in words if "/" not in w and (w.endswith(("-v0", "-v1", "-v4")) or w in ("importance_sampling", "reinforce_pp_baseline"))}
-    assert shown and shown <= names, shown - names  # every name-like word is a whole name
-    assert {"FrozenLake-v1", "echo-v0", "arithmetic-v0"} <= shown
-
-
-def test_plugins_marks_gym_ids_that_cannot_build_here_with_the_reason():
-    lines = opentinker("plugins", env={"COLUMNS": "200"}).stdout.splitlines()
-    start = lines.index(next(line for line in lines if line.startswith("env ids that cannot be built here")))
-    marked = "\n".join(lines[start:])
-    assert "Pendulum-v1" in marked and "no text form (Box observations)" in marked
-    gym = next(line for line in lines[:start] if line.startswith("  gym/ "))
-    assert "FrozenLake-v1" in gym and "Pendulum" not in gym and "CartPole" not in gym
-
-
 def test_plugins_respects_the_allowlist():
     result = opentinker("plugins", "--json", env={"OPENTINKER_LOAD_PLUGINS": "tinker-env-echo"})
     assert [p["distribution"] for p in json.loads(result.stdout)] == ["tinker-env-echo"]
