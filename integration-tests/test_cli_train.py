@@ -21,7 +21,7 @@ logging: {tensorboard: false}
 
 
 def opentinker(*args: str, cwd) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPENTINKER_CACHE": str(cwd / "cache")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPENTINKER_CACHE": str(cwd / "cache"), "COLUMNS": "160"}  # the trace table whole (it has memory columns now)
     return subprocess.run([sys.executable, "-m", "tinker_client.cli", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 

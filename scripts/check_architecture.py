@@ -111,7 +111,6 @@ SUBMODULE_IMPORTS: dict[str, str] = {
     "tinker-env-echo/tests/test_echo.py::tinker_core.registry": _TESTS,
     "tinker-env-games/tests/conftest.py::tinker_core.registry": _TESTS,
     "tinker-env-games/tests/test_conformance.py::tinker_core.registry": _TESTS,
-    "tinker-env-games/tests/test_coordinator.py::tinker_core.coordinator": _TESTS,
     "tinker-env-math/tests/conftest.py::tinker_core.registry": _TESTS,
     "tinker-env-math/tests/test_arithmetic.py::tinker_core.registry": _TESTS,
     "tinker-env-math/tests/test_conformance.py::tinker_core.registry": _TESTS,
