@@ -295,7 +295,9 @@ def main(argv: list[str] | None = None) -> None:
     table = summary_table(report)
     prefs = preference_numbers(dpo_spec, dpo_outcomes)
     pv = prefs["variant"]["final"]
-    print(f"DPO held-out preference accuracy (final): mean {pv['mean']:.3f} [{pv['ci_low']:.3f}, {pv['ci_high']:.3f}] "
+    # a t-interval needs 2 seeds or more (None with one: the quick run)
+    interval = "no interval (1 seed)" if pv["ci_low"] is None else f"[{pv['ci_low']:.3f}, {pv['ci_high']:.3f}]"
+    print(f"DPO held-out preference accuracy (final): mean {pv['mean']:.3f} {interval} "
           f"min {pv['min']:.3f} max {pv['max']:.3f}", flush=True)
 
     args.results.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,9 @@ def test_quick_run_writes_one_report_of_every_variant_from_one_warm_start(tmp_pa
         assert j["final"] == [r["eval/accuracy"] for r in rows if "eval/accuracy" in r][-1]
     assert doc["dpo_preference"]["metric"] == "eval/preference_accuracy"
     assert {"getloadavg_before", "getloadavg_after", "cpu_count"} <= set(doc) and doc["machine"]["cpu_model"]
-    assert (results / "learning.quick.md").read_text().count("| ppo_gae |") == 7  # the overrides table and one row per metric table
+    md = (results / "learning.quick.md").read_text()
+    metric_tables = md.count("\n## ") - 2  # every "## " section but the differences and the jobs list
+    # the overrides table, one row per metric table, and one difference row per compared metric (final, gain, best, auc)
+    assert md.count("| ppo_gae |") == 1 + metric_tables + 4, md
     assert (out / "report" / "curves.png").is_file()
     assert (figure.stat().st_mtime_ns if figure.exists() else None) == before  # --quick leaves the docs' figure alone
