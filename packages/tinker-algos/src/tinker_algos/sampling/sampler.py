@@ -85,6 +85,7 @@ from tinker_algos.sampling.turn_cache import (
     prefix_mask,
     reusable,
 )
+from tinker_core.engines import GenerationParams
 
 if TYPE_CHECKING:
     from tinker_core.env import TurnEnd
@@ -97,19 +98,11 @@ Prompt = str | Sequence[dict[str, str]] | Sequence[int]
 
 
 @dataclass
-class SamplingParams:
-    """How to sample. ``top_k=0`` and ``top_p=1.0`` switch those filters off."""
+class SamplingParams(GenerationParams):
+    """How to sample: the engines' plain :class:`tinker_core.engines.GenerationParams` (``top_k=0``
+    and ``top_p=1.0`` switch those filters off; ``eos_token_ids`` are more end-of-turn ids, reason
+    ``"eos"``) and what only this sampler applies: OpenAI's penalties and logits processors."""
 
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    n: int = 1
-    stop: Sequence[str] = ()
-    stop_token_ids: Sequence[int] = ()
-    stop_at_eos: bool = True
-    eos_token_ids: Sequence[int] = ()  # more end-of-turn ids (e.g. a custom chat template's), reason "eos"
-    seed: int | None = None
     frequency_penalty: float = 0.0  # OpenAI's, in [-2, 2]: :mod:`tinker_algos.sampling.logits_adjust`
     presence_penalty: float = 0.0
     logits_processors: Sequence[LogitsProcessorFactory] = ()  # one processor per row each (a grammar's mask)
