@@ -22,7 +22,8 @@ Shapes (rows x tokens, trained tokens per row):
 
 Each shape with LoRA r=16 (alpha 32, all linear layers, as the examples) and full fine-tuning,
 with the head route (``chunked_logprobs``, the default) and the full logits, and for the
-calculator with ``micro_batch_size`` 8 and unset.
+calculator with ``micro_batch_size`` 8 and unset; ``--cases`` adds activation checkpointing
+(``algorithm.activation_checkpointing``) with a fifth field ``ckpt``.
 
     uv run --no-sync python bench/bench_memory.py [--quick] [--limit 12] [--only smollm2-calculator]
     uv run --no-sync python bench/bench_memory.py --cases smollm2-calculator:lora:head:0,smollm2-calculator:lora:logits:8
@@ -87,7 +88,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         group_ids_B=np.arange(B) // group,
         advantages_B_T=(loss_mask * np.where(np.arange(B) % 2, 1.0, -1.0)[:, None]).astype(np.float32),
     )
-    config = TrainerConfig(lr=1e-4, micro_batch_size=spec["micro_batch_size"], chunked_logprobs=spec["chunked"])
+    config = TrainerConfig(lr=1e-4, micro_batch_size=spec["micro_batch_size"], chunked_logprobs=spec["chunked"],
+                           activation_checkpointing=spec.get("checkpointing", False))
     lora = spec["lora"]
     trainer = Trainer(
         policy, config, adapter="policy" if lora else None,
@@ -114,6 +116,7 @@ def saved_breakdown(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
 
+    from tinker_algos.model.activation_checkpointing import set_activation_checkpointing
     from tinker_algos.model.models import LoraSpec, PolicyModel, resolve_model
     from tinker_algos.training.shared_prefix import batch_logprobs
 
@@ -124,6 +127,8 @@ def saved_breakdown(spec: dict[str, Any]) -> dict[str, Any]:
         policy.add_adapter("policy", LoraSpec(rank=16, alpha=32), seed=0)
         policy.set_adapter("policy")
     module = policy.module.train()
+    if spec.get("checkpointing"):
+        set_activation_checkpointing(module, True)
     cfg = policy.base_model.config
     vocab = policy.model.get_input_embeddings().weight.shape[0]
     g = np.random.default_rng(0)
@@ -215,7 +220,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="LoRA only, and no full-logits case without micro-batches")
     parser.add_argument("--cases", default=None,
-                        help="comma-separated SHAPE:lora|full:head|logits:MBS (MBS 0: unset), instead of every combination")
+                        help="comma-separated SHAPE:lora|full:head|logits:MBS[:ckpt] (MBS 0: unset; ckpt: activation "
+                             "checkpointing), instead of every combination")
     parser.add_argument("--results", type=Path, default=BENCH_DIR / "results")
     ns = parser.parse_args()
     shapes = ns.only.split(",") if ns.only else list(SHAPES)
@@ -230,9 +236,9 @@ def main() -> None:
     if ns.cases:
         cases = []
         for text in ns.cases.split(","):
-            shape, ft, logprobs, mbs = text.split(":")
+            shape, ft, logprobs, mbs, *rest = text.split(":")
             cases.append({"shape": shape, "lora": ft == "lora", "chunked": logprobs == "head", "micro_batch_size": int(mbs) or None,
-                          "threads": ns.threads})
+                          "checkpointing": rest == ["ckpt"], "threads": ns.threads})
     load_start = load_snapshot()
     rows = []
     for spec in cases:
@@ -242,9 +248,9 @@ def main() -> None:
     load_end = load_snapshot()
     print_table(
         "peak resident memory of one GRPO training pass (forward_backward + optim_step)",
-        ["shape", "fine-tuning", "logprobs", "micro_batch_size", "before GiB", "peak GiB", "pass s"],
+        ["shape", "fine-tuning", "logprobs", "micro_batch_size", "activation checkpointing", "before GiB", "peak GiB", "pass s"],
         [[r["shape"], "LoRA r=16" if r["lora"] else "full", "head route" if r["chunked"] else "full logits",
-          str(r["micro_batch_size"] or "-"), f"{r['before_gib']:.2f}" if "before_gib" in r else "-",
+          str(r["micro_batch_size"] or "-"), "on" if r.get("checkpointing") else "off", f"{r['before_gib']:.2f}" if "before_gib" in r else "-",
           f"{r['peak_gib']:.2f}" if r.get("peak_gib") is not None else (f"> {r['stopped_above_gib']:.0f}" if "stopped_above_gib" in r else r.get("error", "?")),
           f"{r['pass_s']:.1f}" if "pass_s" in r else "-"] for r in rows],
     )

@@ -493,4 +493,5 @@ def trainer_config(stage: StageConfig) -> TrainerConfig:
         micro_batch_size=algo.micro_batch_size,
         share_prefix=algo.share_prefix,
         chunked_logprobs=algo.chunked_logprobs,
+        activation_checkpointing=algo.activation_checkpointing,
     )

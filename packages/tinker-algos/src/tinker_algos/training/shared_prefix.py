@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from tinker_algos.model.activation_checkpointing import base_of, is_checkpointing
 from tinker_algos.model.head_logprobs import HeadRoute, head_route, pick_logprobs, run_model
 from tinker_algos.model.models import (
     accepts_kwarg,
@@ -108,11 +109,9 @@ def shares_safely(module: torch.nn.Module) -> bool:
     """Whether one pass of a prefix for all its rows is what one pass per row would compute: no
     dropout that draws per pass (in training mode) and no gradient checkpointing (it turns the
     cache off)."""
-    base = module.get_base_model() if hasattr(module, "get_base_model") else module
-    # transformers 5 renamed the flag (the old name warns)
-    name = "is_activation_checkpointing" if hasattr(type(base), "is_activation_checkpointing") else "is_gradient_checkpointing"
-    if getattr(base, name, False):
+    if is_checkpointing(module):
         return False
+    base = base_of(module)
     if not module.training:
         return True
     config = getattr(base, "config", None)

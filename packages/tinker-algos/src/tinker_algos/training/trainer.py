@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from tinker_algos.builtins.optimizers import build_optimizer
+from tinker_algos.model.activation_checkpointing import set_activation_checkpointing
 from tinker_algos.model.models import LoraSpec, PolicyModel, to_tensor
 from tinker_algos.records.recording import traced
 from tinker_algos.training import checkpoint
@@ -95,6 +96,8 @@ class Trainer:
         elif adapter is None and lora is not None:
             raise ValueError("Trainer got lora= without adapter=; name the adapter to create")
         self._activate()
+        if self.config.activation_checkpointing:
+            set_activation_checkpointing(policy.module, True)
         named = policy.trainable_parameters(adapter)
         for _, p in named:
             p.requires_grad_(True)

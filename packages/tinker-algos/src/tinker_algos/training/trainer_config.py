@@ -67,6 +67,9 @@ class TrainerConfig:
             (:mod:`tinker_algos.model.head_logprobs`; models whose logits are the head of the last
             hidden state: Llama, Qwen, Mistral ...): the same logprobs and gradients up to float
             rounding, without the whole batch's logits in memory. Off: the full logits.
+        activation_checkpointing: checkpoint each decoder layer in training passes
+            (:mod:`tinker_algos.model.activation_checkpointing`): the same logprobs and gradients,
+            keeping each layer's input instead of its activations, for a second forward in backward.
     """
 
     optimizer: str = "adamw"
@@ -81,6 +84,7 @@ class TrainerConfig:
     micro_batch_size: int | None = None
     share_prefix: bool = True
     chunked_logprobs: bool = True
+    activation_checkpointing: bool = False
 
     def validate(self) -> None:
         if not (self.lr > 0 and math.isfinite(self.lr)):

@@ -228,6 +228,9 @@ class AlgorithmConfig(_Model):
     chunked_logprobs: bool = Field(
         True, description="Compute the LM head and log-softmax only at the trained tokens, a chunk at a time, from the last hidden states (Llama/Qwen/Mistral-family models; others take the full logits): same results up to float rounding, without the whole batch's logits in memory. false: the full logits.",
     )
+    activation_checkpointing: bool = Field(
+        False, description="Keep only each decoder layer's input for backward and recompute the layer then (transformers' checkpointing): the training pass's activations shrink to one hidden vector per token and layer, for about one more forward pass of time; a long multi-turn batch trains in one pass without micro_batch_size. The shared-prompt pass is off under it (the KV cache is).",
+    )
     epochs_per_step: int = Field(1, ge=1, le=1000, description="Passes over each rollout batch (ppo; at most 1000).")
     data: str | None = Field(
         None, min_length=1, max_length=4096,
