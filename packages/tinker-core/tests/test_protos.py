@@ -303,3 +303,14 @@ def test_request_key_names_the_call_not_its_request_id():
     assert request_key("Step", a) != request_key("Step", other_action)
     assert request_key("Step", a) != request_key("Reset", a)
     assert a.request_id == "r1"  # the request itself is left as it was
+
+
+def test_model_info_is_one_class_for_both_sides_of_the_wire():
+    from tinker_core.proto.model_info import ModelInfo
+
+    info = ModelInfo(base_model="tiny", lora_rank=4, lora_alpha=8.0, tokenizer_id="tok", vocab_size=96,
+                     step=3, model_type="llama", trainable_parameters=1234, context_length=512)
+    assert ModelInfo.from_proto(info.to_proto()) == info
+    unknown = ModelInfo(**{**info.__dict__, "context_length": None})  # the host: the config does not say
+    assert unknown.to_proto().context_length == 0
+    assert ModelInfo.from_proto(unknown.to_proto()).context_length == 0  # the wire's "unknown"

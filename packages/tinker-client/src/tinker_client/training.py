@@ -51,7 +51,6 @@ from tinker_client.training_types import (
     AdamParams,
     Datum,
     ForwardBackwardOutput,
-    ModelInfo,
     OptimStepOutput,
     SampledSequence,
     SampleResult,
@@ -67,6 +66,7 @@ from tinker_core.proto import (
     training_pb2,
 )
 from tinker_core.proto import training_pb2_grpc as pb_grpc
+from tinker_core.proto.model_info import ModelInfo
 
 T = TypeVar("T")
 

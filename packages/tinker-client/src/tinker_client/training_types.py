@@ -178,25 +178,6 @@ class OptimStepOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-@dataclass
-class ModelInfo:
-    base_model: str
-    lora_rank: int
-    lora_alpha: float
-    tokenizer_id: str
-    vocab_size: int
-    step: int
-    model_type: str
-    trainable_parameters: int
-    #: The longest sequence (in tokens) the model takes; 0 when the server does not know it.
-    #: Each datum's tokens plus its last target, and each prompt plus ``max_tokens``, must fit.
-    context_length: int = 0
-
-    @classmethod
-    def from_proto(cls, m: training_pb2.ModelInfo) -> ModelInfo:
-        return cls(**{f: getattr(m, f) for f in cls.__dataclass_fields__})
-
-
 class Tokenizer:
     """The session's tokenizer, loaded from its saved ``tokenizer.json`` with ``tokenizers``."""
 

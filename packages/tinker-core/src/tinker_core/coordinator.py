@@ -71,7 +71,7 @@ import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias, TypedDict, Unpack
 
 from tinker_core.contracts import Observation
 from tinker_core.env import MultiAgentTextEnv
@@ -84,6 +84,8 @@ __all__ = [
     "AgentTimeout",
     "Coordinator",
     "EpisodeResult",
+    "EpisodeRules",
+    "EpisodeSettings",
     "Turn",
     "call_agent",
     "call_agent_async",
@@ -97,6 +99,23 @@ Agents: TypeAlias = "Agent | Mapping[str, Agent]"
 
 DEFAULT_TURN_TIMEOUT_S = 60.0
 DEFAULT_MAX_STEPS = 1000
+
+
+class EpisodeRules(TypedDict, total=False):
+    """How the coordinator plays any episode (each optional; the defaults and their meaning are
+    :func:`play_episode`'s); :class:`Coordinator` binds them."""
+
+    turn_timeout_s: float | None
+    max_steps: int
+    forfeit_reward: float | None
+
+
+class EpisodeSettings(EpisodeRules, total=False):
+    """The keyword settings of :func:`play_episode` and :func:`play_episode_async`: the rules
+    and this episode's ``env.reset`` arguments."""
+
+    seed: int | None
+    options: dict[str, Any] | None
 
 
 class AgentTimeout(CallTimeout):
@@ -235,13 +254,14 @@ class _Episode:
         env: MultiAgentTextEnv,
         agents: Agents,
         *,
-        seed: int | None,
-        options: dict[str, Any] | None,
-        turn_timeout_s: float | None,
-        max_steps: int,
-        forfeit_reward: float | None,
+        seed: int | None = None,
+        options: dict[str, Any] | None = None,
+        turn_timeout_s: float | None = DEFAULT_TURN_TIMEOUT_S,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        forfeit_reward: float | None = None,
     ) -> None:
-        """Check the settings, reset ``env`` and match every role with its agent."""
+        """Check the settings (:class:`EpisodeSettings`; the defaults live here), reset ``env``
+        and match every role with its agent."""
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         if turn_timeout_s is not None and turn_timeout_s <= 0:
@@ -250,6 +270,7 @@ class _Episode:
         self.env = env
         self.seed = seed
         self.max_steps = max_steps
+        self.turn_timeout_s = turn_timeout_s
         roles = tuple(env.possible_agents)
         if isinstance(agents, Mapping):
             missing = [r for r in roles if r not in agents]
@@ -392,31 +413,24 @@ class _Episode:
         )
 
 
-def play_episode(
-    env: MultiAgentTextEnv,
-    agents: Agents,
-    *,
-    seed: int | None = None,
-    options: dict[str, Any] | None = None,
-    turn_timeout_s: float | None = DEFAULT_TURN_TIMEOUT_S,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    forfeit_reward: float | None = None,
-) -> EpisodeResult:
+def play_episode(env: MultiAgentTextEnv, agents: Agents, **settings: Unpack[EpisodeSettings]) -> EpisodeResult:
     """Play one episode of ``env`` (reset with ``seed``) with ``agents``; see the module doc.
 
     Args:
         env: a :class:`~tinker_core.env.MultiAgentTextEnv` (it is reset here).
         agents: one agent for self-play, or ``{role: agent}``.
-        seed, options: passed to ``env.reset``.
-        turn_timeout_s: seconds an agent may take per turn; None calls it inline, unguarded.
-        max_steps: the most ``env.step`` calls before the episode is truncated.
-        forfeit_reward: for envs without ``forfeit()``: the offender's reward on a forfeit.
+        seed, options: passed to ``env.reset`` (default None).
+        turn_timeout_s: seconds an agent may take per turn (default
+            :data:`DEFAULT_TURN_TIMEOUT_S`); None calls it inline, unguarded.
+        max_steps: the most ``env.step`` calls before the episode is truncated (default
+            :data:`DEFAULT_MAX_STEPS`).
+        forfeit_reward: for envs without ``forfeit()``: the offender's reward on a forfeit
+            (default None: the low end of the spec's reward range).
     """
-    ep = _Episode(env, agents, seed=seed, options=options, turn_timeout_s=turn_timeout_s,
-                  max_steps=max_steps, forfeit_reward=forfeit_reward)
+    ep = _Episode(env, agents, **settings)
     for role, agent, observation in ep.turns():
         try:
-            action = call_agent(agent, role, observation, turn_timeout_s)
+            action = call_agent(agent, role, observation, ep.turn_timeout_s)
         except Exception as e:  # noqa: BLE001 - a failing agent forfeits
             ep.failed(role, e)
         else:
@@ -425,23 +439,15 @@ def play_episode(
 
 
 async def play_episode_async(
-    env: MultiAgentTextEnv,
-    agents: Agents,
-    *,
-    seed: int | None = None,
-    options: dict[str, Any] | None = None,
-    turn_timeout_s: float | None = DEFAULT_TURN_TIMEOUT_S,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    forfeit_reward: float | None = None,
+    env: MultiAgentTextEnv, agents: Agents, **settings: Unpack[EpisodeSettings]
 ) -> EpisodeResult:
     """:func:`play_episode` for an event loop: ``async`` agents are awaited, sync ones run in
     worker threads, so many episodes can run concurrently (``asyncio.gather``). An ``async``
     agent must not block the loop (a blocking call inside it cannot be timed out)."""
-    ep = _Episode(env, agents, seed=seed, options=options, turn_timeout_s=turn_timeout_s,
-                  max_steps=max_steps, forfeit_reward=forfeit_reward)
+    ep = _Episode(env, agents, **settings)
     for role, agent, observation in ep.turns():
         try:
-            action = await call_agent_async(agent, role, observation, turn_timeout_s)
+            action = await call_agent_async(agent, role, observation, ep.turn_timeout_s)
         except Exception as e:  # noqa: BLE001 - a failing agent forfeits
             ep.failed(role, e)
         else:
@@ -453,10 +459,13 @@ def play_episodes(
     make_env: Callable[[], MultiAgentTextEnv],
     agents: Agents,
     seeds: Iterable[int],
-    **kwargs: Any,
+    *,
+    options: dict[str, Any] | None = None,
+    **rules: Unpack[EpisodeRules],
 ) -> list[EpisodeResult]:
-    """One episode per seed, each on a fresh env from ``make_env()``; kwargs as :func:`play_episode`."""
-    return [play_episode(make_env(), agents, seed=s, **kwargs) for s in seeds]
+    """One episode per seed, each on a fresh env from ``make_env()``; options and rules as
+    :func:`play_episode`."""
+    return [play_episode(make_env(), agents, seed=s, options=options, **rules) for s in seeds]
 
 
 @dataclass
@@ -472,7 +481,7 @@ class Coordinator:
     max_steps: int = DEFAULT_MAX_STEPS
     forfeit_reward: float | None = None
 
-    def _kwargs(self) -> dict[str, Any]:
+    def _kwargs(self) -> EpisodeRules:
         return {
             "turn_timeout_s": self.turn_timeout_s,
             "max_steps": self.max_steps,

@@ -229,7 +229,11 @@ class MultiAgentTextEnv:
     The episode is over when every role is terminated or truncated (``done``).
 
     Subclasses implement :meth:`reset`, :meth:`observe` and :meth:`step`, and use
-    ``self.np_random`` (seeded by ``reset``) for randomness.
+    ``self.np_random`` (seeded by ``reset``) for randomness. A game's per-step bookkeeping has
+    one home here: ``step`` opens with :meth:`_begin_step` and closes with :meth:`_end_step`
+    (which calls the subclass's :meth:`_update_infos`); an env that can be forfeited defines
+    ``forfeit(role, reason)`` as ``if self._begin_forfeit(role): <end the game>;
+    self._end_step()``.
     """
 
     env_spec: EnvSpec
@@ -285,6 +289,38 @@ class MultiAgentTextEnv:
     def _accumulate_rewards(self) -> None:
         for a, r in self.rewards.items():
             self._cumulative_rewards[a] = self._cumulative_rewards.get(a, 0.0) + r
+
+    # ---- game bookkeeping, for subclasses ----------------------------------------------------
+    def check_role(self, role: str) -> None:
+        """Raise ``KeyError`` naming the roles when ``role`` is not one of ``possible_agents``."""
+        if role not in self.possible_agents:
+            raise KeyError(f"unknown role {role!r}; roles are {', '.join(self.possible_agents)}")
+
+    def _begin_step(self) -> str:
+        """Open a ``step``: refuse one after the game is over, zero this step's ``rewards``;
+        returns the role to move."""
+        if self.done:
+            raise RuntimeError(f"{type(self).__name__}.step: the game is over; call reset()")
+        self.rewards = {r: 0.0 for r in self.possible_agents}
+        return self.agent_selection
+
+    def _begin_forfeit(self, role: str) -> bool:
+        """Open a ``forfeit(role, reason)``: check ``role``; False when the game is already over
+        (the forfeit is then a no-op), else zero this step's ``rewards`` and return True."""
+        self.check_role(role)
+        if self.done:
+            return False
+        self.rewards = {r: 0.0 for r in self.possible_agents}
+        return True
+
+    def _end_step(self) -> None:
+        """Close a ``step`` or a forfeit: add this step's ``rewards`` to the episode totals and
+        refresh ``infos``."""
+        self._accumulate_rewards()
+        self._update_infos()
+
+    def _update_infos(self) -> None:
+        """Refresh ``infos`` after a step (:meth:`_end_step` calls it); the default keeps them."""
 
     def close(self) -> None:
         """Release resources; the default has none."""

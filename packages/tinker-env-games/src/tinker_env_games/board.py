@@ -165,8 +165,7 @@ class BoardGameEnv(MultiAgentTextEnv):
         self._update_infos()
 
     def observe(self, agent: str) -> str:
-        if agent not in ROLES:
-            raise KeyError(f"unknown role {agent!r}; roles are {', '.join(ROLES)}")
+        self.check_role(agent)
         lines = [f"{self.title}. You play {MARKS[agent]}."]
         if self.last_move is not None:
             role, move = self.last_move
@@ -187,10 +186,7 @@ class BoardGameEnv(MultiAgentTextEnv):
         return "\n".join(lines) + "\n"
 
     def step(self, action: str) -> None:
-        if self.done:
-            raise RuntimeError(f"{type(self).__name__}.step: the game is over; call reset()")
-        role = self.agent_selection
-        self.rewards = {r: 0.0 for r in ROLES}
+        role = self._begin_step()
         text = action if isinstance(action, str) else repr(action)
         move = self.parse_move(text)
         reason = self.no_move_reason if move is None else self.illegal_reason(move)
@@ -214,19 +210,13 @@ class BoardGameEnv(MultiAgentTextEnv):
                 self._finish(None, "draw")
             else:
                 self.agent_selection = other(role)
-        self._accumulate_rewards()
-        self._update_infos()
+        self._end_step()
 
     def forfeit(self, role: str, reason: str = "forfeit") -> None:
         """End the game now: ``role`` loses (-1), the other role wins (+1). No-op when over."""
-        if role not in ROLES:
-            raise KeyError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
-        if self.done:
-            return
-        self.rewards = {r: 0.0 for r in ROLES}
-        self._finish(other(role), reason)
-        self._accumulate_rewards()
-        self._update_infos()
+        if self._begin_forfeit(role):
+            self._finish(other(role), reason)
+            self._end_step()
 
     # ---- helpers ---------------------------------------------------------------------------
     def _finish(self, winner: str | None, reason: str) -> None:

@@ -184,8 +184,7 @@ class NegotiationEnv(MultiAgentTextEnv):
         return self.max_messages - len(self.messages)
 
     def observe(self, agent: str) -> str:
-        if agent not in ROLES:
-            raise KeyError(f"unknown role {agent!r}; roles are {', '.join(ROLES)}")
+        self.check_role(agent)
         s, other = self.scenario, _other(agent)
         values = f"Your values: {format_items(s.values[agent])}"
         if not self.brief:
@@ -223,10 +222,7 @@ class NegotiationEnv(MultiAgentTextEnv):
         return "\n".join(lines) + "\n"
 
     def step(self, action: str) -> None:
-        if self.done:
-            raise RuntimeError("NegotiationEnv.step: the game is over; call reset()")
-        role = self.agent_selection
-        self.rewards = {r: 0.0 for r in ROLES}
+        role = self._begin_step()
         cmd = parse_command(action if isinstance(action, str) else repr(action))
         self.messages.append((role, cmd.text))
         error = self._apply(role, cmd)
@@ -239,21 +235,15 @@ class NegotiationEnv(MultiAgentTextEnv):
                 self._finish("turn-limit", None)
             else:
                 self.agent_selection = _other(role)
-        self._accumulate_rewards()
-        self._update_infos()
+        self._end_step()
 
     def forfeit(self, role: str, reason: str = "forfeit") -> None:
         """End the game now with no deal: ``role`` gets -1, the other ``no_deal_reward``."""
-        if role not in ROLES:
-            raise KeyError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
-        if self.done:
-            return
-        self.rewards = {r: 0.0 for r in ROLES}
-        self.forfeited_by = role
-        self._finish(reason, None)
-        self.rewards[role] = -1.0
-        self._accumulate_rewards()
-        self._update_infos()
+        if self._begin_forfeit(role):
+            self.forfeited_by = role
+            self._finish(reason, None)
+            self.rewards[role] = -1.0
+            self._end_step()
 
     # ---- rules -----------------------------------------------------------------------------
     def _apply(self, role: str, cmd: Command) -> str | None:

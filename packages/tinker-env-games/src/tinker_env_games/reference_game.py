@@ -241,8 +241,7 @@ class ReferenceGameEnv(MultiAgentTextEnv):
         )
 
     def observe(self, agent: str) -> str:
-        if agent not in ROLES:
-            raise KeyError(f"unknown role {agent!r}; roles are {', '.join(ROLES)}")
+        self.check_role(agent)
         lines = [f"Reference game. You are the {agent}."]
         if agent == "speaker":
             lines[0] += " The listener sees these objects in another order:"
@@ -266,10 +265,8 @@ class ReferenceGameEnv(MultiAgentTextEnv):
         return "\n".join(lines) + "\n"
 
     def step(self, action: str) -> None:
-        if self.done:
-            raise RuntimeError("ReferenceGameEnv.step: the game is over; call reset()")
+        self._begin_step()
         text = action if isinstance(action, str) else repr(action)
-        self.rewards = {r: 0.0 for r in ROLES}
         if self.agent_selection == "speaker":
             self.message = filter_message(text, self.max_words)
             self.agent_selection = "listener"
@@ -281,19 +278,13 @@ class ReferenceGameEnv(MultiAgentTextEnv):
                 self._finish("correct" if self.guess == self.target else "wrong")
             else:
                 self._finish("invalid-guess")
-        self._accumulate_rewards()
-        self._update_infos()
+        self._end_step()
 
     def forfeit(self, role: str, reason: str = "forfeit") -> None:
         """End the game now, failed: both roles get 0."""
-        if role not in ROLES:
-            raise KeyError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
-        if self.done:
-            return
-        self.rewards = {r: 0.0 for r in ROLES}
-        self._finish(reason)
-        self._accumulate_rewards()
-        self._update_infos()
+        if self._begin_forfeit(role):
+            self._finish(reason)
+            self._end_step()
 
     def _finish(self, reason: str) -> None:
         self.reason = reason

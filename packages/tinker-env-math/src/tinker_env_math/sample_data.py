@@ -35,85 +35,88 @@ ITEMS = ("apples", "marbles", "stickers", "pencils", "cookies", "stamps", "shell
 Record = dict[str, str]
 
 
+def _calc(a: int, op: str, b: int) -> tuple[str, int]:
+    """``a op b`` as a GSM8K solution writes it, with its calculator annotation
+    (``3 + 4 = <<3+4=7>>7``), and its value (``/`` divides exactly)."""
+    value = {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+    return f"{a} {op} {b} = <<{a}{op}{b}={value}>>{value}", value
+
+
+def _record(question: str, *steps: str, answer: int) -> Record:
+    """A record: the question, and the worked steps a line each, then ``#### answer``."""
+    return {"question": question, "answer": "\n".join([*steps, f"#### {answer}"])}
+
+
 def _buy_then_give(r: random.Random) -> Record:
     (name, he), item = r.choice(NAMES), r.choice(ITEMS)
     a, b = r.randint(3, 40), r.randint(2, 30)
-    s = a + b
-    c = r.randint(1, s - 1)
-    q = (
+    c = r.randint(1, a + b - 1)
+    bought, s = _calc(a, "+", b)
+    gave, left = _calc(s, "-", c)
+    return _record(
         f"{name} has {a} {item}. {he} buys {b} more and then gives {c} to a friend. "
-        f"How many {item} does {name} have now?"
+        f"How many {item} does {name} have now?",
+        f"After buying, {name} has {bought} {item}.",
+        f"After giving {c} away, {name} has {gave} {item}.",
+        answer=left,
     )
-    sol = (
-        f"After buying, {name} has {a} + {b} = <<{a}+{b}={s}>>{s} {item}.\n"
-        f"After giving {c} away, {name} has {s} - {c} = <<{s}-{c}={s - c}>>{s - c} {item}.\n"
-        f"#### {s - c}"
-    )
-    return {"question": q, "answer": sol}
 
 
 def _boxes(r: random.Random) -> Record:
     item = r.choice(ITEMS)
     a, b, extra = r.randint(2, 12), r.randint(2, 12), r.randint(1, 9)
-    total = a * b + extra
-    q = (
+    boxed, in_boxes = _calc(a, "*", b)
+    with_loose, total = _calc(in_boxes, "+", extra)
+    return _record(
         f"A box holds {a} {item}. There are {b} full boxes and {extra} loose {item}. "
-        f"How many {item} are there in all?"
+        f"How many {item} are there in all?",
+        f"The boxes hold {boxed} {item}.",
+        f"With the loose ones there are {with_loose} {item}.",
+        answer=total,
     )
-    sol = (
-        f"The boxes hold {a} * {b} = <<{a}*{b}={a * b}>>{a * b} {item}.\n"
-        f"With the loose ones there are {a * b} + {extra} = <<{a * b}+{extra}={total}>>{total} {item}.\n"
-        f"#### {total}"
-    )
-    return {"question": q, "answer": sol}
 
 
 def _pages(r: random.Random) -> Record:
     (name, _he) = r.choice(NAMES)
     a, days, last = r.randint(5, 30), r.randint(2, 7), r.randint(1, 20)
-    first = a * days
-    q = (
+    daily, first = _calc(a, "*", days)
+    in_all, total = _calc(first, "+", last)
+    return _record(
         f"{name} reads {a} pages a day for {days} days, then {last} pages on the next day. "
-        f"How many pages does {name} read in total?"
+        f"How many pages does {name} read in total?",
+        f"In {days} days {name} reads {daily} pages.",
+        f"In total that is {in_all} pages.",
+        answer=total,
     )
-    sol = (
-        f"In {days} days {name} reads {a} * {days} = <<{a}*{days}={first}>>{first} pages.\n"
-        f"In total that is {first} + {last} = <<{first}+{last}={first + last}>>{first + last} pages.\n"
-        f"#### {first + last}"
-    )
-    return {"question": q, "answer": sol}
 
 
 def _money_left(r: random.Random) -> Record:
     (name, he), item = r.choice(NAMES), r.choice(ITEMS)
     price, count = r.randint(2, 9), r.randint(2, 6)
-    spent = price * count
+    cost, spent = _calc(count, "*", price)
     money = spent + r.randint(0, 30)
-    q = (
+    rest, left = _calc(money, "-", spent)
+    return _record(
         f"{name} has ${money}. {he} buys {count} packs of {item} at ${price} each. "
-        f"How many dollars does {name} have left?"
+        f"How many dollars does {name} have left?",
+        f"The packs cost {cost} dollars.",
+        f"{name} has {rest} dollars left.",
+        answer=left,
     )
-    sol = (
-        f"The packs cost {count} * {price} = <<{count}*{price}={spent}>>{spent} dollars.\n"
-        f"{name} has {money} - {spent} = <<{money}-{spent}={money - spent}>>{money - spent} dollars left.\n"
-        f"#### {money - spent}"
-    )
-    return {"question": q, "answer": sol}
 
 
 def _groups(r: random.Random) -> Record:
     groups, size, absent = r.randint(2, 8), r.randint(2, 9), r.randint(1, 5)
-    present = groups * size
-    q = (
-        f"A class has {present + absent} students. {absent} are absent today, and the rest "
-        f"split into {groups} equal groups. How many students are in each group?"
+    enrolled = groups * size + absent
+    here, present = _calc(enrolled, "-", absent)
+    each, per_group = _calc(present, "/", groups)
+    return _record(
+        f"A class has {enrolled} students. {absent} are absent today, and the rest "
+        f"split into {groups} equal groups. How many students are in each group?",
+        f"There are {here} students present.",
+        f"Each group has {each} students.",
+        answer=per_group,
     )
-    sol = (
-        f"There are {present + absent} - {absent} = <<{present + absent}-{absent}={present}>>{present} "
-        f"students present.\nEach group has {present} / {groups} = <<{present}/{groups}={size}>>{size} students.\n"
-        f"#### {size}"
-    )
-    return {"question": q, "answer": sol}
 
 
 TEMPLATES: tuple[Callable[[random.Random], Record], ...] = (

@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from tinker_algos import tinker_ops
+from tinker_core.proto.model_info import ModelInfo
 
 __all__ = [
     "SessionSpec", "adapter_name", "ComputeLogprobs", "Datum", "Forward", "ForwardBackward", "ForwardResult", "GetWeights", "HostRequest", "Info",
@@ -74,19 +75,7 @@ class HostRequest(Generic[R]):
 
 
 # ---- responses -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ModelInfo:
-    """A training session's model on its host (the fields of the wire's ``ModelInfo``)."""
-
-    base_model: str
-    lora_rank: int
-    lora_alpha: float
-    tokenizer_id: str
-    vocab_size: int
-    step: int
-    model_type: str
-    trainable_parameters: int
-    context_length: int | None  # None: the model's config does not say
+# ModelInfo is tinker_core.proto.model_info.ModelInfo: one class with the client (imported above).
 
 
 @dataclass(frozen=True)

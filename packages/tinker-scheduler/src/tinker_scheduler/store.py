@@ -25,8 +25,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ from tinker_scheduler.job_records import (
     StoreError,
     resume_phrase,
 )
-from tinker_scheduler.store_file import open_store_file, query, unusable, write_transaction
+from tinker_scheduler.store_file import StoreTables, open_store_file, unusable
 from tinker_scheduler.store_schema import create_schema
 
 __all__ = [
@@ -80,7 +79,7 @@ def hash_secret(salt: bytes, secret: str) -> bytes:
     return hashlib.sha256(salt + secret.encode("utf-8")).digest()
 
 
-class JobStore:
+class JobStore(StoreTables):
     """The job store in one SQLite file (created on first use)."""
 
     def __init__(self, path: str | Path) -> None:
@@ -110,15 +109,6 @@ class JobStore:
 
     # ---- plumbing -------------------------------------------------------------------------
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction (BEGIN IMMEDIATE ... COMMIT), rolled back on error."""
-        with write_transaction(self._conn, self._lock) as db:
-            yield db
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        return query(self._conn, self._lock, sql, params)
-
     def _notify(self, *, jobs_changed: bool = False) -> None:
         with self._changed:
             self._version += 1
@@ -144,10 +134,6 @@ class JobStore:
         with self._changed:
             self._changed.wait_for(lambda: self._version != seen_version, timeout=timeout)
             return self._version
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
     def journal_mode(self) -> str:
         return str(self._query("PRAGMA journal_mode")[0][0])
@@ -351,44 +337,44 @@ class JobStore:
 
         Returns the job as it is afterwards; a finished job is returned unchanged.
         """
-        job = self.transition(job_id, JobState.CANCELLED, reason, expect=[JobState.QUEUED, JobState.PAUSED])
-        if job is not None:
-            return job
-        with self._write() as db:
-            db.execute(
-                "UPDATE jobs SET cancel_reason = ?, reason = ? WHERE id = ? AND state = ?",
-                (reason, f"cancelling: {reason}", job_id, int(JobState.RUNNING)),
-            )
-        return self.get(job_id)
+        return self._transition_or_flag(
+            job_id, JobState.CANCELLED, reason, [JobState.QUEUED, JobState.PAUSED],
+            flag="cancel_reason = ?, reason = ?", params=(reason, f"cancelling: {reason}"),
+        )
 
     def request_pause(self, job_id: str, reason: str) -> JobRecord | None:
         """Pause a job: QUEUED becomes PAUSED now; RUNNING is flagged for the loop to stop it at
         its next step boundary (it becomes PAUSED once it has). Returns the job as it is
         afterwards; a paused or finished job, or one already asked to pause or cancel, is unchanged."""
-        job = self.transition(job_id, JobState.PAUSED, reason, expect=[JobState.QUEUED])
-        if job is not None:
-            return job
-        with self._write() as db:
-            db.execute(
-                "UPDATE jobs SET pause_reason = ?, reason = ? WHERE id = ? AND state = ? "
-                "AND cancel_reason IS NULL AND pause_reason IS NULL",
-                (reason, f"pausing: {reason}", job_id, int(JobState.RUNNING)),
-            )
-        return self.get(job_id)
+        return self._transition_or_flag(
+            job_id, JobState.PAUSED, reason, [JobState.QUEUED],
+            flag="pause_reason = ?, reason = ?", params=(reason, f"pausing: {reason}"),
+            only_if=" AND cancel_reason IS NULL AND pause_reason IS NULL",
+        )
 
     def resume(self, job_id: str) -> JobRecord | None:
         """Resume a job: PAUSED goes back to the queue; a RUNNING job's pending pause is withdrawn.
         Returns the job as it is afterwards; any other job is unchanged."""
         current = self.get(job_id)
-        job = self.transition(job_id, JobState.QUEUED, f"resumed; {resume_phrase(current)}", expect=[JobState.PAUSED])
+        return self._transition_or_flag(
+            job_id, JobState.QUEUED, f"resumed; {resume_phrase(current)}", [JobState.PAUSED],
+            flag="pause_reason = NULL, reason = 'running (the pause was withdrawn)'", params=(),
+            only_if=" AND pause_reason IS NOT NULL",
+        )
+
+    def _transition_or_flag(
+        self, job_id: str, to: JobState, reason: str, expect: list[JobState], *,
+        flag: str, params: Sequence[Any], only_if: str = "",
+    ) -> JobRecord | None:
+        """Move the job to ``to`` now when it is in ``expect``; else, when it is RUNNING (and
+        ``only_if`` holds), set the columns of ``flag`` (with ``params``) for the job loop to act on
+        at its next step boundary. The job as it is afterwards."""
+        job = self.transition(job_id, to, reason, expect=expect)
         if job is not None:
             return job
         with self._write() as db:
-            db.execute(
-                "UPDATE jobs SET pause_reason = NULL, reason = 'running (the pause was withdrawn)' "
-                "WHERE id = ? AND state = ? AND pause_reason IS NOT NULL",
-                (job_id, int(JobState.RUNNING)),
-            )
+            db.execute(f"UPDATE jobs SET {flag} WHERE id = ? AND state = ?{only_if}",
+                       (*params, job_id, int(JobState.RUNNING)))
         return self.get(job_id)
 
     # ---- events -----------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Opening the job store's SQLite file: created private (mode 600, a new directory 700) and
 checked with ``PRAGMA quick_check``; a file SQLite cannot use is one :class:`StoreError` line
-naming it and what to do, never a traceback."""
+naming it and what to do, never a traceback. :class:`StoreTables` gives the classes that keep
+tables in it (the job store, the Tinker gateway's records) their write transactions and reads."""
 
 from __future__ import annotations
 
@@ -52,21 +53,30 @@ def unusable(path: Path, error: BaseException | str) -> StoreError:
     )
 
 
+class StoreTables:
+    """The tables of one open store file: a class sets ``_conn`` (from :func:`open_store_file`) and
+    the ``_lock`` every use of it takes, and gets write transactions, reads and ``close``."""
 
-@contextmanager
-def write_transaction(conn: sqlite3.Connection, lock: threading.Lock | threading.RLock) -> Iterator[sqlite3.Connection]:
-    """A write transaction on ``conn`` under ``lock`` (BEGIN IMMEDIATE ... COMMIT), rolled back on error."""
-    with lock:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    _conn: sqlite3.Connection
+    _lock: threading.Lock | threading.RLock
 
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction under the lock (BEGIN IMMEDIATE ... COMMIT), rolled back on error."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
 
-def query(conn: sqlite3.Connection, lock: threading.Lock | threading.RLock, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-    """All rows of one read on ``conn`` under ``lock``."""
-    with lock:
-        return conn.execute(sql, params).fetchall()
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """All rows of one read under the lock."""
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -120,13 +120,13 @@ class TrainingService(training_pb2_grpc.TrainingServiceServicer):
         def go(tenant: str) -> training_pb2.TrainingSession:
             free = self._free() if self._free is not None else None
             session = self.sessions.create(tenant, wire.session_request(request), free)
-            return training_pb2.TrainingSession(session_id=session.id, info=wire.model_info(session.info))
+            return training_pb2.TrainingSession(session_id=session.id, info=session.info.to_proto())
 
         return self._guarded(context, go)
 
     def GetInfo(self, request: training_pb2.GetInfoRequest, context: grpc.ServicerContext) -> training_pb2.ModelInfo:
         info = self._session_call(context, "GetInfo", request, lambda s, call: call(ops.Info()))
-        return wire.model_info(info)
+        return info.to_proto()
 
     def ForwardBackward(self, request: training_pb2.ForwardBackwardRequest, context: grpc.ServicerContext) -> training_pb2.ForwardBackwardResponse:
         def fn(s: TrainingSession, call: HostCall) -> training_pb2.ForwardBackwardResponse:

@@ -7,7 +7,6 @@ streams (:mod:`tinker_core.proto.tensors`). Field errors raise
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
@@ -83,12 +82,6 @@ def data(request: training_pb2.ForwardRequest | training_pb2.ForwardBackwardRequ
 def datum_outputs(result: ops.ForwardResult) -> list[training_pb2.DatumOutput]:
     """The per-datum logprobs of a Forward or ForwardBackward result."""
     return [training_pb2.DatumOutput(logprobs=lp) for lp in result.logprobs]
-
-
-def model_info(info: ops.ModelInfo) -> training_pb2.ModelInfo:
-    """A model host's session info as ``ModelInfo`` (a field set to None is 0/empty)."""
-    fields = training_pb2.ModelInfo.DESCRIPTOR.fields_by_name
-    return training_pb2.ModelInfo(**{k: v for k, v in dataclasses.asdict(info).items() if k in fields and v is not None})
 
 
 def adam_fields(a: training_pb2.AdamParams) -> dict[str, float]:

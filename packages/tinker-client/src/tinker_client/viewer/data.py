@@ -24,7 +24,6 @@ import codecs
 import math
 import os
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 from tinker_client.viewer.files import (
     DECODER,
     MAX_LINE_BYTES,
+    PolledFile,
     Unreadable,
     inside,
     loads,
@@ -69,7 +69,7 @@ def _size(path: Path) -> int:
         return 0
 
 
-class JsonLines:
+class JsonLines(PolledFile):
     """The parsed lines of an append-only JSON-lines file, read incrementally (module docstring).
 
     ``parse(obj, offset, length)`` turns each JSON object into what is kept (default: the object);
@@ -79,13 +79,13 @@ class JsonLines:
 
     def __init__(self, path: Path, parse: Callable[[dict[str, Any], int, int], Any] | None = None,
                  root: Path | None = None) -> None:
-        self.path, self.parse, self.root = path, parse or (lambda obj, _offset, _length: obj), root
+        super().__init__(path, root)
+        self.parse = parse or (lambda obj, _offset, _length: obj)
         self.items: list[Any] = []
         self.offset, self.generation, self._inode = 0, 0, None
         self.skipped, self.problem = 0, ""
         self._seen: tuple[int, int] | None = None  # (inode, size) at the last read: unchanged, not read again
         self._long_from: int | None = None  # a line over MAX_LINE_BYTES starts at offset: scanned up to here
-        self._lock = threading.Lock()
 
     def warning(self) -> str | None:
         """What the viewer could not read of this file, or None."""
@@ -94,22 +94,15 @@ class JsonLines:
         return f"{self.skipped} line{'s' if self.skipped != 1 else ''} skipped (not a JSON object, unreadable or over " \
                f"{MAX_LINE_BYTES // 2**20} MiB)" if self.skipped else None
 
-    def refresh(self) -> bool:
-        """Parse what was appended since the last call; True when anything changed. Thread-safe:
-        a second caller waits for the first one's parse."""
-        with self._lock:
-            return self._refresh()
-
     def _refresh(self) -> bool:
         try:
-            if self.root is not None and os.path.lexists(self.path) and not inside(self.root, self.path):
-                self.problem = "a link out of the run dir; not read"
-                return False
-            st = self.path.stat()
+            st = self._stat()
         except OSError:
             if self.offset or self.items:
                 self._reset()
                 return True
+            return False
+        if st is None:
             return False
         if self._seen == (st.st_ino, st.st_size):
             return False  # nothing new (a half-written last line is not read again on every poll)
@@ -209,7 +202,7 @@ def _num(obj: dict[str, Any], key: str, kind: type, default: Any) -> Any:
         return default
 
 
-class TraceEvents:
+class TraceEvents(PolledFile):
     """The complete events (``"ph": "X"``) of a Chrome trace-event JSON array, read incrementally;
     a missing closing ``]`` or a half-written last event is waited for, not an error.
 
@@ -218,9 +211,8 @@ class TraceEvents:
     and keeps each event as ``(name, dur_us, stage, step)``. The table is :func:`phase_summary`."""
 
     def __init__(self, path: Path, root: Path | None = None) -> None:
-        self.path, self.root = path, root
+        super().__init__(path, root)
         self.events: list[tuple[str, float, Any, Any, dict[str, float]]] = []  # (name, dur_us, stage, step, peak memory)
-        self._lock = threading.Lock()
         self._reset()
 
     def _reset(self) -> None:
@@ -228,18 +220,12 @@ class TraceEvents:
         self.problem = ""  # why the rest of the file is not read (a warning), or ""
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def refresh(self) -> bool:
-        """Parse what was appended since the last call; True when anything changed (thread-safe)."""
-        with self._lock:
-            return self._refresh()
-
     def _refresh(self) -> bool:
         try:
-            if self.root is not None and os.path.lexists(self.path) and not inside(self.root, self.path):
-                self.problem = "a link out of the run dir; not read"
-                return False
-            st = self.path.stat()
+            st = self._stat()
         except OSError:
+            return False
+        if st is None:
             return False
         if st.st_ino != self._inode or st.st_size < self.offset:
             self._reset()

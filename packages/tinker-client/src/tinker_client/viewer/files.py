@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_CHECKPOINT_FILES", "MAX_JSON_BYTES", "MAX_LINE_BYTES", "Unreadable", "inside", "loads", "read_document",
+__all__ = ["MAX_CHECKPOINT_FILES", "MAX_JSON_BYTES", "MAX_LINE_BYTES", "PolledFile", "Unreadable", "inside", "loads", "read_document",
            "walk_files"]
 
 #: The largest JSON document (config.json, result.json, report.json...) the viewer reads.
@@ -116,3 +117,31 @@ def walk_files(top: Path, limit: int = MAX_CHECKPOINT_FILES) -> tuple[int, int, 
             if files >= limit:
                 return files, size, False
     return files, size, True
+
+
+class PolledFile:
+    """A run file the viewer polls: :meth:`refresh` parses what was appended since the last call
+    (the subclass's ``_refresh``), one caller at a time; with ``root``, a file that is a link out
+    of that directory is not read (:attr:`problem` says so)."""
+
+    problem: str
+
+    def __init__(self, path: Path, root: Path | None) -> None:
+        self.path, self.root = path, root
+        self._lock = threading.Lock()
+
+    def refresh(self) -> bool:
+        """Parse what was appended since the last call; True when anything changed. Thread-safe:
+        a second caller waits for the first one's parse."""
+        with self._lock:
+            return self._refresh()
+
+    def _refresh(self) -> bool:  # pragma: no cover - subclasses implement
+        raise NotImplementedError
+
+    def _stat(self) -> os.stat_result | None:
+        """The file's ``stat``; None for a link out of ``root``; ``OSError`` when it cannot be read."""
+        if self.root is not None and os.path.lexists(self.path) and not inside(self.root, self.path):
+            self.problem = "a link out of the run dir; not read"
+            return None
+        return self.path.stat()

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - read by lazy_package too
     from tinker_core.testing._common import ConformanceError as ConformanceError
     from tinker_core.testing._common import ConformanceWarning as ConformanceWarning
     from tinker_core.testing._common import TorchNotInstalledError as TorchNotInstalledError
+    from tinker_core.testing._episodes import CheckOptions as CheckOptions
     from tinker_core.testing.engines import StepHold as StepHold
     from tinker_core.testing.engines import check_rollout_engine as check_rollout_engine
     from tinker_core.testing.envs import DEFAULT_ACTIONS as DEFAULT_ACTIONS

@@ -15,7 +15,7 @@ import math
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -46,6 +46,15 @@ _REWARD_TOL = 1e-9
 
 Policy = Callable[[Any, dict[str, Any]], str]
 ActionsArg = Sequence[str] | Callable[..., str] | None
+
+
+class CheckOptions(TypedDict, total=False):
+    """The keyword options of :func:`~tinker_core.testing.check_env` and
+    :func:`~tinker_core.testing.check_multi_agent_env` (their defaults are :func:`prepare`'s)."""
+
+    seeds: Sequence[int]
+    max_steps: int
+    actions: ActionsArg
 
 
 # ---- scripts: how an episode is driven ---------------------------------------------------------
@@ -348,9 +357,10 @@ class CheckPlan:
         return self.target.reporter
 
 
-def prepare(env: object, *, multi_agent: bool, seeds: Sequence[int], max_steps: int, actions: ActionsArg) -> CheckPlan:
-    """Check the arguments, resolve ``env`` and run the ``type``, ``env_spec`` and ``reset``
-    signature checks."""
+def prepare(env: object, *, multi_agent: bool, seeds: Sequence[int] = (0, 1, 2), max_steps: int = 64,
+            actions: ActionsArg = None) -> CheckPlan:
+    """Check the arguments (:class:`CheckOptions`), resolve ``env`` and run the ``type``,
+    ``env_spec`` and ``reset`` signature checks."""
     checked_seeds = _check_args(seeds, max_steps)
     scripts = episode_scripts(actions)
     if multi_agent:

@@ -45,14 +45,13 @@ How episodes are driven
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from tinker_core.env import EnvSpec, TextEnv
 from tinker_core.testing._common import Reporter, is_bool, short
 from tinker_core.testing._episodes import (
     DEFAULT_ACTIONS,
-    ActionsArg,
+    CheckOptions,
     Episode,
     Script,
     as_action,
@@ -132,13 +131,7 @@ def _play(rep: Reporter, env: TextEnv, spec: EnvSpec, seed: int, script: Script,
     return Episode(trace, False, action)
 
 
-def check_env(
-    env: Any,
-    *,
-    seeds: Sequence[int] = (0, 1, 2),
-    max_steps: int = 64,
-    actions: ActionsArg = None,
-) -> None:
+def check_env(env: Any, **options: Unpack[CheckOptions]) -> None:
     """Check that a single-agent text environment follows the OpenTinker env contract.
 
     Args:
@@ -146,16 +139,17 @@ def check_env(
             works), or a registered env id (built with :func:`tinker_core.make_env`). Two fresh
             envs are needed for the determinism check: factories and ids build a second one,
             instances are deep-copied before use.
-        seeds: the seeds each episode script is played with.
-        max_steps: the most steps driven per episode (episodes must end within
+        seeds: the seeds each episode script is played with (default ``(0, 1, 2)``).
+        max_steps: the most steps driven per episode (default 64; episodes must end within
             ``min(env_spec.max_turns, max_steps)``).
-        actions: None for the default actions, a sequence of action strings played in order,
-            or a deterministic ``policy(observation, info) -> str``. See the module docstring.
+        actions: None (the default) for the default actions, a sequence of action strings
+            played in order, or a deterministic ``policy(observation, info) -> str``. See the
+            module docstring.
 
     Raises:
         ConformanceError: naming the env, the failed check and the fix.
     """
-    run = prepare(env, multi_agent=False, seeds=seeds, max_steps=max_steps, actions=actions)
+    run = prepare(env, multi_agent=False, **options)
     rep, spec = run.reporter, run.spec
 
     def play(e: TextEnv, seed: int, script: Script, probe_after_end: bool) -> Episode:

@@ -20,13 +20,12 @@ and ``close``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from tinker_core.env import EnvSpec, MultiAgentTextEnv
 from tinker_core.testing._common import Reporter, is_bool, is_real_number, short
 from tinker_core.testing._episodes import (
-    ActionsArg,
+    CheckOptions,
     Episode,
     Script,
     check_info,
@@ -141,28 +140,23 @@ def _ma_play(rep: Reporter, env: MultiAgentTextEnv, spec: EnvSpec, roles: list[s
     return Episode(trace, False, action)
 
 
-def check_multi_agent_env(
-    env: Any,
-    *,
-    seeds: Sequence[int] = (0, 1, 2),
-    max_steps: int = 64,
-    actions: ActionsArg = None,
-) -> None:
+def check_multi_agent_env(env: Any, **options: Unpack[CheckOptions]) -> None:
     """Check that a turn-based multi-agent env follows the OpenTinker AEC contract.
 
     Args:
         env: a :class:`~tinker_core.env.MultiAgentTextEnv` instance, a zero-argument factory,
             or a registered env id.
-        seeds: the seeds each episode script is played with.
-        max_steps: the most steps (all roles together) driven per episode.
-        actions: None for the default actions, a sequence of action strings played in order
-            (whoever's turn it is), or a deterministic ``policy(observation, info) -> str`` called
-            with the acting role's observation and info.
+        seeds: the seeds each episode script is played with (default ``(0, 1, 2)``).
+        max_steps: the most steps (all roles together) driven per episode (default 64).
+        actions: None (the default) for the default actions, a sequence of action strings
+            played in order (whoever's turn it is), or a deterministic
+            ``policy(observation, info) -> str`` called with the acting role's observation and
+            info.
 
     Raises:
         ConformanceError: naming the env, the failed check and the fix.
     """
-    run = prepare(env, multi_agent=True, seeds=seeds, max_steps=max_steps, actions=actions)
+    run = prepare(env, multi_agent=True, **options)
     rep, spec = run.reporter, run.spec
     possible = getattr(run.target.env, "possible_agents", None)
     if not isinstance(possible, list | tuple) or tuple(possible) != spec.roles:

@@ -20,13 +20,10 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from tinker_scheduler.store_file import open_store_file, query, write_transaction
+from tinker_scheduler.store_file import StoreTables, open_store_file
 
 #: Finished futures kept; older ones are forgotten (polling one is then "not found").
 MAX_FUTURES = 4096
@@ -119,7 +116,7 @@ class CheckpointRecord:
         return f"tinker://{self.model_id}/{self.kind}/{self.name}"
 
 
-class Records:
+class Records(StoreTables):
     """The gateway's tables in the store file ``path``; thread-safe."""
 
     def __init__(self, path: str | Path) -> None:
@@ -135,18 +132,6 @@ class Records:
             db.execute("UPDATE tinker_models SET state = 'restarted' WHERE state = 'live'")
             db.execute("UPDATE tinker_futures SET state = 'restarted' WHERE state = 'pending'")
             db.execute("UPDATE tinker_sessions SET last_seen = ? WHERE state = 'active'", (now,))
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with write_transaction(self._conn, self._lock) as db:
-            yield db
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        return query(self._conn, self._lock, sql, params)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
 
     # ---- Tinker sessions (the SDK's ServiceClient: create_session, session_heartbeat) ----------
     def add_tinker_session(self, session_id: str, tenant: str, user_metadata: dict[str, str] | None = None,
