@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from tinker_algos.model.allocator import release_freed_memory
 from tinker_algos.model.device import DeviceError, resolve_device
 from tinker_algos.model.models import LoraSpec, PolicyModel
 from tinker_core.config import JobConfig
@@ -21,7 +22,8 @@ ADAPTER = "policy"
 
 def load_job_policy(job: JobConfig, *, threads: int | None = None) -> PolicyModel:
     """``job.model`` loaded on its device in its precision; ``threads`` (default
-    ``model.threads``) sets torch's intra-op threads of this process first."""
+    ``model.threads``) sets torch's intra-op threads of this process first, and
+    ``model.release_memory`` its C heap's mmap threshold (:mod:`tinker_algos.model.allocator`)."""
     try:
         spec = resolve_device(job.model.device, job.model.precision)
     except DeviceError as e:
@@ -29,6 +31,8 @@ def load_job_policy(job: JobConfig, *, threads: int | None = None) -> PolicyMode
     threads = threads if threads is not None else job.model.threads
     if threads is not None:
         torch.set_num_threads(threads)
+    if job.model.release_memory and spec.device.type == "cpu":
+        release_freed_memory()
     return PolicyModel.load(job.model.name, spec=spec, tokenizer=job.model.tokenizer, revision=job.model.revision)
 
 

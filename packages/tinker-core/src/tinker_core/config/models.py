@@ -96,6 +96,16 @@ class ModelConfig(_Model):
         ),
     )
 
+    release_memory: bool = Field(
+        False,
+        description=(
+            "On the CPU with glibc (Linux), map every block of 64 KiB or more on its own and return it to the system when "
+            "freed, instead of glibc's moving threshold that serves a training pass's tensors from a heap that only grows: "
+            "the process's resident memory follows what its tensors hold (a checkpointed SmolLM2 pass of 8 x 400 tokens: "
+            "1.9 instead of 4.8 GiB), for the page faults of mapping blocks again. Process-wide; no effect elsewhere."
+        ),
+    )
+
     _plain_names = field_validator("name", "revision", "tokenizer", "chat_template")(_no_control_chars)
 
     @property
