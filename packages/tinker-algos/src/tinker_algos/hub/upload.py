@@ -27,8 +27,9 @@ class PushResult:
 
 
 def check_push(repo_id: str) -> None:
-    """Refuse, before any export work, a push that cannot happen: a malformed repo id or ``HF_HUB_OFFLINE``."""
-    from huggingface_hub import constants
+    """Refuse, before any export work, a push that cannot happen: a malformed repo id, ``HF_HUB_OFFLINE``,
+    or no token (``HF_TOKEN`` unset and no ``hf auth login``)."""
+    from huggingface_hub import constants, get_token
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -38,6 +39,8 @@ def check_push(repo_id: str) -> None:
         raise PushError(f"--push-to-hub {repo_id!r}: not a repo id ({str(e).strip().splitlines()[0]}); give NAME or OWNER/NAME") from None
     if constants.HF_HUB_OFFLINE:
         raise PushError(f"--push-to-hub {repo_id}: HF_HUB_OFFLINE is set, so nothing can be uploaded; unset it to push")
+    if not get_token():
+        raise PushError(f"--push-to-hub {repo_id}: no Hugging Face token; set HF_TOKEN or run `hf auth login`")
 
 
 def push_folder(folder: Path, repo_id: str, *, private: bool = False, message: str = "Upload with opentinker export") -> PushResult:
@@ -50,7 +53,7 @@ def push_folder(folder: Path, repo_id: str, *, private: bool = False, message: s
     try:
         repo = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         info = api.upload_folder(folder_path=str(folder), repo_id=repo.repo_id, repo_type="model", commit_message=message)
-    except LocalTokenNotFoundError:
+    except LocalTokenNotFoundError:  # the token went between check_push and now
         raise PushError(f"--push-to-hub {repo_id}: no Hugging Face token; set HF_TOKEN or run `hf auth login` (the export is in {folder})") from None
     except OfflineModeIsEnabled:
         raise PushError(f"--push-to-hub {repo_id}: HF_HUB_OFFLINE is set, so nothing can be uploaded; unset it (the export is in {folder})") from None
