@@ -97,7 +97,7 @@ def check_data_shorthand(v: object) -> object:
     if v is None or isinstance(v, (dict, DataSource)):
         return v
     if not isinstance(v, str):
-        raise ValueError("give a path string or a mapping {path | hub, split, fields, max_rows}")
+        raise ValueError("give a path string or a mapping with path or hub (and split, fields, max_rows)")
     if not 1 <= len(v) <= 4096:
         raise ValueError("a data path must be 1 to 4096 characters long")
     return {"path": _plain(v)}

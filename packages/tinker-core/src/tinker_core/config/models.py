@@ -189,7 +189,7 @@ class PPOParams(_Model):
 class DPOParams(_Model):
     """Options of dpo (algorithm.params)."""
 
-    eval_data: DataSource | None = Field(None, description="Held-out prompt/chosen/rejected pairs, scored at each evaluation: a JSONL path or a data source like algorithm.data's.")
+    eval_data: DataSource | None = Field(None, description="Held-out prompt/chosen/rejected pairs, scored at each evaluation: a JSONL path (a string) or a data source mapping, as algorithm.data.")
     min_reward_gap: float = Field(
         0.0, ge=0.0, description="On-policy pairs: pair best and worst only when their rewards differ by more than this."
     )
@@ -233,7 +233,7 @@ class AlgorithmConfig(_Model):
     epochs_per_step: int = Field(1, ge=1, le=1000, description="Passes over each rollout batch (ppo; at most 1000).")
     data: DataSource | None = Field(
         None,
-        description="SFT examples or DPO pairs: a JSONL path, or a data source {path | hub, split, fields, max_rows} (see algorithm.data); on a scheduler, a path under a --model-root or the tenant's runs.",
+        description="SFT examples or DPO pairs: a JSONL path (a string), or a data source mapping with path or hub, split, fields, max_rows (see the section below); on a scheduler, a path under a --model-root or the tenant's runs.",
     )
     eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="Held-out evaluation every N steps; 0 = only at the end.")
     eval_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE, description=f"Held-out problems per evaluation (at most {MAX_BATCH_SIZE:,}).")
