@@ -3,7 +3,8 @@
 Pairs come from one of two places:
 
 * **offline** -- ``algorithm.data``, a JSONL file of ``{"prompt", "chosen", "rejected"}``
-  records; each step takes the next ``algorithm.batch_size`` pairs of a per-epoch shuffled order.
+  records (or a parquet file, ``save_to_disk`` folder or Hub dataset, read by
+  :mod:`tinker_algos.hub.data_sources`); each step takes the next ``algorithm.batch_size`` pairs of a per-epoch shuffled order.
 * **on-policy** -- without a data file, from the environment: each step samples
   ``rollout.group_size`` completions for each of ``rollout.prompts_per_step`` env tasks, scores
   them with the env (the verifier) and pairs the best with the worst of every group whose

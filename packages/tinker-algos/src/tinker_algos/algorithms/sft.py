@@ -2,7 +2,8 @@
 
 Examples come from ``algorithm.data`` (a JSONL file of ``{"prompt": ..., "completion": ...}``
 records, or of ``{"messages": [...]}`` conversations: an optional ``system`` message, then
-``user`` and ``assistant`` messages in turn, ending with an ``assistant`` one) or, without a file,
+``user`` and ``assistant`` messages in turn, ending with an ``assistant`` one; or a parquet file,
+``save_to_disk`` folder or Hub dataset, read by :mod:`tinker_algos.hub.data_sources`) or, without data,
 from the environment: each example is a demonstration the env gives
 through ``info["target"]``, the ideal next action (arithmetic, echo and other single-turn envs
 give it on reset; a multi-turn env such as ``math/calculator-v0`` gives it after each turn too).
