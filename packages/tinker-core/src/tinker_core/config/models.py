@@ -231,10 +231,7 @@ class AlgorithmConfig(_Model):
         False, description="Keep only each decoder layer's input for backward and recompute the layer then (transformers' checkpointing): the training pass's activations shrink to one hidden vector per token and layer, for about one more forward pass of time; a long multi-turn batch trains in one pass without micro_batch_size. The shared-prompt pass is off under it (the KV cache is).",
     )
     epochs_per_step: int = Field(1, ge=1, le=1000, description="Passes over each rollout batch (ppo; at most 1000).")
-    data: DataSource | None = Field(
-        None,
-        description="SFT examples or DPO pairs: a JSONL path (a string), or a data source mapping with path or hub, split, fields, max_rows (see the section below); on a scheduler, a path under a --model-root or the tenant's runs.",
-    )
+    data: DataSource | None = Field(None, description="SFT examples or DPO pairs: a JSONL path (a string), or a data source mapping with path or hub, split, fields, max_rows (see the section below); on a scheduler, a path under a --model-root or the tenant's runs.")
     eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="Held-out evaluation every N steps; 0 = only at the end.")
     eval_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE, description=f"Held-out problems per evaluation (at most {MAX_BATCH_SIZE:,}).")
     stop_at: dict[str, float] | None = Field(None, description="End the stage at the first evaluation where every named held-out metric reaches its value (e.g. {eval/accuracy: 0.3}); 'steps' is then the most it runs. Needs eval_every.")
