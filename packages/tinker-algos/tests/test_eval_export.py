@@ -304,15 +304,16 @@ def test_export_writes_an_adapter_and_a_merged_model_that_load_in_a_fresh_proces
     adapter, merged = tmp_path / "adapter", tmp_path / "merged"
     result = invoke("export", lora_run, "--output", adapter)
     assert result.exit_code == 0, result.output
-    assert f"exported LoRA adapter of {lora_run / 'checkpoints' / 'step-000003'} (step 3) to {adapter} (base model: {adapter.resolve() / 'base'})" in result.stdout
+    assert f"exported LoRA adapter of {lora_run / 'checkpoints' / 'step-000003'} (step 3) to {adapter} (base model: base, saved in {adapter / 'base'})" in result.stdout
     result = invoke("export", lora_run, "--output", merged, "--merge")
     assert result.exit_code == 0 and "merged full model" in result.stdout, result.output
 
     # the layout vLLM's --lora-modules reads: the two files at the top, no modules_to_save; the
     # tiny base (a name plain peft cannot resolve) saved beside them in base/, which the adapter records
+    # relative to itself
     assert [p.name for p in adapter.iterdir() if p.is_dir()] == ["base"]
     config = json.loads((adapter / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == str(adapter.resolve() / "base") and not config["modules_to_save"]
+    assert config["base_model_name_or_path"] == "base" and not config["modules_to_save"]
     assert config["r"] == 4 and config["lora_alpha"] == 8 and config["bias"] == "none" and not config["use_dora"]
     with safe_open(str(adapter / "adapter_model.safetensors"), framework="pt") as f:
         keys = list(f.keys())  # noqa: SIM118
@@ -454,26 +455,39 @@ def test_eval_and_export_print_no_hugging_face_progress_bars(lora_run, tmp_path)
             assert bar not in out.stderr + out.stdout, (args, out.stderr)
 
 
-def test_a_tiny_adapter_export_loads_with_plain_peft_in_a_fresh_process(lora_run, tmp_path):
-    """``AutoPeftModelForCausalLM.from_pretrained(export)``: no OpenTinker, no hub, the trained logits."""
-    adapter = tmp_path / "adapter"
+def test_a_tiny_adapter_export_moved_elsewhere_loads_with_plain_peft_in_a_fresh_process(lora_run, tmp_path):
+    """The export names its bundled base relative to itself, so a moved folder still loads: with
+    ``AutoPeftModelForCausalLM.from_pretrained(".")`` inside it (peft resolves a relative base from
+    the working directory), with ``PeftModel`` on ``DIR/base`` from anywhere, and with ``opentinker
+    eval`` -- no OpenTinker, no hub, the trained logits; every file 0644, every folder 0755."""
+    adapter, moved = tmp_path / "adapter", tmp_path / "elsewhere" / "moved"
     assert invoke("export", lora_run, "--output", adapter).exit_code == 0
+    moved.parent.mkdir()
+    adapter.rename(moved)
     ids, want = logits_of(trained_policy(lora_run, 3))
     code = (
         "import sys, json, torch\n"
-        "from peft import AutoPeftModelForCausalLM\n"
-        "model = AutoPeftModelForCausalLM.from_pretrained(sys.argv[1]).eval()\n"
+        "from peft import AutoPeftModelForCausalLM, PeftModel\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "if sys.argv[1] == '.':\n"
+        "    model = AutoPeftModelForCausalLM.from_pretrained('.')\n"
+        "else:\n"
+        "    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(sys.argv[1] + '/base'), sys.argv[1])\n"
         "with torch.no_grad():\n"
-        "    print(json.dumps(model(input_ids=torch.tensor([json.loads(sys.argv[2])])).logits[0].tolist()))\n"
+        "    print(json.dumps(model.eval()(input_ids=torch.tensor([json.loads(sys.argv[2])])).logits[0].tolist()))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENTINKER_")}
     env["HF_HUB_OFFLINE"] = "1"
-    out = subprocess.run([sys.executable, "-c", code, str(adapter), json.dumps(ids)], capture_output=True, text=True,
-                         cwd=tmp_path, env=env, timeout=300)
-    assert out.returncode == 0, out.stderr
-    got = torch.tensor(json.loads(out.stdout.strip().splitlines()[-1]))
-    assert torch.allclose(got, want, atol=1e-5)
-    assert (adapter / "base" / "model.safetensors").stat().st_mode & 0o044  # readable by whoever serves it
+    for where, cwd in ((".", moved), (str(moved), tmp_path)):
+        out = subprocess.run([sys.executable, "-c", code, where, json.dumps(ids)], capture_output=True, text=True,
+                             cwd=cwd, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr
+        got = torch.tensor(json.loads(out.stdout.strip().splitlines()[-1]))
+        assert torch.allclose(got, want, atol=1e-5), where
+    assert find_source(moved).base_model == str(moved / "base")  # what eval and serve load
+    modes = {p.relative_to(moved).as_posix(): p.stat().st_mode & 0o777 for p in [moved, *moved.rglob("*")]}
+    assert modes["base/model.safetensors"] == modes["adapter_model.safetensors"] == 0o644
+    assert set(modes.values()) == {0o644, 0o755} and modes["."] == modes["base"] == 0o755, modes
 
 
 def test_a_baseline_eval_writes_under_runs_not_into_the_current_directory(tmp_path, monkeypatch, algos_and_echo_plugins):

@@ -51,6 +51,44 @@ def write_gguf(path: Path, *, arch: str = "llama", qtype: str | None = None) -> 
     return path
 
 
+def write_tiny_llama_gguf(path: Path) -> Path:
+    """A complete, loadable GGUF of a one-layer Llama (hidden 32) with a 40-token character vocabulary."""
+    import gguf
+
+    tokens = ["<s>", "</s>", *"abcdefghijklmnopqrstuvwxyz0123456789+=", "\u0120", "\u010a"]  # GPT-2's space and newline
+    n_vocab, d, ff, heads, kv = len(tokens), 32, 64, 4, 2
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_context_length(64)
+    w.add_embedding_length(d)
+    w.add_block_count(1)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(d // heads)
+    w.add_vocab_size(n_vocab)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([3, 3] + [1] * (n_vocab - 2))
+    w.add_token_scores([0.0] * n_vocab)
+    w.add_token_merges([])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    rng = np.random.default_rng(0)
+    shapes = {"token_embd": (n_vocab, d), "blk.0.attn_q": (d, d), "blk.0.attn_k": (kv * d // heads, d),
+              "blk.0.attn_v": (kv * d // heads, d), "blk.0.attn_output": (d, d), "blk.0.ffn_gate": (ff, d),
+              "blk.0.ffn_up": (ff, d), "blk.0.ffn_down": (d, ff), "output": (n_vocab, d)}
+    for name, shape in shapes.items():
+        w.add_tensor(f"{name}.weight", (rng.standard_normal(shape) * 0.05).astype(np.float32))
+    for name in ("blk.0.attn_norm", "blk.0.ffn_norm", "output_norm"):
+        w.add_tensor(f"{name}.weight", np.ones(d, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def cli() -> typer.Typer:
     app = typer.Typer(add_completion=False)
     app.command()(lambda: None)
@@ -128,6 +166,14 @@ def test_a_gguf_header_declaring_more_than_the_file_holds_is_refused_at_once(tmp
         import_gguf(path, tmp_path / "out")
     assert words in str(err.value) and str(path) in str(err.value)
     assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_an_imported_model_has_normal_file_modes(tmp_path):
+    """safetensors' save leaves model.safetensors at 0600; an import others load is 0644 (folder 0755)."""
+    out = import_gguf(write_tiny_llama_gguf(tmp_path / "tiny.gguf"), tmp_path / "out")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o644}, modes
+    assert out.stat().st_mode & 0o777 == 0o755
 
 
 def test_an_existing_output_is_refused_and_left_alone(tmp_path):

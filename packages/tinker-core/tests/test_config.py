@@ -179,7 +179,7 @@ def test_a_learner_roles_unknown_loss_is_named_with_its_path():
         ({"name": "ppo", "params": {"clip_ratio": 0.5}}, "algorithm.params.clip_ratio: unknown key; allowed keys: critic, vf_coef"),
         ({"name": "dpo", "params": {"evaldata": "x"}}, "algorithm.params.evaldata: unknown key; did you mean 'eval_data'?"),
         ({"name": "dpo", "params": {"min_reward_gap": -1}}, "algorithm.params.min_reward_gap: Input should be greater than or equal to 0"),
-        ({"name": "dpo", "params": {"eval_data": 3}}, "algorithm.params.eval_data: Input should be a valid string"),
+        ({"name": "dpo", "params": {"eval_data": 3}}, "algorithm.params.eval_data: give a path string or a mapping with path or hub (and split, fields, max_rows)"),
         ({"name": "sft", "params": {"lr": 1}}, "algorithm.params.lr: unknown key; this section takes no keys"),
         ({"name": "grpo", "params": {"multi_agent": {"mode": "team"}}},
          "algorithm.params.multi_agent.mode: Input should be 'self_play', 'opponent', 'learners' or 'league'"),

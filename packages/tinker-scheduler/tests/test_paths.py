@@ -97,6 +97,21 @@ def test_check_job_names_the_field_of_each_path(layout):
     assert refusal(policy.check_job, config, "alice")[1].startswith("stages[1].algorithm.params.eval_data: ")
 
 
+def test_data_sources_are_checked_by_their_path_or_their_hub_value(layout):
+    policy, root = layout
+
+    def job(data: object) -> object:
+        return parse_config({"model": {"name": "tiny"}, "algorithm": {"name": "sft", "data": data}}, check_plugins=False)
+
+    policy.check_job(job({"path": str(root / "models" / "data.jsonl"), "split": "train"}), "alice")
+    policy.check_job(job({"hub": "openai/gsm8k", "config": "main"}), "alice")  # a hub id: downloaded, as models are
+    for data, field in [({"path": str(root / "private" / "data.jsonl"), "max_rows": 3}, "algorithm.data: "),
+                        ({"hub": str(root / "private")}, "algorithm.data.hub: "),  # load_dataset reads a local folder
+                        ({"hub": "private"}, "algorithm.data.hub: ")]:  # a hub-id-shaped name that is a path here
+        code, message = refusal(policy.check_job, job(data), "alice")
+        assert code == "PERMISSION_DENIED" and message.startswith(field), message
+
+
 def test_model_roots_in_the_config_and_the_cli(tmp_path):
     assert SchedulerConfig(model_roots=[str(tmp_path)]).model_roots == (tmp_path,)
     assert SchedulerConfig(model_roots=str(tmp_path)).model_roots == (tmp_path,)

@@ -9,7 +9,8 @@ A job writes only under ``runs_dir/<tenant>/<job id>/`` and a session under
 - a directory under one of the scheduler's ``--model-root`` roots;
 - the tenant's own run outputs (under ``runs_dir/<tenant>/``).
 
-A data file (``algorithm.data``, ``algorithm.params.eval_data``) must lie under a model root or
+A data file (``algorithm.data``, ``algorithm.params.eval_data``; a data source's ``path``, or its
+``hub`` when that is a path here rather than a hub id) must lie under a model root or
 the tenant's own run outputs, and so must every path in the env's arguments (``env.kwargs``,
 ``env.eval_kwargs``, a stage's ``env``; e.g. ``math/dataset-v0``'s ``path``): a string whose key
 names a path (:data:`PATH_KEY_RE`: ``path``, ``file``, ``data_dir``, ``eval_files``, ...) or that
@@ -28,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tinker_core.config import JobConfig
+from tinker_core.config import DataSource, JobConfig
 from tinker_core.names import is_hub_id
 from tinker_scheduler.errors import StatusError
 
@@ -112,6 +113,15 @@ class PathPolicy:
                 f"({self._roots_text()}) or your own run outputs",
             )
 
+    def check_data_source(self, source: DataSource, tenant: str, field: str) -> None:
+        """Refuse a data source that reads outside what :meth:`check_data` allows: its ``path``, or a
+        ``hub`` value that is a path on this server (``datasets.load_dataset`` reads local folders);
+        a hub id that is no path here is downloaded like a hub model (``datasets`` runs no code)."""
+        if source.path is not None:
+            self.check_data(source.path, tenant, field)
+        elif source.hub is not None and not (is_hub_id(source.hub) and not os.path.lexists(source.hub)):
+            self.check_data(source.hub, tenant, f"{field}.hub")
+
     def check_env_args(self, value: Any, tenant: str, field: str, *, path_key: bool = False) -> None:
         """Refuse a path in env arguments ``value`` (``field``: e.g. ``env.kwargs``) outside what
         :meth:`check_data` allows; see the module docstring for what counts as a path."""
@@ -138,10 +148,10 @@ class PathPolicy:
         for i, stage in enumerate(config.resolved_stages()):
             where = "algorithm" if config.algorithm is not None else f"stages[{i}].algorithm"
             if stage.algorithm.data is not None:
-                self.check_data(stage.algorithm.data, tenant, f"{where}.data")
+                self.check_data_source(stage.algorithm.data, tenant, f"{where}.data")
             eval_data = getattr(stage.algorithm.params, "eval_data", None)
             if eval_data is not None:
-                self.check_data(eval_data, tenant, f"{where}.params.eval_data")
+                self.check_data_source(eval_data, tenant, f"{where}.params.eval_data")
         envs = [("env", config.env)] + [(f"stages[{i}].env", s.env) for i, s in enumerate(config.stages)]
         for where, env in envs:
             if env is not None:

@@ -6,9 +6,9 @@
 * :func:`sampler_agreement` -- how far the sampler's logprobs are from the trainer's.
 * :func:`resolve_estimator`, :func:`check_estimator_config`, :func:`resolve_loss` -- fail on a
   wrong name, kind or key before any work.
-* :func:`read_jsonl`, :func:`shuffled_batch`, :func:`example_trajectory`,
-  :func:`stage_system_prompt` -- offline data files (SFT examples, DPO pairs): read, cycled
-  through in per-epoch shuffled order, tokenized through the chat template like rollouts.
+* :func:`shuffled_batch`, :func:`example_trajectory`,
+  :func:`stage_system_prompt` -- offline data (SFT examples, DPO pairs; read by
+  :mod:`tinker_algos.hub.data_sources`): cycled through in per-epoch shuffled order, tokenized through the chat template like rollouts.
 * :func:`optim_metrics` -- the ``optim/*`` keys of one ``optim_step``.
 
 Algorithms import these from here, never from each other.
@@ -17,9 +17,7 @@ Algorithms import these from here, never from each other.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -149,28 +147,6 @@ def resolve_loss(ctx: StageContext, algorithm: str, default: str, kind: str) -> 
     except (TypeError, ValueError) as e:
         raise ConfigError([f"{ctx.where}.loss_config: {e}"]) from None
     return name
-
-
-def read_jsonl(path: str | Path, where: str, what: str) -> list[tuple[int, Any]]:
-    """``(line number, record)`` of every non-blank line of a JSONL file.
-
-    Errors name ``where`` (the config field), the file and the line; ``what`` says what the file
-    should hold, for a missing file.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError([f"{where}: file {p} does not exist; give a JSONL file of {what}"])
-    records: list[tuple[int, Any]] = []
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append((n, json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise ConfigError([f"{where}: {p}:{n} is not JSON ({e.msg} at column {e.colno})"]) from None
-    if not records:
-        raise ConfigError([f"{where}: {p} holds no records"])
-    return records
 
 
 def shuffled_batch(ctx: StageContext, items: Sequence[_T], step: int) -> list[_T]:

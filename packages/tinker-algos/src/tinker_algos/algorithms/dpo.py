@@ -3,7 +3,8 @@
 Pairs come from one of two places:
 
 * **offline** -- ``algorithm.data``, a JSONL file of ``{"prompt", "chosen", "rejected"}``
-  records; each step takes the next ``algorithm.batch_size`` pairs of a per-epoch shuffled order.
+  records (or a parquet file, ``save_to_disk`` folder or Hub dataset, read by
+  :mod:`tinker_algos.hub.data_sources`); each step takes the next ``algorithm.batch_size`` pairs of a per-epoch shuffled order.
 * **on-policy** -- without a data file, from the environment: each step samples
   ``rollout.group_size`` completions for each of ``rollout.prompts_per_step`` env tasks, scores
   them with the env (the verifier) and pairs the best with the worst of every group whose
@@ -56,14 +57,14 @@ from tinker_algos.algorithms.common import (
     ReferencePolicy,
     example_trajectory,
     optim_metrics,
-    read_jsonl,
     resolve_loss,
     shuffled_batch,
     stage_system_prompt,
 )
 from tinker_algos.builtins.losses import preference_metrics
+from tinker_algos.hub.data_sources import read_records
 from tinker_algos.rollout.episodes import RolloutResult
-from tinker_core.config import DPOParams
+from tinker_core.config import DataSource, DPOParams
 from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 from tinker_core.errors import ConfigError, did_you_mean
 
@@ -79,29 +80,28 @@ class PreferencePair:
     rejected: str
 
 
-def load_preference_pairs(path: str | Path, where: str = "algorithm.data") -> list[PreferencePair]:
-    """Pairs from a JSONL file of ``{"prompt", "chosen", "rejected"}`` records.
+def load_preference_pairs(data: DataSource | str | Path, where: str = "algorithm.data") -> list[PreferencePair]:
+    """Pairs from ``data`` (a JSONL path or a :class:`DataSource`) of ``{"prompt", "chosen", "rejected"}`` records.
 
-    Raises :class:`ConfigError` naming the file, the line and the field for a missing file, a
-    line that is not a JSON object, a field that is missing or not a non-empty string (the
-    prompt may be empty), identical ``chosen`` and ``rejected``, or a file without records.
+    Raises :class:`ConfigError` naming the record and the field for a missing file, a record
+    that is not an object, a field that is missing or not a non-empty string (the prompt may be
+    empty), identical ``chosen`` and ``rejected``, or data without records.
     """
-    p = Path(path)
     pairs: list[PreferencePair] = []
-    for n, rec in read_jsonl(p, where, '{"prompt", "chosen", "rejected"} records'):
+    for label, rec in read_records(data, where, '{"prompt", "chosen", "rejected"} records', (PAIR_FIELDS,)):
         if not isinstance(rec, dict):
-            raise ConfigError([f"{where}: {p}:{n} must be a JSON object with fields {', '.join(PAIR_FIELDS)}, got {type(rec).__name__}"])
+            raise ConfigError([f"{where}: {label} must be a JSON object with fields {', '.join(PAIR_FIELDS)}, got {type(rec).__name__}"])
         for field in PAIR_FIELDS:
             if field not in rec:
                 hint = did_you_mean(field, [k for k in rec if k not in PAIR_FIELDS])
-                raise ConfigError([f"{where}: {p}:{n} has no field {field!r}" + (f"; did you mean {hint!r}?" if hint else f" (fields: {', '.join(PAIR_FIELDS)})")])
+                raise ConfigError([f"{where}: {label} has no field {field!r}" + (f"; did you mean {hint!r}? (or map it with fields)" if hint else f" (fields: {', '.join(PAIR_FIELDS)})")])
             value = rec[field]
             if not isinstance(value, str):
-                raise ConfigError([f"{where}: {p}:{n} field {field!r} must be a string, got {type(value).__name__}"])
+                raise ConfigError([f"{where}: {label} field {field!r} must be a string, got {type(value).__name__}"])
             if field != "prompt" and not value:
-                raise ConfigError([f"{where}: {p}:{n} field {field!r} is empty; every response needs at least one token"])
+                raise ConfigError([f"{where}: {label} field {field!r} is empty; every response needs at least one token"])
         if rec["chosen"] == rec["rejected"]:
-            raise ConfigError([f"{where}: {p}:{n} fields 'chosen' and 'rejected' are the same text; a pair must differ"])
+            raise ConfigError([f"{where}: {label} fields 'chosen' and 'rejected' are the same text; a pair must differ"])
         pairs.append(PreferencePair(rec["prompt"], rec["chosen"], rec["rejected"]))
     return pairs
 
@@ -140,7 +140,7 @@ class DPO(Algorithm):
         self.eval_pairs = load_preference_pairs(self.params.eval_data, f"{where}.params.eval_data") if self.params.eval_data else None
         if self.pairs is None:
             if ctx.env_factory is None:
-                raise ConfigError([f"stages[{ctx.stage_index}]: dpo needs '{where}.data' (a JSONL of prompt/chosen/rejected pairs) or an 'env' whose rewards rank the model's own samples"])
+                raise ConfigError([f"stages[{ctx.stage_index}]: dpo needs '{where}.data' (prompt/chosen/rejected pairs: a JSONL or parquet file, a save_to_disk folder or {{hub: DATASET_ID}}) or an 'env' whose rewards rank the model's own samples"])
             if ctx.rollout_cfg.group_size < 2:
                 raise ConfigError([f"rollout.group_size: on-policy dpo pairs samples of one prompt, so it needs group_size >= 2, got {ctx.rollout_cfg.group_size}"])
         self.loss = resolve_loss(ctx, "dpo", self.default_loss, "preference")

@@ -2,7 +2,8 @@
 
 Examples come from ``algorithm.data`` (a JSONL file of ``{"prompt": ..., "completion": ...}``
 records, or of ``{"messages": [...]}`` conversations: an optional ``system`` message, then
-``user`` and ``assistant`` messages in turn, ending with an ``assistant`` one) or, without a file,
+``user`` and ``assistant`` messages in turn, ending with an ``assistant`` one; or a parquet file,
+``save_to_disk`` folder or Hub dataset, read by :mod:`tinker_algos.hub.data_sources`) or, without data,
 from the environment: each example is a demonstration the env gives
 through ``info["target"]``, the ideal next action (arithmetic, echo and other single-turn envs
 give it on reset; a multi-turn env such as ``math/calculator-v0`` gives it after each turn too).
@@ -38,12 +39,13 @@ from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     example_trajectory,
     optim_metrics,
-    read_jsonl,
     shuffled_batch,
     stage_system_prompt,
 )
+from tinker_algos.hub.data_sources import read_records
 from tinker_algos.rollout.episodes import PolicyTurns
 from tinker_algos.sampling.sampler import SampledSequence
+from tinker_core.config import DataSource
 from tinker_core.contracts import Batch, StepResult, Trajectory
 from tinker_core.errors import ConfigError
 
@@ -54,15 +56,19 @@ SFTRecord: TypeAlias = tuple[str, str] | Messages
 """One example of ``algorithm.data``: ``(prompt, completion)`` or a conversation."""
 
 
-def load_sft_records(path: str | Path, where: str = "algorithm.data") -> list[SFTRecord]:
-    """The examples of a JSONL file: ``(prompt, completion)`` pairs, or :data:`Messages` for
-    ``{"messages": [...]}`` records; errors name the line and the fix."""
+SFT_FIELDS = (("prompt", "completion"), ("messages",))
+"""What an SFT record holds: a prompt and a completion, or a conversation."""
+
+
+def load_sft_records(data: DataSource | str | Path, where: str = "algorithm.data") -> list[SFTRecord]:
+    """The examples of ``data`` (a JSONL path or a :class:`DataSource`): ``(prompt, completion)``
+    pairs, or :data:`Messages` for ``{"messages": [...]}`` records; errors name the record and the fix."""
     records: list[SFTRecord] = []
-    for n, rec in read_jsonl(path, where, '{"prompt": ..., "completion": ...} or {"messages": [...]} records'):
+    for label, rec in read_records(data, where, '{"prompt": ..., "completion": ...} or {"messages": [...]} records', SFT_FIELDS):
         if isinstance(rec, dict) and "messages" in rec:
-            records.append(check_messages(rec["messages"], f"{where}: {path}:{n}"))
+            records.append(check_messages(rec["messages"], f"{where}: {label}"))
         elif not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not isinstance(rec.get("completion"), str):
-            raise ConfigError([f"{where}: {path}:{n} needs string fields 'prompt' and 'completion', or a 'messages' list"])
+            raise ConfigError([f"{where}: {label} needs string fields 'prompt' and 'completion', or a 'messages' list"])
         else:
             records.append((rec["prompt"], rec["completion"]))
     return records
@@ -98,7 +104,7 @@ class SFT(Algorithm):
         super().__init__(ctx)
         self.records = load_sft_records(ctx.algo.data, f"{ctx.where}.data") if ctx.algo.data else None
         if self.records is None and ctx.env_factory is None:
-            raise ConfigError([f"stages[{ctx.stage_index}]: sft needs 'algorithm.data' (a JSONL file) or an 'env' that gives info['target']"])
+            raise ConfigError([f"stages[{ctx.stage_index}]: sft needs 'algorithm.data' (a JSONL or parquet file, a save_to_disk folder or {{hub: DATASET_ID}}) or an 'env' that gives info['target']"])
         self.loss = ctx.algo.loss or "cross_entropy"
 
     def examples(self, step: int) -> list[Trajectory]:

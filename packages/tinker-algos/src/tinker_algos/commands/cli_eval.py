@@ -119,16 +119,25 @@ def export_command(
     merge: Annotated[bool, typer.Option("--merge", help="Write a full model with the LoRA adapter merged in.")] = False,
     base_model: Annotated[str | None, typer.Option("--base-model", help="Portable base model name the adapter records (default: model.name when it is a hub id or 'tiny').")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a non-empty output directory.")] = False,
+    push_to_hub: Annotated[str | None, typer.Option("--push-to-hub", metavar="REPO", help="Then upload the export to this Hugging Face model repo (created if new; token: HF_TOKEN or `hf auth login`).")] = None,
+    private: Annotated[bool, typer.Option("--private", help="With --push-to-hub: create the repo private.")] = False,
 ) -> None:
-    """Write a PEFT adapter (vLLM --lora-modules layout) or a merged full model, with its tokenizer."""
+    """Write a PEFT adapter (vLLM --lora-modules layout) or a merged full model, with its tokenizer; optionally push it to the Hub."""
     from tinker_algos.commands.evaluation import EvalError
-    from tinker_algos.commands.export import export
+    from tinker_algos.commands.export import BUNDLED_BASE, export
     from tinker_algos.model.device import DeviceError
     from tinker_algos.model.models import ModelLoadError
     from tinker_algos.run.progress import quiet_third_party_progress
     from tinker_core.progress import status
 
     quiet_third_party_progress()  # no "Loading weights" / "Writing model shards" bars
+    if push_to_hub is not None:
+        from tinker_algos.hub.upload import PushError, check_push
+
+        try:
+            check_push(push_to_hub)
+        except PushError as e:
+            _fail(str(e))
     try:
         doing = f"loading {source} and writing {'a merged model' if merge else 'its weights'} to {output}"
         result = export(source, output, merge=merge, base_model=base_model, force=force, progress=lambda: status(err_console, doing))
@@ -137,10 +146,20 @@ def export_command(
     src = result.source
     where = str(src.checkpoint or src.path) + (f" (step {src.step})" if src.step is not None else "")
     if result.layout == "adapter":
-        typer.echo(f"exported LoRA adapter of {where} to {result.output} (base model: {result.base_model})")
+        base = result.base_model if result.base_model != BUNDLED_BASE else f"{BUNDLED_BASE}, saved in {result.output / BUNDLED_BASE}"
+        typer.echo(f"exported LoRA adapter of {where} to {result.output} (base model: {base})")
     else:
         how = "merged full model" if src.weights == "adapter" else "full model (a full fine-tuning run)"
         typer.echo(f"exported {how} of {where} to {result.output}")
+    if push_to_hub is not None:
+        from tinker_algos.hub.upload import push_folder
+
+        try:
+            with status(err_console, f"uploading {result.output} to {push_to_hub}"):
+                pushed = push_folder(result.output, push_to_hub, private=private, message=f"opentinker export of {where}")
+        except PushError as e:
+            _fail(str(e))
+        typer.echo(f"pushed {result.output} to {pushed.repo_url} ({pushed.commit_url})")
 
 
 def register(cli: typer.Typer) -> None:

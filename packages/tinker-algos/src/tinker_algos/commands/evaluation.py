@@ -184,6 +184,8 @@ def find_source(path: str | Path, *, overrides: Iterable[str] = ()) -> Source:
         return _from_trainer_checkpoint("checkpoint", path, path, _enclosing_job(path), None)
     if (path / "adapter_config.json").is_file():
         base = _read_json(path / "adapter_config.json").get("base_model_name_or_path")
+        if isinstance(base, str) and base and not Path(base).is_absolute() and (path / base / "config.json").is_file():
+            base = str(path / base)  # a base saved inside the export names it relative to the export
         job = _enclosing_job(path)
         return Source("adapter", path, "adapter", path, job.model.name if job else base, job)
     if (path / "config.json").is_file() and "model_type" in _read_json(path / "config.json"):

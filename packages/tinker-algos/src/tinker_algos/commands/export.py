@@ -9,9 +9,11 @@ Two layouts, each written atomically into the output directory (:func:`atomic_di
   weights really touch, and ``modules_to_save`` empty (vLLM refuses anything else). The ``tiny``
   preset is no name another machine (or plain peft) can resolve, so an adapter of it carries its
   base: the tiny model is saved in ``base/`` beside the adapter files, and
-  ``base_model_name_or_path`` is that directory's absolute path, so
-  ``AutoPeftModelForCausalLM.from_pretrained(dir)`` loads it (after moving the export, load
-  ``dir/base`` and apply the adapter with ``PeftModel.from_pretrained``).
+  ``base_model_name_or_path`` is ``base``, relative to the export, so the folder can move:
+  ``PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(dir / "base"), dir)`` loads it
+  from anywhere, ``AutoPeftModelForCausalLM.from_pretrained(".")`` from inside it (peft resolves a
+  relative base from the working directory), and ``opentinker eval``/``serve`` resolve it against
+  the export.
 * **full model** (``merge``, or any full fine-tuning run): ``save_pretrained`` weights
   (safetensors), ``config.json``, ``generation_config.json`` and the tokenizer;
   ``AutoModelForCausalLM.from_pretrained(dir)`` loads it. A LoRA adapter is merged into the base
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from tinker_algos.commands.evaluation import EvalError, Source, find_source, load_policy
+from tinker_algos.hub.cache import share_readable
 from tinker_algos.model.model_files import TINY, atomic_dir
 from tinker_core.names import is_hub_id
 
@@ -186,7 +189,7 @@ def export(
     tokenizer = _tokenizer(source, base_model) if layout == "adapter" else None
     tiny = name if name is not None and base_model is None and is_tiny(name) else None
     if tiny is not None:  # plain peft cannot resolve "tiny": the adapter records the base saved beside it
-        name = str(output.resolve() / BUNDLED_BASE)
+        name = BUNDLED_BASE  # relative to the export, so moving the folder keeps it loadable
 
     def write(tmp: Path) -> None:
         if layout == "adapter":
@@ -197,8 +200,7 @@ def export(
                 from tinker_algos.model.model_files import resolve_model
 
                 shutil.copytree(resolve_model(tiny), tmp / BUNDLED_BASE)
-                for f in (tmp / BUNDLED_BASE).iterdir():
-                    f.chmod(0o644)
+            share_readable(tmp)
             return
         # a run's adapter goes onto the run's model; a lone adapter onto --base-model when given
         policy, adapter = load_policy(source, base_model=base_model if source.job is None else None, device="cpu")
@@ -207,8 +209,7 @@ def export(
         if getattr(model, "generation_config", None) is not None:
             model.generation_config.save_pretrained(str(tmp))
         policy.tokenizer.save_pretrained(str(tmp))
-        for f in tmp.iterdir():  # readable by whoever serves it (the weights file may come out 600)
-            f.chmod(0o644)
+        share_readable(tmp)  # readable by whoever serves it (the weights file may come out 0600)
 
     if output.is_dir() and not any(output.iterdir()):
         output.rmdir()  # an empty directory given as the target is replaced like a new one

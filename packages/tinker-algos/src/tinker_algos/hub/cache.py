@@ -4,6 +4,8 @@
   registry presets are built there once, then reused offline).
 * :func:`atomic_dir`: readers never see a half-written directory (models, checkpoints, imports);
   :func:`clean_atomic_leftovers` removes what a process killed mid-write left behind.
+* :func:`share_readable`: the ordinary modes (files 0644, folders 0755) for a directory others
+  load or serve (some writers leave a weights file at 0600).
 * :func:`file_lock`: one process at a time builds a cached model; the others wait, then reuse it.
 * :class:`ModelLoadError`: a model or tokenizer that cannot be used, said in one line.
 
@@ -59,6 +61,20 @@ def atomic_dir(final: Path, write: Callable[[Path], object], *, overwrite: bool)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+FILE_MODE, DIR_MODE = 0o644, 0o755
+"""The modes :func:`share_readable` gives: what ``umask 022`` gives a plain write."""
+
+
+def share_readable(root: Path) -> None:
+    """Give every file under ``root`` mode :data:`FILE_MODE` and every folder (``root`` too)
+    :data:`DIR_MODE`: an exported or imported model is read by other users and servers, and
+    writers that go through a temp file (safetensors' save, ``mkstemp``) leave 0600 behind."""
+    root.chmod(DIR_MODE)
+    for path in root.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(DIR_MODE if path.is_dir() else FILE_MODE)
 
 
 _LEFTOVER = re.compile(r"\.(?P<name>.+)\.(?P<kind>tmp|old)-[0-9a-f]{8}")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tinker_algos.hub.cache import ModelLoadError, atomic_dir
+from tinker_algos.hub.cache import ModelLoadError, atomic_dir, share_readable
 
 if TYPE_CHECKING:
     from transformers import (
@@ -357,6 +357,7 @@ def _import(gguf_file: str | Path, output: Path, report: Progress, *, overwrite:
                 **(metadata or {}),
             }
             (tmp / "opentinker.json").write_text(json.dumps(meta, indent=2))
+            share_readable(tmp)  # the weights file may come out 0600
 
         atomic_dir(output, write, overwrite=overwrite)
     report("save", 1, 1)

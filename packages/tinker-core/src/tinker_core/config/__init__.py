@@ -7,6 +7,8 @@ to. The package holds five modules, each with one job:
 
 - :mod:`tinker_core.config.models`: the sections of a job config (``algorithm`` is a union chosen
   by ``algorithm.name``, each algorithm with typed ``params``) and the JSON schema;
+- :mod:`tinker_core.config.data_source`: ``algorithm.data`` (a JSONL path, or a local parquet /
+  save_to_disk folder / Hub dataset with ``split``, ``fields`` and ``max_rows``);
 - :mod:`tinker_core.config.multi_agent`: ``algorithm.params.multi_agent`` of grpo (self-play, a
   scripted opponent, or one learner per role);
 - :mod:`tinker_core.config.loading`: YAML or a mapping -> a validated :class:`JobConfig`, or a
@@ -20,6 +22,7 @@ Every public name of the five is importable from ``tinker_core.config``.
 
 from __future__ import annotations
 
+from tinker_core.config.data_source import MAX_DATA_ROWS, DataSource, data_path
 from tinker_core.config.execution import ExecutionConfig, WorkerResources
 from tinker_core.config.group_sampling import CurriculumConfig, DynamicSamplingConfig
 from tinker_core.config.loading import (
@@ -88,6 +91,9 @@ from tinker_core.config.reference import (
 )
 
 __all__ = [
+    "MAX_DATA_ROWS",
+    "DataSource",
+    "data_path",
     "ALGORITHMS",
     "ALGORITHM_MODELS",
     "CONFIG_TOO_DEEP",

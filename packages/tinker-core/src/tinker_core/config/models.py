@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from tinker_core.config.checkpointing import MAX_STEPS, CheckpointConfig
+from tinker_core.config.data_source import DataSource, check_data_shorthand
 from tinker_core.config.execution import ExecutionConfig, check_topology
 from tinker_core.config.group_sampling import CurriculumConfig, DynamicSamplingConfig
 from tinker_core.config.multi_agent import MultiAgentConfig
@@ -47,9 +48,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
-def _no_control_chars(v: str | None) -> str | None:
+def _no_control_chars(v: Any) -> Any:
     """A name or path field: no NUL or other control characters (they cannot name a file)."""
-    if v is not None and any(ord(c) < 32 or ord(c) == 127 for c in v):
+    if isinstance(v, str) and any(ord(c) < 32 or ord(c) == 127 for c in v):
         raise ValueError("must not hold control characters (NUL, newline, ...); give a plain name or path")
     return v
 
@@ -198,14 +199,12 @@ class PPOParams(_Model):
 class DPOParams(_Model):
     """Options of dpo (algorithm.params)."""
 
-    eval_data: str | None = Field(
-        None, min_length=1, max_length=4096, description="A JSONL of held-out prompt/chosen/rejected pairs, scored at each evaluation."
-    )
+    eval_data: DataSource | None = Field(None, description="Held-out prompt/chosen/rejected pairs, scored at each evaluation: a JSONL path (a string) or a data source mapping, as algorithm.data.")
     min_reward_gap: float = Field(
         0.0, ge=0.0, description="On-policy pairs: pair best and worst only when their rewards differ by more than this."
     )
 
-    _plain_data = field_validator("eval_data")(_no_control_chars)
+    _plain_data = field_validator("eval_data", mode="before", json_schema_input_type=str | DataSource | None)(check_data_shorthand)
 
 
 # ---- the algorithm section: one model per algorithm, chosen by ``name`` -------------------------
@@ -242,15 +241,12 @@ class AlgorithmConfig(_Model):
         False, description="Keep only each decoder layer's input for backward and recompute the layer then (transformers' checkpointing): the training pass's activations shrink to one hidden vector per token and layer, for about one more forward pass of time; a long multi-turn batch trains in one pass without micro_batch_size. The shared-prompt pass is off under it (the KV cache is).",
     )
     epochs_per_step: int = Field(1, ge=1, le=1000, description="Passes over each rollout batch (ppo; at most 1000).")
-    data: str | None = Field(
-        None, min_length=1, max_length=4096,
-        description="Data file: SFT examples or DPO pairs (JSONL); on a scheduler, under a --model-root or the tenant's runs.",
-    )
+    data: DataSource | None = Field(None, description="SFT examples or DPO pairs: a JSONL path (a string), or a data source mapping with path or hub, split, fields, max_rows (see the section below); on a scheduler, a path under a --model-root or the tenant's runs.")
     eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="Held-out evaluation every N steps; 0 = only at the end.")
     eval_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE, description=f"Held-out problems per evaluation (at most {MAX_BATCH_SIZE:,}).")
     stop_at: dict[str, float] | None = Field(None, description="End the stage at the first evaluation where every named held-out metric reaches its value (e.g. {eval/accuracy: 0.3}); 'steps' is then the most it runs. Needs eval_every.")
 
-    _plain_data = field_validator("data")(_no_control_chars)
+    _plain_data = field_validator("data", mode="before", json_schema_input_type=str | DataSource | None)(check_data_shorthand)
 
     @model_validator(mode="after")
     def _stop_at_needs_evaluations(self) -> AlgorithmConfig:

@@ -7,6 +7,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from tinker_core.config.data_source import DataSource
 from tinker_core.config.execution import ExecutionConfig, WorkerResources
 from tinker_core.config.group_sampling import CurriculumConfig, DynamicSamplingConfig
 from tinker_core.config.models import (
@@ -49,6 +50,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("lora", LoraConfig),
     ("env", EnvConfig),
     ("algorithm", AlgorithmConfig),
+    ("algorithm.data / algorithm.params.eval_data (a mapping)", DataSource),
     ("algorithm.kl", KLConfig),
     ("algorithm.params (grpo)", GRPOParams),
     ("algorithm.params.multi_agent (grpo)", MultiAgentConfig),
