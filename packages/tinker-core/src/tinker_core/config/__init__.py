@@ -43,7 +43,6 @@ from tinker_core.config.models import (
     ALGORITHM_MODELS,
     ALGORITHMS,
     PRECISION_OF_DTYPE,
-    TRACKERS,
     AlgorithmConfig,
     AnyAlgorithm,
     CheckpointConfig,
@@ -54,7 +53,6 @@ from tinker_core.config.models import (
     GRPOParams,
     JobConfig,
     KLConfig,
-    LoggingConfig,
     LoraConfig,
     ModelConfig,
     OptimizerConfig,
@@ -65,7 +63,6 @@ from tinker_core.config.models import (
     SFTAlgorithm,
     SFTParams,
     StageConfig,
-    Tracker,
     json_schema,
     models_in,
 )
@@ -83,7 +80,7 @@ from tinker_core.config.overrides import (
     parse_override,
     parse_overrides,
 )
-from tinker_core.config.recording import RolloutsLogConfig
+from tinker_core.config.recording import TRACKERS, LoggingConfig, RolloutsLogConfig, Tracker
 from tinker_core.config.reference import (
     EXAMPLE,
     SECTIONS,

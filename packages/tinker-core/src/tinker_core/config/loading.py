@@ -10,8 +10,9 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from tinker_core.config.models import ALGORITHM_MODELS, ALGORITHMS, TRACKERS, JobConfig, models_in
+from tinker_core.config.models import ALGORITHM_MODELS, ALGORITHMS, JobConfig, models_in
 from tinker_core.config.overrides import apply_overrides
+from tinker_core.config.recording import TRACKERS
 from tinker_core.errors import ConfigError, UnknownNameError, did_you_mean
 
 MAX_CONFIG_BYTES = 1024 * 1024

@@ -19,7 +19,7 @@ from tinker_core.config.data_source import DataSource, check_data_shorthand
 from tinker_core.config.execution import ExecutionConfig, check_topology
 from tinker_core.config.group_sampling import CurriculumConfig, DynamicSamplingConfig
 from tinker_core.config.multi_agent import MultiAgentConfig
-from tinker_core.config.recording import RolloutsLogConfig
+from tinker_core.config.recording import LoggingConfig
 
 ALGORITHMS = ("sft", "grpo", "ppo", "dpo")
 PRECISION_OF_DTYPE = {"auto": "auto", "float32": "fp32", "bfloat16": "bf16-mixed", "float16": "fp16-mixed"}
@@ -362,61 +362,6 @@ class ResourcesConfig(_Model):
     cpus: float = Field(1.0, gt=0.0, le=100_000, description="CPU cores the job's actor reserves.")
     gpus: float = Field(0.0, ge=0.0, le=10_000, description="GPUs the job's actor reserves (fractions share one).")
     memory_gb: float | None = Field(None, gt=0.0, le=10_000_000, description="Memory reserved, in GiB; None reserves none.")
-
-
-Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
-TRACKERS: dict[str, tuple[str, str]] = {
-    "tensorboard": ("tensorboard", "tinker-algos[tensorboard]"),
-    "wandb": ("wandb", "tinker-algos[wandb]"),
-    "mlflow": ("mlflow", "tinker-algos[mlflow]"),  # mlflow-skinny >= 3.17.2 (imports with protobuf 7)
-    "trackio": ("trackio", "tinker-algos[trackio]"),
-}
-"""``logging.report_to`` names -> (the module it imports, what to ``pip install`` for it)."""
-
-
-class LoggingConfig(_Model):
-    """Where metrics go: JSONL, experiment trackers (TensorBoard, W&B, MLflow, trackio), a plot."""
-
-    jsonl: bool = Field(True, description="Write metrics.jsonl in the run directory.")
-    tensorboard: bool = Field(
-        True,
-        description="Write TensorBoard event files (skipped with one warning when tensorboard is not installed); "
-        "with report_to set, it follows whether report_to lists tensorboard.",
-    )
-    report_to: list[Tracker] | None = Field(
-        None,
-        description="Experiment trackers that get every logged step: tensorboard, wandb, mlflow, trackio. "
-        "None: [tensorboard] when 'tensorboard' is true, else none. Each needs its library "
-        "(pip install 'tinker-algos[wandb]', ...); a listed one that is missing fails the job before it starts.",
-    )
-    project: str = Field(
-        "opentinker", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-        description="The W&B project, MLflow experiment or trackio project the job's run goes to (named after the job).",
-    )
-    plot: bool = Field(True, description="Write a learning-curve PNG at the end (skipped with one warning without matplotlib).")
-    every: int = Field(1, ge=1, le=MAX_STEPS, description="Log metrics every N steps.")
-    rollouts: RolloutsLogConfig = Field(default_factory=RolloutsLogConfig, description="Which sampled episodes go to rollouts.jsonl in the run directory (the logging.rollouts section below).")
-    trace: bool = Field(True, description="Write trace.json: each step's phases as Chrome/Perfetto trace events (opentinker trace RUN_DIR sums them up).")
-
-    @model_validator(mode="after")
-    def _one_tensorboard_switch(self) -> LoggingConfig:
-        if self.report_to is None:
-            return self
-        self.report_to = list(dict.fromkeys(self.report_to))  # each tracker once, in the given order
-        listed = "tensorboard" in self.report_to
-        if "tensorboard" in self.model_fields_set and self.tensorboard != listed:
-            raise ValueError(
-                f"tensorboard: {str(self.tensorboard).lower()} contradicts report_to: {self.report_to}; "
-                "drop 'tensorboard' and list the trackers in report_to"
-            )
-        self.tensorboard = listed  # written back, so config.json reads the same way again
-        return self
-
-    def trackers(self) -> list[str]:
-        """The trackers this job reports to (``report_to``, or ``[tensorboard]`` by default)."""
-        if self.report_to is not None:
-            return list(self.report_to)
-        return ["tensorboard"] if self.tensorboard else []
 
 
 class StageConfig(_Model):

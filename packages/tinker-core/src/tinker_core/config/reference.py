@@ -19,7 +19,6 @@ from tinker_core.config.models import (
     GRPOParams,
     JobConfig,
     KLConfig,
-    LoggingConfig,
     LoraConfig,
     ModelConfig,
     MultiAgentConfig,
@@ -27,11 +26,11 @@ from tinker_core.config.models import (
     PPOParams,
     ResourcesConfig,
     RolloutConfig,
-    RolloutsLogConfig,
     StageConfig,
     models_in,
 )
 from tinker_core.config.multi_agent import LeagueConfig, RoleLearnerConfig
+from tinker_core.config.recording import LoggingConfig, RolloutsLogConfig
 
 EXAMPLE = """name: arithmetic-grpo
 seed: 0
