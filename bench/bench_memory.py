@@ -23,7 +23,8 @@ Shapes (rows x tokens, trained tokens per row):
 Each shape with LoRA r=16 (alpha 32, all linear layers, as the examples) and full fine-tuning,
 with the head route (``chunked_logprobs``, the default) and the full logits, and for the
 calculator with ``micro_batch_size`` 8 and unset; ``--cases`` adds activation checkpointing
-(``algorithm.activation_checkpointing``) with a fifth field ``ckpt``.
+(``algorithm.activation_checkpointing``) with a field ``ckpt`` and glibc's fixed mmap threshold
+(``model.release_memory``) with a field ``release``.
 
     uv run --no-sync python bench/bench_memory.py [--quick] [--limit 12] [--only smollm2-calculator]
     uv run --no-sync python bench/bench_memory.py --cases smollm2-calculator:lora:head:0,smollm2-calculator:lora:logits:8
@@ -59,12 +60,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
 
+    from tinker_algos.model.allocator import release_freed_memory
     from tinker_algos.model.models import LoraSpec, PolicyModel, resolve_model
     from tinker_algos.records.memory import GIB, PeakWatch
     from tinker_algos.training.trainer import Trainer, TrainerConfig
     from tinker_core.contracts import Batch
 
     torch.set_num_threads(spec["threads"])
+    if spec.get("release"):
+        release_freed_memory()
     model, prompts, group, prompt_len, turns = SHAPES[spec["shape"]]
     policy = PolicyModel.load(resolve_model(model), device="cpu", precision="fp32")
     vocab = policy.model.get_input_embeddings().weight.shape[0]
@@ -220,8 +224,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="LoRA only, and no full-logits case without micro-batches")
     parser.add_argument("--cases", default=None,
-                        help="comma-separated SHAPE:lora|full:head|logits:MBS[:ckpt] (MBS 0: unset; ckpt: activation "
-                             "checkpointing), instead of every combination")
+                        help="comma-separated SHAPE:lora|full:head|logits:MBS[:ckpt][:release] (MBS 0: unset; ckpt: "
+                             "activation checkpointing; release: model.release_memory), instead of every combination")
     parser.add_argument("--results", type=Path, default=BENCH_DIR / "results")
     ns = parser.parse_args()
     shapes = ns.only.split(",") if ns.only else list(SHAPES)
@@ -238,7 +242,7 @@ def main() -> None:
         for text in ns.cases.split(","):
             shape, ft, logprobs, mbs, *rest = text.split(":")
             cases.append({"shape": shape, "lora": ft == "lora", "chunked": logprobs == "head", "micro_batch_size": int(mbs) or None,
-                          "checkpointing": rest == ["ckpt"], "threads": ns.threads})
+                          "checkpointing": "ckpt" in rest, "release": "release" in rest, "threads": ns.threads})
     load_start = load_snapshot()
     rows = []
     for spec in cases:
@@ -248,9 +252,9 @@ def main() -> None:
     load_end = load_snapshot()
     print_table(
         "peak resident memory of one GRPO training pass (forward_backward + optim_step)",
-        ["shape", "fine-tuning", "logprobs", "micro_batch_size", "activation checkpointing", "before GiB", "peak GiB", "pass s"],
+        ["shape", "fine-tuning", "logprobs", "micro_batch_size", "activation checkpointing", "release_memory", "before GiB", "peak GiB", "pass s"],
         [[r["shape"], "LoRA r=16" if r["lora"] else "full", "head route" if r["chunked"] else "full logits",
-          str(r["micro_batch_size"] or "-"), "on" if r.get("checkpointing") else "off", f"{r['before_gib']:.2f}" if "before_gib" in r else "-",
+          str(r["micro_batch_size"] or "-"), "on" if r.get("checkpointing") else "off", "on" if r.get("release") else "off", f"{r['before_gib']:.2f}" if "before_gib" in r else "-",
           f"{r['peak_gib']:.2f}" if r.get("peak_gib") is not None else (f"> {r['stopped_above_gib']:.0f}" if "stopped_above_gib" in r else r.get("error", "?")),
           f"{r['pass_s']:.1f}" if "pass_s" in r else "-"] for r in rows],
     )
