@@ -54,11 +54,11 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_algos.sampling.sampler import logprob_agreement as logprob_agreement
     from tinker_algos.sampling.sampler import sample as sample
     from tinker_algos.sampling.sampler import sequences_to_batch as sequences_to_batch
-    from tinker_algos.training.aggregation import aggregate as aggregate
     from tinker_algos.training.checkpoint import CheckpointError as CheckpointError
     from tinker_algos.training.checkpoint import load_state as load_state
     from tinker_algos.training.checkpoint import read_manifest as read_manifest
     from tinker_algos.training.checkpoint import save_state as save_state
+    from tinker_algos.training.gradient_pass import aggregate as aggregate
     from tinker_algos.training.trainer import Trainer as Trainer
     from tinker_algos.training.trainer import TrainerConfig as TrainerConfig
     from tinker_algos.training.trainer import aggregation_modes as aggregation_modes

@@ -36,10 +36,12 @@ MOVED: dict[str, str] = {
     "trainer_config": "training.trainer_config",
     "gradient_pass": "training.gradient_pass",
     "shared_prefix": "training.shared_prefix",
-    "aggregation": "training.aggregation",
+    "aggregation": "training.gradient_pass",
+    "training.aggregation": "training.gradient_pass",
     "kl": "builtins.kl",
     "checkpoint": "training.checkpoint",
-    "zero_advantage": "training.zero_advantage",
+    "zero_advantage": "algorithms.update",
+    "training.zero_advantage": "algorithms.update",
     "losses": "builtins.losses",
     "estimators": "builtins.estimators",
     "optimizers": "builtins.optimizers",
@@ -71,6 +73,7 @@ MOVED: dict[str, str] = {
     "pass_at_k": "commands.pass_at_k",
     "doctor_checks": "commands.doctor_checks",
     "rollout_ahead": "algorithms.rollout_ahead",
+    "algorithms.hints": "records.health",
     "multiagent.league": "algorithms.league",
     "multiagent.learners": "algorithms.learners",}
 PREFIX = "tinker_algos."

@@ -40,13 +40,13 @@ Implementation details:
 
 7. When every group's episodes got the same reward for 3 steps in a row (every advantage 0,
    ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
-   line naming the likely fixes (:mod:`tinker_algos.algorithms.hints`).
+   line naming the likely fixes (:mod:`tinker_algos.records.health`).
 
 8. Rows whose advantage is 0 on every token (a group whose rewards tied) get no gradient from a
    loss registered with ``vanishes_at_zero_advantage=True`` (the built-in policy losses but
    ``dro``, or a plugin's), so they skip the gradient pass (a no-grad forward gives their
    logprobs); ``loss_scale`` keeps the gradient and the logged metrics those of the whole batch
-   (:mod:`tinker_algos.training.zero_advantage`).
+   (:func:`tinker_algos.algorithms.update.policy_update`).
 9. ``rollout.max_staleness: k`` (default 0: on-policy) samples the batch of step ``s + k`` in a
    background thread while step ``s`` trains, with the weights from before update ``s``
    (:mod:`tinker_algos.algorithms.rollout_ahead`); the loss's ratio to the sampler's logprobs corrects for
@@ -72,12 +72,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinker_algos.algorithms.base import Algorithm, StageContext
-from tinker_algos.algorithms.common import check_estimator_config, optim_metrics, resolve_estimator
-from tinker_algos.algorithms.hints import TiedRewardsHint
+from tinker_algos.algorithms.common import check_estimator_config, resolve_estimator
 from tinker_algos.algorithms.league import League
 from tinker_algos.algorithms.learners import RoleLearners
 from tinker_algos.algorithms.rollout_ahead import RolloutsAhead
-from tinker_algos.algorithms.update import PolicyUpdate
+from tinker_algos.algorithms.update import PolicyUpdate, optim_metrics
 from tinker_algos.multiagent import (
     MultiAgentParams,
     MultiAgentRolloutResult,
@@ -85,7 +84,7 @@ from tinker_algos.multiagent import (
     evaluate_stage,
     stage_env_spec,
 )
-from tinker_algos.records.health import HealthMonitor, reward_spread
+from tinker_algos.records.health import HealthMonitor, TiedRewardsHint, reward_spread
 from tinker_algos.records.recording import phase, record_train
 from tinker_algos.rollout.curriculum import Curriculum
 from tinker_algos.rollout.episodes import RolloutResult
