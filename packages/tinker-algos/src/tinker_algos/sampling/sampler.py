@@ -127,7 +127,7 @@ class SamplingParams(GenerationParams):
 
 
 def _resolve_prompts(policy: PolicyModel, prompts: Sequence[Prompt] | Prompt, chat: bool | None) -> list[list[int]]:
-    from tinker_algos.model.tokenizer import encode_prompt
+    from tinker_algos.model.prompts import encode_prompt
 
     items: list[Any]
     if isinstance(prompts, str) or (
