@@ -1,6 +1,8 @@
-"""Tokenizers: loading (the prompts given to ``sample()`` are rendered and encoded by
-:func:`tinker_algos.model.prompts.render_prompt` and :func:`~tinker_algos.model.prompts.encode_prompt`,
-re-exported here).
+"""Tokenizers: loading them, and the tiny preset's character tokenizer.
+
+The prompts given to ``sample()`` are rendered and encoded by
+:func:`tinker_algos.model.prompts.render_prompt` and :func:`~tinker_algos.model.prompts.encode_prompt`
+(re-exported here).
 
 Environment observations in rollouts go through :class:`tinker_algos.model.prompts.PromptRenderer`
 (``model.chat_template``, multi-turn deltas); both render chat messages with

@@ -232,11 +232,7 @@ class Trainer:
             token, or those after a NaN/inf loss) are scored under ``no_grad`` so that every row
             is filled.
         """
-        if agg not in aggregation_modes():
-            raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
-        if loss not in self._losses:
-            self._losses[loss] = _loss_entry(loss)
-        loss_fn, pairs_rows = self._losses[loss]
+        loss_fn, pairs_rows = self._loss(loss, agg)
         self._activate()
         tokens, attn, mask = self._tensors(batch)
         B, T = tokens.shape
@@ -267,6 +263,15 @@ class Trainer:
         if gradient_pass.logprobs_B_T is not None:
             return gradient_pass.metrics(), gradient_pass.logprobs_B_T
         return gradient_pass.metrics()
+
+    def _loss(self, loss: str, agg: str) -> tuple[Any, bool]:
+        """``loss``'s function and whether it pairs rows, looked up once per trainer (after checking
+        ``agg`` is an aggregation mode)."""
+        if agg not in aggregation_modes():
+            raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
+        if loss not in self._losses:
+            self._losses[loss] = _loss_entry(loss)
+        return self._losses[loss]
 
     def _micro_batch_size(self, B: int, loss: str, *, pairs_rows: bool) -> int:
         """Rows per gradient pass: ``micro_batch_size`` (all ``B`` when unset), even for a
@@ -434,7 +439,7 @@ def _loss_entry(loss: str) -> tuple[Any, bool]:
     """The function of the registered loss ``loss`` (a plugin's deferred import resolved) and
     whether it pairs rows (``kind: preference``)."""
     import tinker_core.registry
-    from tinker_algos.plugin import Deferred
+    from tinker_algos.builtins import Deferred
 
     entry = tinker_core.registry.get_loss(loss)
     fn = entry.obj.resolve() if isinstance(entry.obj, Deferred) else entry.obj
