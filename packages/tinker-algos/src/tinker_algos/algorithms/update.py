@@ -123,6 +123,7 @@ class PolicyUpdate:
         self.ctx = ctx
         self.kl = ctx.algo.kl
         self.loss = resolve_loss(ctx, algorithm, default_loss, "policy")
+        self.loss_vanishes = vanishes_at_zero_advantage(self.loss)  # looked up once: whether tied rows may skip the gradient pass
         self.behaviour_policy = behaviour
         self.deterministic_pass = not has_dropout(ctx.policy.module)
         self.reference: ReferencePolicy | None = None
@@ -188,7 +189,7 @@ class PolicyUpdate:
         if self.behaviour_policy == "sampler":
             fb, logprobs, scored_B = policy_update(
                 trainer, batch, self.loss, algo.aggregation, advantages_B_T, dict(algo.loss_config),
-                skip=self.deterministic_pass, forward_skipped=ref_logprobs_B_T is not None,
+                skip=self.deterministic_pass, forward_skipped=ref_logprobs_B_T is not None, vanishes=self.loss_vanishes,
                 temperature=self.ctx.rollout_cfg.temperature,
             )
             passed: tuple[np.ndarray, np.ndarray] | None = (logprobs, scored_B)
@@ -287,19 +288,23 @@ def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray, trim: bool
 
 def policy_update(
     trainer: Trainer, batch: Batch, loss: str, agg: str, advantages_B_T: np.ndarray, loss_config: dict[str, Any], *, skip: bool,
-    forward_skipped: bool = True, temperature: float = 1.0,
+    forward_skipped: bool = True, temperature: float = 1.0, vanishes: bool | None = None,
 ) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
     """``trainer.forward_backward(batch, loss, ..., return_logprobs=True)``, skipping the gradient
     pass of zero-advantage rows when ``skip`` and the loss and aggregation allow it (see the module
     docstring). Returns the metrics, the pre-update logprobs and ``scored_B``: the rows those
     logprobs (and the loss's metrics) cover, every row unless a skipped row was not forwarded.
-    ``temperature`` divides the logits of every pass (the policy at the sampling temperature)."""
+    ``temperature`` divides the logits of every pass (the policy at the sampling temperature).
+    ``vanishes``: :func:`vanishes_at_zero_advantage` of ``loss`` when the caller looked it up
+    already (None: looked up here)."""
     trained_B_T = batch.loss_mask_B_T * batch.attention_mask_B_T
     on_B = trained_B_T.sum(1) > 0
     live_B = (np.abs(advantages_B_T) * trained_B_T).sum(1) > 0
     rest = np.flatnonzero(on_B & ~live_B)
     every_row = np.ones(len(on_B), dtype=bool)
-    if not (skip and agg in MEAN_AGGREGATIONS and live_B.any() and len(rest) and vanishes_at_zero_advantage(loss)):
+    if vanishes is None and skip:
+        vanishes = vanishes_at_zero_advantage(loss)
+    if not (skip and agg in MEAN_AGGREGATIONS and live_B.any() and len(rest) and vanishes):
         fb, logprobs = trainer.forward_backward(
             batch, loss, agg=agg, advantages_B_T=advantages_B_T, return_logprobs=True, temperature=temperature, **loss_config
         )
