@@ -50,15 +50,16 @@ class StageContext:
     """Whether the stage's env runs agent programs (``agent/program-v0``), decided once here so a
     step does not look the env up again."""
 
-    engine_shares_policy: bool = field(init=False)
-    """Whether the engine samples with the policy's own model (the ``hf`` engine in this process):
-    its weights are the learner's, so a step only records their version (no engine sync)."""
+    engine_follows_policy: bool = field(init=False)
+    """Whether the engine samples with the policy's own model and records the weights' version
+    itself (the ``hf`` engine in this process: :meth:`HFEngine.follow`), so a step needs no engine
+    sync (:func:`tinker_algos.distributed.engine_sync.sync_engine` serves every other engine)."""
 
     def __post_init__(self) -> None:
         from tinker_algos.rollout import agent_program
 
         self.plays_agent_program = agent_program.is_agent_program(self.stage.env)
-        self.engine_shares_policy = bool(getattr(self.engine, "shares_policy", False))
+        self.engine_follows_policy = bool(getattr(self.engine, "shares_policy", False)) and callable(getattr(self.engine, "follow", None))
 
     @property
     def algo(self) -> Any:
@@ -115,7 +116,7 @@ class StageContext:
         params = self.sampling_params(step)
         if refill:
             params = replace(params, seed=self.step_seed(step, "sample", "refill", refill))
-        elif self.engine_shares_policy and policy is None:  # the engine samples with the weights after `step` updates
+        elif self.engine_follows_policy and policy is None:  # the engine samples with the weights after `step` updates
             self.engine.follow(step)
         elif self.engine is not None and policy is None:  # another process's engine: the adapter of `step` goes over
             from tinker_algos.distributed.engine_sync import sync_engine

@@ -41,7 +41,10 @@ def version_probe(tokenizer: Any, version: int) -> np.ndarray:
 def sync_engine(engine: Any, policy: Any, adapter: str | None, version: int, run_dir: str | Path) -> None:
     """Make ``engine`` sample with the learner's weights of ``version`` (see the module docstring)."""
     if getattr(engine, "shares_policy", False):
-        engine.follow(version)  # the model is shared: nothing moves
+        if engine.health().weight_version is None or engine.health().weight_version < version:
+            engine.start_weight_update(version)
+            engine.update_weights(WeightUpdate(version))  # the model is shared: nothing moves
+            engine.finish_weight_update(version)
         return
     if engine.health().weight_version == version:
         return
