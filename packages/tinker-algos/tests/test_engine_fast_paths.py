@@ -210,8 +210,8 @@ def tied_batch(policy: PolicyModel) -> tuple[Any, np.ndarray]:
 
 @pytest.mark.parametrize(("loss", "agg"), [("ppo", "token-mean"), ("importance_sampling", "seq-mean-token-mean"), ("cispo", "token-mean")])
 def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_metrics(policy: PolicyModel, loss: str, agg: str) -> None:
+    from tinker_algos.algorithms.update import policy_update
     from tinker_algos.training.trainer import TrainerConfig
-    from tinker_algos.training.zero_advantage import policy_update
 
     batch, adv = tied_batch(policy)
     B = batch.tokens_B_T.shape[0]
@@ -239,8 +239,8 @@ def test_zero_advantage_rows_skip_the_gradient_pass_with_the_same_gradient_and_m
 
 
 def test_skipped_rows_need_no_forward_when_their_metrics_may_cover_the_trained_rows(policy: PolicyModel) -> None:
+    from tinker_algos.algorithms.update import policy_update
     from tinker_algos.training.trainer import TrainerConfig
-    from tinker_algos.training.zero_advantage import policy_update
 
     batch, adv = tied_batch(policy)
     B = batch.tokens_B_T.shape[0]
@@ -282,8 +282,8 @@ class _PluginLosses:
 
 @pytest.mark.usefixtures("fresh_tinker_algos_plugins")
 def test_a_plugin_loss_gets_the_zero_advantage_fast_path_by_declaring_it_at_registration(policy: PolicyModel) -> None:
+    from tinker_algos.algorithms.update import policy_update, vanishes_at_zero_advantage
     from tinker_algos.training.trainer import TrainerConfig
-    from tinker_algos.training.zero_advantage import policy_update, vanishes_at_zero_advantage
 
     tinker_core.registry.register_plugin(_PluginLosses(), distribution="algostest-losses")
     # the built-ins declare it through the same register call

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tinker_algos.algorithms.common import optim_metrics
+from tinker_algos.algorithms.update import optim_metrics
 from tinker_algos.model.device import resolve_device
 from tinker_algos.model.models import PolicyModel
 from tinker_algos.training.trainer import Trainer, TrainerConfig

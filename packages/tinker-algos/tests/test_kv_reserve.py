@@ -1,4 +1,4 @@
-"""The decode loop's KV cache with room reserved up front (``tinker_algos.sampling.kv_reserve``): the same
+"""The decode loop's KV cache with room reserved up front (``tinker_algos.sampling.turn_cache``): the same
 keys, values and samples as ``transformers.DynamicCache``'s ``torch.cat`` growth."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from tinker_algos.sampling import sampler as sampler_mod
-from tinker_algos.sampling.kv_reserve import ReservedLayer, reserve
 from tinker_algos.sampling.sampler import SamplingParams, sample
+from tinker_algos.sampling.turn_cache import ReservedLayer, reserve
 
 
 def kv(gen: torch.Generator, B: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:

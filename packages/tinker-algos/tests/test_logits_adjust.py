@@ -8,8 +8,8 @@ import collections
 import pytest
 import torch
 
-from tinker_algos.sampling.logits_adjust import adjust_logits, apply_penalties, token_counts
 from tinker_algos.sampling.sampler import SamplingParams, sample
+from tinker_algos.sampling.token_draw import adjust_logits, apply_penalties, token_counts
 
 PROMPTS = ["12+34=", "hello world\n"]
 

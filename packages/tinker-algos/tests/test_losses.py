@@ -17,7 +17,7 @@ from tinker_algos.builtins.kl import k2 as kl2
 from tinker_algos.builtins.kl import k3 as kl3
 from tinker_algos.builtins.kl import kl_estimate
 from tinker_algos.builtins.losses import preference_metrics
-from tinker_algos.training.aggregation import aggregate
+from tinker_algos.training.gradient_pass import aggregate
 from tinker_core.contracts import AGGREGATION_MODES, LossInputs, LossOutputs
 
 LOSS_NAMES = [

@@ -11,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from tinker_algos import plugin
-from tinker_algos.algorithms.hints import FLAT_HINT, TiedRewardsHint, all_groups_tied
+from tinker_algos.records.health import FLAT_HINT, TiedRewardsHint, all_groups_tied
 from tinker_algos.run.job import train
 
 TERMINAL = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "150", "HF_HUB_DISABLE_PROGRESS_BARS": "0"}

@@ -98,6 +98,16 @@ def test_weight_phases_refuse_calls_out_of_order(policy) -> None:
     assert engine.health().weight_version == 1
 
 
+def test_follow_records_the_learners_version_and_never_moves_back(policy) -> None:
+    engine = HFEngine(policy)  # shares the policy's model: following a version moves no weight
+    engine.follow(3)
+    assert engine.health().weight_version == 3
+    engine.follow(2)  # an older version: nothing to record
+    assert engine.health().weight_version == 3
+    engine.follow(4)
+    assert engine.health().weight_version == 4
+
+
 # ---- the engine a job samples with -----------------------------------------------------------
 
 

@@ -60,6 +60,21 @@ def test_make_env_builds_a_fresh_registered_env_with_kwargs():
     assert tinker_core.registry.env_spec("echo/countdown-v0").max_turns == 10
 
 
+def test_env_factory_looks_the_env_up_once_and_builds_what_make_env_builds(monkeypatch):
+    build = tinker_core.env_factory("echo/echo-v0", words=("only",))
+    lookups = []
+    real = tinker_core.registry.get_registry
+    monkeypatch.setattr(tinker_core.registry, "get_registry", lambda kind: lookups.append(kind) or real(kind))
+    a, b = build(), build()
+    assert lookups == []  # building envs looks nothing up: the entry was found when the factory was made
+    assert a is not b and a.env_spec is b.env_spec
+    monkeypatch.undo()
+    assert a.env_spec is tinker_core.registry.env_spec("echo/echo-v0")
+    assert a.reset(seed=0)[0] == tinker_core.make_env("echo/echo-v0", words=("only",)).reset(seed=0)[0] == "Say: only\n"
+    with pytest.raises(UnknownNameError, match="did you mean 'echo/echo-v0'"):
+        tinker_core.env_factory("echo/ecoh-v0")  # an unknown id fails when the factory is made
+
+
 def test_unknown_names_get_did_you_mean():
     with pytest.raises(UnknownNameError, match=r"unknown env 'echo/ecoh-v0'; did you mean 'echo/echo-v0'\?"):
         tinker_core.make_env("echo/ecoh-v0")

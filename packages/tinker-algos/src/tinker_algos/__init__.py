@@ -41,10 +41,10 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_algos.model.models import load_model as load_model
     from tinker_algos.model.models import resolve_model as resolve_model
     from tinker_algos.model.models import sequence_logprobs as sequence_logprobs
+    from tinker_algos.model.prompts import encode_prompt as encode_prompt
+    from tinker_algos.model.prompts import render_prompt as render_prompt
     from tinker_algos.model.tokenizer import build_char_tokenizer as build_char_tokenizer
-    from tinker_algos.model.tokenizer import encode_prompt as encode_prompt
     from tinker_algos.model.tokenizer import load_tokenizer as load_tokenizer
-    from tinker_algos.model.tokenizer import render_prompt as render_prompt
     from tinker_algos.run.forking import fork as fork
     from tinker_algos.run.job import TrainResult as TrainResult
     from tinker_algos.run.job import train as train
@@ -54,11 +54,11 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_algos.sampling.sampler import logprob_agreement as logprob_agreement
     from tinker_algos.sampling.sampler import sample as sample
     from tinker_algos.sampling.sampler import sequences_to_batch as sequences_to_batch
-    from tinker_algos.training.aggregation import aggregate as aggregate
     from tinker_algos.training.checkpoint import CheckpointError as CheckpointError
     from tinker_algos.training.checkpoint import load_state as load_state
     from tinker_algos.training.checkpoint import read_manifest as read_manifest
     from tinker_algos.training.checkpoint import save_state as save_state
+    from tinker_algos.training.gradient_pass import aggregate as aggregate
     from tinker_algos.training.trainer import Trainer as Trainer
     from tinker_algos.training.trainer import TrainerConfig as TrainerConfig
     from tinker_algos.training.trainer import aggregation_modes as aggregation_modes

@@ -30,6 +30,7 @@ import importlib
 import inspect
 from typing import TYPE_CHECKING, Any
 
+from tinker_algos.builtins import Deferred as Deferred  # re-exported: its home was this module
 from tinker_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
@@ -42,35 +43,6 @@ if TYPE_CHECKING:
         OptimizerRegister,
         RolloutEngineRegister,
     )
-
-
-class Deferred:
-    """A callable that imports ``module.attr`` on first use and forwards every call to it.
-
-    ``inspect.signature`` sees the real signature (resolved on demand); instances pickle as
-    ``(module, attr)``.
-    """
-
-    def __init__(self, module: str, attr: str, doc: str) -> None:
-        self.target_module = module
-        self.target_attr = attr
-        self.__name__ = attr
-        self.__qualname__ = attr
-        self.__doc__ = doc
-
-    def resolve(self) -> Any:
-        """The real callable."""
-        return getattr(importlib.import_module(self.target_module), self.target_attr)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.resolve()(*args, **kwargs)
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        return inspect.signature(self.resolve())
-
-    def __repr__(self) -> str:
-        return f"<deferred {self.target_module}.{self.target_attr}>"
 
 
 ESTIMATOR_DESCRIPTIONS: dict[str, str] = {
@@ -114,7 +86,6 @@ OPTIMIZER_DESCRIPTIONS: dict[str, str] = {
 
 def agent_program_env(**kwargs: Any) -> Any:
     """An agent program run(task, client) -> reward, trained through the rollout proxy."""
-    import inspect
 
     from tinker_algos.rollout.agent_program import AgentProgramEnv
     from tinker_core.errors import ConfigError, did_you_mean

@@ -100,6 +100,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.opponents import OpponentFactory as OpponentFactory
     from tinker_core.opponents import make_opponent as make_opponent
     from tinker_core.opponents import scripted_opponents as scripted_opponents
+    from tinker_core.registry import env_factory as env_factory
     from tinker_core.registry import env_spec as env_spec
     from tinker_core.registry import get_advantage_estimator as get_advantage_estimator
     from tinker_core.registry import get_loss as get_loss

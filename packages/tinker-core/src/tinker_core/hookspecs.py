@@ -114,7 +114,7 @@ def opentinker_register_losses(register: LossRegister) -> None:
         ``vanishes_at_zero_advantage=True`` (policy losses only) promises that the loss and its
         gradient are exactly 0 on every token whose advantage is 0, whatever the logprobs; GRPO
         then skips the gradient pass of rows whose advantage is 0 everywhere
-        (:mod:`tinker_algos.training.zero_advantage`).
+        (:func:`tinker_algos.algorithms.update.policy_update`).
     """
 
 

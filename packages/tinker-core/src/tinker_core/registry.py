@@ -15,6 +15,7 @@ loads. Once loaded, every env is registered with gymnasium too
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -433,6 +434,14 @@ def make_env(env_id: str, **kwargs: Any) -> Any:
     """Build a registered environment: ``make_env("math/arithmetic-v0", digits=2)``."""
     entry = get_registry("envs").get(env_id)
     return build_env(entry.obj, entry.options["spec"], **kwargs)
+
+
+def env_factory(env_id: str, **kwargs: Any) -> Callable[[], Any]:
+    """A zero-argument builder of a registered environment, looked up once: calling
+    ``env_factory("math/arithmetic-v0", digits=2)`` builds what ``make_env`` with the same
+    arguments builds, without a registry look-up per env."""
+    entry = get_registry("envs").get(env_id)
+    return functools.partial(build_env, entry.obj, entry.options["spec"], **kwargs)
 
 
 def get_advantage_estimator(name: str) -> Entry[AdvantageEstimator]:

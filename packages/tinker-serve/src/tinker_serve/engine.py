@@ -15,7 +15,7 @@ the base), so requests for different adapters share every decode step.
 
 Tokens are chosen with :func:`tinker_algos.sampling.sampler.choose_tokens` per request (its temperature,
 top-p, top-k and seeded generator), after its penalties and logits processors (a JSON schema's
-mask: :mod:`tinker_algos.sampling.logits_adjust`, one processor per row); the logprobs reported are the model's own (``log_softmax`` of
+mask: :mod:`tinker_algos.sampling.token_draw`, one processor per row); the logprobs reported are the model's own (``log_softmax`` of
 the logits, as OpenAI's API reports them). Text is streamed as it becomes final: the tail that
 could still become a stop string, or an incomplete UTF-8 character, is held back. A request
 finishes ``"stop"`` (an end-of-turn token, or a stop string, which is cut from the text),
@@ -42,8 +42,8 @@ from tinker_algos.model.models import (
     position_ids_from_mask,
 )
 from tinker_algos.model.prompts import eos_token_ids
-from tinker_algos.sampling.logits_adjust import LogitsProcessor, adjust_logits, adjusts
 from tinker_algos.sampling.sampler import SamplingParams, choose_tokens
+from tinker_algos.sampling.token_draw import LogitsProcessor, adjust_logits, adjusts
 
 logger = logging.getLogger(__name__)
 

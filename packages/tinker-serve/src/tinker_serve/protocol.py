@@ -3,7 +3,7 @@
 Requests are pydantic models; fields OpenAI defines that change nothing here (``user``...) are
 accepted and ignored, fields that would change the answer and are not implemented (``logit_bias``,
 ``functions``, ``suffix``) are refused with a 400 naming the field. ``frequency_penalty`` and
-``presence_penalty`` (-2..2) are OpenAI's (:mod:`tinker_algos.sampling.logits_adjust`); chat's
+``presence_penalty`` (-2..2) are OpenAI's (:mod:`tinker_algos.sampling.token_draw`); chat's
 ``response_format`` is enforced by constrained decoding (:mod:`.routes.constrained`). Chat ``tools``, ``tool_choice`` and tool messages: :mod:`.chat_tools`. Every error is ``{"error": {"message", "type", "param", "code"}}``
 (:class:`APIError`).
 """

@@ -15,7 +15,7 @@ would.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -46,6 +46,20 @@ class StageContext:
     renderer: PromptRenderer | None = None  # a tinker_algos.model.prompts.PromptRenderer (model.chat_template); None = 'auto'
     runtime: Runtime | None = None  # the run's rollout workers and learners (execution); None: one process
     engine: Any = None  # the stage's rollout engine (rollout.engine, tinker_core.engines); None: hf on the policy
+    plays_agent_program: bool = field(init=False)
+    """Whether the stage's env runs agent programs (``agent/program-v0``), decided once here so a
+    step does not look the env up again."""
+
+    engine_follows_policy: bool = field(init=False)
+    """Whether the engine samples with the policy's own model and records the weights' version
+    itself (the ``hf`` engine in this process: :meth:`HFEngine.follow`), so a step needs no engine
+    sync (:func:`tinker_algos.distributed.engine_sync.sync_engine` serves every other engine)."""
+
+    def __post_init__(self) -> None:
+        from tinker_algos.rollout import agent_program
+
+        self.plays_agent_program = agent_program.is_agent_program(self.stage.env)
+        self.engine_follows_policy = bool(getattr(self.engine, "shares_policy", False)) and callable(getattr(self.engine, "follow", None))
 
     @property
     def algo(self) -> Any:
@@ -92,16 +106,19 @@ class StageContext:
         ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.rollout.agent_program`).
         ``refill > 0``: dynamic sampling's refill round, fresh tasks with their own sampling seed
         (the first ``tasks`` of them)."""
-        from tinker_algos.rollout import agent_program
         from tinker_algos.rollout.episodes import rollout
 
-        if agent_program.is_agent_program(self.stage.env):
+        if self.plays_agent_program:
+            from tinker_algos.rollout import agent_program
+
             return agent_program.stage_agent_rollout(self, step, policy)
         r = self.rollout_cfg
         params = self.sampling_params(step)
         if refill:
             params = replace(params, seed=self.step_seed(step, "sample", "refill", refill))
-        elif self.engine is not None and policy is None:  # the engine samples with the weights after `step` updates
+        elif self.engine_follows_policy and policy is None:  # the engine samples with the weights after `step` updates
+            self.engine.follow(step)
+        elif self.engine is not None and policy is None:  # another process's engine: the adapter of `step` goes over
             from tinker_algos.distributed.engine_sync import sync_engine
 
             sync_engine(self.engine, self.policy, self.adapter, step, self.run_dir)
@@ -152,7 +169,7 @@ class Algorithm:
         factory = self.ctx.eval_env_factory or self.ctx.env_factory
         if factory is None:
             return {}
-        if agent_program.is_agent_program(self.ctx.stage.env):
+        if self.ctx.plays_agent_program:
             return agent_program.evaluate_agents(self.ctx, self.ctx.algo.eval_size, derive_seed(self.ctx.job.seed, "eval"))
         if self.env_has_roles():
             from tinker_algos.multiagent.grpo import evaluate_stage

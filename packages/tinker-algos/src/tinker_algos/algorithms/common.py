@@ -3,13 +3,11 @@
 * :class:`ReferencePolicy` -- log-probabilities under the stage's starting policy (KL penalties,
   DPO's implicit reward).
 * :func:`kl_to_reference` -- the KL penalty to it: its mean, and the token rewards shaped by it.
-* :func:`sampler_agreement` -- how far the sampler's logprobs are from the trainer's.
 * :func:`resolve_estimator`, :func:`check_estimator_config`, :func:`resolve_loss` -- fail on a
   wrong name, kind or key before any work.
 * :func:`shuffled_batch`, :func:`example_trajectory`,
   :func:`stage_system_prompt` -- offline data (SFT examples, DPO pairs; read by
   :mod:`tinker_algos.hub.data_sources`): cycled through in per-epoch shuffled order, tokenized through the chat template like rollouts.
-* :func:`optim_metrics` -- the ``optim/*`` keys of one ``optim_step``.
 
 Algorithms import these from here, never from each other.
 """
@@ -26,7 +24,6 @@ import tinker_core
 import tinker_core.registry
 from tinker_algos.algorithms.base import StageContext
 from tinker_algos.builtins.kl import kl_estimate
-from tinker_algos.sampling.sampler import logprob_agreement
 from tinker_core.config import KLConfig
 from tinker_core.contracts import AdvantageInputs, Batch, LossInputs, Trajectory
 from tinker_core.errors import ConfigError
@@ -93,12 +90,6 @@ def kl_to_reference(
         return mean, None
     rewards_B_T = AdvantageInputs(batch.rewards_B, mask_B_T, batch.group_ids_B).token_rewards()
     return mean, rewards_B_T - kl.coef * k_B_T
-
-
-def sampler_agreement(batch: Batch, logprobs_B_T: np.ndarray, mask_B_T: np.ndarray) -> dict[str, float]:
-    """``kl/sample_train`` (k3 of KL(sampler || trainer)) and ``rollout/logprob_mean_abs_diff``."""
-    agree = logprob_agreement(batch.sampler_logprobs_B_T, logprobs_B_T, mask_B_T)
-    return {"kl/sample_train": float(agree["kl_k3"]), "rollout/logprob_mean_abs_diff": float(agree["mean_abs_diff"])}
 
 
 def resolve_estimator(ctx: StageContext, default: str, *, critic: bool) -> tuple[str, AdvantageEstimator]:
@@ -196,12 +187,3 @@ def stage_system_prompt(ctx: StageContext, env: object = None) -> str:
         except Exception:  # an id only a remote server knows: no system prompt
             spec = None
     return getattr(spec, "system_prompt", "") or ""
-
-
-def optim_metrics(opt: dict[str, float]) -> dict[str, float]:
-    """``optim/grad_norm``, ``optim/lr``, ``optim/skipped_steps`` of one ``Trainer.optim_step``
-    (and ``optim/grad_scale`` under fp16-mixed)."""
-    metrics = {"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])}
-    if "grad_scale" in opt:
-        metrics["optim/grad_scale"] = opt["grad_scale"]
-    return metrics

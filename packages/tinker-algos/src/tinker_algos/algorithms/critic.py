@@ -33,7 +33,7 @@ import torch
 
 from tinker_algos.builtins.optimizers import build_optimizer
 from tinker_algos.model.models import PolicyModel, position_ids_from_mask, to_tensor
-from tinker_algos.training.aggregation import aggregate
+from tinker_algos.training.gradient_pass import aggregate
 from tinker_core.config import PPOParams
 from tinker_core.contracts import Batch
 

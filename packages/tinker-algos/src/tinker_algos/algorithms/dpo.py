@@ -56,11 +56,11 @@ from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     ReferencePolicy,
     example_trajectory,
-    optim_metrics,
     resolve_loss,
     shuffled_batch,
     stage_system_prompt,
 )
+from tinker_algos.algorithms.update import optim_metrics
 from tinker_algos.builtins.losses import preference_metrics
 from tinker_algos.hub.data_sources import read_records
 from tinker_algos.rollout.episodes import RolloutResult
@@ -218,7 +218,7 @@ class DPO(Algorithm):
         """``eval/preference_accuracy``, ``eval/reward_margin``, ``eval/preference_loss`` on ``pairs``."""
         import torch
 
-        from tinker_algos.training.aggregation import aggregate
+        from tinker_algos.training.gradient_pass import aggregate
         from tinker_core.contracts import LossInputs
 
         reference = self._setup()

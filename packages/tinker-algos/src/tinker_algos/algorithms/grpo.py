@@ -40,13 +40,13 @@ Implementation details:
 
 7. When every group's episodes got the same reward for 3 steps in a row (every advantage 0,
    ``optim/grad_norm`` exactly 0 without a KL loss), the stage says so once, in a ``hint:`` log
-   line naming the likely fixes (:mod:`tinker_algos.algorithms.hints`).
+   line naming the likely fixes (:mod:`tinker_algos.records.health`).
 
 8. Rows whose advantage is 0 on every token (a group whose rewards tied) get no gradient from a
    loss registered with ``vanishes_at_zero_advantage=True`` (the built-in policy losses but
    ``dro``, or a plugin's), so they skip the gradient pass (a no-grad forward gives their
    logprobs); ``loss_scale`` keeps the gradient and the logged metrics those of the whole batch
-   (:mod:`tinker_algos.training.zero_advantage`).
+   (:func:`tinker_algos.algorithms.update.policy_update`).
 9. ``rollout.max_staleness: k`` (default 0: on-policy) samples the batch of step ``s + k`` in a
    background thread while step ``s`` trains, with the weights from before update ``s``
    (:mod:`tinker_algos.algorithms.rollout_ahead`); the loss's ratio to the sampler's logprobs corrects for
@@ -64,6 +64,7 @@ arguments of the estimator) and ``multi_agent``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -71,12 +72,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinker_algos.algorithms.base import Algorithm, StageContext
-from tinker_algos.algorithms.common import check_estimator_config, optim_metrics, resolve_estimator
-from tinker_algos.algorithms.hints import TiedRewardsHint
+from tinker_algos.algorithms.common import check_estimator_config, resolve_estimator
 from tinker_algos.algorithms.league import League
 from tinker_algos.algorithms.learners import RoleLearners
 from tinker_algos.algorithms.rollout_ahead import RolloutsAhead
-from tinker_algos.algorithms.update import PolicyUpdate
+from tinker_algos.algorithms.update import PolicyUpdate, optim_metrics
 from tinker_algos.multiagent import (
     MultiAgentParams,
     MultiAgentRolloutResult,
@@ -84,7 +84,7 @@ from tinker_algos.multiagent import (
     evaluate_stage,
     stage_env_spec,
 )
-from tinker_algos.records.health import HealthMonitor, reward_spread
+from tinker_algos.records.health import HealthMonitor, TiedRewardsHint, reward_spread
 from tinker_algos.records.recording import phase, record_train
 from tinker_algos.rollout.curriculum import Curriculum
 from tinker_algos.rollout.episodes import RolloutResult
@@ -143,18 +143,21 @@ class GRPO(Algorithm):
         self.ahead: RolloutsAhead | DistributedRollouts | None = RolloutsAhead(ctx, k) if k else None
         if ctx.job.execution.rollout_workers:
             self.ahead = self.distributed_rollouts(k)
+        # the two choices, made once: how the episodes are collected and how the update runs
+        self.collector: Callable[[int], RolloutResult | MultiAgentRolloutResult] = self.choose_collector()
+        self.learn_step: Callable[[Any], dict[str, float]] = (
+            partial(self.learners.learn, learn_one=self.learn) if self.learners is not None else partial(self.learn, update=self.update)
+        )
 
     def group_sampling(self, ctx: StageContext) -> tuple[GroupFilter | None, Curriculum | None]:
         """``rollout.dynamic_sampling`` and ``rollout.curriculum``: single-agent envs sampled in the
         job's process (with or without sampling ahead); anything else is a ConfigError naming them."""
-        from tinker_algos.rollout import agent_program
-
         ds, cur = ctx.rollout_cfg.dynamic_sampling, ctx.rollout_cfg.curriculum
         on = [name for name, c in (("dynamic_sampling", ds), ("curriculum", cur)) if c.enabled]
         if not on:
             return None, None
         where = "rollout." + " and rollout.".join(on)
-        if self.multi_agent is not None or agent_program.is_agent_program(ctx.stage.env):
+        if self.multi_agent is not None or ctx.plays_agent_program:
             what = "a multi-agent env" if self.multi_agent is not None else "agent programs"
             raise ConfigError([f"{where}: for single-agent envs; {ctx.where} plays {what}: set enabled: false"])
         if ctx.job.execution.rollout_workers:
@@ -172,36 +175,49 @@ class GRPO(Algorithm):
 
     def draw_at_level(self, curriculum: Curriculum) -> None:
         """Training envs at the curriculum's level (its kwargs over the stage's ``env.kwargs``)."""
-        from tinker_algos.rollout.episodes import make_env
+        from tinker_algos.rollout.episodes import env_builder
 
         env = self.ctx.stage.env
         assert env is not None
-        self.ctx.env_factory = self.env_factory = partial(make_env, env, curriculum.kwargs(env.kwargs))
+        self.ctx.env_factory = self.env_factory = env_builder(env, curriculum.kwargs(env.kwargs))
 
     def distributed_rollouts(self, k: int) -> DistributedRollouts:
         """The stage's collector on rollout workers (``execution.rollout_workers``): single-agent
         envs only (a multi-agent game or an agent program samples in the job's process)."""
         from tinker_algos.distributed.rollouts import DistributedRollouts
-        from tinker_algos.rollout import agent_program
 
-        if self.multi_agent is not None or agent_program.is_agent_program(self.ctx.stage.env):
+        if self.multi_agent is not None or self.ctx.plays_agent_program:
             what = "a multi-agent env" if self.multi_agent is not None else "agent programs"
             raise ConfigError([f"execution.rollout_workers: rollout workers sample single-agent envs; {self.ctx.where} plays {what}, so set rollout_workers to 0"])
         assert self.ctx.runtime is not None, "a run with execution.rollout_workers holds a Runtime"
         return DistributedRollouts(self.ctx, k, self.ctx.runtime)
 
+    def choose_collector(self) -> Callable[[int], RolloutResult | MultiAgentRolloutResult]:
+        """How the stage's episodes are collected (chosen once, at construction): a league's matches,
+        multi-agent play (self-play, an opponent, per-role learners), batches sampled ahead (in a
+        thread or on rollout workers), or the step's own rollout (the policy's turns or agent programs)."""
+        if self.league is not None:
+            return self.league.collect
+        if self.multi_agent is not None:
+            return self.collect_multi_agent
+        if self.ahead is not None:
+            return self.collect_ahead
+        return self.ctx.group_rollout
+
+    def collect_multi_agent(self, step: int) -> MultiAgentRolloutResult:
+        assert self.multi_agent is not None and self.env_spec is not None
+        return collect_for_grpo(self.ctx, step, self.multi_agent, self.env_spec)
+
+    def collect_ahead(self, step: int) -> RolloutResult:
+        assert self.ahead is not None
+        result = self.ahead.take(step)
+        self.ahead.start(step)  # the batch of step + k, with the weights before this update
+        return result
+
     # ---- one step -----------------------------------------------------------------------------
     def collect(self, step: int) -> RolloutResult | MultiAgentRolloutResult:
-        if self.league is not None:
-            return self.league.collect(step)
-        if self.multi_agent is not None:
-            assert self.env_spec is not None
-            return collect_for_grpo(self.ctx, step, self.multi_agent, self.env_spec)
-        if self.ahead is not None:
-            result = self.ahead.take(step)
-            self.ahead.start(step)  # the batch of step + k, with the weights before this update
-        else:
-            result = self.ctx.group_rollout(step)
+        """The step's episodes, by the stage's collector; with dynamic sampling, the groups kept."""
+        result = self.collector(step)
         if self.group_filter is None:
             return result
         # dynamic sampling: refill rounds sample fresh tasks in this process with the current weights
@@ -211,6 +227,13 @@ class GRPO(Algorithm):
         )
         self.round0_metrics = result.metrics()
         return kept
+
+    def rollout_metrics(self, result: RolloutResult | MultiAgentRolloutResult) -> dict[str, float]:
+        """``env/*`` and ``rollout/*`` of the step's episodes; with dynamic sampling, round 0's (what
+        the policy does on the step's usual prompts) and ``sampling/*``."""
+        if self.group_filter is None:
+            return result.metrics()
+        return {**self.round0_metrics, **self.sampling_metrics}
 
     def evaluate(self) -> dict[str, float]:
         if self.multi_agent is None:
@@ -227,32 +250,32 @@ class GRPO(Algorithm):
         return np.asarray(out.advantages_B_T, dtype=np.float32), dict(out.metrics)
 
     def step(self, step: int) -> dict[str, float]:
+        """Collect the episodes, then learn from them (advantages and one policy-gradient step, per
+        role with learners), then the after-step bookkeeping."""
         t0 = time.perf_counter()
-        level = self.curriculum.level if self.curriculum is not None else None
         with phase("rollout"):
             result = self.collect(step)
-        # with dynamic sampling, env/* are round 0's (what the policy does on the step's usual prompts)
-        metrics = self.round0_metrics if self.group_filter is not None else result.metrics()
-        metrics.update(self.sampling_metrics if self.group_filter is not None else {})
+        metrics = self.rollout_metrics(result)
         metrics["time/rollout_s"] = time.perf_counter() - t0
-        if self.curriculum is not None and level is not None:
+        metrics.update(self.learn_step(result))
+        self.after_step(step, metrics)
+        return metrics
+
+    def after_step(self, step: int, metrics: dict[str, float]) -> None:
+        """The curriculum's move, the league's pool, the sample-ahead and health metrics, into ``metrics``."""
+        if self.curriculum is not None:
+            level = self.curriculum.level
             moved = self.curriculum.observe(metrics.get("env/success_rate", 0.0))
             metrics.update(self.curriculum.metrics(), **{"curriculum/level": float(level)})
             if moved is not None:
                 self.ctx.log(f"curriculum: level {level} -> {moved} ({self.curriculum.levels[moved]}) after step {step + 1}")
                 self.draw_at_level(self.curriculum)
-        if self.learners is not None:  # each role's adapter learns from its own trajectories
-            assert isinstance(result, MultiAgentRolloutResult)
-            metrics.update(self.learners.learn(result, self.learn))
-        else:
-            metrics.update(self.learn(result, self.update))
         if self.league is not None:
             self.league.after_step(step)
             metrics.update(self.league.metrics())
         if self.ahead is not None:
             metrics.update(self.ahead.metrics())  # on rollout workers: sync/*, staleness/*, time/idle_frac/*
         metrics.update(self.health.observe(metrics))  # health/*, and a warning line per crossing
-        return metrics
 
     def learn(
         self, result: RolloutResult | MultiAgentRolloutResult, update: PolicyUpdate, hint: TiedRewardsHint | None = None

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from tinker_algos.algorithms.base import StageContext
-from tinker_algos.algorithms.hints import TiedRewardsHint
 from tinker_algos.algorithms.update import PolicyUpdate
 from tinker_algos.multiagent.params import MultiAgentParams, role_adapter
 from tinker_algos.multiagent.results import MultiAgentRolloutResult
+from tinker_algos.records.health import TiedRewardsHint
 from tinker_algos.training.checkpoint import load_state, save_state
 from tinker_algos.training.trainer import Trainer
 from tinker_algos.training.trainer_config import TrainerConfig

@@ -61,11 +61,10 @@ import numpy as np
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import check_estimator_config, resolve_estimator
 from tinker_algos.algorithms.critic import Critic, explained_variance
-from tinker_algos.algorithms.update import PolicyUpdate
+from tinker_algos.algorithms.update import PolicyUpdate, take_rows
 from tinker_algos.records.recording import phase, record_train
 from tinker_algos.rollout.episodes import RolloutResult
 from tinker_algos.training.trainer_config import lr_multiplier
-from tinker_algos.training.zero_advantage import take_rows
 from tinker_core.config import PPOParams
 from tinker_core.contracts import AdvantageInputs
 

@@ -38,10 +38,10 @@ from typing import Any, TypeAlias
 from tinker_algos.algorithms.base import Algorithm, StageContext
 from tinker_algos.algorithms.common import (
     example_trajectory,
-    optim_metrics,
     shuffled_batch,
     stage_system_prompt,
 )
+from tinker_algos.algorithms.update import optim_metrics
 from tinker_algos.hub.data_sources import read_records
 from tinker_algos.rollout.episodes import PolicyTurns
 from tinker_algos.sampling.sampler import SampledSequence

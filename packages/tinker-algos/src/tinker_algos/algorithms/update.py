@@ -22,13 +22,36 @@
    (``mode: loss``, :meth:`PolicyUpdate.loss_terms`).
 5. **The loss terms** (:meth:`PolicyUpdate.loss_terms`): the policy loss (with the sampler as the
    behaviour policy, rows whose advantage is 0 skip the gradient pass when the loss was registered
-   with ``vanishes_at_zero_advantage``: :mod:`tinker_algos.training.zero_advantage`) and the KL term.
+   with ``vanishes_at_zero_advantage``: :func:`policy_update`, below) and the KL term.
 6. **The metric names** both algorithms log: ``losses/policy``, ``losses/kl``, ``losses/total``
    (policy + ``kl.coef`` * kl; PPO adds its value loss), the loss's own metrics as
    ``losses/<metric>`` (``losses/approx_kl``, ``losses/clipfrac``, ...; a metric named like one of
    :data:`RESERVED_LOSS_KEYS` keeps its loss's name: ``losses/<loss>/<metric>``),
    ``advantages/*``, ``kl/policy_ref``, ``kl/sample_train`` and
-   ``rollout/logprob_mean_abs_diff``.
+   ``rollout/logprob_mean_abs_diff`` (:func:`sampler_agreement`), and the ``optim/*`` keys of an
+   optimizer step (:func:`optim_metrics`, every algorithm's).
+
+**Zero-advantage rows.** A policy-gradient update that skips the gradient pass of rows whose advantage is 0.
+
+In GRPO a group whose episodes all got the same reward has advantage 0 on every token; with a
+loss registered with ``vanishes_at_zero_advantage=True`` (the built-ins ``importance_sampling``:
+``-rho A``; ``ppo``: the clipped ``-rho A``; ``cispo``: ``-sg(clip(rho)) A log pi``; or a
+plugin's) such a row's loss and gradient are exactly 0, so running it through the gradient pass
+only costs time. :func:`policy_update` runs the gradient pass on the other rows, with
+``loss_scale`` set so the gradient and the loss are the whole batch's (token-mean: trained tokens
+of those rows / all trained tokens; the ``seq-mean-*`` modes: rows / rows).
+
+The skipped rows' logprobs are only ever read by metrics (``kl/sample_train``, the loss's clip
+fractions). With ``forward_skipped`` a no-grad forward computes them and the metrics are the
+whole batch's, token-weighted over all trained tokens as the trainer combines micro-batches;
+without it (GRPO's default when there is no reference model: that pass was about 12% of a step)
+nothing more runs, and those metrics cover the rows that train (``scored_B`` says which).
+
+:func:`take_rows` (a batch's rows, with the same rows of other ``[B, T]`` arrays) is the one
+row-selection helper of the algorithms (PPO's minibatches use it too).
+
+(:func:`policy_update`, :func:`take_rows` and :func:`vanishes_at_zero_advantage` lived in
+``tinker_algos.training.zero_advantage`` until wave 4; that path still imports this module.)
 """
 
 from __future__ import annotations
@@ -39,19 +62,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
+import torch
 
+import tinker_core.registry
 from tinker_algos.algorithms.base import StageContext
-from tinker_algos.algorithms.common import (
-    ReferencePolicy,
-    kl_to_reference,
-    resolve_loss,
-    sampler_agreement,
-)
-from tinker_algos.training.zero_advantage import policy_update
-from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
+from tinker_algos.algorithms.common import ReferencePolicy, kl_to_reference, resolve_loss
+from tinker_algos.sampling.sampler import logprob_agreement
+from tinker_core.contracts import Batch, LossInputs, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
-    import torch
+    from tinker_algos.training.trainer import Trainer
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +123,7 @@ class PolicyUpdate:
         self.ctx = ctx
         self.kl = ctx.algo.kl
         self.loss = resolve_loss(ctx, algorithm, default_loss, "policy")
+        self.loss_vanishes = vanishes_at_zero_advantage(self.loss)  # looked up once: whether tied rows may skip the gradient pass
         self.behaviour_policy = behaviour
         self.deterministic_pass = not has_dropout(ctx.policy.module)
         self.reference: ReferencePolicy | None = None
@@ -168,7 +189,7 @@ class PolicyUpdate:
         if self.behaviour_policy == "sampler":
             fb, logprobs, scored_B = policy_update(
                 trainer, batch, self.loss, algo.aggregation, advantages_B_T, dict(algo.loss_config),
-                skip=self.deterministic_pass, forward_skipped=ref_logprobs_B_T is not None,
+                skip=self.deterministic_pass, forward_skipped=ref_logprobs_B_T is not None, vanishes=self.loss_vanishes,
                 temperature=self.ctx.rollout_cfg.temperature,
             )
             passed: tuple[np.ndarray, np.ndarray] | None = (logprobs, scored_B)
@@ -222,8 +243,6 @@ class PolicyUpdate:
 def has_dropout(module: torch.nn.Module) -> bool:
     """Whether a training-mode forward pass of ``module`` is random (a dropout with ``p > 0``, a
     LoRA adapter's included, or an attention dropout in a model config)."""
-    import torch
-
     for m in module.modules():
         if isinstance(m, torch.nn.Dropout) and m.p > 0:
             return True
@@ -231,3 +250,95 @@ def has_dropout(module: torch.nn.Module) -> bool:
         if config is not None and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
             return True
     return False
+
+
+def sampler_agreement(batch: Batch, logprobs_B_T: np.ndarray, mask_B_T: np.ndarray) -> dict[str, float]:
+    """``kl/sample_train`` (k3 of KL(sampler || trainer)) and ``rollout/logprob_mean_abs_diff``."""
+    agree = logprob_agreement(batch.sampler_logprobs_B_T, logprobs_B_T, mask_B_T)
+    return {"kl/sample_train": float(agree["kl_k3"]), "rollout/logprob_mean_abs_diff": float(agree["mean_abs_diff"])}
+
+
+def optim_metrics(opt: dict[str, float]) -> dict[str, float]:
+    """``optim/grad_norm``, ``optim/lr``, ``optim/skipped_steps`` of one ``Trainer.optim_step``
+    (and ``optim/grad_scale`` under fp16-mixed)."""
+    metrics = {"optim/grad_norm": opt["grad_norm"], "optim/lr": opt["lr"], "optim/skipped_steps": float(opt["skipped_steps"])}
+    if "grad_scale" in opt:
+        metrics["optim/grad_scale"] = opt["grad_scale"]
+    return metrics
+
+
+#: aggregations whose value is a mean over all trained tokens or rows (so a skipped row only rescales it)
+MEAN_AGGREGATIONS = frozenset({"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"})
+
+
+def vanishes_at_zero_advantage(loss: str) -> bool:
+    """Whether the registered loss ``loss`` declared (``register(...,
+    vanishes_at_zero_advantage=True)``) that its value and gradient are exactly 0 on a token
+    whose advantage is 0."""
+    return bool(tinker_core.registry.get_loss(loss).options.get("vanishes_at_zero_advantage"))
+
+
+def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray, trim: bool = False) -> tuple[Batch, list[np.ndarray]]:
+    """:meth:`Batch.take` of ``rows`` and the same rows of each ``extra_B_T``; with ``trim`` both
+    are cut to the sub-batch's longest row (right padding only: the values are unchanged)."""
+    sub = batch.take(rows, trim=trim)
+    T = sub.shape[1]
+    return sub, [x[rows, :T] for x in extra_B_T]
+
+
+def policy_update(
+    trainer: Trainer, batch: Batch, loss: str, agg: str, advantages_B_T: np.ndarray, loss_config: dict[str, Any], *, skip: bool,
+    forward_skipped: bool = True, temperature: float = 1.0, vanishes: bool | None = None,
+) -> tuple[dict[str, float], np.ndarray, np.ndarray]:
+    """``trainer.forward_backward(batch, loss, ..., return_logprobs=True)``, skipping the gradient
+    pass of zero-advantage rows when ``skip`` and the loss and aggregation allow it (see the module
+    docstring). Returns the metrics, the pre-update logprobs and ``scored_B``: the rows those
+    logprobs (and the loss's metrics) cover, every row unless a skipped row was not forwarded.
+    ``temperature`` divides the logits of every pass (the policy at the sampling temperature).
+    ``vanishes``: :func:`vanishes_at_zero_advantage` of ``loss`` when the caller looked it up
+    already (None: looked up here)."""
+    trained_B_T = batch.loss_mask_B_T * batch.attention_mask_B_T
+    on_B = trained_B_T.sum(1) > 0
+    live_B = (np.abs(advantages_B_T) * trained_B_T).sum(1) > 0
+    rest = np.flatnonzero(on_B & ~live_B)
+    every_row = np.ones(len(on_B), dtype=bool)
+    if vanishes is None and skip:
+        vanishes = vanishes_at_zero_advantage(loss)
+    if not (skip and agg in MEAN_AGGREGATIONS and live_B.any() and len(rest) and vanishes):
+        fb, logprobs = trainer.forward_backward(
+            batch, loss, agg=agg, advantages_B_T=advantages_B_T, return_logprobs=True, temperature=temperature, **loss_config
+        )
+        return fb, logprobs, every_row
+    live, idle = np.flatnonzero(live_B), np.flatnonzero(~live_B)
+    tokens_all, tokens_live = float(trained_B_T.sum()), float(trained_B_T[live].sum())
+    scale = tokens_live / tokens_all if agg == "token-mean" else float(live_B.sum()) / float(on_B.sum())
+    live_batch, (adv_live,) = take_rows(batch, live, advantages_B_T)
+    fb, lp_live = trainer.forward_backward(
+        live_batch, loss, agg=agg, advantages_B_T=adv_live,
+        loss_scale=scale, return_logprobs=True, temperature=temperature, **loss_config,
+    )
+    logprobs_B_T = np.zeros(batch.tokens_B_T.shape, dtype=np.float32)
+    logprobs_B_T[live] = lp_live
+    metrics = dict(fb)
+    metrics["loss"] = fb["loss"] * scale
+    metrics["num_tokens"], metrics["num_sequences"] = tokens_all, float(on_B.sum())
+    if not forward_skipped:
+        return metrics, logprobs_B_T, live_B
+    idle_batch, _ = take_rows(batch, idle)
+    lp_idle = trainer.forward(idle_batch, temperature=temperature)
+    logprobs_B_T[idle] = lp_idle
+    # the whole batch's metrics: the skipped rows add 0 to the loss and their share to the loss's metrics
+    mask_idle = torch.as_tensor(trained_B_T[idle], dtype=torch.float32)
+    out = tinker_core.registry.get_loss(loss).obj(
+        LossInputs(
+            logprobs_B_T=torch.as_tensor(lp_idle), mask_B_T=mask_idle,
+            sampling_logprobs_B_T=torch.as_tensor(idle_batch.sampler_logprobs_B_T, dtype=torch.float32),
+            advantages_B_T=torch.zeros_like(mask_idle),
+        ),
+        **loss_config,
+    )
+    tokens_idle = float(mask_idle.sum())
+    for k, v in (out.metrics or {}).items():
+        key = f"{loss}/{k}"
+        metrics[key] = (fb.get(key, 0.0) * tokens_live + float(v) * tokens_idle) / tokens_all
+    return metrics, logprobs_B_T, every_row

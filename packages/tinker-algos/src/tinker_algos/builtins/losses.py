@@ -1,7 +1,7 @@
 """Built-in losses: ``loss(inputs: LossInputs, **config) -> LossOutputs`` on torch tensors.
 
 Each loss returns a per-token ``loss_B_T`` that the trainer reduces with the job's aggregation
-mode (:func:`tinker_algos.training.aggregation.aggregate`). ``loss_B_T`` is exactly 0 wherever
+mode (:func:`tinker_algos.training.gradient_pass.aggregate`). ``loss_B_T`` is exactly 0 wherever
 ``mask_B_T`` is 0, and masked positions are *selected out* before any arithmetic, so the
 gradient with respect to ``logprobs_B_T`` (and ``values_B_T``) there is exactly 0 even when the
 padding holds ``-inf``. Metrics are floats averaged over the trained tokens.

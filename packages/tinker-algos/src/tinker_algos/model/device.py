@@ -20,9 +20,12 @@ Precisions:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,12 +45,16 @@ class DeviceSpec:
     param_dtype: torch.dtype
     autocast_dtype: torch.dtype | None
     precision: str
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = field(init=False, repr=False, compare=False)
+    """``autocast()``: a context in which forward passes run in ``autocast_dtype`` (a no-op without
+    one); which context is chosen once, here, not on every forward pass."""
 
-    def autocast(self) -> contextlib.AbstractContextManager[None]:
-        """A context in which forward passes run in ``autocast_dtype`` (a no-op without one)."""
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+    def __post_init__(self) -> None:
+        chosen: Callable[[], contextlib.AbstractContextManager[Any]] = (
+            contextlib.nullcontext if self.autocast_dtype is None
+            else functools.partial(torch.autocast, device_type=self.device.type, dtype=self.autocast_dtype)
+        )
+        object.__setattr__(self, "autocast", chosen)
 
     @property
     def needs_grad_scaler(self) -> bool:

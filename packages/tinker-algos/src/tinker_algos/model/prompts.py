@@ -45,6 +45,10 @@ Plain rendering: the first observation is encoded with the tokenizer's special t
 Stopping: :attr:`PromptRenderer.end_of_turn_id` is the special token the template closes an
 assistant message with (``<|im_end|>`` in ChatML); :func:`eos_token_ids` gathers every id that
 ends a turn (generation config, tokenizer, the tokenizer's template), and the sampler stops at them.
+
+The prompts given to ``sample()`` directly (text, chat messages or ids) are rendered by
+:func:`render_prompt` and encoded by :func:`encode_prompt` (their home was
+:mod:`tinker_algos.model.tokenizer` until wave 4, which still re-exports them).
 """
 
 from __future__ import annotations
@@ -380,3 +384,59 @@ __all__ = [
     "template_end_of_turn_id",
     "tool_responses_as_user",
 ]
+
+
+def _is_messages(prompt: object) -> bool:
+    return isinstance(prompt, Sequence) and not isinstance(prompt, str)
+
+
+def render_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str | Sequence[dict[str, str]],
+    *,
+    chat: bool | None = None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """Render a prompt to text.
+
+    * chat messages (a list of ``{"role", "content"}``): the tokenizer's chat template when it has
+      one, else plain ``role: content`` lines followed by ``assistant: ``.
+    * a string: used as is (completion style), unless ``chat=True``, which wraps it as one user
+      message first.
+
+    Templated text already contains any special tokens the template adds (e.g. ``<bos>``); encode
+    it with :func:`encode_prompt`, which then adds no special tokens of its own.
+    """
+    if isinstance(prompt, str):
+        if not chat:
+            return prompt
+        messages: list[dict[str, str]] = [{"role": "user", "content": prompt}]
+    elif _is_messages(prompt):
+        messages = [dict(m) for m in prompt]
+        for i, m in enumerate(messages):
+            if "role" not in m or "content" not in m:
+                raise ValueError(f"prompt message {i} needs 'role' and 'content' keys, got {sorted(m)}")
+    else:
+        raise TypeError(f"prompt must be a str or a list of chat messages, got {type(prompt).__name__}")
+    return render_messages(tokenizer, getattr(tokenizer, "chat_template", None) or None, messages, add_generation_prompt)
+
+
+def encode_prompt(
+    tokenizer: PreTrainedTokenizerBase,
+    prompt: str | Sequence[dict[str, str]] | Sequence[int],
+    *,
+    chat: bool | None = None,
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """Token ids of a prompt: ids pass through; text is rendered with :func:`render_prompt`.
+
+    Raw strings are encoded with the tokenizer's special tokens (e.g. a leading ``<bos>``);
+    templated prompts without (the template adds them).
+    """
+    if _is_messages(prompt) and all(isinstance(x, int) for x in prompt):
+        return [int(x) for x in prompt]  # type: ignore[arg-type,union-attr]
+    templated = not isinstance(prompt, str) or bool(chat)
+    if templated and not getattr(tokenizer, "chat_template", None):
+        templated = False  # plain fallback rendering has no special tokens: add them
+    text = render_prompt(tokenizer, prompt, chat=chat, add_generation_prompt=add_generation_prompt)  # type: ignore[arg-type]
+    return list(tokenizer.encode(text, add_special_tokens=not templated))

@@ -1,4 +1,8 @@
-"""Tokenizers: loading, and rendering the prompts given to ``sample()``.
+"""Tokenizers: loading them, and the tiny preset's character tokenizer.
+
+The prompts given to ``sample()`` are rendered and encoded by
+:func:`tinker_algos.model.prompts.render_prompt` and :func:`~tinker_algos.model.prompts.encode_prompt`
+(re-exported here).
 
 Environment observations in rollouts go through :class:`tinker_algos.model.prompts.PromptRenderer`
 (``model.chat_template``, multi-turn deltas); both render chat messages with
@@ -17,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +38,12 @@ from tinker_algos.model.model_files import (  # re-exported: their home was this
     build_char_tokenizer,
     resolve_model,
 )
-from tinker_algos.model.prompts import render_messages
+from tinker_algos.model.prompts import (
+    encode_prompt as encode_prompt,  # re-exported: its home was this module
+)
+from tinker_algos.model.prompts import (
+    render_prompt as render_prompt,  # re-exported: its home was this module
+)
 
 logger = logging.getLogger(__name__)
 
@@ -91,62 +99,6 @@ def load_tokenizer(name_or_path: str | Path, **kwargs: Any) -> PreTrainedTokeniz
             ROUNDTRIP_PROBE,
         )
     return tok
-
-
-def _is_messages(prompt: object) -> bool:
-    return isinstance(prompt, Sequence) and not isinstance(prompt, str)
-
-
-def render_prompt(
-    tokenizer: PreTrainedTokenizerBase,
-    prompt: str | Sequence[dict[str, str]],
-    *,
-    chat: bool | None = None,
-    add_generation_prompt: bool = True,
-) -> str:
-    """Render a prompt to text.
-
-    * chat messages (a list of ``{"role", "content"}``): the tokenizer's chat template when it has
-      one, else plain ``role: content`` lines followed by ``assistant: ``.
-    * a string: used as is (completion style), unless ``chat=True``, which wraps it as one user
-      message first.
-
-    Templated text already contains any special tokens the template adds (e.g. ``<bos>``); encode
-    it with :func:`encode_prompt`, which then adds no special tokens of its own.
-    """
-    if isinstance(prompt, str):
-        if not chat:
-            return prompt
-        messages: list[dict[str, str]] = [{"role": "user", "content": prompt}]
-    elif _is_messages(prompt):
-        messages = [dict(m) for m in prompt]
-        for i, m in enumerate(messages):
-            if "role" not in m or "content" not in m:
-                raise ValueError(f"prompt message {i} needs 'role' and 'content' keys, got {sorted(m)}")
-    else:
-        raise TypeError(f"prompt must be a str or a list of chat messages, got {type(prompt).__name__}")
-    return render_messages(tokenizer, getattr(tokenizer, "chat_template", None) or None, messages, add_generation_prompt)
-
-
-def encode_prompt(
-    tokenizer: PreTrainedTokenizerBase,
-    prompt: str | Sequence[dict[str, str]] | Sequence[int],
-    *,
-    chat: bool | None = None,
-    add_generation_prompt: bool = True,
-) -> list[int]:
-    """Token ids of a prompt: ids pass through; text is rendered with :func:`render_prompt`.
-
-    Raw strings are encoded with the tokenizer's special tokens (e.g. a leading ``<bos>``);
-    templated prompts without (the template adds them).
-    """
-    if _is_messages(prompt) and all(isinstance(x, int) for x in prompt):
-        return [int(x) for x in prompt]  # type: ignore[arg-type,union-attr]
-    templated = not isinstance(prompt, str) or bool(chat)
-    if templated and not getattr(tokenizer, "chat_template", None):
-        templated = False  # plain fallback rendering has no special tokens: add them
-    text = render_prompt(tokenizer, prompt, chat=chat, add_generation_prompt=add_generation_prompt)  # type: ignore[arg-type]
-    return list(tokenizer.encode(text, add_special_tokens=not templated))
 
 
 __all__ = [

@@ -451,13 +451,19 @@ def evaluate(
 
 def make_env(env: EnvConfig, kwargs: dict[str, Any]) -> Any:
     """An env of the section ``env``: served from ``env.address``, or built in this process."""
+    return env_builder(env, kwargs)()
+
+
+def env_builder(env: EnvConfig, kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """A zero-argument builder of the section's env, its kind decided once: a client of the env
+    served at ``env.address``, or the registered env (looked up once, not per episode)."""
     if env.address:
         from tinker_core.remote import RemoteEnv
 
-        return RemoteEnv(env.address, env.id, **kwargs)
+        return partial(RemoteEnv, env.address, env.id, **kwargs)
     import tinker_core
 
-    return tinker_core.make_env(env.id, **kwargs)
+    return tinker_core.env_factory(env.id, **kwargs)
 
 
 def env_factories(env: EnvConfig | None) -> tuple[Callable[[], Any] | None, Callable[[], Any] | None]:
@@ -465,4 +471,4 @@ def env_factories(env: EnvConfig | None) -> tuple[Callable[[], Any] | None, Call
     if env is None:
         return None, None
     eval_kwargs = env.eval_kwargs if env.eval_kwargs is not None else env.kwargs
-    return partial(make_env, env, dict(env.kwargs)), partial(make_env, env, dict(eval_kwargs))
+    return env_builder(env, dict(env.kwargs)), env_builder(env, dict(eval_kwargs))

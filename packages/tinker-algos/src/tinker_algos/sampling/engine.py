@@ -153,6 +153,14 @@ class HFEngine:
                 raise EngineError(f"hf engine: finish_weight_update(v{version}) but the open update is v{self._updating}")
             self.version, self._updating = version, None
 
+    def follow(self, version: int) -> None:
+        """The learner's own model (``shares_policy``) holds the weights of ``version`` now: record
+        it, through the phases of an update that moves nothing (an older ``version`` is a no-op)."""
+        if self.version is None or self.version < version:
+            self.start_weight_update(version)
+            self.update_weights(WeightUpdate(version))
+            self.finish_weight_update(version)
+
     def forget_version(self) -> None:
         """Hold no known version (the next update may carry any version): a replica reloading."""
         with self._cond:

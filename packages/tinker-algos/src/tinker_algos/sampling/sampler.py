@@ -2,7 +2,7 @@
 
 The decode loop is ours (not ``model.generate``): prompts are left-padded into one batch, the
 prefill runs once, then each step feeds one token per row with a ``transformers.DynamicCache``
-whose layers write into room reserved up front (:mod:`tinker_algos.sampling.kv_reserve`).
+whose layers write into room reserved up front (:mod:`tinker_algos.sampling.turn_cache`).
 A prefix all prompts share (a chat template's system prompt, the ``n`` copies of one prompt) is
 computed once and its cache repeated for every row; only the last position's logits are computed.
 Positions count only real tokens (:func:`tinker_algos.model.models.position_ids_from_mask`), so a
@@ -62,27 +62,27 @@ from tinker_algos.sampling.decode_rows import (
     shared_prefix_len,
     stop_enders,
 )
-from tinker_algos.sampling.kv_reserve import reserve
-from tinker_algos.sampling.logits_adjust import (
-    LogitsProcessorFactory,
-    adjust_logits,
-    adjusts,
-    check_penalty,
-)
 from tinker_algos.sampling.samples import SampledSequence as SampledSequence
 from tinker_algos.sampling.samples import StopReason as StopReason
 from tinker_algos.sampling.samples import logprob_agreement as logprob_agreement
 from tinker_algos.sampling.samples import sequences_to_batch as sequences_to_batch
 from tinker_algos.sampling.token_draw import INVERSE_CDF_MIN_VOCAB as INVERSE_CDF_MIN_VOCAB
+from tinker_algos.sampling.token_draw import (
+    LogitsProcessorFactory,
+    adjust_logits,
+    adjusts,
+    check_penalty,
+    token_entropy_B,
+)
 from tinker_algos.sampling.token_draw import choose_tokens as choose_tokens
 from tinker_algos.sampling.token_draw import draw as draw
-from tinker_algos.sampling.token_draw import token_entropy_B
 from tinker_algos.sampling.turn_cache import (
     CachedPrefix,
     TurnCache,
     batch_cache,
     extract_rows,
     prefix_mask,
+    reserve,
     reusable,
 )
 from tinker_core.engines import GenerationParams
@@ -103,7 +103,7 @@ class SamplingParams(GenerationParams):
     and ``top_p=1.0`` switch those filters off; ``eos_token_ids`` are more end-of-turn ids, reason
     ``"eos"``) and what only this sampler applies: OpenAI's penalties and logits processors."""
 
-    frequency_penalty: float = 0.0  # OpenAI's, in [-2, 2]: :mod:`tinker_algos.sampling.logits_adjust`
+    frequency_penalty: float = 0.0  # OpenAI's, in [-2, 2]: :mod:`tinker_algos.sampling.token_draw`
     presence_penalty: float = 0.0
     logits_processors: Sequence[LogitsProcessorFactory] = ()  # one processor per row each (a grammar's mask)
 
@@ -127,7 +127,7 @@ class SamplingParams(GenerationParams):
 
 
 def _resolve_prompts(policy: PolicyModel, prompts: Sequence[Prompt] | Prompt, chat: bool | None) -> list[list[int]]:
-    from tinker_algos.model.tokenizer import encode_prompt
+    from tinker_algos.model.prompts import encode_prompt
 
     items: list[Any]
     if isinstance(prompts, str) or (
@@ -403,7 +403,7 @@ class _DecodeLoop:
 
     def choose(self, logits_B_V: torch.Tensor, step: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(next_B, logprobs_B, raw_logprobs_B, entropy_B)``: one token per row, drawn as
-        ``params`` say (after penalties and processors, :mod:`tinker_algos.sampling.logits_adjust`),
+        ``params`` say (after penalties and processors, :mod:`tinker_algos.sampling.token_draw`),
         and the entropy of the raw distribution (the policy's, before them) it was drawn at."""
         raw_B_V = torch.log_softmax(logits_B_V, dim=-1)
         if self.adjusted:

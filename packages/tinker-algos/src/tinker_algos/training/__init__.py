@@ -1,1 +1,1 @@
-"""Training: the trainer primitives, the gradient pass, shared prefixes, loss aggregation, KL, zero-advantage rows, checkpoints."""
+"""Training: the trainer primitives, the gradient pass (with loss aggregation), shared prefixes, KL, checkpoints."""

@@ -117,6 +117,7 @@ class Trainer:
         #: set by a data-parallel learner group: ``optim_step`` first sums the gradients over it
         #: (``torch.distributed``'s default group), so every learner applies the same update
         self.data_parallel = False
+        self._losses: dict[str, tuple[Any, bool]] = {}  # loss name -> (its function, pairs rows), looked up once
 
     # ---- helpers ----------------------------------------------------------------------------
     @property
@@ -231,7 +232,7 @@ class Trainer:
             token, or those after a NaN/inf loss) are scored under ``no_grad`` so that every row
             is filled.
         """
-        entry = _loss_entry(loss, agg)
+        loss_fn, pairs_rows = self._loss(loss, agg)
         self._activate()
         tokens, attn, mask = self._tensors(batch)
         B, T = tokens.shape
@@ -244,9 +245,9 @@ class Trainer:
             "old_values_B_T": old_values_B_T,
             "returns_B_T": returns_B_T,
         })
-        mb = self._micro_batch_size(B, loss, pairs_rows=entry.options.get("kind") == "preference")
+        mb = self._micro_batch_size(B, loss, pairs_rows=pairs_rows)
         gradient_pass = GradientPass(
-            loss=loss, loss_fn=entry.obj, loss_config=loss_config, agg=agg, loss_scale=loss_scale,
+            loss=loss, loss_fn=loss_fn, loss_config=loss_config, agg=agg, loss_scale=loss_scale,
             tokens=tokens, attn=attn, mask=mask, consts=consts, spec=self.policy.spec, temperature=temperature,
             share_prefix=self.config.share_prefix, chunked_logprobs=self.config.chunked_logprobs,
             total_tokens=batch_totals[0] if batch_totals else trained_tokens(mask), total_rows=batch_totals[1] if batch_totals else float((mask.sum(-1) > 0).sum()),
@@ -262,6 +263,15 @@ class Trainer:
         if gradient_pass.logprobs_B_T is not None:
             return gradient_pass.metrics(), gradient_pass.logprobs_B_T
         return gradient_pass.metrics()
+
+    def _loss(self, loss: str, agg: str) -> tuple[Any, bool]:
+        """``loss``'s function and whether it pairs rows, looked up once per trainer (after checking
+        ``agg`` is an aggregation mode)."""
+        if agg not in aggregation_modes():
+            raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
+        if loss not in self._losses:
+            self._losses[loss] = _loss_entry(loss)
+        return self._losses[loss]
 
     def _micro_batch_size(self, B: int, loss: str, *, pairs_rows: bool) -> int:
         """Rows per gradient pass: ``micro_batch_size`` (all ``B`` when unset), even for a
@@ -425,13 +435,15 @@ class Trainer:
         return checkpoint.load_state(path, self, with_optimizer=with_optimizer)
 
 
-def _loss_entry(loss: str, agg: str) -> Any:
-    """The registry entry of ``loss``, after checking ``agg`` is an aggregation mode."""
+def _loss_entry(loss: str) -> tuple[Any, bool]:
+    """The function of the registered loss ``loss`` (a plugin's deferred import resolved) and
+    whether it pairs rows (``kind: preference``)."""
     import tinker_core.registry
+    from tinker_algos.builtins import Deferred
 
-    if agg not in aggregation_modes():
-        raise ValueError(f"unknown aggregation {agg!r}; choose one of {', '.join(aggregation_modes())}")
-    return tinker_core.registry.get_loss(loss)
+    entry = tinker_core.registry.get_loss(loss)
+    fn = entry.obj.resolve() if isinstance(entry.obj, Deferred) else entry.obj
+    return fn, entry.options.get("kind") == "preference"
 
 
 def restore_trainer(path: str | Path, *, policy: PolicyModel | None = None, device: str | None = None) -> tuple[Trainer, dict[str, Any]]:

@@ -4,7 +4,7 @@ A request's constraint becomes one grammar (llguidance's Lark dialect, its ``%js
 compiling a JSON Schema), compiled once per request by :func:`compile_grammar` against the served
 tokenizer and checked within :data:`LIMITS`; each row (sample) of the request gets a copy of the
 matcher as a :class:`GrammarProcessor`, the engine's logits processor
-(:mod:`tinker_algos.sampling.logits_adjust`): every step it lets through only the tokens the
+(:mod:`tinker_algos.sampling.token_draw`): every step it lets through only the tokens the
 grammar allows next, and once the grammar is complete only the end-of-turn tokens, so the answer
 ends where the JSON (or the last tool call) ends.
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import llguidance
     import torch
 
-    from tinker_algos.sampling.logits_adjust import LogitsProcessorFactory
+    from tinker_algos.sampling.token_draw import LogitsProcessorFactory
     from tinker_serve.engine import Engine
 
 MAX_SCHEMA_CHARS = 32 * 1024

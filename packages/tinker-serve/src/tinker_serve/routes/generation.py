@@ -25,7 +25,7 @@ from tinker_serve.served import ServedModels
 
 
 def completion_prompts(served: ServedModels, prompt: str | list[str] | list[int] | list[list[int]]) -> list[list[int]]:
-    from tinker_algos.model.tokenizer import encode_prompt
+    from tinker_algos.model.prompts import encode_prompt
 
     items: list[str | list[int]] = [prompt] if isinstance(prompt, str) or (prompt and isinstance(prompt[0], int)) else list(prompt)
     if not items:
