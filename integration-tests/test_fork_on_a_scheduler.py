@@ -1,5 +1,6 @@
-"""``opentinker fork JOB_ID --scheduler ADDR``: the fork command tinker-algos registers, talking to
-a JobService through tinker-client's SDK -- both packages installed, so it lives here."""
+"""``opentinker fork JOB_ID --scheduler ADDR``: the fork command tinker-algos registers, running
+tinker-client's ``opentinker job fork`` (found on the root command line at run time) -- both
+packages installed, so it lives here."""
 
 from __future__ import annotations
 
@@ -7,11 +8,9 @@ from __future__ import annotations
 def steer_cli():
     import typer
 
-    from tinker_algos import plugin
+    from tinker_client.cli import build_app
 
-    cli = typer.Typer(add_completion=False)
-    plugin.opentinker_register_commands(cli=cli)
-    return cli
+    return typer.main.get_command(build_app())
 
 
 def test_fork_with_a_scheduler_forks_the_job_there_and_follows_the_new_one():
@@ -62,3 +61,16 @@ def test_fork_with_a_scheduler_forks_the_job_there_and_follows_the_new_one():
         assert len(servicer.requests) == 3
     finally:
         server.stop(grace=None)
+
+
+def test_fork_with_a_scheduler_without_the_clients_job_group_names_tinker_client():
+    import typer
+    from typer.testing import CliRunner
+
+    from tinker_algos import plugin
+
+    cli = typer.Typer(add_completion=False)  # a root without tinker-client's commands
+    plugin.opentinker_register_commands(cli=cli)
+    out = CliRunner().invoke(cli, ["fork", "job-1", "--scheduler", "127.0.0.1:1"])
+    assert out.exit_code == 2 and "'opentinker job fork', which is not installed" in out.output
+    assert "pip install tinker-client" in out.output

@@ -8,7 +8,7 @@ is still a dependency; import-linter counts them too).
 
 The rules (see docs/explanation/architecture.md):
 
-1. Layers depend only downward: core <- client, envs; core <- algos <- scheduler; the umbrella
+1. Layers depend only downward: core <- client, envs; core <- algos <- serve, scheduler; the umbrella
    ``opentinker`` (its front-door API) on core and algos (:data:`ALLOWED`), with the few
    module-level exceptions of :data:`ALLOWED_MODULES` (each with its reason).
 2. No package imports a ``_private`` name or module of another package.
@@ -45,7 +45,8 @@ ALLOWED: dict[str, set[str]] = {
     "tinker_core": set(),
     "tinker_client": {"tinker_core"},
     "tinker_algos": {"tinker_core"},
-    "tinker_scheduler": {"tinker_core", "tinker_algos", "tinker_serve"},
+    # tinker-serve's OpenAI app and tinker-client's viewer are HTTP fronts found in the plugin registry
+    "tinker_scheduler": {"tinker_core", "tinker_algos"},
     "tinker_serve": {"tinker_core", "tinker_algos"},
     # rollout engines other than the built-in hf one: HTTP clients of their servers, on the contracts only
     "tinker_engine_vllm": {"tinker_core"},
@@ -55,24 +56,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 """Import package -> the other first-party packages its source may import."""
 
-ALLOWED_MODULES: dict[str, tuple[set[str], str]] = {
-    "tinker_algos.compare.scheduler": (
-        {"tinker_client"},
-        "runs only under the opentinker CLI, which tinker-client provides; it reuses the client's "
-        "JobService SDK instead of a second copy (imported lazily)",
-    ),
-    "tinker_algos.commands.cli_steer": (
-        {"tinker_client"},
-        "runs only under the opentinker CLI, which tinker-client provides; `fork --scheduler` uses the "
-        "client's JobService SDK and its job-following display instead of a second copy (imported lazily)",
-    ),
-    "tinker_scheduler.viewer_route": (
-        {"tinker_client"},
-        "serves `opentinker view`'s app per job instead of a second copy of the viewer; imported on the "
-        "first viewer request (the scheduler runs under the opentinker CLI, which tinker-client provides), "
-        "501 naming the package when it is missing",
-    ),
-}
+ALLOWED_MODULES: dict[str, tuple[set[str], str]] = {}
 """Module -> (other packages it may import beyond its package's layer, why): narrow exceptions."""
 
 MAX_LINES = 500

@@ -136,15 +136,30 @@ def test_the_scheduler_runs_without_the_http_extra():
     assert result.stdout.strip() == "ok", result.stderr
 
 
-@pytest.mark.parametrize("flag", ["--tinker-port", "--serve-port"])
-def test_an_http_front_without_the_http_extra_is_refused_with_the_install_hint(cli, tmp_path, monkeypatch, flag):
+def test_the_tinker_gateway_without_fastapi_is_refused_with_the_install_hint(cli, tmp_path, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tinker_serve" else real(name, *a))
-    result = CliRunner().invoke(cli, ["scheduler", "start", "--db", str(tmp_path / "jobs.db"), flag, "0"])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "fastapi" else real(name, *a))
+    result = CliRunner().invoke(cli, ["scheduler", "start", "--db", str(tmp_path / "jobs.db"), "--tinker-port", "0"])
     assert result.exit_code == 2
-    assert f"{flag}: the HTTP fronts need tinker-serve, which is not installed" in result.stderr
+    assert "--tinker-port: the Tinker gateway needs FastAPI, which is not installed" in result.stderr
+    assert "pip install 'tinker-scheduler[http]'" in result.stderr
+
+
+def test_the_serve_route_without_the_openai_front_is_refused_with_the_install_hint(cli, tmp_path, monkeypatch):
+    # the scheduler finds tinker-serve's app through the plugin registry: without the plugin, no front
+    from tinker_core.registry import reset_plugins
+
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-scheduler")
+    reset_plugins()
+    try:
+        result = CliRunner().invoke(cli, ["scheduler", "start", "--db", str(tmp_path / "jobs.db"), "--serve-port", "0"])
+    finally:
+        monkeypatch.delenv("OPENTINKER_LOAD_PLUGINS")
+        reset_plugins()
+    assert result.exit_code == 2
+    assert "--serve-port: the OpenAI route needs tinker-serve" in result.stderr
     assert "pip install 'tinker-scheduler[http]'" in result.stderr
 
 

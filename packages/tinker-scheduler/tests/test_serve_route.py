@@ -12,11 +12,11 @@ pytest.importorskip("tinker_serve", reason="the Tinker gateway and the serve rou
 
 from fastapi.testclient import TestClient  # noqa: E402
 
+from tinker_core.registry import get_http_front  # noqa: E402
 from tinker_scheduler.auth import AuthMode  # noqa: E402
 from tinker_scheduler.errors import StatusError  # noqa: E402
 from tinker_scheduler.serve_route import SchedulerModels  # noqa: E402
 from tinker_scheduler.store import JobState, JobStore, NewJob  # noqa: E402
-from tinker_serve.app import create_app  # noqa: E402
 
 
 def add_job(store: JobStore, tenant: str, state: JobState, *, lora: bool = True, model: str = "tiny") -> str:
@@ -55,7 +55,7 @@ def world(tmp_path):
     }
     (tmp_path / "empty").mkdir()
     models = SchedulerModels(store, AuthMode.AUTO, tinker=FakeTinker(str(tmp_path / "empty")))
-    with TestClient(create_app(models), raise_server_exceptions=False) as client:
+    with TestClient(get_http_front("openai").obj(models), raise_server_exceptions=False) as client:
         yield client, keys, jobs
     store.close()
 
@@ -101,7 +101,7 @@ def test_tinker_sampler_weights_names_resolve_only_for_their_owner(world):
 
 def test_without_the_gateway_tinker_names_are_not_found(tmp_path):
     store = JobStore(tmp_path / "s.db")
-    with TestClient(create_app(SchedulerModels(store, AuthMode.NONE))) as client:
+    with TestClient(get_http_front("openai").obj(SchedulerModels(store, AuthMode.NONE))) as client:
         r = post(client, "", "tinker://m1/sampler_weights/w1")
     assert r.status_code == 404 and "--tinker-port" in r.json()["error"]["message"]
     store.close()

@@ -16,12 +16,12 @@ pytest.importorskip("tinker_serve", reason="the serve route needs tinker-schedul
 pytest.importorskip("tinker_client.viewer.app", reason="the viewer is tinker-client[view]'s")
 
 from tinker_client.viewer.sample import SampleRun  # noqa: E402
+from tinker_core.registry import get_http_front  # noqa: E402
 from tinker_scheduler.auth import AuthMode  # noqa: E402
 from tinker_scheduler.http_thread import HttpServer  # noqa: E402
 from tinker_scheduler.serve_route import SchedulerModels  # noqa: E402
 from tinker_scheduler.store import JobStore, NewJob  # noqa: E402
 from tinker_scheduler.viewer_route import PREFIX, ViewerFront  # noqa: E402
-from tinker_serve.app import create_app  # noqa: E402
 
 
 def submit(store: JobStore, tenant: str, runs_dir) -> str:
@@ -51,7 +51,7 @@ def world(tmp_path):
     keys = {t: store.add_tenant(t) for t in ("alice", "bob")}
     jobs = {"alice": submit(store, "alice", tmp_path / "runs"), "bob": submit(store, "bob", tmp_path / "runs")}
     SampleRun(store.get(jobs["alice"]).run_dir, per_step=8, group_size=4, eval_every=2, eval_size=3).write(3)
-    front = ViewerFront(store, AuthMode.AUTO, fallback=create_app(SchedulerModels(store, AuthMode.AUTO)))
+    front = ViewerFront(store, AuthMode.AUTO, fallback=get_http_front("openai").obj(SchedulerModels(store, AuthMode.AUTO)))
     server = HttpServer(front, "127.0.0.1", 0, name="test-viewer-route")
     try:
         yield server.url, keys, jobs

@@ -1,20 +1,22 @@
-"""``opentinker fork JOB_ID[@STEP] [KEY.PATH=VALUE ...] --scheduler ADDR``: fork a scheduler job there.
+"""``opentinker job fork JOB_ID[@STEP] [KEY.PATH=VALUE ...]``: fork a scheduler job there.
 
-The ``fork`` command is tinker-algos's (without ``--scheduler`` it forks a run dir in this
-process); with ``--scheduler`` it calls :func:`fork_on_scheduler`, which sends JobService
-``Fork``: the scheduler makes the new job's run dir from the parent job's checkpoint (as a local
-fork does, ``lineage.json`` naming the parent) and queues it. The command prints the new job's
-id and follows it like ``submit --watch``. No torch.
+:func:`fork_on_scheduler` sends JobService ``Fork``: the scheduler makes the new job's run dir
+from the parent job's checkpoint (as a local fork does, ``lineage.json`` naming the parent) and
+queues it. The command prints the new job's id and follows it like ``submit --watch``. No torch.
+tinker-algos' ``opentinker fork JOB_ID --scheduler ADDR`` runs this command (found on the root
+command line at run time: tinker-algos may not import tinker-client); without ``--scheduler`` it
+forks a run dir in its own process.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from tinker_client.console import fail
-from tinker_client.scheduler_options import scheduler_client
+from tinker_client.scheduler_options import ApiKeyOpt, SchedulerOpt, TlsCaOpt, scheduler_client
 from tinker_core.config.overrides import OverrideError, parse_override
 
 
@@ -45,3 +47,19 @@ def fork_on_scheduler(spec: str, overrides: list[str], scheduler: str | None, ap
         job = client.fork(job_id, overrides, step=step)
         typer.echo(job.id)
         return (follow(client, job.id) or 0) if watch else 0
+
+
+def job_fork(
+    job: Annotated[str, typer.Argument(help="The job id to fork; JOB_ID@STEP forks its checkpoint at STEP (default: its newest).", metavar="JOB_ID[@STEP]")],
+    overrides: Annotated[list[str] | None, typer.Argument(help="KEY.PATH=VALUE overrides of the fork's config.", metavar="[KEY.PATH=VALUE]...")] = None,
+    scheduler: SchedulerOpt = None,
+    api_key: ApiKeyOpt = None,
+    tls_ca: TlsCaOpt = None,
+) -> None:
+    """Fork a job on the scheduler from its checkpoint with overrides; print the new job's id and follow it."""
+    raise typer.Exit(fork_on_scheduler(job, list(overrides or []), scheduler, api_key, tls_ca))
+
+
+def register(job_app: typer.Typer) -> None:
+    """Add ``fork`` to the ``opentinker job`` group ``job_app``."""
+    job_app.command("fork")(job_fork)

@@ -26,7 +26,8 @@ from tinker_core.config import OverrideError, parse_config
 from tinker_core.config.live import LIVE_SETTINGS, check_live, live_setting, write_request
 from tinker_core.errors import ConfigError
 
-job_app = typer.Typer(help="Steer a running job.", no_args_is_help=True)
+job_app = typer.Typer(help="Steer a job: change a running one's live settings, fork one on a scheduler.",
+                      no_args_is_help=True)
 
 
 @job_app.command("set")
@@ -83,5 +84,8 @@ def set_on_scheduler(job_id: str, settings: list[str], scheduler: str | None, ap
 
 
 def register(cli: typer.Typer) -> None:
-    """Add the ``job`` group (``job set``) to the ``opentinker`` app ``cli``."""
+    """Add the ``job`` group (``job set``, ``job fork``) to the ``opentinker`` app ``cli``."""
+    from tinker_client.job_fork import register as register_fork
+
+    register_fork(job_app)
     cli.add_typer(job_app, name="job")

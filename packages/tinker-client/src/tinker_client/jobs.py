@@ -36,25 +36,13 @@ from tinker_core.config import check_config_size
 from tinker_core.proto import jobs_pb2 as pb
 from tinker_core.proto import jobs_pb2_grpc as pb_grpc
 from tinker_core.proto import message_size_options
+from tinker_core.proto.job_service import STATE_NAMES, TERMINAL, parse_state, state_name
+
+__all__ = ["STATE_NAMES", "TERMINAL", "JobClient", "parse_state", "pb", "state_name"]
 
 # Tries of a call (or a watch that has not yet reached the scheduler) while it is UNAVAILABLE,
 # 0.2 s apart and doubling: about 6 s before an unreachable scheduler is reported.
 _CONNECT_ATTEMPTS = 5
-
-TERMINAL = {pb.JOB_STATE_SUCCEEDED, pb.JOB_STATE_FAILED, pb.JOB_STATE_CANCELLED}
-STATE_NAMES = {v: k.removeprefix("JOB_STATE_") for k, v in pb.JobState.items()}
-
-
-def state_name(state: int) -> str:
-    return STATE_NAMES.get(state, str(state))
-
-
-def parse_state(name: str) -> int:
-    key = f"JOB_STATE_{name.strip().upper()}"
-    if key == "JOB_STATE_UNSPECIFIED" or key not in set(pb.JobState.keys()):
-        allowed = ", ".join(n.lower() for n in STATE_NAMES.values() if n != "UNSPECIFIED")
-        raise ValueError(f"unknown job state {name!r}; states are {allowed}")
-    return int(pb.JobState.Value(key))
 
 
 class JobClient(SchedulerConnection):

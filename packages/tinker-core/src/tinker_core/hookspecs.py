@@ -157,6 +157,47 @@ def opentinker_register_rollout_engines(register: RolloutEngineRegister) -> None
     """
 
 
+class HttpFrontRegister(Protocol):
+    """``register(name, factory, *, description=None)`` of :func:`opentinker_register_http_fronts`."""
+
+    def __call__(self, name: str, factory: Callable[..., Any], *, description: str | None = None) -> None: ...
+
+
+@hookspec
+def opentinker_register_http_fronts(register: HttpFrontRegister) -> None:
+    """Register HTTP fronts: ASGI app factories the scheduler mounts on its ``--serve-port``
+    route, found by name at run time so that it imports none of the packages that provide them.
+
+    :param register: ``register(name, factory, *, description=None)``. The scheduler mounts
+        ``openai`` (tinker-serve's: ``factory(models: ModelDirectory, *, header_timeout_s,
+        body_timeout_s, device=None, max_batch=32)`` returns the OpenAI API's app over the models a
+        :class:`~tinker_core.http_fronts.ModelDirectory` names) and ``viewer`` (tinker-client's:
+        ``factory(runs)`` returns ``opentinker view``'s app over ``(run directory, name)``
+        pairs); see :mod:`tinker_core.http_fronts`. Import the web framework inside the
+        factory; an :class:`ImportError` there is answered as a missing front (HTTP 501).
+    """
+
+
+class JobClientRegister(Protocol):
+    """``register(name, factory, *, description=None)`` of :func:`opentinker_register_job_clients`."""
+
+    def __call__(self, name: str, factory: Callable[..., Any], *, description: str | None = None) -> None: ...
+
+
+@hookspec
+def opentinker_register_job_clients(register: JobClientRegister) -> None:
+    """Register clients of a scheduler's JobService, for the commands of packages that may not
+    import the client SDK (``opentinker compare --scheduler`` in tinker-algos).
+
+    :param register: ``register(name, factory, *, description=None)``. ``factory(address,
+        api_key, *, tls_ca=None)`` returns a connected client (a context manager) with
+        ``address``, ``submit(config_text, *, request_id=None)``, ``get(job_id)``,
+        ``watch(job_id)`` (the job's events to its end, reconnecting as needed) and
+        ``close()``; jobs and events are :mod:`tinker_core.proto.jobs_pb2` messages, errors
+        ``grpc.RpcError``. tinker-client registers ``grpc`` (:class:`tinker_client.jobs.JobClient`).
+    """
+
+
 class DoctorCheckRegister(Protocol):
     """``register(name, check, *, description=None)`` of :func:`opentinker_register_doctor_checks`."""
 
@@ -191,6 +232,8 @@ HOOK_NAMES: tuple[str, ...] = (
     "opentinker_register_losses",
     "opentinker_register_rollout_proxies",
     "opentinker_register_rollout_engines",
+    "opentinker_register_http_fronts",
+    "opentinker_register_job_clients",
     "opentinker_register_doctor_checks",
     "opentinker_register_commands",
 )

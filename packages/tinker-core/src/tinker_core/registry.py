@@ -135,7 +135,10 @@ class Registry(Generic[T]):
         return [self._entries[n] for n in self.names()]
 
 
-KINDS = ("envs", "advantage_estimators", "losses", "optimizers", "rollout_proxies", "rollout_engines", "doctor_checks")
+KINDS = (
+    "envs", "advantage_estimators", "losses", "optimizers", "rollout_proxies", "rollout_engines", "http_fronts",
+    "job_clients", "doctor_checks",
+)
 
 
 class PluginSystem:
@@ -157,6 +160,8 @@ class PluginSystem:
         self.optimizers: Registry[OptimizerFactory] = Registry("optimizers", "optimizer")
         self.rollout_proxies: Registry[Callable[..., Any]] = Registry("rollout_proxies", "rollout proxy")
         self.rollout_engines: Registry[Callable[..., Any]] = Registry("rollout_engines", "rollout engine")
+        self.http_fronts: Registry[Callable[..., Any]] = Registry("http_fronts", "HTTP front")
+        self.job_clients: Registry[Callable[..., Any]] = Registry("job_clients", "job client")
         self.doctor_checks: Registry[Callable[[], Any]] = Registry("doctor_checks", "doctor check")
         self._debug = _truthy(os.environ.get("OPENTINKER_DEBUG_PLUGINS"))
 
@@ -269,6 +274,8 @@ class PluginSystem:
             ("opentinker_register_optimizers", "optimizers"),
             ("opentinker_register_rollout_proxies", "rollout_proxies"),
             ("opentinker_register_rollout_engines", "rollout_engines"),
+            ("opentinker_register_http_fronts", "http_fronts"),
+            ("opentinker_register_job_clients", "job_clients"),
             ("opentinker_register_doctor_checks", "doctor_checks"),
         ):
             hook = getattr(self.pm.hook, hook_name)
@@ -370,7 +377,7 @@ class PluginSystem:
 
             return register_loss
 
-        # optimizers, rollout proxies, rollout engines and doctor checks: register(name, factory, *, description=None)
+        # optimizers, rollout proxies and engines, HTTP fronts, job clients, doctor checks: register(name, factory, *, description=None)
         def register_optimizer(
             name: str, factory: Callable[..., Any], *, description: str | None = None
         ) -> None:
@@ -404,7 +411,7 @@ def reset_plugins() -> None:
 
 def get_registry(kind: str) -> Registry[Any]:
     """The loaded registry of ``kind``: ``envs``, ``advantage_estimators``, ``losses``, ``optimizers``,
-    ``rollout_proxies``, ``rollout_engines`` or ``doctor_checks``."""
+    ``rollout_proxies``, ``rollout_engines``, ``http_fronts``, ``job_clients`` or ``doctor_checks``."""
     if kind not in KINDS:
         raise ValueError(f"unknown registry kind {kind!r}; kinds are {', '.join(KINDS)}")
     system = plugin_system()
@@ -465,3 +472,14 @@ def get_rollout_engine(name: str) -> Entry[Callable[..., Any]]:
     """The rollout engine registered as ``name`` (``hf``: tinker-algos' sampler; ``vllm``:
     tinker-engine-vllm's)."""
     return get_registry("rollout_engines").get(name)
+
+
+def get_http_front(name: str) -> Entry[Callable[..., Any]]:
+    """The HTTP front registered as ``name`` (``openai``: tinker-serve's; ``viewer``:
+    tinker-client's; see :mod:`tinker_core.http_fronts`)."""
+    return get_registry("http_fronts").get(name)
+
+
+def get_job_client(name: str) -> Entry[Callable[..., Any]]:
+    """The JobService client factory registered as ``name`` (``grpc``: tinker-client's)."""
+    return get_registry("job_clients").get(name)

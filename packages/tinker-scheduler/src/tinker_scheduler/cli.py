@@ -121,9 +121,18 @@ def _check(values: dict[str, Any]) -> None:
     for root in values["model_roots"] or ():
         if not root.is_dir():
             _fail(f"--model-root: {root} is not a directory", "pass a directory that holds models or data files")
-    for name in FRONTS:
-        if values[name] is not None and importlib.util.find_spec("tinker_serve") is None:
-            _fail(f"--{name.replace('_', '-')}: the HTTP fronts need tinker-serve, which is not installed", HTTP_EXTRA_HINT)
+    if values["tinker_port"] is not None and importlib.util.find_spec("fastapi") is None:
+        _fail("--tinker-port: the Tinker gateway needs FastAPI, which is not installed", HTTP_EXTRA_HINT)
+    if values["serve_port"] is not None and not _has_openai_front():
+        _fail("--serve-port: the OpenAI route needs tinker-serve (the plugin that registers the 'openai' HTTP front), "
+              "which is not installed", HTTP_EXTRA_HINT)
+
+
+def _has_openai_front() -> bool:
+    from tinker_core.http_fronts import OPENAI
+    from tinker_core.registry import get_registry
+
+    return OPENAI in get_registry("http_fronts")
 
 
 def _check_tls(cert: Path | None, key: Path | None) -> None:

@@ -1,8 +1,9 @@
 """OpenAI-compatible serving of finished LoRA jobs from the scheduler (``scheduler start --serve-port``).
 
-The app is :mod:`tinker_serve`'s (``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``,
-streaming, the chat page at ``/``) over :class:`SchedulerModels`, a
-:class:`tinker_serve.backend.Backend`:
+The app is tinker-serve's ``openai`` HTTP front (``/v1/models``, ``/v1/completions``,
+``/v1/chat/completions``, streaming, the chat page at ``/``), found in the plugin registry at
+run time (:mod:`tinker_core.http_fronts`: the scheduler imports no tinker-serve), over
+:class:`SchedulerModels`, a :class:`~tinker_core.http_fronts.ModelDirectory`:
 
 - keys are the scheduler's tenant keys (``otk_...``, also accepted with the Tinker SDK's ``tml-``
   prefix), checked as every other scheduler call is (:func:`tinker_scheduler.auth.authenticate`);
@@ -13,9 +14,8 @@ streaming, the chat page at ``/``) over :class:`SchedulerModels`, a
   path of the caller's own Tinker model is a model name too (resolved by the gateway's
   :meth:`~tinker_scheduler.tinker_api.translate.Models.resolve`, so another tenant's is 404).
 
-A job's adapter is its run directory's newest intact checkpoint, loaded on first use onto one
-engine per base model (also loaded on first use); at most :data:`MAX_ADAPTERS` adapters per base
-stay loaded, the least recently used is dropped when one more is needed.
+A job's adapter is its run directory's newest intact checkpoint; the front loads it on first use
+onto one engine per base model (also loaded on first use) and keeps the most recently used ones.
 
 The engines run in this (the scheduler's) process, not on the model hosts that train: peft's
 active adapter is state of the whole model, so decoding beside a training step on the same host
@@ -27,14 +27,12 @@ Ray's resource accounting).
 from __future__ import annotations
 
 import json
-import logging
-import threading
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tinker_core.http_fronts import OPENAI, APIError, ModelRef
 from tinker_scheduler.auth import AuthError, AuthMode, authenticate
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.http_thread import HttpServer
@@ -42,14 +40,7 @@ from tinker_scheduler.job_records import JobRecord, JobState
 from tinker_scheduler.store import JobStore
 from tinker_scheduler.tinker_api.auth import KEY_PREFIX as TINKER_KEY_PREFIX
 from tinker_scheduler.tinker_api.auth import api_key_of
-from tinker_serve.engine import Engine
-from tinker_serve.protocol import APIError
-from tinker_serve.served import ServedModels
 
-logger = logging.getLogger(__name__)
-
-#: Adapters kept loaded per base model; the least recently used one goes when another is needed.
-MAX_ADAPTERS = 64
 #: Succeeded jobs ``GET /v1/models`` lists per tenant (newest first).
 MAX_LISTED_JOBS = 500
 TINKER_PREFIX = "tinker://"
@@ -81,23 +72,13 @@ def job_model(job: JobRecord) -> JobModel | None:
 
 
 class SchedulerModels:
-    """The serve route's :class:`tinker_serve.backend.Backend` (see the module docstring).
+    """The serve route's :class:`~tinker_core.http_fronts.ModelDirectory` (see the module docstring).
 
-    ``tinker`` is the Tinker gateway's ``Models`` (None: ``tinker://`` names are 404); ``device``
-    and ``max_batch`` go to every engine."""
+    ``tinker`` is the Tinker gateway's ``Models`` (None: ``tinker://`` names are 404)."""
 
-    hot_loading = False  # callers name jobs; loading arbitrary paths of the scheduler's disk is not theirs
-
-    def __init__(self, store: JobStore, auth: AuthMode, *, tinker: Any = None, device: str | None = None,
-                 max_batch: int = 32) -> None:
+    def __init__(self, store: JobStore, auth: AuthMode, *, tinker: Any = None) -> None:
         self.store, self.auth, self.tinker = store, auth, tinker
-        self.device, self.max_batch = device, max_batch
-        self._bases: dict[str, ServedModels] = {}
-        self._used: dict[tuple[str, str], float] = {}  # (base, model name) -> last use
-        self._lock = threading.RLock()  # loads one model at a time
-        self._started = False
 
-    # ---- Backend --------------------------------------------------------------------------------
     def caller(self, headers: Mapping[str, str]) -> str:
         """The tenant of ``Authorization: Bearer KEY`` (or ``X-API-Key: KEY``); KEY may carry ``tml-``."""
         key = api_key_of(headers).removeprefix(TINKER_KEY_PREFIX)
@@ -114,47 +95,20 @@ class SchedulerModels:
         return cards + [{"id": j.name, "object": "model", "created": j.created, "owned_by": tenant, "root": j.source,
                          "parent": j.base} for j in jobs]
 
-    def lookup(self, tenant: str, name: str) -> ServedModels:
+    def resolve(self, tenant: str, name: str) -> ModelRef:
         if name.startswith(TINKER_PREFIX):
             base, adapter, chat_template = self._tinker_weights(tenant, name)
-        else:
-            job = self.store.get(name, tenant)
-            if job is None:
-                base_job = next((j for j in self._jobs(tenant) if j.base == name), None)
-                if base_job is None:
-                    raise not_found(name)
-                return self._base(name, base_job.chat_template)
-            model = self._check_job(job)
-            base, adapter, chat_template = model.base, model.source, model.chat_template
-        with self._lock:
-            served = self._base(base, chat_template)
-            if name not in served.models:
-                self._make_room(base, served)
-                served.load_adapter(name, adapter)
-            self._used[(base, name)] = time.monotonic()
-        return served
+            return ModelRef(name, base, chat_template, adapter)
+        job = self.store.get(name, tenant)
+        if job is None:
+            base_job = next((j for j in self._jobs(tenant) if j.base == name), None)
+            if base_job is None:
+                raise not_found(name)
+            return ModelRef(name, name, base_job.chat_template)
+        model = self._check_job(job)
+        return ModelRef(name, model.base, model.chat_template, model.source)
 
-    def load_adapter(self, caller: Any, name: str, path: str) -> None:
-        raise APIError(404, "adapters are not loaded by path here: finished LoRA jobs are served by their job id")
-
-    unload_adapter = load_adapter
-
-    def engines(self) -> list[Engine]:
-        return [s.engine for s in list(self._bases.values())]
-
-    def start(self) -> None:
-        with self._lock:
-            self._started = True
-            for e in self.engines():
-                e.start()
-
-    def stop(self) -> None:
-        with self._lock:
-            self._started = False
-            for e in self.engines():
-                e.stop()
-
-    # ---- jobs, bases, adapters ----------------------------------------------------------------
+    # ---- jobs -------------------------------------------------------------------------------------
     def _jobs(self, tenant: str) -> list[JobModel]:
         jobs = self.store.list_jobs(tenant, [JobState.SUCCEEDED], limit=MAX_LISTED_JOBS, with_config=True)
         return [m for m in map(job_model, jobs) if m is not None]
@@ -190,48 +144,27 @@ class SchedulerModels:
                                 "training client)", param="model", code="model_not_lora")
         return str(base), str(adapter), "auto"
 
-    def _base(self, base: str, chat_template: str) -> ServedModels:
-        with self._lock:
-            served = self._bases.get(base)
-            if served is None:
-                from tinker_algos.model.device import DeviceError
-                from tinker_algos.model.models import ModelLoadError
-                from tinker_core.errors import ConfigError
 
-                logger.info("serve route: loading base model %s", base)
-                try:
-                    served = ServedModels.load(base, name=base, device=self.device, chat_template=chat_template,
-                                               max_batch=self.max_batch)
-                except (ModelLoadError, DeviceError, ConfigError) as e:
-                    raise APIError(503, f"cannot load the base model {base!r}: {e}", type="server_error",
-                                   code="model_load_failed") from None
-                self._bases[base] = served
-                if self._started:
-                    served.engine.start()
-            return served
-
-    def _make_room(self, base: str, served: ServedModels) -> None:
-        loaded = sorted((t, name) for (b, name), t in self._used.items() if b == base)
-        for _, name in loaded[: max(0, len(loaded) - MAX_ADAPTERS + 1)]:
-            del self._used[(base, name)]
-            served.unload_adapter(name)
+class FrontMissing(Exception):
+    """No plugin registers the ``openai`` HTTP front (tinker-serve is not installed)."""
 
 
 def serve(scheduler: Any, host: str = "127.0.0.1", port: int = 0, *, tinker: Any = None,
           device: str | None = None) -> HttpServer:
     """Serve the OpenAI-compatible route of a started ``scheduler`` on ``host:port`` (0: a free
-    port). ``tinker``: the Tinker gateway's ``Models``, for ``tinker://`` model names."""
-    from tinker_core.http_limits import HttpLimits
-    from tinker_serve.app import MAX_REQUEST_BYTES, create_app
-
-    config = scheduler.config
-    models = SchedulerModels(scheduler.store, config.auth, tinker=tinker, device=device)
-    limits = HttpLimits(MAX_REQUEST_BYTES, header_timeout_s=config.http_header_timeout_s,
-                        body_timeout_s=config.http_body_timeout_s)
+    port), with the run viewer under ``/viewer/jobs/``. ``tinker``: the Tinker gateway's ``Models``,
+    for ``tinker://`` model names. :class:`FrontMissing` when tinker-serve is not installed."""
+    from tinker_core.registry import get_registry
     from tinker_scheduler.viewer_route import ViewerFront
 
+    fronts = get_registry("http_fronts")
+    if OPENAI not in fronts:
+        raise FrontMissing(f"no plugin registers the {OPENAI!r} HTTP front: tinker-serve is not installed")
+    config = scheduler.config
+    models = SchedulerModels(scheduler.store, config.auth, tinker=tinker)
+    openai_app = fronts.get(OPENAI).obj(models, header_timeout_s=config.http_header_timeout_s,
+                                        body_timeout_s=config.http_body_timeout_s, device=device)
     # lifespan on: the app's lifespan starts and stops the engines; /viewer/jobs/<id>/: the run viewer
-    app = ViewerFront(scheduler.store, config.auth, fallback=create_app(models, limits=limits))
+    app = ViewerFront(scheduler.store, config.auth, fallback=openai_app)
     return HttpServer(app, host, port, name="opentinker-serve-route", lifespan="on",
-                      join_timeout_s=30.0, header_timeout_s=limits.header_timeout_s)
-
+                      join_timeout_s=30.0, header_timeout_s=config.http_header_timeout_s)

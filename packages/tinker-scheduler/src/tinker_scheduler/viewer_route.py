@@ -1,6 +1,6 @@
 """The run viewer of each tenant's jobs on the scheduler's serve route (``scheduler start --serve-port``).
 
-``/viewer/jobs/<job_id>/`` is the page of ``opentinker view`` (:mod:`tinker_client.viewer`) for
+``/viewer/jobs/<job_id>/`` is the page of ``opentinker view`` (tinker-client's viewer) for
 that job's run directory (curves, rollouts, eval transcripts, config, checkpoints, phases), and
 ``/viewer/jobs/<job_id>/api/...`` its JSON API:
 
@@ -15,9 +15,10 @@ that job's run directory (curves, rollouts, eval transcripts, config, checkpoint
 The viewer reads the run directory while the job writes it, as ``opentinker view`` does; one
 viewer app per job is kept (at most :data:`MAX_APPS`, the least recently used dropped).
 
-Layering: the viewer is tinker-client's (the scheduler runs under the ``opentinker`` CLI, which
-tinker-client provides); it is imported on the first viewer request, and without it (or without
-FastAPI) the route answers 501 naming what to install.
+Layering: the viewer is tinker-client's, which the scheduler may not import; tinker-client
+registers it as the ``viewer`` HTTP front (:mod:`tinker_core.http_fronts`), found in the plugin
+registry on the first viewer request. Without it (or without FastAPI) the route answers 501
+naming what to install.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ __all__ = ["MAX_APPS", "PREFIX", "ViewerFront"]
 PREFIX = "/viewer/jobs/"
 #: Viewer apps (one per job) kept at once.
 MAX_APPS = 64
+_MISSING = "the run viewer is not installed on this scheduler"
+_INSTALL = "install tinker-client[view] beside tinker-scheduler"
 
 
 async def _answer(send: Any, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] = ()) -> None:
@@ -87,19 +90,23 @@ class ViewerFront:
         sub = dict(scope, path="/" + rest, raw_path=("/" + rest).encode(), root_path=scope.get("root_path", "") + mounted)
         await app(sub, receive, send)
 
-    def _viewer(self) -> Any:
+    def _front(self, runs: list[tuple[Path, str]]) -> Any:
+        """tinker-client's ``viewer`` HTTP front over ``runs`` (501 naming the package when missing)."""
+        from tinker_core.http_fronts import VIEWER
+        from tinker_core.registry import get_registry
+
+        fronts = get_registry("http_fronts")
+        if VIEWER not in fronts:
+            raise _Refused(501, f"{_MISSING} (no plugin registers the {VIEWER!r} HTTP front): {_INSTALL}")
         try:
-            from tinker_client.viewer import app as viewer_app
+            return fronts.get(VIEWER).obj(runs)
         except ImportError as e:
-            raise _Refused(501, f"the run viewer is not installed on this scheduler ({e}): install "
-                                "tinker-client[view] beside tinker-scheduler") from None
-        return viewer_app
+            raise _Refused(501, f"{_MISSING} ({e}): {_INSTALL}") from None
 
     def _page_app(self) -> Any:
         with self._lock:
             if self._page is None:
-                viewer = self._viewer()
-                self._page = viewer.guarded(viewer.create_app([], index_at_start=False))
+                self._page = self._front([])
             return self._page
 
     def _job_app(self, job_id: str, scope: dict[str, Any]) -> Any:
@@ -115,10 +122,7 @@ class ViewerFront:
         with self._lock:
             app = self._apps.get(job.id)
             if app is None:
-                viewer = self._viewer()
-                from tinker_client.viewer.data import RunDir
-
-                app = viewer.guarded(viewer.create_app([RunDir(Path(job.run_dir), job.id)], index_at_start=False))
+                app = self._front([(Path(job.run_dir), job.id)])
                 self._apps[job.id] = app
                 while len(self._apps) > MAX_APPS:
                     self._apps.popitem(last=False)

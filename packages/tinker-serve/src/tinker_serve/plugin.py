@@ -1,11 +1,12 @@
-"""The ``opentinker`` plugin of tinker-serve: it adds the ``opentinker serve`` command and the
-``openai`` rollout proxy (:mod:`tinker_serve.proxy`) that ``agent/program-v0`` jobs train through."""
+"""The ``opentinker`` plugin of tinker-serve: it adds the ``opentinker serve`` command, the
+``openai`` rollout proxy (:mod:`tinker_serve.proxy`) that ``agent/program-v0`` jobs train through,
+and the ``openai`` HTTP front (:mod:`tinker_serve.directory`) the scheduler's ``--serve-port`` mounts."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tinker_core.hookspecs import RolloutProxyRegister, hookimpl
+from tinker_core.hookspecs import HttpFrontRegister, RolloutProxyRegister, hookimpl
 
 
 @hookimpl
@@ -27,3 +28,16 @@ def start_openai_proxy(*args: Any, **kwargs: Any) -> Any:
 def opentinker_register_rollout_proxies(register: RolloutProxyRegister) -> None:
     """Register ``openai`` (:func:`tinker_serve.proxy.start_rollout_proxy`)."""
     register("openai", start_openai_proxy)
+
+
+def openai_front(*args: Any, **kwargs: Any) -> Any:
+    """OpenAI-compatible API over a model directory's models (tinker_serve.directory)."""
+    from tinker_serve.directory import openai_front
+
+    return openai_front(*args, **kwargs)
+
+
+@hookimpl
+def opentinker_register_http_fronts(register: HttpFrontRegister) -> None:
+    """Register ``openai`` (:func:`tinker_serve.directory.openai_front`)."""
+    register("openai", openai_front)

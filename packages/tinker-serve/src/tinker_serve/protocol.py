@@ -14,23 +14,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# the one OpenAI-shaped error is tinker-core's, so the scheduler's model directory raises it without importing us
+from tinker_core.http_fronts import APIError
+
 MAX_LOGPROBS = 20
 #: The most stop strings a request may give, and the longest one (every decode step checks them).
 MAX_STOP = 16
 MAX_STOP_CHARS = 256
-
-
-class APIError(Exception):
-    """An error answered as OpenAI does: ``status`` and ``{"error": {...}}``."""
-
-    def __init__(
-        self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None, code: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:

@@ -2,7 +2,8 @@
 
 Added to the ``opentinker`` CLI by :mod:`tinker_algos.plugin`; importing this module is cheap
 (torch loads only when a fork trains). ``fork`` is :func:`tinker_algos.run.forking.fork` with a progress
-bar, or with ``--scheduler`` the fork of a job on a scheduler (``tinker_client.job_fork``); ``runs`` draws the run directories under a folder as a tree, each fork under its parent
+bar, or with ``--scheduler`` the fork of a job on a scheduler (tinker-client's ``opentinker job fork``,
+found on the root command line at run time); ``runs`` draws the run directories under a folder as a tree, each fork under its parent
 (:mod:`tinker_algos.run.lineage`). Exit codes: 0 success, 1 failure at run time, 2 bad input.
 """
 
@@ -35,8 +36,6 @@ def fork(
     if scheduler:  # (before anything imports torch)
         if run_dir is not None:
             _fail("--run-dir: a job forked on a scheduler gets its run dir there; leave --run-dir out")
-        from tinker_client.job_fork import fork_on_scheduler  # the client's JobService SDK
-
         raise typer.Exit(fork_on_scheduler(run, list(overrides or []), scheduler, api_key, tls_ca))
     from tinker_algos.run.forking import ForkError, prepare_fork
     from tinker_core.config import OverrideError
@@ -49,6 +48,21 @@ def fork(
         _fail(str(e))
     typer.echo(f"forking {run} into {target}")
     run_and_report(config, target)
+
+
+def fork_on_scheduler(job: str, overrides: list[str], scheduler: str, api_key: str | None, tls_ca: Path | None) -> int:
+    """Run tinker-client's ``opentinker job fork`` (tinker-algos may not import the client, so the
+    command is found on the root command line at run time); exit 2 naming tinker-client without it."""
+    import click
+
+    root = click.get_current_context().find_root()
+    group = root.command.get_command(root, "job") if isinstance(root.command, click.Group) else None
+    command = group.get_command(root, "fork") if isinstance(group, click.Group) else None
+    if command is None:
+        _fail("fork --scheduler runs 'opentinker job fork', which is not installed", "pip install tinker-client")
+    args = [job, *overrides, "--scheduler", scheduler, *(["--api-key", api_key] if api_key else []),
+            *(["--tls-ca", str(tls_ca)] if tls_ca is not None else [])]
+    return int(command.main(args, prog_name="opentinker fork", standalone_mode=False) or 0)
 
 
 def runs(

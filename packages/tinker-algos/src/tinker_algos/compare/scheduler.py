@@ -1,9 +1,9 @@
 """Running the jobs of a compare on a scheduler: all submitted at once, each watched, resumable.
 
-This module runs only under the ``opentinker`` CLI, which tinker-client provides, so it uses
-tinker-client's JobService SDK (:class:`tinker_client.jobs.JobClient`) instead of a second
-copy of it (the one import from tinker-client that ``scripts/check_architecture.py`` allows
-tinker-algos, imported lazily). A job's metrics are the ``Watch`` stream's metrics events (the
+The JobService client is the one the plugin registry names ``grpc`` (tinker-client's
+:class:`~tinker_client.jobs.JobClient`, registered through ``opentinker_register_job_clients``):
+tinker-algos may not import tinker-client, and a second copy of its SDK (reconnecting watches,
+retries, TLS) would drift. A job's metrics are the ``Watch`` stream's metrics events (the
 steps its run logged, the same rows as the scheduler's ``metrics.jsonl``), so the scheduler's
 run dirs need not be readable here. Each job's ``job.json`` records its id as soon as it is
 submitted: a rerun watches the jobs still queued or running, keeps the ones that succeeded, and
@@ -26,7 +26,7 @@ from tinker_algos.records.metrics import read_metrics
 if TYPE_CHECKING:
     import grpc
 
-    from tinker_client.jobs import JobClient
+    from tinker_core.proto.job_service import JobServiceClient
 
 
 class SchedulerError(CompareError):
@@ -64,17 +64,24 @@ def _rpc_error(e: grpc.RpcError, address: str) -> SchedulerError:
     return SchedulerError(f"{code.name}: {e.details()}", 1)
 
 
+def _connect(address: str | None, api_key: str | None, tls_ca: Path | None) -> JobServiceClient:
+    """The registered ``grpc`` job client, connected; a CompareError (exit 2) naming tinker-client without it."""
+    from tinker_core.registry import get_registry
+
+    clients = get_registry("job_clients")
+    if "grpc" not in clients:
+        raise CompareError("compare --scheduler needs a JobService client: pip install tinker-client "
+                           "(the plugin that registers the 'grpc' job client)")
+    return clients.get("grpc").obj(address, api_key, tls_ca=tls_ca)
+
+
 def run_on_scheduler(
     jobs: list[JobSpec], out: Path, echo: Callable[[str], None], *, address: str | None, api_key: str | None, tls_ca: Path | None
 ) -> list[Outcome]:
     """Submit every job not finished yet, watch them all in parallel, and return their outcomes."""
-    try:
-        import grpc
+    client = _connect(address, api_key, tls_ca)
+    import grpc
 
-        from tinker_client.jobs import JobClient
-    except ImportError:
-        raise CompareError("compare --scheduler needs tinker-client (pip install tinker-client)") from None
-    client = JobClient(address, api_key, tls_ca=tls_ca)
     progress = ProgressLine(len(jobs), echo)
     outcomes: dict[str, Outcome] = {}
     try:
@@ -109,14 +116,15 @@ def run_on_scheduler(
 
 
 def _submit_or_attach(
-    client: JobClient, jobs: list[JobSpec], out: Path, outcomes: dict[str, Outcome]
+    client: JobServiceClient, jobs: list[JobSpec], out: Path, outcomes: dict[str, Outcome]
 ) -> tuple[list[tuple[JobSpec, str]], int]:
     """Each job's state from its record: a job that succeeded goes into ``outcomes`` (skipped),
     one still queued or running is watched again, any other is submitted (again). Returns the
     ``(job, job id)`` pairs to watch and how many were submitted now."""
     import grpc
 
-    from tinker_client.jobs import TERMINAL, pb, state_name
+    from tinker_core.proto import jobs_pb2 as pb
+    from tinker_core.proto.job_service import TERMINAL, state_name
 
     to_watch: list[tuple[JobSpec, str]] = []
     submitted_n = 0
@@ -145,9 +153,10 @@ def _submit_or_attach(
     return to_watch, submitted_n
 
 
-def _follow(client: JobClient, job: JobSpec, job_id: str, out: Path, progress: ProgressLine) -> Outcome:
+def _follow(client: JobServiceClient, job: JobSpec, job_id: str, out: Path, progress: ProgressLine) -> Outcome:
     """Watch one job to its end, collecting its metrics rows; record it and return its outcome."""
-    from tinker_client.jobs import pb, state_name
+    from tinker_core.proto import jobs_pb2 as pb
+    from tinker_core.proto.job_service import state_name
 
     d = job_dir(out, job)
     rows: dict[int, dict[str, Any]] = {}
