@@ -6,11 +6,9 @@ from __future__ import annotations
 
 
 def steer_cli():
-    import typer
-
     from tinker_client.cli import build_app
 
-    return typer.main.get_command(build_app())
+    return build_app()
 
 
 def test_fork_with_a_scheduler_forks_the_job_there_and_follows_the_new_one():

@@ -226,6 +226,44 @@ def test_hook_opentinker_register_rollout_engines():
         tinker_core.registry.get_rollout_engine("mien")
 
 
+def test_hook_opentinker_register_http_fronts():
+    def front(models, **limits):
+        """An app that answers nothing."""
+
+    tinker_core.registry.register_plugin(
+        plugin_module("h", opentinker_register_http_fronts=lambda register: register("mine", front)),
+        distribution="h-dist",
+    )
+    entry = tinker_core.registry.get_http_front("mine")
+    assert entry.obj is front and entry.description == "An app that answers nothing." and entry.kind == "http_fronts"
+    assert entry.distribution == "h-dist"
+    with pytest.raises(UnknownNameError, match="did you mean 'mine'"):
+        tinker_core.registry.get_http_front("mien")
+
+
+def test_hook_opentinker_register_job_clients():
+    class Client:
+        """A job client that reaches nothing."""
+
+        def __init__(self, address, api_key, *, tls_ca=None):
+            self.address = address
+
+    tinker_core.registry.register_plugin(
+        plugin_module("j", opentinker_register_job_clients=lambda register: register("mine", Client)),
+        distribution="j-dist",
+    )
+    entry = tinker_core.registry.get_job_client("mine")
+    assert entry.obj is Client and entry.kind == "job_clients"
+    assert entry.obj("host:1", None).address == "host:1"
+    tinker_core.registry.reset_plugins()
+    tinker_core.registry.register_plugin(
+        plugin_module("j", opentinker_register_job_clients=lambda register: register("Bad Name", Client)),
+        distribution="j-dist",
+    )
+    with pytest.raises(PluginError, match="registered job client name 'Bad Name'"):
+        tinker_core.registry.get_job_client("mine")
+
+
 def test_a_loss_declares_at_registration_whether_it_vanishes_at_zero_advantage():
     def pg(inputs, **config):
         return None

@@ -46,7 +46,13 @@ class APIError(Exception):
 @dataclass(frozen=True)
 class ModelRef:
     """What runs a model name: the ``base`` model (a preset, a hub id or a directory), its chat
-    template, and the LoRA ``adapter`` directory on it (None: the base model itself)."""
+    template, and the LoRA ``adapter`` (a run directory or a checkpoint) on it. ``adapter`` None
+    is the base model itself, whose name is ``base``."""
+
+    def __post_init__(self) -> None:
+        if self.adapter is None and self.name != self.base:
+            raise ValueError(f"ModelRef {self.name!r}: without an adapter the model is its base, so name must be "
+                             f"the base ({self.base!r}); pass adapter= to serve an adapter under another name")
 
     name: str
     base: str

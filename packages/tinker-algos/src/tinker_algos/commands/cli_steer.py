@@ -19,6 +19,7 @@ from tinker_core.errors import ConfigError
 
 
 def fork(
+    ctx: typer.Context,
     run: Annotated[str, typer.Argument(help="The run dir to fork (with --scheduler: a job id); RUN@STEP forks its checkpoint at STEP (default: its newest).", metavar="RUN[@STEP]")],
     overrides: OverridesArg = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="The fork's run dir (default: RUN-fork-STEP beside RUN).")] = None,
@@ -36,7 +37,7 @@ def fork(
     if scheduler:  # (before anything imports torch)
         if run_dir is not None:
             _fail("--run-dir: a job forked on a scheduler gets its run dir there; leave --run-dir out")
-        raise typer.Exit(fork_on_scheduler(run, list(overrides or []), scheduler, api_key, tls_ca))
+        raise typer.Exit(fork_on_scheduler(ctx, run, list(overrides or []), scheduler, api_key, tls_ca))
     from tinker_algos.run.forking import ForkError, prepare_fork
     from tinker_core.config import OverrideError
 
@@ -50,19 +51,22 @@ def fork(
     run_and_report(config, target)
 
 
-def fork_on_scheduler(job: str, overrides: list[str], scheduler: str, api_key: str | None, tls_ca: Path | None) -> int:
+def fork_on_scheduler(ctx: typer.Context, job: str, overrides: list[str], scheduler: str, api_key: str | None,
+                      tls_ca: Path | None) -> int:
     """Run tinker-client's ``opentinker job fork`` (tinker-algos may not import the client, so the
-    command is found on the root command line at run time); exit 2 naming tinker-client without it."""
-    import click
+    command is found on the root command line of ``ctx`` at run time); exit 2 naming tinker-client without it."""
+    root = ctx.find_root()
 
-    root = click.get_current_context().find_root()
-    group = root.command.get_command(root, "job") if isinstance(root.command, click.Group) else None
-    command = group.get_command(root, "fork") if isinstance(group, click.Group) else None
+    def sub(group: object, name: str) -> object:
+        get = getattr(group, "get_command", None)  # a command group
+        return get(root, name) if get is not None else None
+
+    command = sub(sub(root.command, "job"), "fork")
     if command is None:
         _fail("fork --scheduler runs 'opentinker job fork', which is not installed", "pip install tinker-client")
     args = [job, *overrides, "--scheduler", scheduler, *(["--api-key", api_key] if api_key else []),
             *(["--tls-ca", str(tls_ca)] if tls_ca is not None else [])]
-    return int(command.main(args, prog_name="opentinker fork", standalone_mode=False) or 0)
+    return int(command.main(args, prog_name="opentinker fork", standalone_mode=False) or 0)  # type: ignore[attr-defined]
 
 
 def runs(
