@@ -28,7 +28,6 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import contextlib
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -184,21 +183,14 @@ def build_app(state: StandIn) -> FastAPI:
 @contextmanager
 def serving(state: StandIn):
     """The stand-in on a free localhost port, in a thread; yields its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(build_app(state), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        started = threading.Event()
-        while not server.started:
-            started.wait(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        state.engine.resume()
-        thread.join(30)
+    from tinker_core.http_limits import serve_in_thread
+
+    server = uvicorn.Server(uvicorn.Config(build_app(state), host="127.0.0.1", port=0, log_level="warning"))
+    with serve_in_thread(server, "test-vllm-stand-in", "the vLLM stand-in") as port:
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            state.engine.resume()  # a paused engine would hold the server's shutdown
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,6 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import socket  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import types  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
@@ -120,20 +119,11 @@ def live_server(app) -> Iterator[str]:
     """Run ``app`` under uvicorn on a free localhost port in a thread; yields its base URL."""
     import uvicorn
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
+    from tinker_core.http_limits import serve_in_thread
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    with serve_in_thread(server, "test-live-server", "the test server") as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def wait_until(condition, what: str, timeout: float = 60.0) -> None:

@@ -10,14 +10,12 @@ import contextlib
 import json
 import shutil
 import socket
-import threading
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tinker_core.http_limits import HttpLimits, uvicorn_config
+from tinker_core.http_limits import HttpLimits, serve_in_thread, uvicorn_config
 from tinker_serve.app import create_app
 from tinker_serve.served import ServedModels
 
@@ -36,20 +34,10 @@ def served(tiny_dir):
 def url(served):
     import uvicorn
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn_config(create_app(served, limits=LIMITS), LIMITS, host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn_config(create_app(served, limits=LIMITS), LIMITS, host="127.0.0.1", port=0,
                                            log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serve_in_thread(server, "test-hardening", "the hardened server") as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")

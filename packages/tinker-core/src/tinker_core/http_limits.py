@@ -195,19 +195,35 @@ def uvicorn_config(app: Any, limits: HttpLimits, **options: Any) -> Any:
 
 
 @contextlib.contextmanager
-def serve_in_thread(server: Any, name: str, what: str) -> Iterator[int]:
+def serve_in_thread(server: Any, name: str, what: str, *, join_timeout_s: float = 30.0) -> Iterator[int]:
     """Run the ``uvicorn.Server`` ``server`` in a daemon thread named ``name`` until the block
-    ends; yields the port it bound (``port`` 0 picks a free one). A server that has not started
-    within 60 s is a ``RuntimeError`` naming ``what``. For tests, benchmarks and scripts."""
-    thread = threading.Thread(target=server.run, name=name, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not start")
-        time.sleep(0.02)
+    ends; yields the port it bound (``port`` 0 picks a free one). The one way OpenTinker runs a
+    server in a thread (``opentinker view``, the OpenEnv server, the rollout proxy, the
+    scheduler's HTTP fronts).
+
+    The socket is bound here, before the thread starts, so a taken port raises ``OSError`` at
+    once; the block begins once the server has started (its lifespan's startup done). A server
+    that has not started within 60 s is a ``RuntimeError`` naming ``what``. At the end the server
+    is asked to exit and its thread is given ``join_timeout_s`` to finish."""
+    import socket
+
+    host = str(server.config.host).strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     try:
-        yield int(server.servers[0].sockets[0].getsockname()[1])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(server.config.port)))
+        sock.listen(2048)
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"{what} did not start")
+                time.sleep(0.02)
+            yield int(sock.getsockname()[1])
+        finally:
+            server.should_exit = True
+            thread.join(timeout=join_timeout_s)
     finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+        sock.close()
