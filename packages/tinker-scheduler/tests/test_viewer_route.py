@@ -136,3 +136,36 @@ def test_a_tenants_corrupt_run_dir_is_a_warning_and_the_page_runs_no_inline_scri
     status, runs, _ = get(base + "api/runs", keys["alice"])
     assert status == 200 and runs[0]["warnings"] == ["config.json: a JSON list, not an object; ignored",
                                                      "result.json: nested too deeply to parse; ignored"]
+
+
+@pytest.fixture
+def only_the_scheduler_plugin(monkeypatch):
+    """The plugin registry as a scheduler without tinker-serve and tinker-client sees it."""
+    from tinker_core.registry import reset_plugins
+
+    monkeypatch.setenv("OPENTINKER_LOAD_PLUGINS", "tinker-scheduler")
+    reset_plugins()
+    yield
+    monkeypatch.delenv("OPENTINKER_LOAD_PLUGINS")
+    reset_plugins()
+
+
+def test_without_the_viewer_front_the_route_answers_501_naming_the_package(tmp_path, only_the_scheduler_plugin):
+    store = JobStore(tmp_path / "s.db")
+    key = store.add_tenant("alice")
+    job = submit(store, "alice", tmp_path / "runs")
+    server = HttpServer(ViewerFront(store, AuthMode.AUTO), "127.0.0.1", 0, name="test-viewer-501")
+    try:
+        for url in (f"{server.url}{PREFIX}{job}/", f"{server.url}{PREFIX}{job}/api/runs"):
+            status, body, _ = get(url, key)
+            assert status == 501 and "install tinker-client[view]" in body["detail"], body
+    finally:
+        server.stop()
+        store.close()
+
+
+def test_without_the_openai_front_serve_names_tinker_serve(only_the_scheduler_plugin):
+    from tinker_scheduler import serve_route
+
+    with pytest.raises(serve_route.FrontMissing, match="tinker-serve is not installed"):
+        serve_route.serve(scheduler=None)

@@ -16,19 +16,16 @@ before the next decode step (a non-streaming request notices within about a seco
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib.resources import files
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import HTMLResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.http_limits import BodyGuard, HttpLimits
@@ -37,13 +34,14 @@ from tinker_serve.backend import Backend, LocalBackend
 from tinker_serve.engine import TokenInfo
 from tinker_serve.harness_routes import harness_routers
 from tinker_serve.protocol import (
-    APIError,
+    MAX_REQUEST_BYTES,
     ChatRequest,
     CompletionRequest,
     LoadAdapterRequest,
     UnloadAdapterRequest,
-    bad_request,
     finish_reason,
+    install_error_handlers,
+    refused,
     usage,
 )
 from tinker_serve.routes.chat_completions import chat_completion
@@ -58,16 +56,6 @@ from tinker_serve.routes.generation import (
 )
 from tinker_serve.routes.responses_api import responses_router
 from tinker_serve.served import ServedModels
-
-logger = logging.getLogger(__name__)
-MAX_REQUEST_BYTES = 8 * 1024 * 1024
-"""The largest request body ``opentinker serve`` accepts by default (larger: 413)."""
-
-
-def refused(status: int, message: str) -> JSONResponse:
-    kind = "invalid_request_error"
-    return JSONResponse(APIError(status, message, type=kind, code="request_too_large" if status == 413 else None).body(),
-                        status_code=status)
 
 
 def create_app(served: ServedModels | Backend, *, api_key: str | None = None, limits: HttpLimits | None = None) -> FastAPI:
@@ -180,46 +168,6 @@ def _v1_router(backend: Backend, authorize: Callable[[Request], Awaitable[None]]
 
 
 # ---- errors ------------------------------------------------------------------------------------
-def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(APIError)
-    async def api_error(_: Request, e: APIError) -> JSONResponse:
-        return JSONResponse(e.body(), status_code=e.status)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        first = e.errors()[0] if e.errors() else {}
-        if first.get("type") == "json_invalid":
-            err = bad_request(f"the request body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}", code="invalid_json")
-        else:
-            param = _param(first.get("loc", ())) or None
-            msg = "; ".join(f"{_param(x.get('loc', ())) or 'body'}: {x.get('msg')}" for x in e.errors())
-            err = bad_request(msg or "invalid request", param)
-        return JSONResponse(err.body(), status_code=400)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
-        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
-        return JSONResponse(APIError(e.status_code, str(e.detail), type=kind).body(), status_code=e.status_code)
-
-    @app.exception_handler(Exception)
-    async def unexpected(_: Request, e: Exception) -> JSONResponse:
-        logger.exception("tinker-serve: unexpected error")
-        err = APIError(500, f"internal server error ({type(e).__name__}); see the server's log", type="internal_server_error")
-        return JSONResponse(err.body(), status_code=500)
-
-
-def _param(loc: Sequence[int | str]) -> str:
-    """A validation error's location as a dotted field path (without pydantic's union-member tags)."""
-    parts = []
-    for p in loc:
-        if p == "body" and not parts:
-            continue
-        if isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "list", "dict", "none")):
-            break
-        parts.append(str(p))
-    return ".".join(parts)
-
-
 async def _complete(
     served: ServedModels, model: str, prompts: list[list[int]], params: SamplingParams, body: CompletionRequest, http: Request
 ) -> dict[str, Any]:

@@ -109,8 +109,9 @@ def openai_front(models: ModelDirectory, *, header_timeout_s: float = HEADER_TIM
                  body_timeout_s: float = BODY_TIMEOUT_S, device: str | None = None, max_batch: int = 32) -> Any:
     """The ``openai`` HTTP front: :func:`tinker_serve.app.create_app` over a :class:`DirectoryBackend`
     of ``models`` (its lifespan starts and stops the engines), bodies bounded by
-    :data:`~tinker_serve.app.MAX_REQUEST_BYTES` and the two deadlines."""
-    from tinker_serve.app import MAX_REQUEST_BYTES, create_app
+    :data:`~tinker_serve.protocol.MAX_REQUEST_BYTES` and the two deadlines."""
+    from tinker_serve.app import create_app
+    from tinker_serve.protocol import MAX_REQUEST_BYTES
 
     limits = HttpLimits(MAX_REQUEST_BYTES, header_timeout_s=header_timeout_s, body_timeout_s=body_timeout_s)
     return create_app(DirectoryBackend(models, device=device, max_batch=max_batch), limits=limits)

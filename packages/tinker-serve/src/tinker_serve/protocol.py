@@ -1,4 +1,6 @@
-"""The OpenAI API's request bodies and error shape, as far as ``opentinker serve`` implements them.
+"""The OpenAI protocol as tinker-serve speaks it -- request bodies, the error shape and the app's
+error handlers, the request-size limit -- shared by ``opentinker serve``'s app
+(:mod:`tinker_serve.app`) and the rollout proxy (:mod:`tinker_serve.proxy`).
 
 Requests are pydantic models; fields OpenAI defines that change nothing here (``user``...) are
 accepted and ignored, fields that would change the answer and are not implemented (``logit_bias``,
@@ -10,13 +12,20 @@ accepted and ignored, fields that would change the answer and are not implemente
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any, Literal
 
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 # the one OpenAI-shaped error is tinker-core's, so the scheduler's model directory raises it without importing us
 from tinker_core.http_fronts import APIError
 
+logger = logging.getLogger(__name__)
 MAX_LOGPROBS = 20
 #: The most stop strings a request may give, and the longest one (every decode step checks them).
 MAX_STOP = 16
@@ -132,3 +141,57 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
 def finish_reason(reason: str | None) -> str | None:
     """The engine's reason as OpenAI names it (``abort``/``error`` end as ``stop``)."""
     return None if reason is None else ("length" if reason == "length" else "stop")
+
+
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+"""The largest request body ``opentinker serve`` accepts by default (larger: 413)."""
+
+
+def refused(status: int, message: str) -> JSONResponse:
+    """The answer to a request refused before the app runs (413: too large), in OpenAI's shape."""
+    kind = "invalid_request_error"
+    return JSONResponse(APIError(status, message, type=kind, code="request_too_large" if status == 413 else None).body(),
+                        status_code=status)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error of ``app`` in OpenAI's shape: :class:`APIError` as it is, a validation
+    error and malformed JSON as 400 naming the field, a Starlette error with its status, and
+    anything else as a 500 that names only its type (the traceback goes to the log)."""
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, e: APIError) -> JSONResponse:
+        return JSONResponse(e.body(), status_code=e.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        first = e.errors()[0] if e.errors() else {}
+        if first.get("type") == "json_invalid":
+            err = bad_request(f"the request body is not valid JSON: {first.get('ctx', {}).get('error', 'parse error')}", code="invalid_json")
+        else:
+            param = _param(first.get("loc", ())) or None
+            msg = "; ".join(f"{_param(x.get('loc', ())) or 'body'}: {x.get('msg')}" for x in e.errors())
+            err = bad_request(msg or "invalid request", param)
+        return JSONResponse(err.body(), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
+        return JSONResponse(APIError(e.status_code, str(e.detail), type=kind).body(), status_code=e.status_code)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, e: Exception) -> JSONResponse:
+        logger.exception("tinker-serve: unexpected error")
+        err = APIError(500, f"internal server error ({type(e).__name__}); see the server's log", type="internal_server_error")
+        return JSONResponse(err.body(), status_code=500)
+
+
+def _param(loc: Sequence[int | str]) -> str:
+    """A validation error's location as a dotted field path (without pydantic's union-member tags)."""
+    parts = []
+    for p in loc:
+        if p == "body" and not parts:
+            continue
+        if isinstance(p, str) and ("[" in p or p in ("str", "int", "float", "bool", "list", "dict", "none")):
+            break
+        parts.append(str(p))
+    return ".".join(parts)

@@ -22,7 +22,7 @@ not credentials, so a sibling agent or another local process that guesses one ge
 **Bounded prompts.** As ``opentinker serve`` does (:attr:`tinker_serve.served.ServedModels.max_prompt_chars`),
 a prompt of more characters than the context can hold is refused (400,
 ``context_length_exceeded``, naming both limits) *before* it is tokenized, and one of more
-tokens after; the body itself is bounded by :data:`~tinker_serve.app.MAX_REQUEST_BYTES` (413).
+tokens after; the body itself is bounded by :data:`~tinker_serve.protocol.MAX_REQUEST_BYTES` (413).
 
 **What is recorded** (:class:`tinker_algos.rollout.agent_calls.ProxyCall`): the prompt's token ids as
 rendered, the sampled ids, their logprobs under the distribution they were drawn from and the
@@ -75,16 +75,18 @@ from tinker_algos.rollout.agent_calls import EpisodeLog, ProxyCall, UnknownEpiso
 from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.http_limits import BodyGuard, HttpLimits, serve_in_thread, uvicorn_config
 from tinker_core.seeding import derive_seed
-from tinker_serve.app import MAX_REQUEST_BYTES, install_error_handlers, refused
 from tinker_serve.chat_tools import forced_tools, request_messages, tool_message_fields
 from tinker_serve.engine import Engine
 from tinker_serve.protocol import (
+    MAX_REQUEST_BYTES,
     APIError,
     ChatMessage,
     ChatRequest,
     CompletionRequest,
     bad_request,
     finish_reason,
+    install_error_handlers,
+    refused,
     usage,
 )
 from tinker_serve.routes.chat_completions import constrain
