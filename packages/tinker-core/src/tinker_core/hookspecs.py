@@ -190,10 +190,11 @@ def opentinker_register_job_clients(register: JobClientRegister) -> None:
     import the client SDK (``opentinker compare --scheduler`` in tinker-algos).
 
     :param register: ``register(name, factory, *, description=None)``. ``factory(address,
-        api_key, *, tls_ca=None)`` returns a connected client (a context manager) with
+        api_key, *, tls_ca=None)`` returns a connected
+        :class:`~tinker_core.proto.job_service.JobServiceClient` (a context manager with
         ``address``, ``submit(config_text, *, request_id=None)``, ``get(job_id)``,
-        ``watch(job_id)`` (the job's events to its end, reconnecting as needed) and
-        ``close()``; jobs and events are :mod:`tinker_core.proto.jobs_pb2` messages, errors
+        ``watch(job_id)``: the job's events to its end, reconnecting as needed, and
+        ``close()``); jobs and events are :mod:`tinker_core.proto.jobs_pb2` messages, errors
         ``grpc.RpcError``. tinker-client registers ``grpc`` (:class:`tinker_client.jobs.JobClient`).
     """
 
