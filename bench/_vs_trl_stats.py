@@ -155,11 +155,12 @@ COLUMNS = ["threads", "seed", "trainer", "n", "steps/s", "vs TRL (per pair)", "r
            "best acc %", "final acc %", "peak RSS GiB", "load 1m"]
 
 
-def markdown_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
-    """The aggregate rows as table cells: ``median (min-max)`` for every spread."""
+def markdown_rows(rows: Sequence[dict[str, Any]], sps_digits: int = 2) -> list[list[str]]:
+    """The aggregate rows as table cells: ``median (min-max)`` for every spread; steps/s with
+    ``sps_digits`` decimals (3 for a real model's fraction of a step a second)."""
     return [[
         str(r["threads"]), str(r["seed"]), r["trainer"], str(r["repeats"]),
-        _fmt(r["steps_per_s"]),
+        _fmt(r["steps_per_s"], digits=sps_digits),
         _fmt(r["vs_baseline"], suffix="x") if r["trainer"] != BASELINE else "1.00x",
         _fmt(r["rollout_median_s"], 1e3, 0), _fmt(r["update_median_s"], 1e3, 0),
         _fmt(r["best_accuracy"], 100, 1), _fmt(r["final_accuracy"], 100, 1),
@@ -167,9 +168,9 @@ def markdown_rows(rows: Sequence[dict[str, Any]]) -> list[list[str]]:
     ] for r in rows]
 
 
-def markdown(title: str, rows: Sequence[dict[str, Any]]) -> str:
+def markdown(title: str, rows: Sequence[dict[str, Any]], sps_digits: int = 2) -> str:
     """A GitHub-flavoured markdown table of the aggregate rows under a ``title`` line."""
-    cells = markdown_rows(rows)
+    cells = markdown_rows(rows, sps_digits)
     lines = [f"**{title}**", "", "| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
     lines += ["| " + " | ".join(c) + " |" for c in cells]
     return "\n".join(lines) + "\n"

@@ -343,14 +343,14 @@ def main() -> None:
     title = (f"GRPO beside TRL on SmolLM2-135M-Instruct (LoRA r={s['lora']['rank']}): {s['prompts']} prompts x {s['group']}, "
              f"{s['max_new_tokens']} new tokens, T={s['temperature']}, {ns.steps} steps (steps 2..N-1 timed), "
              f"medians (min-max) of {ns.repeats} interleaved pair(s) per seed, then over all seeds")
-    print_table(title, stats.COLUMNS, stats.markdown_rows(rows))
+    print_table(title, stats.COLUMNS, stats.markdown_rows(rows, 3))
     trl_version = next((r["version"] for r in runs if r["trainer"] == "trl"), None)
     path = write_results(args, "vs_trl_smollm2", {
         "settings": {**preset, **s, "trl": trl_version, "example": str(EXAMPLE.relative_to(EXAMPLE.parent.parent))},
         "aggregate": rows,
         "runs": runs,
     })
-    path.with_suffix(".md").write_text(stats.markdown(title, rows))
+    path.with_suffix(".md").write_text(stats.markdown(title, rows, 3))
     partial.unlink(missing_ok=True)
 
 
