@@ -55,9 +55,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -78,7 +75,6 @@ PROMPTS, GROUP, NEW_TOKENS = 32, 8, 4
 LR, BETAS, CLIP, EPS_CLIP = 5e-4, (0.9, 0.99), 1.0, 0.2
 SFT_STEPS, SFT_BATCH, SFT_LR, SFT_WARMUP = 250, 128, 2e-3, 50
 ENV_KWARGS: dict[str, Any] = {"digits": 2, "ops": ["+"]}
-GAINS = (10, 20)  # "time to +N points"
 
 
 def parse(argv: list[str] | None = None) -> tuple[BenchArgs, argparse.Namespace]:
@@ -154,66 +150,6 @@ def held_out(policy: Any, seed: int, size: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# a run's timings
-# ---------------------------------------------------------------------------------------------
-class Clock:
-    """Step ends, evaluation time and rollout time per step; the figures of one run."""
-
-    def __init__(self) -> None:
-        self.t_start = time.perf_counter()
-        self.ends: list[float] = []
-        self.eval_s: list[float] = []  # evaluation time inside each step's interval
-        self.pending = 0.0  # evaluation time since the last step end
-        self.rollout_s: list[float] = []
-        self.curve: list[tuple[int, float, float]] = []  # (step, 0, accuracy)
-
-    def add_eval(self, seconds: float) -> None:
-        self.pending += seconds
-
-    def step_end(self) -> None:
-        self.ends.append(time.perf_counter())
-        self.eval_s.append(self.pending)
-        self.pending = 0.0
-
-    def step_times(self) -> list[float]:
-        starts = [self.t_start, *self.ends[:-1]]
-        return [e - s - ev for s, e, ev in zip(starts, self.ends, self.eval_s, strict=True)]
-
-    def summary(self, acc0: float) -> dict[str, Any]:
-        times = self.step_times()
-        steady = times[1:-1] if len(times) > 2 else times
-        mean = statistics.fmean(steady)
-        roll = self.rollout_s[1:-1] if len(self.rollout_s) > 2 else self.rollout_s
-        rollout = statistics.fmean(roll) if roll else float("nan")
-        # per step: the median step, rollout and update (= step - rollout) over steps 2..N-1
-        updates = [t - r for t, r in zip(steady, roll, strict=True)] if len(roll) == len(steady) else []
-        trained = [sum(times[: s]) for s in range(len(times) + 1)]
-        curve = [(0, 0.0, acc0)] + [(s, trained[s], a) for s, _, a in self.curve]
-        out: dict[str, Any] = {
-            "steps": len(times),
-            "step_s": [round(t, 4) for t in times],
-            "rollout_s": [round(t, 4) for t in self.rollout_s],
-            "steps_per_s": 1.0 / mean,
-            "samples_per_s": PROMPTS * GROUP / mean,
-            "step_mean_s": mean,
-            "step_median_s": statistics.median(steady),
-            "rollout_mean_s": rollout,
-            "update_mean_s": mean - rollout,
-            "rollout_median_s": statistics.median(roll) if roll else None,
-            "update_median_s": statistics.median(updates) if updates else None,
-            "curve": [{"step": s, "train_s": round(t, 3), "accuracy": a} for s, t, a in curve],
-            "start_accuracy": acc0,
-            "final_accuracy": curve[-1][2],
-            "best_accuracy": max(a for _, _, a in curve),
-        }
-        for gain in GAINS:
-            hit = next(((s, t) for s, t, a in curve if a >= acc0 + gain / 100 - 1e-9), None)
-            out[f"plus{gain}_step"] = hit[0] if hit else None
-            out[f"plus{gain}_train_s"] = hit[1] if hit else None
-        return out
-
-
-# ---------------------------------------------------------------------------------------------
 # TRL
 # ---------------------------------------------------------------------------------------------
 def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: int, acc0: float, stop: str = "newline") -> dict[str, Any]:
@@ -228,7 +164,7 @@ def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: 
     from tinker_algos.model.tokenizer import load_tokenizer
     from tinker_env_math.arithmetic import arithmetic_problems, score_answer
 
-    clock = Clock()
+    clock = stats.Clock(PROMPTS * GROUP)
     eval_tok = load_tokenizer(str(model_dir))
     trl_tok = load_tokenizer(str(model_dir))
     if stop == "newline":
@@ -340,7 +276,7 @@ def run_opentinker(
 ) -> dict[str, Any]:
     from tinker_algos.run.job import train
 
-    clock = Clock()
+    clock = stats.Clock(PROMPTS * GROUP)
 
     class Callbacks:
         def on_metrics(self, step: int, metrics: dict[str, float]) -> None:
@@ -431,21 +367,6 @@ def child(spec_path: Path, out_path: Path) -> None:
     out_path.write_text(json.dumps(r))
 
 
-def run_one(spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    """``spec`` run by a subprocess of this script; its record with the wall time and the load."""
-    spec_path = tmp / f"spec-{spec['index']}.json"
-    out_path = tmp / f"run-{spec['index']}.json"
-    spec_path.write_text(json.dumps(spec))
-    env = {**os.environ, "OMP_NUM_THREADS": str(spec["threads"]), "MKL_NUM_THREADS": str(spec["threads"])}
-    before = load_snapshot()
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--child", str(spec_path), str(out_path)], check=True, env=env)
-    r = json.loads(out_path.read_text())
-    r.update(trainer=spec["trainer"], seed=spec["seed"], threads=spec["threads"], repeat=spec["repeat"],
-             wall_s=time.perf_counter() - t0, load_before=before, load_after=load_snapshot())
-    return r
-
-
 def main() -> None:
     args, ns = parse()
     if ns.child:
@@ -465,7 +386,7 @@ def main() -> None:
         for i, o in enumerate(order):
             busy = wait_for_idle(args)
             spec = {**o, "index": i, "model_dir": str(model_dir), "staleness": stats.staleness_of(o["trainer"]), "preset": preset.as_dict()}
-            r = run_one(spec, Path(tmp))
+            r = stats.run_child(Path(__file__), spec, Path(tmp))
             r["cpu_busy_waited"] = busy
             runs.append(r)
             print(

@@ -78,3 +78,19 @@ def test_markdown_table_shows_median_and_range() -> None:
     assert lines[0] == "**title**" and lines[2].startswith("| threads | seed | trainer")
     assert "| 2 | 0 | opentinker | 2 | 4.00 (3.00-5.00) | 2.00x (1.50-2.50) |" in text
     assert "| 2 | 0 | trl | 2 | 2.00 (2.00-2.00) | 1.00x |" in text
+
+
+def test_pooled_pairs_runs_within_their_seed_and_takes_medians_over_all() -> None:
+    runs = [record("trl", 2, 0, 0, 1.0), record("opentinker", 2, 0, 0, 2.0),
+            record("trl", 2, 1, 0, 4.0), record("opentinker", 2, 1, 0, 4.0),
+            record("trl", 2, 2, 0, 2.0), record("opentinker", 2, 2, 0, 5.0)]
+    for r, rss in zip(runs, (1.0, 2.0, 1.5, 2.5, 1.2, 2.2), strict=True):
+        r["peak_rss_gib"] = rss
+    trl, ot = stats.pooled(runs)
+    assert (trl["seed"], trl["trainer"], trl["repeats"]) == ("all", "trl", 3)
+    # each seed's OpenTinker run over that seed's TRL run: 2/1, 4/4, 5/2
+    assert ot["ratios"] == [2.0, 1.0, 2.5]
+    assert ot["vs_baseline"] == {"median": 2.0, "min": 1.0, "max": 2.5, "n": 3}
+    assert ot["steps_per_s"]["median"] == 4.0 and trl["steps_per_s"]["median"] == 2.0
+    assert ot["peak_rss_gib"] == {"median": 2.2, "min": 2.0, "max": 2.5, "n": 3}
+    assert "| 2 | all | opentinker | 3 | 4.00 (2.00-5.00) | 2.00x (1.00-2.50) |" in stats.markdown("t", [trl, ot])
