@@ -256,3 +256,16 @@ def run_child(script: Path, spec: dict[str, Any], tmp: Path) -> dict[str, Any]:
     r.update(trainer=spec["trainer"], seed=spec["seed"], threads=spec["threads"], repeat=spec["repeat"],
              wall_s=time.perf_counter() - t0, load_before=before, load_after=load_snapshot())
     return r
+
+
+def trl_fixed(seed: int) -> dict[str, Any]:
+    """The ``GRPOConfig`` settings every harness gives TRL whatever its task: one update per batch
+    with no KL term (``beta=0``), group-scaled advantages and the token-mean clipped loss
+    (``dapo``), fp32 on the CPU without gradient checkpointing, no sampling cut-off by top-k, the
+    seed for both the model and the data order, and nothing written or shown but the step logs."""
+    return {
+        "gradient_accumulation_steps": 1, "top_k": 0, "beta": 0.0, "num_iterations": 1, "loss_type": "dapo",
+        "scale_rewards": "group", "gradient_checkpointing": False, "use_cpu": True, "bf16": False, "fp16": False,
+        "seed": seed, "data_seed": seed, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
+        "disable_tqdm": True, "dataloader_num_workers": 0, "log_completions": False,
+    }

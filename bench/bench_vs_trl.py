@@ -184,15 +184,14 @@ def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: 
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     config = GRPOConfig(
+        **stats.trl_fixed(seed),
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
         max_steps=steps,
         per_device_train_batch_size=PROMPTS * GROUP,
-        gradient_accumulation_steps=1,
         num_generations=GROUP,
         max_completion_length=NEW_TOKENS,
         temperature=1.0,
         top_p=1.0,
-        top_k=0,
         learning_rate=LR,
         lr_scheduler_type="constant",
         warmup_steps=0,
@@ -201,23 +200,7 @@ def run_trl(model_dir: Path, seed: int, steps: int, eval_every: int, eval_size: 
         adam_epsilon=1e-8,
         weight_decay=0.0,
         max_grad_norm=CLIP,
-        beta=0.0,
-        num_iterations=1,
         epsilon=EPS_CLIP,
-        loss_type="dapo",
-        scale_rewards="group",
-        gradient_checkpointing=False,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        seed=seed,
-        data_seed=seed,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        log_completions=False,
     )
 
     class Eval(TrainerCallback):

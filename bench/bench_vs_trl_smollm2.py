@@ -198,37 +198,20 @@ def run_trl(s: dict[str, Any], model_dir: str, seed: int, steps: int, eval_every
                              target_modules=list(lora["target_modules"]), bias="none")
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     config = GRPOConfig(
+        **stats.trl_fixed(seed),
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
         max_steps=steps,
         per_device_train_batch_size=s["prompts"] * s["group"],
-        gradient_accumulation_steps=1,
         num_generations=s["group"],
         max_completion_length=s["max_new_tokens"],
         temperature=s["temperature"],
         top_p=s["top_p"],
-        top_k=0,
         learning_rate=s["lr"],
         adam_beta1=s["betas"][0],
         adam_beta2=s["betas"][1],
         adam_epsilon=s["eps"],
         weight_decay=s["weight_decay"],
         max_grad_norm=s["grad_clip"],
-        beta=0.0,
-        num_iterations=1,
-        loss_type="dapo",
-        scale_rewards="group",
-        gradient_checkpointing=False,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        seed=seed,
-        data_seed=seed,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        log_completions=False,
     )
 
     class Eval(TrainerCallback):
