@@ -79,17 +79,9 @@ class StageContext:
 
     def sampling_params(self, step: int) -> SamplingParams:
         """The rollout section's sampling parameters, seeded for ``step``."""
-        from tinker_algos.sampling.sampler import SamplingParams
+        from tinker_algos.rollout.section import section_sampling_params
 
-        r = self.rollout_cfg
-        return SamplingParams(
-            max_new_tokens=r.max_new_tokens,
-            temperature=r.temperature,
-            top_p=r.top_p,
-            top_k=r.top_k,
-            stop=tuple(r.stop),
-            seed=self.step_seed(step, "sample"),
-        )
+        return section_sampling_params(self.rollout_cfg, self.step_seed(step, "sample"))
 
     def task_seeds(self, step: int, refill: int = 0) -> list[int]:
         """The reset seeds of a step's ``rollout.prompts_per_step`` tasks, task ``p``'s derived from
@@ -106,13 +98,12 @@ class StageContext:
         ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.rollout.agent_program`).
         ``refill > 0``: dynamic sampling's refill round, fresh tasks with their own sampling seed
         (the first ``tasks`` of them)."""
-        from tinker_algos.rollout.episodes import rollout
+        from tinker_algos.rollout.section import section_rollout
 
         if self.plays_agent_program:
             from tinker_algos.rollout import agent_program
 
             return agent_program.stage_agent_rollout(self, step, policy)
-        r = self.rollout_cfg
         params = self.sampling_params(step)
         if refill:
             params = replace(params, seed=self.step_seed(step, "sample", "refill", refill))
@@ -122,18 +113,14 @@ class StageContext:
             from tinker_algos.distributed.engine_sync import sync_engine
 
             sync_engine(self.engine, self.policy, self.adapter, step, self.run_dir)
-        return rollout(
+        return section_rollout(
+            self.rollout_cfg,
             policy or self.policy,
             self.require_env(),
             self.task_seeds(step, refill)[:tasks],
             params,
-            group_size=r.group_size,
-            max_turns=r.max_turns,
             adapter=self.adapter,
-            turn_timeout_s=r.turn_timeout_s,
-            max_error_rate=r.max_error_rate,
             renderer=self.renderer,
-            reuse_kv_cache=r.reuse_kv_cache,
             engine=self.engine if policy is None else None,  # a sample-ahead copy samples in-process
         )
 

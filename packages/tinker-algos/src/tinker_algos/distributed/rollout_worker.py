@@ -216,18 +216,10 @@ def sample_unit(
     """The unit's episodes: :func:`~tinker_algos.rollout.rollout` of its task seeds with its
     sampling seed and the stage's rollout section ``r`` (what the job's process would sample),
     sampled by ``engine`` (default: the in-process sampler on ``policy``)."""
-    from tinker_algos.rollout.episodes import rollout
-    from tinker_algos.sampling.sampler import SamplingParams
+    from tinker_algos.rollout.section import section_rollout, section_sampling_params
 
-    params = SamplingParams(
-        max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-        stop=tuple(r.stop), seed=unit.sample_seed,
-    )
-    return rollout(
-        policy, env_factory, list(unit.task_seeds), params, group_size=r.group_size, max_turns=r.max_turns, adapter=adapter,
-        turn_timeout_s=r.turn_timeout_s, max_error_rate=r.max_error_rate, renderer=renderer, reuse_kv_cache=r.reuse_kv_cache,
-        engine=engine,
-    )
+    params = section_sampling_params(r, unit.sample_seed)
+    return section_rollout(r, policy, env_factory, list(unit.task_seeds), params, adapter=adapter, renderer=renderer, engine=engine)
 
 
 def stamp_version(result: RolloutResult, version: int, worker: str) -> None:
