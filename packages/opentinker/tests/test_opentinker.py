@@ -26,11 +26,11 @@ def test_every_sibling_requirement_is_a_range_over_this_minor_series():
         assert {str(s) for s in requirement.specifier} == series, requirement
 
 
-def test_the_train_extra_brings_the_engine_its_writers_and_the_builtin_envs():
+def test_the_train_extra_brings_the_engine_its_writers_hub_data_and_the_builtin_envs():
     requirements = [Requirement(r) for r in distribution("opentinker").requires or []]
     train = {r.name: r for r in requirements if r.marker is not None and r.marker.evaluate({"extra": "train"})}
     assert set(train) == {"tinker-client", "tinker-algos", "tinker-env-echo", "tinker-env-math", "tinker-env-games"}
-    assert train["tinker-algos"].extras == {"tensorboard", "plot"}
+    assert train["tinker-algos"].extras == {"tensorboard", "plot", "hub"}
 
 
 def test_the_front_door_api_is_importable_without_the_engine():
