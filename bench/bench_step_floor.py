@@ -41,7 +41,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import load_snapshot, matmul_flops, parse_args, print_table, set_threads, write_results
+from _common import (
+    load_snapshot,
+    matmul_flops,
+    parse_args,
+    print_table,
+    set_threads,
+    wait_for_idle,
+    write_results,
+)
 
 
 def linear_rate(tokens: int, d_in: int, d_out: int, *, repeats: int = 30) -> float:
@@ -197,19 +205,29 @@ def main() -> None:
     for threads in args.threads:
         set_threads(threads)
         job = tiny_job(model_dir, steps, threads) if small else smollm2_job(steps, threads)
+        busy = wait_for_idle(args)
         before = load_snapshot()
-        peak = matmul_flops(2048, repeats=3 if args.quick else 5, warmup=1)["gflops"]
+        peaks = [matmul_flops(2048, repeats=3 if args.quick else 5, warmup=1)["gflops"]]
         counted = run(threads, job, count=True)
         keys = ("flops", "rollout_flops", "update_flops", "update_tokens", "new_tokens")
         flops = {k: median_of(counted, k, skip) for k in keys}
         decode_rows = int(job["rollout"]["prompts_per_step"] * job["rollout"]["group_size"])
         update_tokens = int(flops["update_tokens"]) if not small else int(flops["update_flops"] / 6 / 1e6) or 1
-        shaped = model_shaped_rate(update_tokens, decode_rows, shapes, head=not small)
+        shaped_runs = [model_shaped_rate(update_tokens, decode_rows, shapes, head=not small)]
         timed = run(threads, job, count=False)
+        if not small:  # on a shared machine one measurement can land on a busy second: measure again, keep the best
+            peaks.append(matmul_flops(2048, repeats=5, warmup=1)["gflops"])
+            shaped_runs.append(model_shaped_rate(update_tokens, decode_rows, shapes, head=True))
+        peak = max(peaks)
+        shaped = {k: max(r[k] for r in shaped_runs) for k in shaped_runs[0]}
+        # the same step of both runs did the same work (the seed): its time over its own FLOPs at the peak
+        paired = [t["step_s"] / (c["flops"] / peak / 1e9) for t, c in zip(timed, counted, strict=True)][skip:-1]
         wall = {k: median_of(timed, k, skip) for k in ("step_s", "rollout_s", "update_s")}
         rate, decode_rate = shaped["mean (FLOP-weighted, update shapes)"], shaped["mean (FLOP-weighted, decode shapes)"]
         cases.append({
             "model": ns.model, "threads": threads, "steps": steps, "shapes": shapes, "peak_gflops": peak, "model_shaped_gflops": shaped,
+            "peak_gflops_measured": peaks, "model_shaped_gflops_measured": shaped_runs, "cpu_busy_waited": busy,
+            "step_over_peak_floor_paired": {"min": min(paired), "median": statistics.median(paired), "max": max(paired)},
             "flops_per_step": flops, "seconds_per_step": wall,
             "achieved_gflops": flops["flops"] / wall["step_s"] / 1e9,
             "rollout_achieved_gflops": flops["rollout_flops"] / wall["rollout_s"] / 1e9,
