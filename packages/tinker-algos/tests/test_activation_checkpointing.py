@@ -99,3 +99,12 @@ def test_sampling_is_untouched_and_the_shared_prompt_pass_steps_aside(tiny_dir: 
     policy.module.train()  # checkpointing applies only to training-mode passes that record a graph
     assert [(s.tokens, s.logprobs) for group in sample(policy, ["Q: 5+6=", "Q: 7+1="], params) for s in group] == plain
     assert not shares_safely(policy.module)  # the cache is off inside checkpointed layers
+
+
+def test_each_trainer_sets_it_as_its_config_says(tiny_dir: Path) -> None:
+    """A later stage's trainer on the same policy does not inherit an earlier stage's setting."""
+    policy = PolicyModel.load(tiny_dir, device="cpu", precision="fp32")
+    Trainer(policy, TrainerConfig(activation_checkpointing=True))
+    assert is_checkpointing(policy.module)
+    Trainer(policy, TrainerConfig())
+    assert not is_checkpointing(policy.module)

@@ -96,8 +96,8 @@ class Trainer:
         elif adapter is None and lora is not None:
             raise ValueError("Trainer got lora= without adapter=; name the adapter to create")
         self._activate()
-        if self.config.activation_checkpointing:
-            set_activation_checkpointing(policy.module, True)
+        # as this trainer's config says, also off: a stage's trainer does not inherit an earlier stage's
+        set_activation_checkpointing(policy.module, self.config.activation_checkpointing)
         named = policy.trainable_parameters(adapter)
         for _, p in named:
             p.requires_grad_(True)
