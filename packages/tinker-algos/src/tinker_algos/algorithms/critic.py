@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from tinker_algos.builtins.optimizers import build_optimizer
+from tinker_algos.model.activation_checkpointing import base_of
 from tinker_algos.model.models import PolicyModel, position_ids_from_mask, to_tensor
 from tinker_algos.training.gradient_pass import aggregate
 from tinker_core.config import PPOParams
@@ -46,7 +47,7 @@ def decoder_of(model: Any) -> torch.nn.Module:
 
     Works for plain transformers models and peft-wrapped ones (LoRA layers stay active).
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = base_of(model)
     prefix = getattr(base, "base_model_prefix", "model")
     body = getattr(base, prefix, None)
     if not isinstance(body, torch.nn.Module):

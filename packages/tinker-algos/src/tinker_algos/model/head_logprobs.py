@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from tinker_algos.model.activation_checkpointing import base_of
+
 __all__ = ["HEAD_CHUNK_ELEMENTS", "HEAD_ROUTE_MODEL_TYPES", "HeadRoute", "chunk_rows", "head_route", "pick_logprobs", "run_model"]
 
 HEAD_CHUNK_ELEMENTS = 1 << 24
@@ -62,7 +64,7 @@ def head_route(module: torch.nn.Module, *, chunked: bool = True) -> HeadRoute | 
     that is not transformers' own ``*ForCausalLM``."""
     if not chunked:
         return None
-    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    base = base_of(module)
     model_type = getattr(getattr(base, "config", None), "model_type", None)
     cls = type(base)
     if model_type not in HEAD_ROUTE_MODEL_TYPES or not cls.__name__.endswith("ForCausalLM"):

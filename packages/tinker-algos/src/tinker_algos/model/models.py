@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from tinker_algos.model.activation_checkpointing import base_of
 from tinker_algos.model.device import DeviceSpec, resolve_device
 from tinker_algos.model.head_logprobs import head_route, pick_logprobs, run_model
 from tinker_algos.model.model_files import (  # re-exported: their home was this module
@@ -385,7 +386,7 @@ class PolicyModel:
 def accepts_kwarg(module: torch.nn.Module, name: str) -> bool:
     """Whether the forward() of ``module`` (a peft wrapper's base model) takes the keyword ``name``
     (``logits_to_keep``, ``cache``: they differ between transformers versions and models)."""
-    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    base = base_of(module)
     try:
         return name in inspect.signature(base.forward).parameters
     except (TypeError, ValueError):
