@@ -55,10 +55,20 @@ class StageContext:
     itself (the ``hf`` engine in this process: :meth:`HFEngine.follow`), so a step needs no engine
     sync (:func:`tinker_algos.distributed.engine_sync.sync_engine` serves every other engine)."""
 
+    sampling_template: SamplingParams = field(init=False)
+    """The rollout section's sampling parameters, unseeded: read once here, seeded per step."""
+
+    section_rollout: Callable[..., RolloutResult] = field(init=False)
+    """:func:`~tinker_algos.rollout.episodes.rollout` with the rollout section's settings bound
+    (:func:`~tinker_algos.rollout.section.section_rollout_call`), read once here."""
+
     def __post_init__(self) -> None:
         from tinker_algos.rollout import agent_program
+        from tinker_algos.rollout.section import section_rollout_call, section_sampling_params
 
         self.plays_agent_program = agent_program.is_agent_program(self.stage.env)
+        self.sampling_template = section_sampling_params(self.rollout_cfg, None)
+        self.section_rollout = section_rollout_call(self.rollout_cfg)
         self.engine_follows_policy = bool(getattr(self.engine, "shares_policy", False)) and callable(getattr(self.engine, "follow", None))
 
     @property
@@ -79,9 +89,7 @@ class StageContext:
 
     def sampling_params(self, step: int) -> SamplingParams:
         """The rollout section's sampling parameters, seeded for ``step``."""
-        from tinker_algos.rollout.section import section_sampling_params
-
-        return section_sampling_params(self.rollout_cfg, self.step_seed(step, "sample"))
+        return replace(self.sampling_template, seed=self.step_seed(step, "sample"))
 
     def task_seeds(self, step: int, refill: int = 0) -> list[int]:
         """The reset seeds of a step's ``rollout.prompts_per_step`` tasks, task ``p``'s derived from
@@ -98,8 +106,6 @@ class StageContext:
         ``agent/program-v0`` env runs agent programs instead (:mod:`tinker_algos.rollout.agent_program`).
         ``refill > 0``: dynamic sampling's refill round, fresh tasks with their own sampling seed
         (the first ``tasks`` of them)."""
-        from tinker_algos.rollout.section import section_rollout
-
         if self.plays_agent_program:
             from tinker_algos.rollout import agent_program
 
@@ -113,8 +119,7 @@ class StageContext:
             from tinker_algos.distributed.engine_sync import sync_engine
 
             sync_engine(self.engine, self.policy, self.adapter, step, self.run_dir)
-        return section_rollout(
-            self.rollout_cfg,
+        return self.section_rollout(
             policy or self.policy,
             self.require_env(),
             self.task_seeds(step, refill)[:tasks],

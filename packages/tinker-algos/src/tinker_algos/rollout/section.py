@@ -1,11 +1,15 @@
 """A stage's ``rollout`` section turned into the sampler's parameters and :func:`rollout`'s
 arguments, in one place: the job's own process (:meth:`StageContext.group_rollout`) and a rollout
 worker (:func:`tinker_algos.distributed.rollout_worker.sample_unit`) sample a step's tasks the
-same way, which the distributed run's bit-for-bit tests rely on."""
+same way, which the distributed run's bit-for-bit tests rely on.
+
+A stage reads its section once, when its context is built (:func:`section_rollout_call`, and
+:func:`section_sampling_params` without a seed): a step only seeds the parameters and calls."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -15,15 +19,28 @@ if TYPE_CHECKING:
     from tinker_algos.sampling.sampler import SamplingParams
     from tinker_core.config import RolloutConfig
 
-__all__ = ["section_rollout", "section_sampling_params"]
+__all__ = ["section_rollout", "section_rollout_call", "section_sampling_params"]
 
 
-def section_sampling_params(r: RolloutConfig, seed: int) -> SamplingParams:
-    """The sampling parameters of the rollout section ``r``, seeded with ``seed``."""
+def section_sampling_params(r: RolloutConfig, seed: int | None) -> SamplingParams:
+    """The sampling parameters of the rollout section ``r``, seeded with ``seed`` (None: unseeded,
+    a template a step seeds with ``dataclasses.replace``)."""
     from tinker_algos.sampling.sampler import SamplingParams
 
     return SamplingParams(
         max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, stop=tuple(r.stop), seed=seed,
+    )
+
+
+def section_rollout_call(r: RolloutConfig) -> Callable[..., RolloutResult]:
+    """:func:`~tinker_algos.rollout.episodes.rollout` with the group size, turn limit, timeouts,
+    error rate and KV-cache reuse of the rollout section ``r`` bound, read once: it is called with
+    ``(policy, env_factory, seeds, params, adapter=, renderer=, engine=)``."""
+    from tinker_algos.rollout.episodes import rollout
+
+    return partial(
+        rollout, group_size=r.group_size, max_turns=r.max_turns, turn_timeout_s=r.turn_timeout_s,
+        max_error_rate=r.max_error_rate, reuse_kv_cache=r.reuse_kv_cache,
     )
 
 
@@ -38,12 +55,5 @@ def section_rollout(
     renderer: PromptRenderer | None,
     engine: Any = None,
 ) -> RolloutResult:
-    """:func:`~tinker_algos.rollout.episodes.rollout` of ``seeds`` with the group size, turn limit,
-    timeouts, error rate and KV-cache reuse of the rollout section ``r``."""
-    from tinker_algos.rollout.episodes import rollout
-
-    return rollout(
-        policy, env_factory, seeds, params, group_size=r.group_size, max_turns=r.max_turns, adapter=adapter,
-        turn_timeout_s=r.turn_timeout_s, max_error_rate=r.max_error_rate, renderer=renderer, reuse_kv_cache=r.reuse_kv_cache,
-        engine=engine,
-    )
+    """:func:`section_rollout_call` of ``r``, called once with these arguments."""
+    return section_rollout_call(r)(policy, env_factory, seeds, params, adapter=adapter, renderer=renderer, engine=engine)
