@@ -75,6 +75,34 @@ def test_env_factory_looks_the_env_up_once_and_builds_what_make_env_builds(monke
         tinker_core.env_factory("echo/ecoh-v0")  # an unknown id fails when the factory is made
 
 
+def test_env_factory_calls_a_class_carrying_its_spec_directly_and_attaches_it_otherwise(monkeypatch):
+    monkeypatch.setenv("OPENTINKER_DISABLE_PLUGIN_AUTOLOAD", "1")
+    carried, bare = EnvSpec(id="mine/carried-v0"), EnvSpec(id="mine/bare-v0")
+
+    class Carries:
+        env_spec = carried
+
+        def __init__(self, size: int = 1) -> None:
+            self.size = size
+
+    class Bare:
+        def __init__(self, size: int = 1) -> None:
+            self.size = size
+
+    def register_both(register):
+        register(carried, Carries)
+        register(bare, Bare)
+
+    tinker_core.registry.register_plugin(plugin_module("mine", opentinker_register_envs=register_both), distribution="my-dist")
+    direct = tinker_core.env_factory("mine/carried-v0", size=3)
+    assert direct.func is Carries  # decided once: build_env would attach nothing
+    assert direct().size == 3 and direct().env_spec is carried
+    attached = tinker_core.env_factory("mine/bare-v0", size=2)
+    assert attached.func is tinker_core.registry.build_env
+    env = attached()
+    assert env.size == 2 and env.env_spec is bare  # the registered spec, attached per env
+
+
 def test_unknown_names_get_did_you_mean():
     with pytest.raises(UnknownNameError, match=r"unknown env 'echo/ecoh-v0'; did you mean 'echo/echo-v0'\?"):
         tinker_core.make_env("echo/ecoh-v0")

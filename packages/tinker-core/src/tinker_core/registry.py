@@ -446,9 +446,14 @@ def make_env(env_id: str, **kwargs: Any) -> Any:
 def env_factory(env_id: str, **kwargs: Any) -> Callable[[], Any]:
     """A zero-argument builder of a registered environment, looked up once: calling
     ``env_factory("math/arithmetic-v0", digits=2)`` builds what ``make_env`` with the same
-    arguments builds, without a registry look-up per env."""
+    arguments builds, without a registry look-up per env. A class that carries the registered spec
+    as its ``env_spec`` (and no ``render_mode`` asked) is called directly: :func:`build_env`
+    would attach nothing, and that is decided here once, not per env."""
     entry = get_registry("envs").get(env_id)
-    return functools.partial(build_env, entry.obj, entry.options["spec"], **kwargs)
+    factory, spec = entry.obj, entry.options["spec"]
+    if isinstance(factory, type) and getattr(factory, "env_spec", None) is spec and "render_mode" not in kwargs:
+        return functools.partial(factory, **kwargs)
+    return functools.partial(build_env, factory, spec, **kwargs)
 
 
 def get_advantage_estimator(name: str) -> Entry[AdvantageEstimator]:
