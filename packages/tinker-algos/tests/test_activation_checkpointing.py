@@ -104,7 +104,11 @@ def test_sampling_is_untouched_and_the_shared_prompt_pass_steps_aside(tiny_dir: 
 def test_each_trainer_sets_it_as_its_config_says(tiny_dir: Path) -> None:
     """A later stage's trainer on the same policy does not inherit an earlier stage's setting."""
     policy = PolicyModel.load(tiny_dir, device="cpu", precision="fp32")
-    Trainer(policy, TrainerConfig(activation_checkpointing=True))
+    policy.module.train()
+    on = Trainer(policy, TrainerConfig(activation_checkpointing=True))
     assert is_checkpointing(policy.module)
-    Trainer(policy, TrainerConfig())
+    # its training passes take the setting from its config, read once; it is the model's
+    assert shares_safely(policy.module, checkpointing=on.config.activation_checkpointing) is shares_safely(policy.module) is False
+    off = Trainer(policy, TrainerConfig())
     assert not is_checkpointing(policy.module)
+    assert shares_safely(policy.module, checkpointing=off.config.activation_checkpointing) is shares_safely(policy.module) is True

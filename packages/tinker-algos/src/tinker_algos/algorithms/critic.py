@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from tinker_algos.builtins.optimizers import build_optimizer
-from tinker_algos.model.activation_checkpointing import base_of
+from tinker_algos.model.head_logprobs import base_of
 from tinker_algos.model.models import PolicyModel, position_ids_from_mask, to_tensor
 from tinker_algos.training.gradient_pass import aggregate
 from tinker_core.config import PPOParams

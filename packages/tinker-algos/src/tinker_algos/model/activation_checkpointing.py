@@ -20,12 +20,9 @@ from __future__ import annotations
 
 import torch
 
+from tinker_algos.model.head_logprobs import base_of
+
 __all__ = ["base_of", "is_checkpointing", "set_activation_checkpointing"]
-
-
-def base_of(module: torch.nn.Module) -> torch.nn.Module:
-    """The transformers model under a peft wrapper (the module itself without one); the one copy of this unwrapping."""
-    return module.get_base_model() if hasattr(module, "get_base_model") else module
 
 
 def is_checkpointing(module: torch.nn.Module) -> bool:

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from tinker_algos.model.activation_checkpointing import base_of
-
-__all__ = ["HEAD_CHUNK_ELEMENTS", "HEAD_ROUTE_MODEL_TYPES", "HeadRoute", "chunk_rows", "head_route", "pick_logprobs", "run_model"]
+__all__ = [
+    "HEAD_CHUNK_ELEMENTS", "HEAD_ROUTE_MODEL_TYPES", "HeadRoute", "base_of", "chunk_rows", "head_route", "pick_logprobs", "run_model",
+]
 
 HEAD_CHUNK_ELEMENTS = 1 << 24
 """Logits per chunk of the head route (64 MiB in float32): ``chunk_rows = this // vocabulary``."""
@@ -56,6 +56,12 @@ class HeadRoute:
     def vocab(self) -> int:
         weight = getattr(self.head, "weight", None)
         return int(weight.shape[0]) if isinstance(weight, torch.Tensor) else int(self.head.out_features)
+
+
+def base_of(module: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model under a peft wrapper (the module itself without one); the one copy
+    of this unwrapping (here, with the head route that reaches into the model first)."""
+    return module.get_base_model() if hasattr(module, "get_base_model") else module
 
 
 def head_route(module: torch.nn.Module, *, chunked: bool = True) -> HeadRoute | None:

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tinker_algos.model.activation_checkpointing import base_of
 from tinker_algos.model.device import DeviceSpec, resolve_device
-from tinker_algos.model.head_logprobs import head_route, pick_logprobs, run_model
+from tinker_algos.model.head_logprobs import base_of, head_route, pick_logprobs, run_model
 from tinker_algos.model.model_files import (  # re-exported: their home was this module
     TINY,
     TINY_CONFIG,

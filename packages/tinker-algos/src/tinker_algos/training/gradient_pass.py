@@ -150,6 +150,8 @@ class GradientPass:
     temperature: float
     share_prefix: bool
     chunked_logprobs: bool
+    #: the model's activation checkpointing, as the trainer set it from its config
+    checkpointing: bool
     total_tokens: float
     total_rows: float
     logprobs_B_T: np.ndarray | None
@@ -176,6 +178,7 @@ class GradientPass:
         return batch_logprobs(
             module, self.tokens[sl], self.attn[sl], self.mask[sl], temperature=self.temperature, spec=self.spec,
             share=self.share_prefix, only_trained=self.logprobs_B_T is None, chunked=self.chunked_logprobs,
+            checkpointing=self.checkpointing,
         )
 
     def _score(self, module: torch.nn.Module, sl: slice) -> None:

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from tinker_algos.model.activation_checkpointing import base_of, is_checkpointing
-from tinker_algos.model.head_logprobs import HeadRoute, head_route, pick_logprobs, run_model
+from tinker_algos.model.activation_checkpointing import is_checkpointing
+from tinker_algos.model.head_logprobs import HeadRoute, base_of, head_route, pick_logprobs, run_model
 from tinker_algos.model.models import (
     accepts_kwarg,
     cache_kwarg,
@@ -105,11 +105,13 @@ def plan(tokens_B_T: np.ndarray, attention_B_T: np.ndarray, trained_B_T: np.ndar
     return shared
 
 
-def shares_safely(module: torch.nn.Module) -> bool:
+def shares_safely(module: torch.nn.Module, *, checkpointing: bool | None = None) -> bool:
     """Whether one pass of a prefix for all its rows is what one pass per row would compute: no
     dropout that draws per pass (in training mode) and no gradient checkpointing (it turns the
-    cache off)."""
-    if is_checkpointing(module):
+    cache off). ``checkpointing``: whether the model checkpoints its activations, when the caller
+    knows (a :class:`~tinker_algos.training.trainer.Trainer` set it from its config when it was
+    built); None reads it off the model."""
+    if is_checkpointing(module) if checkpointing is None else checkpointing:
         return False
     base = base_of(module)
     if not module.training:
@@ -133,6 +135,7 @@ def batch_logprobs(
     share: bool = True,
     only_trained: bool = False,
     chunked: bool = True,
+    checkpointing: bool | None = None,
 ) -> torch.Tensor:
     """:func:`~tinker_algos.model.models.sequence_logprobs` of the batch (same alignment and masking),
     through the shared-prefix pass when :func:`plan` finds it pays and :func:`shares_safely`.
@@ -142,9 +145,11 @@ def batch_logprobs(
     is the plain pass. ``only_trained=True`` leaves 0 at every token ``trained_B_T`` does not
     mark (no loss reads them), which spares the prefix pass its logits and, on the head route
     (``chunked``, see :mod:`tinker_algos.model.head_logprobs`), the LM head everywhere else.
+    ``checkpointing``: the model's activation checkpointing, when the caller knows it (see
+    :func:`shares_safely`).
     """
     positions, rest = trained_B_T, not only_trained
-    if share and trained_B_T is not None and shares_safely(module):
+    if share and trained_B_T is not None and shares_safely(module, checkpointing=checkpointing):
         tokens_np = tokens_B_T.cpu().numpy()
         split = plan(tokens_np, attention_mask_B_T.cpu().numpy(), trained_B_T.detach().cpu().numpy())
         if split is not None:

@@ -167,7 +167,7 @@ class Trainer:
             with self.policy.adapters_disabled() if reference else contextlib.nullcontext():
                 lp = batch_logprobs(
                     module, tokens, attn, mask, temperature=temperature, spec=self.policy.spec, share=self.config.share_prefix,
-                    chunked=self.config.chunked_logprobs,
+                    chunked=self.config.chunked_logprobs, checkpointing=self.config.activation_checkpointing,
                 )
         finally:
             module.train(was_training)
@@ -250,6 +250,7 @@ class Trainer:
             loss=loss, loss_fn=loss_fn, loss_config=loss_config, agg=agg, loss_scale=loss_scale,
             tokens=tokens, attn=attn, mask=mask, consts=consts, spec=self.policy.spec, temperature=temperature,
             share_prefix=self.config.share_prefix, chunked_logprobs=self.config.chunked_logprobs,
+            checkpointing=self.config.activation_checkpointing,
             total_tokens=batch_totals[0] if batch_totals else trained_tokens(mask), total_rows=batch_totals[1] if batch_totals else float((mask.sum(-1) > 0).sum()),
             logprobs_B_T=np.zeros((B, T), dtype=np.float32) if return_logprobs else None,
             scaler=self.scaler,
