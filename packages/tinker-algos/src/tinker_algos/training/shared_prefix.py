@@ -31,7 +31,13 @@ import numpy as np
 import torch
 
 from tinker_algos.model.activation_checkpointing import is_checkpointing
-from tinker_algos.model.head_logprobs import HeadRoute, base_of, head_route, pick_logprobs, run_model
+from tinker_algos.model.head_logprobs import (
+    HeadRoute,
+    base_of,
+    head_route,
+    pick_logprobs,
+    run_model,
+)
 from tinker_algos.model.models import (
     accepts_kwarg,
     cache_kwarg,
