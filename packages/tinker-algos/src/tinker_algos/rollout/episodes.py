@@ -244,7 +244,7 @@ class _Rollout:
 
     def __init__(
         self, policy: PolicyModel, params: SamplingParams, renderer: PromptRenderer, runner: CallRunner,
-        adapter: str | None, limit: int, reuse_kv_cache: bool = True,
+        adapter: str | None, limit: int, reuse_kv_cache: bool = True, engine: RolloutEngine | None = None,
     ) -> None:
         self.policy, self.params, self.renderer, self.runner = policy, params, renderer, runner
         self.adapter, self.limit = adapter, limit
@@ -253,7 +253,7 @@ class _Rollout:
         self.errors: Counter[str] = Counter()
         self.new_tokens = 0
         self.first_prompts: FirstPrompts = {}
-        self.engine: Any = HFEngine(policy)  # rollout(engine=...) replaces it
+        self.engine: Any = engine if engine is not None else HFEngine(policy)  # default: the in-process sampler
 
     def fail(self, ep: _Live, reason: str) -> None:
         self.errors[reason] += 1
@@ -395,9 +395,7 @@ def rollout(
     renderer = renderer or PromptRenderer.from_config(policy.tokenizer, "auto")
     params = dataclasses.replace(params, eos_token_ids=(*params.eos_token_ids, *renderer.extra_eos_ids))
     runner = CallRunner(turn_timeout_s, name="opentinker-env", message=f"env call took longer than {turn_timeout_s} s")
-    run = _Rollout(policy, params, renderer, runner, adapter, context_limit(policy, max_context_tokens), reuse_kv_cache)
-    if engine is not None:
-        run.engine = engine
+    run = _Rollout(policy, params, renderer, runner, adapter, context_limit(policy, max_context_tokens), reuse_kv_cache, engine)
     try:
         run.start(env_factory, seeds, group_size)
         spec = getattr(run.episodes[0].env, "env_spec", None) if run.episodes else None  # the first episode's env
