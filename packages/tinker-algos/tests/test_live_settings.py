@@ -119,3 +119,18 @@ def test_a_fork_keeps_the_live_changes_made_before_its_step(baseline, tmp_path, 
     fork(f"{parent}@2", run_dir=tmp_path / "before")  # the change took effect at step 3: not in this fork
     assert not (tmp_path / "before" / "live.jsonl").exists()
     assert deterministic_metrics(tmp_path / "before") == deterministic_metrics(baseline)
+
+
+def test_the_rollout_settings_a_stage_reads_once_are_not_live():
+    """A stage binds its rollout section's other settings when it is built and reads only the live
+    ones (``rollout.temperature``) at each step: a live setting must not be among those bound."""
+    from dataclasses import fields
+
+    from tinker_algos.rollout.section import BOUND_ONCE, LIVE_SAMPLING
+    from tinker_algos.sampling.sampler import SamplingParams
+    from tinker_core.config.live import LIVE_SETTINGS
+
+    live_rollout = {k.split(".", 1)[1] for k in LIVE_SETTINGS if k.startswith("rollout.")}
+    assert set(LIVE_SAMPLING) == live_rollout == {"temperature"}
+    assert not live_rollout & set(BOUND_ONCE)
+    assert live_rollout <= {f.name for f in fields(SamplingParams)}  # each one is a sampling parameter of that name

@@ -20,6 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tinker_algos.model.models import PolicyModel
+from tinker_algos.rollout.section import (
+    LIVE_SAMPLING,
+    section_rollout_call,
+    section_sampling_params,
+)
 from tinker_algos.training.trainer import Trainer
 from tinker_core.config import JobConfig, StageConfig
 from tinker_core.seeding import derive_seed
@@ -56,7 +61,8 @@ class StageContext:
     sync (:func:`tinker_algos.distributed.engine_sync.sync_engine` serves every other engine)."""
 
     sampling_template: SamplingParams = field(init=False)
-    """The rollout section's sampling parameters, unseeded: read once here, seeded per step."""
+    """The rollout section's sampling parameters, unseeded: read once here; a step seeds them and
+    takes the live ones (:data:`~tinker_algos.rollout.section.LIVE_SAMPLING`) from the section."""
 
     section_rollout: Callable[..., RolloutResult] = field(init=False)
     """:func:`~tinker_algos.rollout.episodes.rollout` with the rollout section's settings bound
@@ -64,7 +70,6 @@ class StageContext:
 
     def __post_init__(self) -> None:
         from tinker_algos.rollout import agent_program
-        from tinker_algos.rollout.section import section_rollout_call, section_sampling_params
 
         self.plays_agent_program = agent_program.is_agent_program(self.stage.env)
         self.sampling_template = section_sampling_params(self.rollout_cfg, None)
@@ -88,8 +93,10 @@ class StageContext:
         return derive_seed(self.job.seed, self.stage_index, step, *what)
 
     def sampling_params(self, step: int) -> SamplingParams:
-        """The rollout section's sampling parameters, seeded for ``step``."""
-        return replace(self.sampling_template, seed=self.step_seed(step, "sample"))
+        """The rollout section's sampling parameters, seeded for ``step``, with its live settings
+        (``rollout.temperature``) as they are now."""
+        r = self.rollout_cfg
+        return replace(self.sampling_template, seed=self.step_seed(step, "sample"), **{k: getattr(r, k) for k in LIVE_SAMPLING})
 
     def task_seeds(self, step: int, refill: int = 0) -> list[int]:
         """The reset seeds of a step's ``rollout.prompts_per_step`` tasks, task ``p``'s derived from

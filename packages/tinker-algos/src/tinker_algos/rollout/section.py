@@ -4,13 +4,16 @@ worker (:func:`tinker_algos.distributed.rollout_worker.sample_unit`) sample a st
 same way, which the distributed run's bit-for-bit tests rely on.
 
 A stage reads its section once, when its context is built (:func:`section_rollout_call`, and
-:func:`section_sampling_params` without a seed): a step only seeds the parameters and calls."""
+:func:`section_sampling_params` without a seed): a step seeds the parameters, takes the live
+sampling settings (:data:`LIVE_SAMPLING`, which a run may change between two steps) and calls."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
+
+from tinker_core.config.live import LIVE_SETTINGS
 
 if TYPE_CHECKING:
     from tinker_algos.model.models import PolicyModel
@@ -19,7 +22,14 @@ if TYPE_CHECKING:
     from tinker_algos.sampling.sampler import SamplingParams
     from tinker_core.config import RolloutConfig
 
-__all__ = ["section_rollout", "section_rollout_call", "section_sampling_params"]
+__all__ = ["BOUND_ONCE", "LIVE_SAMPLING", "section_rollout", "section_rollout_call", "section_sampling_params"]
+
+BOUND_ONCE: tuple[str, ...] = ("group_size", "max_turns", "turn_timeout_s", "max_error_rate", "reuse_kv_cache")
+"""The rollout section's settings :func:`section_rollout_call` binds once (none of them is live)."""
+
+LIVE_SAMPLING: tuple[str, ...] = tuple(k.split(".", 1)[1] for k in LIVE_SETTINGS if k.startswith("rollout."))
+"""The rollout section's live settings (``temperature``): sampling parameters of the same name,
+read at every step (:meth:`tinker_algos.algorithms.base.StageContext.sampling_params`)."""
 
 
 def section_sampling_params(r: RolloutConfig, seed: int | None) -> SamplingParams:
@@ -38,10 +48,7 @@ def section_rollout_call(r: RolloutConfig) -> Callable[..., RolloutResult]:
     ``(policy, env_factory, seeds, params, adapter=, renderer=, engine=)``."""
     from tinker_algos.rollout.episodes import rollout
 
-    return partial(
-        rollout, group_size=r.group_size, max_turns=r.max_turns, turn_timeout_s=r.turn_timeout_s,
-        max_error_rate=r.max_error_rate, reuse_kv_cache=r.reuse_kv_cache,
-    )
+    return partial(rollout, **{k: getattr(r, k) for k in BOUND_ONCE})
 
 
 def section_rollout(
