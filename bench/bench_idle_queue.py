@@ -24,12 +24,12 @@ WINDOW_S = 10.0
 
 
 def measure(args: BenchArgs, jobs: int, config_bytes: int) -> dict[str, float]:
-    from tinker_scheduler.testing import JobClient
+    from tinker_scheduler.testing import JobStub
 
     with tempfile.TemporaryDirectory(prefix="ot-idle-") as tmp:
         scheduler, keys, blocker = start_scheduler(Path(tmp), 1)
         try:
-            with JobClient(scheduler.address, keys[0]) as client:
+            with JobStub(scheduler.address, keys[0]) as client:
                 padding = "# " + "x" * max(config_bytes - 200, 0) + "\n"
                 for i in range(jobs):
                     client.submit(padding + job_text(f"queued-{i}", steps=1, step_s=0.0), request_id=f"q{i}")

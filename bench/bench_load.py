@@ -123,7 +123,7 @@ def start_scheduler(directory: Path, tenants: int) -> tuple[Any, list[str], str]
     blocker's job id."""
     from tinker_core.proto import jobs_pb2
     from tinker_scheduler.store import JobStore
-    from tinker_scheduler.testing import SLEEP_TRAIN, JobClient, SchedulerProcess
+    from tinker_scheduler.testing import SLEEP_TRAIN, JobStub, SchedulerProcess
 
     db = directory / "scheduler.db"
     store = JobStore(db)
@@ -131,7 +131,7 @@ def start_scheduler(directory: Path, tenants: int) -> tuple[Any, list[str], str]
     store.close()
     scheduler = SchedulerProcess(directory, "scheduler", "--num-cpus", "1", runner=SLEEP_TRAIN, db=db)
     try:
-        with JobClient(scheduler.address, keys[0]) as client:
+        with JobStub(scheduler.address, keys[0]) as client:
             blocker = client.submit(job_text("blocker", steps=1_000_000, step_s=1.0), request_id="blocker")
             for event in client.watch(blocker.id, timeout=120):
                 if event.WhichOneof("event") == "state_change" and event.state_change.state == jobs_pb2.JOB_STATE_RUNNING:

@@ -64,7 +64,7 @@ def run_configuration(root: Path, configs: list[dict[str, Any]], *, share: bool)
 
     from tinker_core.proto import jobs_pb2
     from tinker_scheduler import Scheduler
-    from tinker_scheduler.testing import JobClient
+    from tinker_scheduler.testing import JobStub
 
     work = Path(tempfile.mkdtemp(dir=root))
     scheduler = Scheduler(
@@ -76,7 +76,7 @@ def run_configuration(root: Path, configs: list[dict[str, Any]], *, share: bool)
     terminal = {jobs_pb2.JOB_STATE_SUCCEEDED, jobs_pb2.JOB_STATE_FAILED, jobs_pb2.JOB_STATE_CANCELLED}
     t0 = time.perf_counter()
     try:
-        with JobClient(scheduler.address) as client:
+        with JobStub(scheduler.address) as client:
             ids = [client.submit(json.dumps(c)).id for c in configs]
             while True:
                 for run in list(scheduler._runs.values()):

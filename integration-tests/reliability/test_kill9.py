@@ -32,7 +32,7 @@ from tinker_algos.training.checkpoint import verify
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.config import DEFAULT_RUNNER
 from tinker_scheduler.store import JobState, JobStore
-from tinker_scheduler.testing import JobClient, SchedulerProcess
+from tinker_scheduler.testing import JobStub, SchedulerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +57,7 @@ def measured(values: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if not is_timing(k) and isinstance(v, int | float) and k != "step"}
 
 
-def run_metrics(client: JobClient, job_id: str) -> tuple[dict[int, dict[str, float]], list[int], Any]:
+def run_metrics(client: JobStub, job_id: str) -> tuple[dict[int, dict[str, float]], list[int], Any]:
     """A finished job's metrics per step from its events, the steps of its training reports in
     order (the final evaluation left out), and the job."""
     final = client.wait(job_id, timeout=300)
@@ -77,7 +77,7 @@ def file_metrics(run_dir: str) -> dict[int, dict[str, float]]:
     return {int(row["step"]): measured(row) for row in read_metrics(Path(run_dir) / "metrics.jsonl")}
 
 
-def follow_until_step(client: JobClient, job_id: str, step: int) -> int:
+def follow_until_step(client: JobStub, job_id: str, step: int) -> int:
     """Watch the job until it reported ``step``; the pid of the worker process running it."""
     pid = None
     for event in client.watch(job_id, timeout=300):
@@ -102,7 +102,7 @@ def alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
-def check_nothing_lost(client: JobClient, job_id: str, reference_id: str, db: Path) -> list[Any]:
+def check_nothing_lost(client: JobStub, job_id: str, reference_id: str, db: Path) -> list[Any]:
     """The job SUCCEEDED with the metrics of the uninterrupted reference job (same config), in
     its events and in its run dir, each step reported once; its checkpoints verify; the job
     store is intact. Returns the job's events."""
@@ -136,7 +136,7 @@ def resumed_step(events: list[Any]) -> int:
 def test_kill_9_of_the_scheduler_mid_job_then_a_restart_finishes_it_as_if_never_stopped(tmp_path, processes):
     first = SchedulerProcess(tmp_path, "first", "--num-cpus", "2", runner=DEFAULT_RUNNER)
     processes.append(first)
-    with JobClient(first.address) as client:
+    with JobStub(first.address) as client:
         job = client.submit(json.dumps(CONFIG), request_id="kill9-scheduler")
         worker = follow_until_step(client, job.id, KILL_AFTER_STEP)
     first.kill9()
@@ -154,7 +154,7 @@ def test_kill_9_of_the_scheduler_mid_job_then_a_restart_finishes_it_as_if_never_
 
     second = SchedulerProcess(tmp_path, "second", "--num-cpus", "2", runner=DEFAULT_RUNNER)
     processes.append(second)
-    with JobClient(second.address) as client:
+    with JobStub(second.address) as client:
         reference = client.submit(json.dumps(CONFIG), request_id="reference")  # runs beside the resumed job
         events = check_nothing_lost(client, job.id, reference.id, first.db)
     reasons = [e.state_change.reason for e in events if e.WhichOneof("event") == "state_change"]
@@ -168,7 +168,7 @@ def test_kill_9_of_the_scheduler_mid_job_then_a_restart_finishes_it_as_if_never_
 def test_kill_9_of_the_worker_mid_job_restarts_it_from_its_last_checkpoint(tmp_path, processes):
     scheduler = SchedulerProcess(tmp_path, "scheduler", "--num-cpus", "2", runner=DEFAULT_RUNNER)
     processes.append(scheduler)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(json.dumps(CONFIG), request_id="kill9-worker")
         reference = client.submit(json.dumps(CONFIG), request_id="reference")  # runs beside it, never killed
         worker = follow_until_step(client, job.id, KILL_AFTER_STEP)

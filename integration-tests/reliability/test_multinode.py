@@ -33,7 +33,7 @@ import pytest
 
 from tinker_algos.training.checkpoint import verify
 from tinker_core.proto import jobs_pb2
-from tinker_scheduler.testing import JobClient, SchedulerProcess
+from tinker_scheduler.testing import JobStub, SchedulerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 WAIT_S = 600
 
 
-def wait_for(client: JobClient, job_id: str, state: int, timeout: float = WAIT_S) -> Any:
+def wait_for(client: JobStub, job_id: str, state: int, timeout: float = WAIT_S) -> Any:
     deadline = time.monotonic() + timeout
     while (job := client.get(job_id)).state != state:
         assert time.monotonic() < deadline, f"job {job_id} is {job.state}, not {state}: {job.reason}"
@@ -88,7 +88,7 @@ def wait_for(client: JobClient, job_id: str, state: int, timeout: float = WAIT_S
     return job
 
 
-def wait_for_log(client: JobClient, job_id: str, text: str) -> None:
+def wait_for_log(client: JobStub, job_id: str, text: str) -> None:
     for event in client.watch(job_id, timeout=WAIT_S):
         if event.WhichOneof("event") == "log" and event.log.text == text:
             return
@@ -97,7 +97,7 @@ def wait_for_log(client: JobClient, job_id: str, text: str) -> None:
     raise AssertionError(f"the watch stream ended before {text!r}")
 
 
-def finished(client: JobClient, job_id: str) -> tuple[Any, list[Any]]:
+def finished(client: JobStub, job_id: str) -> tuple[Any, list[Any]]:
     job = client.wait(job_id, timeout=WAIT_S)
     assert job.state == SUCCEEDED, job.reason
     return job, list(client.watch(job_id))
@@ -147,7 +147,7 @@ def test_jobs_and_a_shared_host_run_on_worker_nodes_a_new_node_gets_work_and_a_l
     node_a = cluster.add_node(num_cpus=2, resources={"worker_a": 1})
     scheduler = SchedulerProcess(tmp_path, "scheduler", "--ray-address", cluster.address, runner="held_runner:train")
     processes.append(scheduler)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         held = client.submit(config("held-full", STEPS), request_id="full").id
         lora = client.submit(config("held-lora", STEPS, lora=True), request_id="lora").id
         wait_for(client, held, RUNNING)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tinker_scheduler import Scheduler
 from tinker_scheduler.config import DEFAULT_RUNNER
-from tinker_scheduler.testing import JobClient
+from tinker_scheduler.testing import JobStub
 
 
 def main(ray_address: str, out: Path, config: str) -> None:
@@ -22,7 +22,7 @@ def main(ray_address: str, out: Path, config: str) -> None:
         tick_s=0.1, shutdown_timeout=30.0,
     ).start()
     try:
-        with JobClient(scheduler.address) as client:
+        with JobStub(scheduler.address) as client:
             job = client.submit(config, request_id="two-nodes")
             steps, logs = [], []
             for event in client.watch(job.id, timeout=900):

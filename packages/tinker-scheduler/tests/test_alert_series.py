@@ -17,7 +17,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tinker_core.handshake import WIRE_VERSION
-from tinker_scheduler.testing import JobClient, job_config_text
+from tinker_scheduler.testing import JobStub, job_config_text
 
 RULES = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "opentinker" / "files" / "prometheus-rules.yaml"
 #: Series the rules read that other exporters provide: Prometheus itself, the NVIDIA DCGM exporter.
@@ -52,7 +52,7 @@ def test_the_rules_read_only_series_a_live_scheduler_exports_while_a_job_runs(ma
     scheduler = make_scheduler(metrics_port=0)
     # held-out accuracy 0.9, 0.8, 0.7, 0.6: three falls in a row, then the job keeps stepping
     config = job_config_text(steps=10_000, step_s=0.05, eval_scores=[0.9, 0.8, 0.7, 0.6], rollout_errors=1)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(config)
         deadline = time.monotonic() + 60
         while True:
@@ -83,7 +83,7 @@ def test_the_rules_read_only_series_a_live_scheduler_exports_while_a_job_runs(ma
 
 def test_the_job_series_leave_with_the_job(make_scheduler):
     scheduler = make_scheduler(metrics_port=0)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text(steps=3, eval_scores=[0.5, 0.4]))
         client.wait(job.id)
     series = scrape(scheduler.metrics_port)

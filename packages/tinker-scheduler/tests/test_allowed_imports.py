@@ -23,7 +23,7 @@ from tinker_core.proto import jobs_pb2
 from tinker_scheduler.cli import app
 from tinker_scheduler.config import DEFAULT_RUNNER, SchedulerConfig
 from tinker_scheduler.store import JobState, JobStore, NewJob
-from tinker_scheduler.testing import ECHO_AGENT, JobClient
+from tinker_scheduler.testing import ECHO_AGENT, JobStub
 from tinker_scheduler.worker import JobWorker
 
 
@@ -40,7 +40,7 @@ def agent_job(marker: Path, *, steps: int = 1, **kwargs: object) -> dict:
 
 
 def refusal(scheduler, key: str, config: dict) -> tuple[grpc.StatusCode, str]:
-    with JobClient(scheduler.address, api_key=key) as client, pytest.raises(grpc.RpcError) as info:
+    with JobStub(scheduler.address, api_key=key) as client, pytest.raises(grpc.RpcError) as info:
         client.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=json.dumps(config)), metadata=client.metadata, timeout=30)
     return info.value.code(), info.value.details()
 
@@ -83,7 +83,7 @@ def test_every_env_section_and_the_path_folder_are_checked(make_scheduler, tmp_p
     for config, field in cases:
         code, details = refusal(scheduler, key, config)
         assert code == grpc.StatusCode.PERMISSION_DENIED and details.startswith(f"{field}: ") and "--allow-import" in details
-    with JobClient(scheduler.address, api_key=key) as client:  # the operator's agent program is accepted
+    with JobStub(scheduler.address, api_key=key) as client:  # the operator's agent program is accepted
         assert client.submit(json.dumps(allowed)).state == jobs_pb2.JOB_STATE_QUEUED
 
 
@@ -139,7 +139,7 @@ def test_an_agent_program_the_operator_allowed_still_trains(make_scheduler, tmp_
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, allowed_imports=(ECHO_AGENT,))
     key = scheduler.store.add_tenant("alice")
     config = agent_job(tmp_path / "unused", entry=ECHO_AGENT, tasks=["1+1=", "2+2="])
-    with JobClient(scheduler.address, api_key=key) as client:
+    with JobStub(scheduler.address, api_key=key) as client:
         job = client.submit(json.dumps(config))
         events = list(client.watch(job.id, timeout=300))
         final = client.get(job.id)

@@ -22,7 +22,7 @@ from tinker_core.proto import jobs_pb2
 from tinker_scheduler.config import DEFAULT_RUNNER
 from tinker_scheduler.job_records import NewJob
 from tinker_scheduler.store import JobState, JobStore
-from tinker_scheduler.testing import JobClient
+from tinker_scheduler.testing import JobStub
 
 DATA = [("1+1=", "2\n"), ("2+2=", "4\n"), ("3+1=", "4\n"), ("2+3=", "5\n")]
 STEPS = 5
@@ -79,7 +79,7 @@ def test_a_restarted_job_skips_its_damaged_newest_checkpoint(make_scheduler, tmp
     weights.write_bytes(bytes(blob))
 
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, db=db, runs_dir=runs)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         final = client.wait(job.id, timeout=300)
         events = list(client.watch(job.id))
     assert final.state == jobs_pb2.JOB_STATE_SUCCEEDED, final.reason

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.store import JobState, JobStore
-from tinker_scheduler.testing import JobClient, job_config_text
+from tinker_scheduler.testing import JobStub, job_config_text
 
 S = jobs_pb2
 
@@ -22,7 +22,7 @@ def states_of(events) -> list[int]:
     return [e.state_change.state for e in events if e.WhichOneof("event") == "state_change"]
 
 
-def wait_for(client: JobClient, job_id: str, predicate, after_cursor: int = 0) -> int:
+def wait_for(client: JobStub, job_id: str, predicate, after_cursor: int = 0) -> int:
     """Follow the job's events until ``predicate(event)``; return that event's cursor."""
     for event in client.watch(job_id, after_cursor=after_cursor):
         if predicate(event):
@@ -41,7 +41,7 @@ def attempts(run_dir: str) -> list[int]:
 
 def test_a_job_runs_to_success_and_reports_everything(make_scheduler):
     scheduler = make_scheduler()
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text(steps=4))
         events = list(client.watch(job.id))
         final = client.get(job.id)
@@ -63,7 +63,7 @@ def test_a_job_runs_to_success_and_reports_everything(make_scheduler):
 
 def test_watch_resumes_from_any_cursor_without_gaps_or_duplicates(make_scheduler):
     scheduler = make_scheduler()
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text(steps=6))
         # read part of the stream while the job runs, drop the stream, resume from the cursor
         stream = client.watch(job.id)
@@ -78,13 +78,13 @@ def test_watch_resumes_from_any_cursor_without_gaps_or_duplicates(make_scheduler
 
 
 def client_watch(scheduler, job_id: str, cursor: int):
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         return list(client.watch(job_id, after_cursor=cursor))
 
 
 def test_cancel_a_running_job_stops_it_at_a_checkpoint(make_scheduler):
     scheduler = make_scheduler()
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text(steps=100_000, step_s=0.02))
         wait_for(client, job.id, lambda e: e.WhichOneof("event") == "metrics" and e.metrics.step >= 2)
         reply = client.cancel(job.id, reason="enough")
@@ -102,7 +102,7 @@ def test_cancel_a_running_job_stops_it_at_a_checkpoint(make_scheduler):
 
 def test_a_dead_actor_is_restarted_from_its_checkpoint(make_scheduler):
     scheduler = make_scheduler(max_retries=2)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text(steps=4, crash_at_step=3, crash_times=1))
         final = client.wait(job.id)
         events = list(client.watch(job.id))
@@ -121,7 +121,7 @@ def test_a_dead_actor_is_restarted_from_its_checkpoint(make_scheduler):
 
 def test_an_actor_that_keeps_dying_fails_after_max_retries(make_scheduler):
     scheduler = make_scheduler(max_retries=1)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text(steps=3, crash_at_step=2, crash_times=99))
         final = client.wait(job.id)
     assert final.state == S.JOB_STATE_FAILED
@@ -131,7 +131,7 @@ def test_an_actor_that_keeps_dying_fails_after_max_retries(make_scheduler):
 
 def test_a_job_that_raises_fails_with_the_error_and_is_not_retried(make_scheduler):
     scheduler = make_scheduler(max_retries=3)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text(steps=5, fail_at_step=2))
         final = client.wait(job.id)
         events = list(client.watch(job.id))
@@ -146,7 +146,7 @@ def test_jobs_are_placed_by_their_resources_and_small_ones_backfill(make_schedul
     """The README example on the 2-CPU test cluster: a small low-priority job runs, a big
     high-priority job waits for both CPUs, a second small job starts at once on the free CPU."""
     scheduler = make_scheduler()
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         small1 = client.submit(job_config_text(name="small-low-1", steps=100_000, cpus=1, priority=0))
         wait_for(client, small1.id, is_state(S.JOB_STATE_RUNNING))
         big = client.submit(job_config_text(name="big-high", steps=2, cpus=2, priority=10))
@@ -164,7 +164,7 @@ def test_jobs_are_placed_by_their_resources_and_small_ones_backfill(make_schedul
 def test_graceful_stop_requeues_running_jobs_and_a_new_scheduler_resumes_them(make_scheduler, tmp_path):
     db = tmp_path / "shared.db"
     first = make_scheduler(db=db)
-    with JobClient(first.address) as client:
+    with JobStub(first.address) as client:
         running = client.submit(job_config_text(steps=40, step_s=0.02))
         wait_for(client, running.id, lambda e: e.WhichOneof("event") == "metrics" and e.metrics.step >= 3)
     first.stop()
@@ -174,7 +174,7 @@ def test_graceful_stop_requeues_running_jobs_and_a_new_scheduler_resumes_them(ma
     assert after_stop.state == JobState.QUEUED and after_stop.reason.startswith("scheduler shutting down")
     assert after_stop.checkpoint_step is not None and after_stop.checkpoint_step >= 3
     second = make_scheduler(db=db)
-    with JobClient(second.address) as client:
+    with JobStub(second.address) as client:
         final = client.wait(running.id)
         events = list(client.watch(running.id))
     assert final.state == S.JOB_STATE_SUCCEEDED
@@ -190,7 +190,7 @@ def test_graceful_stop_requeues_running_jobs_and_a_new_scheduler_resumes_them(ma
 
 def test_the_prometheus_endpoint_reports_jobs_queue_and_steps(make_scheduler):
     scheduler = make_scheduler(metrics_port=0, max_retries=1)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         ok = client.submit(job_config_text(steps=3, rollout_errors=2))
         crashy = client.submit(job_config_text(steps=2, crash_at_step=1, crash_times=1))
         client.wait(ok.id)

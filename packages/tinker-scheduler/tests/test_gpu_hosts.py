@@ -108,11 +108,11 @@ def test_two_lora_jobs_share_one_base_model_on_the_gpu(tmp_path):
 def test_the_scheduler_puts_two_gpu_lora_jobs_on_one_host_that_holds_the_gpu(make_scheduler):
     from tinker_core.proto import jobs_pb2
     from tinker_scheduler.config import DEFAULT_RUNNER
-    from tinker_scheduler.testing import JobClient
+    from tinker_scheduler.testing import JobStub
 
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, host_idle_timeout_s=0.5)
     logs: dict[str, list[str]] = {}
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         ids = {
             name: client.submit(json.dumps({**gpu_lora_job(seed), "resources": {"cpus": 1, "gpus": 1}})).id
             for name, seed in (("x", 11), ("y", 12))

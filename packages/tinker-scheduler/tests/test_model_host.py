@@ -220,14 +220,14 @@ def test_a_lora_job_on_a_shared_host_with_a_device_this_machine_lacks_fails_once
 
     from tinker_core.proto import jobs_pb2
     from tinker_scheduler.config import DEFAULT_RUNNER
-    from tinker_scheduler.testing import JobClient
+    from tinker_scheduler.testing import JobStub
 
     config = {
         "name": "bad-device", "model": {"name": "tiny", "device": "cuda:99"}, "lora": {"rank": 4},
         "env": {"id": "echo/echo-v0"}, "algorithm": {"name": "sft", "steps": 1}, "resources": {"cpus": 1},
     }
     scheduler = make_scheduler(runner=DEFAULT_RUNNER)  # LoRA jobs go to shared model hosts (Ray actors)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job_id = client.submit(json.dumps(config)).id
         list(client.watch(job_id, timeout=300))
         job = client.get(job_id)

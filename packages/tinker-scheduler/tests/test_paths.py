@@ -16,7 +16,7 @@ from tinker_scheduler.cli import app
 from tinker_scheduler.config import SchedulerConfig
 from tinker_scheduler.errors import StatusError
 from tinker_scheduler.paths import PathPolicy
-from tinker_scheduler.testing import JobClient, job_config_text
+from tinker_scheduler.testing import JobStub, job_config_text
 
 
 @pytest.fixture
@@ -128,7 +128,7 @@ def test_submit_refuses_another_tenants_checkpoint_and_private_data(make_schedul
 
     def submit(key: str, **sections: object) -> tuple[grpc.StatusCode, str]:
         config = {"name": "t", "algorithm": {"name": "sft", "steps": 1}, **sections}
-        with JobClient(scheduler.address, api_key=key) as client, pytest.raises(grpc.RpcError) as info:
+        with JobStub(scheduler.address, api_key=key) as client, pytest.raises(grpc.RpcError) as info:
             client.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=json.dumps(config)), metadata=client.metadata, timeout=10)
         return info.value.code(), info.value.details()
 
@@ -138,7 +138,7 @@ def test_submit_refuses_another_tenants_checkpoint_and_private_data(make_schedul
     assert seen.replace("step-1", "N") == unseen.replace("step-2", "N")
     code, details = submit(alice, algorithm={"name": "sft", "steps": 1, "data": str(tmp_path / "secret.jsonl")})
     assert code == grpc.StatusCode.PERMISSION_DENIED and details.startswith("algorithm.data: ")
-    with JobClient(scheduler.address, api_key=bob) as client:  # bob's own checkpoint is fine for bob
+    with JobStub(scheduler.address, api_key=bob) as client:  # bob's own checkpoint is fine for bob
         job = client.stub.Submit(jobs_pb2.SubmitJobRequest(
             config_text=job_config_text().replace("algorithm:", f"model: {{name: '{bob_ckpt}'}}\nalgorithm:")),
             metadata=client.metadata, timeout=10)
@@ -206,7 +206,7 @@ def test_submit_refuses_an_env_dataset_path_outside_the_allowed_roots(make_sched
                   # (echo stands in for math/dataset-v0, which this package's tests do not
                   # install: the rule is about the argument, checked before any env is built)
                   "env": {"id": "echo/echo-v0", "kwargs": {"path": str(path)}}}
-        with JobClient(scheduler.address) as client, pytest.raises(grpc.RpcError) as info:
+        with JobStub(scheduler.address) as client, pytest.raises(grpc.RpcError) as info:
             client.stub.Submit(jobs_pb2.SubmitJobRequest(config_text=json.dumps(config)), metadata=client.metadata, timeout=10)
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
         details.append(info.value.details().replace(str(path), "X"))

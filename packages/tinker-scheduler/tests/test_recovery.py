@@ -22,7 +22,7 @@ import pytest
 
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.store import JobState, JobStore
-from tinker_scheduler.testing import JobClient, SchedulerProcess, job_config_text
+from tinker_scheduler.testing import JobStub, SchedulerProcess, job_config_text
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def processes():
         p.cleanup()
 
 
-def metric_steps(client: JobClient, job_id: str) -> list[int]:
+def metric_steps(client: JobStub, job_id: str) -> list[int]:
     return [e.metrics.step for e in client.watch(job_id) if e.WhichOneof("event") == "metrics"]
 
 
@@ -49,7 +49,7 @@ def completions(run_dir: str) -> list[str]:
 
 def submit_running_and_queued(address: str, steps: int) -> tuple[str, list[str]]:
     """A 2-CPU job that runs (checkpointing every step) and two 1-CPU jobs queued behind it."""
-    with JobClient(address) as client:
+    with JobStub(address) as client:
         running = client.submit(job_config_text(name="long", steps=steps, step_s=0.05, cpus=2), request_id="long")
         queued = [client.submit(job_config_text(name=f"q{i}", steps=3, cpus=1), request_id=f"q{i}") for i in range(2)]
         for event in client.watch(running.id):
@@ -60,7 +60,7 @@ def submit_running_and_queued(address: str, steps: int) -> tuple[str, list[str]]
 
 
 def finish_all(address: str, job_ids: list[str]) -> dict[str, object]:
-    with JobClient(address) as client:
+    with JobStub(address) as client:
         return {job_id: client.wait(job_id, timeout=180) for job_id in job_ids}
 
 
@@ -77,7 +77,7 @@ def test_kill_9_then_restart_runs_every_job_exactly_once_and_resumes_the_running
 
     second = SchedulerProcess(tmp_path, "second")
     processes.append(second)
-    with JobClient(second.address) as client:  # a retried submit after the crash: still one job
+    with JobStub(second.address) as client:  # a retried submit after the crash: still one job
         assert client.submit(job_config_text(name="long", steps=30, step_s=0.05, cpus=2), request_id="long").id == running
     final = finish_all(second.address, [running, *queued])
     assert {job_id: job.state for job_id, job in final.items()} == dict.fromkeys(final, jobs_pb2.JOB_STATE_SUCCEEDED)
@@ -87,7 +87,7 @@ def test_kill_9_then_restart_runs_every_job_exactly_once_and_resumes_the_running
     assert len(starts) == 2 and starts[1] >= 4  # resumed from its checkpoint, not from step 0
     assert [attempts(final[q].run_dir) for q in queued] == [[0], [0]]
 
-    with JobClient(second.address) as client:
+    with JobStub(second.address) as client:
         events = list(client.watch(running))
         steps = metric_steps(client, running)
     assert [e.cursor for e in events] == list(range(1, len(events) + 1))
@@ -118,7 +118,7 @@ def test_sigterm_checkpoints_and_requeues_then_a_restart_finishes_the_work(tmp_p
     assert all(job.state == jobs_pb2.JOB_STATE_SUCCEEDED for job in final.values())
     assert attempts(final[running].run_dir) == [0, job.checkpoint_step]
     assert completions(final[running].run_dir) == ["25"]
-    with JobClient(second.address) as client:
+    with JobStub(second.address) as client:
         assert metric_steps(client, running) == list(range(1, 26)) + [25]  # every step exactly once
 
 
@@ -143,7 +143,7 @@ def test_ray_address_joins_an_existing_cluster_and_leaves_it_running(tmp_path, p
         scheduler = SchedulerProcess(tmp_path, "joined", "--ray-address", f"127.0.0.1:{port}", "--num-cpus", "1")
         processes.append(scheduler)
         assert "resources 1 CPU" in scheduler.log.read_text()  # the cluster's 2 CPUs, capped at 1
-        with JobClient(scheduler.address) as client:
+        with JobStub(scheduler.address) as client:
             with pytest.raises(grpc.RpcError) as info:
                 client.submit(job_config_text(cpus=2))
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

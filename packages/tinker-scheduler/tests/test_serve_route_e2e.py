@@ -16,7 +16,7 @@ pytest.importorskip("tinker_serve", reason="the Tinker gateway and the serve rou
 from tinker_core.proto import jobs_pb2  # noqa: E402
 from tinker_scheduler import serve_route  # noqa: E402
 from tinker_scheduler.config import DEFAULT_RUNNER  # noqa: E402
-from tinker_scheduler.testing import JobClient  # noqa: E402
+from tinker_scheduler.testing import JobStub  # noqa: E402
 from tinker_scheduler.worker import resolve_runner  # noqa: E402
 
 
@@ -67,7 +67,7 @@ def test_a_finished_lora_job_answers_held_out_sums_better_than_its_base_through_
                             for a, b in PAIRS if (a, b) not in HELD_OUT))
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, model_roots=[tmp_path])
     alice, bob = scheduler.store.add_tenant("alice"), scheduler.store.add_tenant("bob")
-    with JobClient(scheduler.address, api_key=alice) as jobs:
+    with JobStub(scheduler.address, api_key=alice) as jobs:
         job = jobs.submit(json.dumps(sums_job(str(data))), request_id="serve-sums")
         list(jobs.watch(job.id, timeout=300))
         final = jobs.get(job.id)

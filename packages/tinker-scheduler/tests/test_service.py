@@ -19,7 +19,7 @@ from tinker_core.config import MAX_CONFIG_BYTES
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.job_service import MAX_PAGE_BYTES
 from tinker_scheduler.store import JobState, NewJob
-from tinker_scheduler.testing import JobClient, job_config_text
+from tinker_scheduler.testing import JobStub, job_config_text
 
 QUEUED = jobs_pb2.JOB_STATE_QUEUED
 CANCELLED = jobs_pb2.JOB_STATE_CANCELLED
@@ -45,7 +45,7 @@ def test_health_reports_serving(make_scheduler):
 def test_submit_returns_a_queued_job_with_what_was_sent(make_scheduler):
     scheduler = make_scheduler(paused=True)
     text = job_config_text(name="hello", priority=3)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(text, request_id="req-1")
     assert job.state == QUEUED and job.name == "hello" and job.priority == 3
     assert job.tenant == "local" and job.config_text == text and job.client_request_id == "req-1"
@@ -57,7 +57,7 @@ def test_submit_returns_a_queued_job_with_what_was_sent(make_scheduler):
 def test_a_json_config_is_detected_and_the_priority_override_wins(make_scheduler):
     scheduler = make_scheduler(paused=True)
     text = json.dumps({"name": "j", "algorithm": {"name": "sft", "steps": 2}, "priority": 1})
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(text, priority=-7)
     assert job.config_format == jobs_pb2.CONFIG_FORMAT_JSON and job.priority == -7
 
@@ -65,7 +65,7 @@ def test_a_json_config_is_detected_and_the_priority_override_wins(make_scheduler
 def test_a_bad_config_is_invalid_argument_naming_every_field(make_scheduler):
     scheduler = make_scheduler(paused=True)
     text = "algorithm: {name: sft, stpes: 3}\noptimizer: {lr: fast}\nresources: {cpus: -1}\n"
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         code, details = code_of(client.submit, text)
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert "algorithm.stpes: unknown key; did you mean 'steps'?" in details
@@ -85,7 +85,7 @@ def test_a_bad_config_is_invalid_argument_naming_every_field(make_scheduler):
 )
 def test_submit_validation_names_the_field(make_scheduler, text, field):
     scheduler = make_scheduler(paused=True)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         code, details = code_of(client.submit, text)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
     assert field in details
@@ -93,7 +93,7 @@ def test_submit_validation_names_the_field(make_scheduler, text, field):
 
 def test_a_priority_override_out_of_range_is_invalid(make_scheduler):
     scheduler = make_scheduler(paused=True)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         code, details = code_of(client.submit, job_config_text(), priority=1000)
     assert code == grpc.StatusCode.INVALID_ARGUMENT and details.startswith("priority:")
 
@@ -101,7 +101,7 @@ def test_a_priority_override_out_of_range_is_invalid(make_scheduler):
 def test_a_retried_submit_returns_the_same_job_never_two(make_scheduler):
     scheduler = make_scheduler(paused=True)
     text = job_config_text()
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         first = client.submit(text, request_id="retry-me")
         second = client.submit(text, request_id="retry-me")
         assert second.id == first.id
@@ -113,7 +113,7 @@ def test_a_retried_submit_returns_the_same_job_never_two(make_scheduler):
 
 def test_get_and_unknown_ids_with_a_did_you_mean(make_scheduler):
     scheduler = make_scheduler(paused=True)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text())
         assert client.get(job.id).id == job.id
         code, details = code_of(client.get, job.id[:-1] + "x")
@@ -124,7 +124,7 @@ def test_get_and_unknown_ids_with_a_did_you_mean(make_scheduler):
 
 def test_list_filters_by_state_and_pages_newest_first(make_scheduler):
     scheduler = make_scheduler(paused=True)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         jobs = [client.submit(job_config_text(name=f"j{i}")) for i in range(5)]
         client.cancel(jobs[1].id)
         client.cancel(jobs[3].id)
@@ -153,7 +153,7 @@ def _store_job(store, tenant: str, *, config_text: str = "name: old\n", name: st
 def test_list_answers_are_summaries_and_get_returns_the_config(make_scheduler):
     scheduler = make_scheduler(paused=True)
     text = job_config_text(name="summary")
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(text)
         (listed,) = client.list().jobs
         assert listed.config_text == "" and client.get(job.id).config_text == text
@@ -168,7 +168,7 @@ def test_old_multi_megabyte_configs_do_not_break_listing_with_a_default_client(m
     scheduler = make_scheduler(paused=True)
     big = "name: big\n#" + "x" * (3 * 1024 * 1024) + "\n"
     old = [_store_job(scheduler.store, "local", config_text=big) for _ in range(2)]
-    with JobClient(scheduler.address) as client:  # grpc's default 4 MiB receive limit
+    with JobStub(scheduler.address) as client:  # grpc's default 4 MiB receive limit
         page = client.list()
         assert [j.id for j in page.jobs] == [old[1].id, old[0].id] and page.next_page_token == ""
         assert all(j.config_text == "" for j in page.jobs)
@@ -180,7 +180,7 @@ def test_a_page_stays_under_a_mebibyte_whatever_the_summaries_weigh(make_schedul
     made = [_store_job(scheduler.store, "local") for _ in range(6)]
     for job in made:  # a long reason (e.g. an error text) makes a summary heavy
         scheduler.store.update(job.id, reason="r" * 400_000)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         seen, token, pages = [], "", 0
         while True:
             page = client.list(page_size=1000, page_token=token)
@@ -201,7 +201,7 @@ def test_page_tokens_work_only_for_their_tenant_and_states(make_scheduler):
     for i in range(5):  # interleaved, so bob's jobs sit between alice's in the table
         mine.append(_store_job(scheduler.store, "alice", name=f"a{i}"))
         theirs.append(_store_job(scheduler.store, "bob", name=f"b{i}"))
-    with JobClient(scheduler.address, alice_key) as alice, JobClient(scheduler.address, bob_key) as bob:
+    with JobStub(scheduler.address, alice_key) as alice, JobStub(scheduler.address, bob_key) as bob:
         seen, token = [], ""
         while True:
             page = alice.list(page_size=2, page_token=token)
@@ -232,7 +232,7 @@ def test_a_config_over_one_mebibyte_is_refused_naming_the_limit(make_scheduler):
     head = job_config_text(name="padded") + "#"
     at_limit = head + "x" * (MAX_CONFIG_BYTES - len(head) - 1) + "\n"
     assert len(at_limit.encode()) == MAX_CONFIG_BYTES
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         code, details = code_of(client.submit, at_limit.replace("#", "#x", 1))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
         assert details.startswith("config_text: the config is 1,048,577 bytes") and "1 MiB" in details
@@ -242,7 +242,7 @@ def test_a_config_over_one_mebibyte_is_refused_naming_the_limit(make_scheduler):
 
 def test_cancel_a_queued_job_records_the_reason_and_ends_its_watch(make_scheduler):
     scheduler = make_scheduler(paused=True)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text())
         cancelled = client.cancel(job.id, reason="changed my mind")
         assert cancelled.state == CANCELLED and cancelled.reason == "changed my mind"
@@ -261,7 +261,7 @@ def test_tenants_cannot_see_watch_or_cancel_each_others_jobs(make_scheduler):
     scheduler = make_scheduler(paused=True)
     alice_key = scheduler.store.add_tenant("alice")
     bob_key = scheduler.store.add_tenant("bob")
-    with JobClient(scheduler.address, alice_key) as alice, JobClient(scheduler.address, bob_key) as bob:
+    with JobStub(scheduler.address, alice_key) as alice, JobStub(scheduler.address, bob_key) as bob:
         job = alice.submit(job_config_text())
         assert job.tenant == "alice" and job.run_dir.endswith(f"/alice/{job.id}")
         for call in (bob.get, bob.cancel, bob.watch):
@@ -275,14 +275,14 @@ def test_tenants_cannot_see_watch_or_cancel_each_others_jobs(make_scheduler):
 
 def test_required_auth_rejects_missing_and_wrong_keys(make_scheduler):
     scheduler = make_scheduler(paused=True, auth="required")
-    with JobClient(scheduler.address) as anonymous:
+    with JobStub(scheduler.address) as anonymous:
         code, details = code_of(anonymous.list)
         assert code == grpc.StatusCode.UNAUTHENTICATED and "add-tenant" in details
     key = scheduler.store.add_tenant("alice")
-    with JobClient(scheduler.address) as anonymous:
+    with JobStub(scheduler.address) as anonymous:
         code, details = code_of(anonymous.submit, job_config_text())
         assert code == grpc.StatusCode.UNAUTHENTICATED and "authorization: Bearer" in details
-    with JobClient(scheduler.address, key + "x") as wrong:
+    with JobStub(scheduler.address, key + "x") as wrong:
         assert code_of(wrong.list)[0] == grpc.StatusCode.UNAUTHENTICATED
     with grpc.insecure_channel(scheduler.address) as channel:  # the x-api-key form
         from tinker_core.proto import jobs_pb2_grpc
@@ -294,13 +294,13 @@ def test_required_auth_rejects_missing_and_wrong_keys(make_scheduler):
 
 def test_auto_auth_is_open_until_the_first_tenant_exists(make_scheduler):
     scheduler = make_scheduler(paused=True)  # auth="auto"
-    with JobClient(scheduler.address) as anonymous:
+    with JobStub(scheduler.address) as anonymous:
         local_job = anonymous.submit(job_config_text())
         assert local_job.tenant == "local"
         key = scheduler.store.add_tenant("alice")
         code, _ = code_of(anonymous.list)
         assert code == grpc.StatusCode.UNAUTHENTICATED
-    with JobClient(scheduler.address, key) as alice:
+    with JobStub(scheduler.address, key) as alice:
         assert alice.list().jobs == []  # the local tenant's job is not alice's
         assert code_of(alice.get, local_job.id)[0] == grpc.StatusCode.NOT_FOUND
 
@@ -308,7 +308,7 @@ def test_auto_auth_is_open_until_the_first_tenant_exists(make_scheduler):
 def test_auth_none_ignores_keys(make_scheduler):
     scheduler = make_scheduler(paused=True, auth="none")
     scheduler.store.add_tenant("alice")
-    with JobClient(scheduler.address) as anonymous, JobClient(scheduler.address, "otk_bogus_key") as other:
+    with JobStub(scheduler.address) as anonymous, JobStub(scheduler.address, "otk_bogus_key") as other:
         job = anonymous.submit(job_config_text())
         assert job.tenant == "local" and other.get(job.id).id == job.id
 
@@ -325,15 +325,15 @@ def test_tls_serves_only_tls_clients(make_scheduler, tmp_path):
         check=True, capture_output=True,
     )
     scheduler = make_scheduler(paused=True, tls_cert=cert, tls_key=key)
-    with JobClient(scheduler.address, root_certificates=cert.read_bytes()) as client:
+    with JobStub(scheduler.address, root_certificates=cert.read_bytes()) as client:
         assert client.submit(job_config_text()).state == QUEUED
-    with JobClient(scheduler.address) as plaintext:
+    with JobStub(scheduler.address) as plaintext:
         assert code_of(plaintext.list)[0] == grpc.StatusCode.UNAVAILABLE
 
 
 def test_paused_scheduler_keeps_jobs_queued_in_the_store(make_scheduler):
     scheduler = make_scheduler(paused=True)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(job_config_text())
     assert scheduler.store.get(job.id).state == JobState.QUEUED
     assert scheduler.running_job_ids() == []
@@ -349,7 +349,7 @@ def test_a_port_in_use_is_a_clear_error(make_scheduler):
     first = make_scheduler(paused=True)
     with pytest.raises(OSError, match="could not bind the gRPC server"):
         make_scheduler(paused=True, port=first.port)
-    with JobClient(first.address) as client:  # the first one is unaffected
+    with JobStub(first.address) as client:  # the first one is unaffected
         assert client.list().jobs == []
 
 

@@ -196,13 +196,13 @@ def test_stop_and_abort_a_job_on_a_host(tmp_path):
 def test_the_scheduler_routes_lora_jobs_with_one_base_model_onto_one_host(make_scheduler, tmp_path):
     from tinker_core.proto import jobs_pb2
     from tinker_scheduler.config import DEFAULT_RUNNER
-    from tinker_scheduler.testing import JobClient
+    from tinker_scheduler.testing import JobStub
 
     configs = {"x": lora_job(11, two_stages=False), "y": lora_job(12, two_stages=False)}
     full = lora_job(13, two_stages=False, lora=None)  # full fine-tuning: a worker of its own
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, host_idle_timeout_s=0.5)
     logs: dict[str, list[str]] = {}
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         ids = {name: client.submit(json.dumps({**cfg, "resources": {"cpus": 1}})).id for name, cfg in configs.items()}
         ids["full"] = client.submit(json.dumps({**full, "resources": {"cpus": 1}})).id
         for name, job_id in ids.items():

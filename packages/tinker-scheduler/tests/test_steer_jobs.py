@@ -20,7 +20,7 @@ import pytest
 
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.store import JobState, JobStore, NewJob, StoreError
-from tinker_scheduler.testing import JobClient, job_config_text
+from tinker_scheduler.testing import JobStub, job_config_text
 
 QUEUED, RUNNING, PAUSED = jobs_pb2.JOB_STATE_QUEUED, jobs_pb2.JOB_STATE_RUNNING, jobs_pb2.JOB_STATE_PAUSED
 SUCCEEDED, CANCELLED = jobs_pb2.JOB_STATE_SUCCEEDED, jobs_pb2.JOB_STATE_CANCELLED
@@ -32,7 +32,7 @@ def code_of(call, *args) -> tuple[grpc.StatusCode, str]:
     return info.value.code(), info.value.details()
 
 
-def states_of(client: JobClient, job_id: str) -> list[int]:
+def states_of(client: JobStub, job_id: str) -> list[int]:
     return [e.state_change.state for e in client.watch(job_id) if e.WhichOneof("event") == "state_change"]
 
 
@@ -40,7 +40,7 @@ def attempts(run_dir: str) -> list[int]:
     return [json.loads(line)["start_step"] for line in (Path(run_dir) / "attempts.jsonl").read_text().splitlines()]
 
 
-def wait_for_step(client: JobClient, job_id: str, step: int) -> None:
+def wait_for_step(client: JobStub, job_id: str, step: int) -> None:
     for event in client.watch(job_id):
         if event.WhichOneof("event") == "metrics" and event.metrics.step >= step:
             return
@@ -104,7 +104,7 @@ def test_a_version_1_store_is_migrated_and_a_newer_one_refused(tmp_path):
 def test_pause_resume_and_set_settings_of_a_queued_job_and_their_errors(make_scheduler):
     scheduler = make_scheduler(paused=True)
     alice_key, bob_key = scheduler.store.add_tenant("alice"), scheduler.store.add_tenant("bob")
-    with JobClient(scheduler.address, alice_key) as alice, JobClient(scheduler.address, bob_key) as bob:
+    with JobStub(scheduler.address, alice_key) as alice, JobStub(scheduler.address, bob_key) as bob:
         job = alice.submit(job_config_text())
         for call in (bob.pause, bob.resume, lambda job_id: bob.set_settings(job_id, ["optimizer.lr=0.1"])):
             code, details = code_of(call, job.id)
@@ -137,7 +137,7 @@ def test_pause_resume_and_set_settings_of_a_queued_job_and_their_errors(make_sch
 
 def test_a_paused_job_checkpoints_frees_its_worker_and_resume_continues_from_there(make_scheduler):
     scheduler = make_scheduler(num_cpus=1)  # one job at a time
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         first = client.submit(job_config_text(name="first", steps=60, step_s=0.05))
         second = client.submit(job_config_text(name="second", steps=3))
         wait_for_step(client, first.id, 2)
@@ -173,7 +173,7 @@ def test_a_paused_job_stays_paused_across_a_restart_and_a_pause_in_flight_is_kep
     store.request_pause(caught.id, "paused by the user")
     store.close()
     scheduler = make_scheduler(db=db)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.get(caught.id)
         assert job.state == PAUSED and job.reason.startswith("scheduler restarted; paused by the user")
         other = client.submit(job_config_text(steps=40, step_s=0.05))
@@ -182,7 +182,7 @@ def test_a_paused_job_stays_paused_across_a_restart_and_a_pause_in_flight_is_kep
         assert client.wait_for_state(other.id, PAUSED).state == PAUSED
     scheduler.stop()
     scheduler = make_scheduler(db=db)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         time.sleep(0.3)
         assert [client.get(j).state for j in (caught.id, other.id)] == [PAUSED, PAUSED]
         for job_id in (caught.id, other.id):
@@ -214,7 +214,7 @@ def test_pause_and_resume_of_a_real_job_across_a_restart_give_the_uninterrupted_
 
     db, runs = tmp_path / "jobs.db", tmp_path / "runs"
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, db=db, runs_dir=runs, model_roots=[tmp_path])
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(json.dumps(config))
         wait_for_step(client, job.id, 1)
         client.pause(job.id)
@@ -224,7 +224,7 @@ def test_pause_and_resume_of_a_real_job_across_a_restart_give_the_uninterrupted_
     assert 1 <= step < 200 and f"checkpoint at step {step}" in paused.reason
     scheduler.stop()
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, db=db, runs_dir=runs, model_roots=[tmp_path])
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         assert client.get(job.id).state == PAUSED
         client.resume(job.id)
         final = client.wait(job.id, timeout=300)
@@ -267,7 +267,7 @@ def test_fork_a_job_through_the_scheduler_repeats_its_metrics_and_records_its_li
     store.close()
 
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, db=db, runs_dir=runs, model_roots=[tmp_path])
-    with JobClient(scheduler.address, alice_key) as alice, JobClient(scheduler.address, bob_key) as bob:
+    with JobStub(scheduler.address, alice_key) as alice, JobStub(scheduler.address, bob_key) as bob:
         code, details = code_of(bob.fork, parent.id)
         assert code == grpc.StatusCode.NOT_FOUND and "did you mean" not in details
         code, details = code_of(lambda: alice.fork(parent.id, step=3))

@@ -10,7 +10,7 @@ import pytest
 
 from tinker_core.proto import jobs_pb2
 from tinker_scheduler.config import DEFAULT_RUNNER
-from tinker_scheduler.testing import JobClient
+from tinker_scheduler.testing import JobStub
 from tinker_scheduler.worker import resolve_runner
 
 
@@ -44,7 +44,7 @@ def test_a_real_two_step_tiny_sft_job_runs_through_the_scheduler(make_scheduler,
         "resources": {"cpus": 1},
     }
     scheduler = make_scheduler(runner=DEFAULT_RUNNER, model_roots=[tmp_path])  # jobs may read the data there
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(json.dumps(config), request_id="tiny-sft")
         events = list(client.watch(job.id, timeout=300))
         final = client.get(job.id)
@@ -85,7 +85,7 @@ def test_a_distributed_job_spreads_over_its_own_actors_in_the_jobs_placement_gro
     demand = demand_of(parse_config(config))
     assert (demand.cpus, demand.gpus) == (2.0, 0.0)
     scheduler = make_scheduler(runner=DEFAULT_RUNNER)
-    with JobClient(scheduler.address) as client:
+    with JobStub(scheduler.address) as client:
         job = client.submit(json.dumps(config), request_id="tiny-dist")
         events = list(client.watch(job.id, timeout=300))
         final = client.get(job.id)

@@ -100,11 +100,11 @@ def test_the_serve_route_still_answers_beside_the_viewer(world):
 
 def test_a_real_schedulers_serve_route_views_the_job_it_ran(make_scheduler):
     from tinker_scheduler import serve_route
-    from tinker_scheduler.testing import JobClient, job_config_text
+    from tinker_scheduler.testing import JobStub, job_config_text
 
     scheduler = make_scheduler()
     alice, bob = scheduler.store.add_tenant("alice"), scheduler.store.add_tenant("bob")
-    with JobClient(scheduler.address, api_key=alice) as jobs:
+    with JobStub(scheduler.address, api_key=alice) as jobs:
         job = jobs.submit(job_config_text(steps=3))
         final = jobs.wait(job.id)
     rows = [json.loads(line) for line in (Path(final.run_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""Test helpers: a deterministic test workload, a test agent program and a small JobService client.
+"""Test helpers: a deterministic test workload, a test agent program and the JobService stub.
 
 :func:`sleep_train` is a **test workload, not a stand-in for training**: it has the signature and
 the callback behaviour of ``tinker_algos.train`` (metrics per step, checkpoints, ``should_stop``,
@@ -26,8 +26,10 @@ Files it writes in ``run_dir`` (tests read them): ``checkpoints/step-NNNNNN.json
 :func:`echo_agent` is an agent program (``env: {id: agent/program-v0, kwargs: {entry:
 ECHO_AGENT}}``) for the tests of a scheduler's ``allowed_imports``.
 
-:class:`JobClient` wraps the generated gRPC stub with the API key metadata; the real client
-SDK lives in tinker-client. :class:`SchedulerProcess` runs ``python -m tinker_scheduler start``
+:class:`JobStub` is the generated gRPC stub with the API key metadata: one call per method, the
+answers as proto messages, no retries or reconnects -- what a test of the service needs to see.
+It is not a client SDK (that is ``tinker_client.jobs.JobClient``, which the scheduler may not
+import). :class:`SchedulerProcess` runs ``python -m tinker_scheduler start``
 (or ``opentinker scheduler start``) as a separate process and waits for its lines (tests kill it
 with SIGKILL; the load benchmark measures it); :func:`running_scheduler` is the one way to start
 ``opentinker scheduler start`` as a user would, with a tenant and the Tinker API, for a block
@@ -190,13 +192,14 @@ def sleep_train(config: Any, run_dir: Path | str, callbacks: Any = None) -> Slee
     return SleepTrainResult("completed", step, metrics, run_dir, checkpoint, eval={"eval/accuracy": 1.0})
 
 
-# ---- a small client for tests -------------------------------------------------------------
+# ---- the JobService stub for tests -------------------------------------------------------------
 
 
-class JobClient:
-    """A thin JobService client for tests: the generated stub plus the API key metadata.
+class JobStub:
+    """The JobService stub for tests: the generated stub plus the API key metadata, one gRPC
+    call per method and no retries (``tinker_client.jobs.JobClient`` is the client SDK).
 
-    ``with JobClient("127.0.0.1:50051", api_key="otk_...") as client: client.submit(text)``.
+    ``with JobStub("127.0.0.1:50051", api_key="otk_...") as client: client.submit(text)``.
     """
 
     def __init__(self, address: str, api_key: str | None = None, *, root_certificates: bytes | None = None) -> None:
@@ -211,7 +214,7 @@ class JobClient:
         self.stub = jobs_pb2_grpc.JobServiceStub(self.channel)
         self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
 
-    def __enter__(self) -> JobClient:
+    def __enter__(self) -> JobStub:
         return self
 
     def __exit__(self, *exc: object) -> None:
