@@ -51,7 +51,7 @@ def test_gae_oracle():
 
 def test_gae_is_registered_as_needing_a_critic_and_says_so_without_values():
     entry = tinker_core.registry.get_advantage_estimator("gae")
-    assert entry.options["needs_critic"] is True
+    assert entry.needs_critic is True
     with pytest.raises(ValueError, match="values_B_T"):
         entry.obj(seq_inputs([1.0]))
 

@@ -208,7 +208,7 @@ def pair_inputs(delta: float = 2.0) -> LossInputs:
 def test_preference_oracles(name, config, expected):
     inputs = pair_inputs(2.0)
     entry = tinker_core.registry.get_loss(name)
-    assert entry.options["kind"] == "preference"
+    assert entry.loss_kind == "preference"
     out = run_loss(name, inputs, **config)
     assert out.metrics["loss"] == pytest.approx(expected, abs=1e-6)
     # every trained token of both rows carries the pair loss; nothing elsewhere
@@ -273,7 +273,7 @@ def test_kl_oracles_through_the_registry(name):
     lp = torch.full((1, 2), math.log(0.5), dtype=torch.float64, requires_grad=True)
     ref = torch.full((1, 2), math.log(0.25), dtype=torch.float64)
     entry = tinker_core.registry.get_loss(name)
-    assert entry.options["kind"] == "kl"
+    assert entry.loss_kind == "kl"
     out = run_loss(name, LossInputs(lp, t([[1.0, 0.0]]), ref_logprobs_B_T=ref))
     assert out.loss_B_T[0, 0].item() == pytest.approx(KL_ORACLE[name], abs=1e-6)
     assert out.loss_B_T[0, 1].item() == 0.0
@@ -431,8 +431,8 @@ def test_the_losses_declared_to_vanish_at_zero_advantage_do_and_the_others_do_no
     """``vanishes_at_zero_advantage`` (what the zero-advantage fast path trusts) is a promise about
     the math: loss and gradient exactly 0 where ``A = 0``, whatever the logprobs."""
     g = torch.Generator().manual_seed(0)
-    entries = [e for e in tinker_core.registry.get_registry("losses").entries() if e.options["kind"] == "policy"]
-    declared = {e.name for e in entries if e.options["vanishes_at_zero_advantage"]}
+    entries = [e for e in tinker_core.registry.get_registry("losses").entries() if e.loss_kind == "policy"]
+    declared = {e.name for e in entries if e.vanishes_at_zero_advantage}
     assert declared == {"importance_sampling", "ppo", "cispo", "gspo"}
     # stable_reinforce vanishes only with kl_coeff = 0 (its default): its KL term does not
     configs = {"stable_reinforce": {"kl_coeff": 0.1}}

@@ -49,11 +49,11 @@ def test_every_builtin_is_registered_by_the_tinker_algos_distribution():
     for name, needs_critic in ESTIMATORS.items():
         entry = tinker_core.registry.get_advantage_estimator(name)
         assert entry.distribution == "tinker-algos"
-        assert entry.options == {"needs_critic": needs_critic}
+        assert entry.needs_critic is needs_critic
         assert entry.description
     for name, kind in LOSSES.items():
         entry = tinker_core.registry.get_loss(name)
-        assert (entry.distribution, entry.options["kind"]) == ("tinker-algos", kind)
+        assert (entry.distribution, entry.loss_kind) == ("tinker-algos", kind)
         assert entry.description
     for name in OPTIMIZERS:
         assert tinker_core.registry.get_optimizer(name).distribution == "tinker-algos"

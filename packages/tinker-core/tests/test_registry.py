@@ -29,7 +29,7 @@ def test_discovery_is_lazy_and_finds_the_echo_plugin_through_its_entry_point():
     assert {"echo/echo-v0", "echo/countdown-v0", "echo/call-response-v0"} <= set(envs.names())
     entry = envs.get("echo/echo-v0")
     assert entry.distribution == "tinker-env-echo" and entry.version == "0.1.0"
-    assert entry.options["spec"].id == "echo/echo-v0"
+    assert entry.spec.id == "echo/echo-v0"
     echo = [p for p in tinker_core.registry.list_plugins() if p.distribution == "tinker-env-echo"]
     assert echo and echo[0].to_dict()["registers"]["envs"] == sorted(
         ["echo/echo-v0", "echo/countdown-v0", "echo/call-response-v0"]
@@ -191,7 +191,7 @@ def test_hook_opentinker_register_advantage_estimators():
         distribution="a-dist",
     )
     entry = tinker_core.registry.get_advantage_estimator("zero")
-    assert entry.obj is zero and entry.options == {"needs_critic": True} and entry.description == "Zero advantages."
+    assert entry.obj is zero and entry.needs_critic is True and entry.description == "Zero advantages."
     with pytest.raises(UnknownNameError, match="did you mean 'zero'"):
         tinker_core.registry.get_advantage_estimator("zer0")
 
@@ -204,7 +204,20 @@ def test_hook_opentinker_register_losses():
         plugin_module("l", opentinker_register_losses=lambda register: register("my_loss", my_loss, kind="value")),
         distribution="l-dist",
     )
-    assert tinker_core.registry.get_loss("my_loss").options == {"kind": "value", "vanishes_at_zero_advantage": False}
+    loss = tinker_core.registry.get_loss("my_loss")
+    assert (loss.loss_kind, loss.vanishes_at_zero_advantage) == ("value", False)
+
+
+def test_entry_options_is_the_deprecated_dict_of_the_typed_attributes():
+    tinker_core.registry.register_plugin(
+        plugin_module("o", opentinker_register_losses=lambda register: register("old_style", lambda inputs: None, kind="kl")),
+        distribution="o-dist",
+    )
+    entry = tinker_core.registry.get_loss("old_style")
+    with pytest.warns(DeprecationWarning, match="loss_kind"):
+        assert entry.options == {"kind": "kl", "vanishes_at_zero_advantage": False}
+    with pytest.warns(DeprecationWarning):
+        assert tinker_core.registry.get_registry("envs").get("echo/echo-v0").options["spec"].id == "echo/echo-v0"
 
 
 def test_hook_opentinker_register_doctor_checks():
@@ -301,8 +314,9 @@ def test_a_loss_declares_at_registration_whether_it_vanishes_at_zero_advantage()
         register("pg_plain", pg)
 
     tinker_core.registry.register_plugin(plugin_module("l", opentinker_register_losses=register), distribution="l-dist")
-    assert tinker_core.registry.get_loss("pg_zero").options == {"kind": "policy", "vanishes_at_zero_advantage": True}
-    assert tinker_core.registry.get_loss("pg_plain").options["vanishes_at_zero_advantage"] is False
+    zero = tinker_core.registry.get_loss("pg_zero")
+    assert (zero.loss_kind, zero.vanishes_at_zero_advantage) == ("policy", True)
+    assert tinker_core.registry.get_loss("pg_plain").vanishes_at_zero_advantage is False
     tinker_core.registry.reset_plugins()
     tinker_core.registry.register_plugin(
         plugin_module("l", opentinker_register_losses=lambda register: register("v", pg, kind="value", vanishes_at_zero_advantage=True)),

@@ -27,6 +27,7 @@ import pluggy
 if TYPE_CHECKING:
     import typer
 
+    from tinker_core.contracts import AdvantageEstimator, Loss, LossKind, OptimizerFactory
     from tinker_core.env import EnvSpec
 
 PROJECT_NAME = "opentinker"
@@ -35,7 +36,9 @@ ENTRY_POINT_GROUP = "opentinker"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-# The ``register`` callbacks the hooks receive: type a hook's argument with them.
+# The ``register`` callbacks the hooks receive: type a hook's argument with them. What is
+# registered is typed by the contracts (AdvantageEstimator, Loss, OptimizerFactory, LossKind of
+# tinker_core.contracts); tinker_core.plugin_entries implements each callback.
 
 
 class EnvRegister(Protocol):
@@ -49,14 +52,14 @@ class EstimatorRegister(Protocol):
     :func:`opentinker_register_advantage_estimators`."""
 
     def __call__(
-        self, name: str, estimator: Callable[..., Any], *, needs_critic: bool = False, description: str | None = None
+        self, name: str, estimator: AdvantageEstimator, *, needs_critic: bool = False, description: str | None = None
     ) -> None: ...
 
 
 class OptimizerRegister(Protocol):
     """``register(name, factory, *, description=None)`` of :func:`opentinker_register_optimizers`."""
 
-    def __call__(self, name: str, factory: Callable[..., Any], *, description: str | None = None) -> None: ...
+    def __call__(self, name: str, factory: OptimizerFactory, *, description: str | None = None) -> None: ...
 
 
 class LossRegister(Protocol):
@@ -64,7 +67,7 @@ class LossRegister(Protocol):
     of :func:`opentinker_register_losses`."""
 
     def __call__(
-        self, name: str, loss_fn: Callable[..., Any], *, kind: str = "policy", description: str | None = None,
+        self, name: str, loss_fn: Loss, *, kind: LossKind = "policy", description: str | None = None,
         vanishes_at_zero_advantage: bool = False,
     ) -> None: ...
 

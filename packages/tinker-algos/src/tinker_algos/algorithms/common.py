@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from tinker_algos.model.prompts import PromptRenderer
-    from tinker_core.contracts import AdvantageEstimator
+    from tinker_core.contracts import AdvantageEstimator, LossKind
 
 _T = TypeVar("_T")
 
@@ -96,7 +96,7 @@ def resolve_estimator(ctx: StageContext, default: str, *, critic: bool) -> tuple
     """``(name, function)`` of the stage's advantage estimator; it must use a critic iff ``critic``."""
     name = ctx.algo.estimator or default
     entry = tinker_core.registry.get_advantage_estimator(name)
-    if bool(entry.options.get("needs_critic")) != critic:
+    if entry.needs_critic != critic:
         if critic:
             problem = f"ppo trains a critic for an estimator that uses one (gae); {name!r} needs none, so use algorithm 'grpo' with loss 'ppo' for it"
         else:
@@ -115,7 +115,7 @@ def check_estimator_config(ctx: StageContext, estimator: AdvantageEstimator, inp
         raise ConfigError([f"{ctx.where}.params.estimator_config: {e}"]) from None
 
 
-def resolve_loss(ctx: StageContext, algorithm: str, default: str, kind: str) -> str:
+def resolve_loss(ctx: StageContext, algorithm: str, default: str, kind: LossKind) -> str:
     """The stage's loss name (``algorithm.loss``, else ``default``), checked before any work: it
     is registered (did-you-mean), of ``kind`` (``policy`` for GRPO and PPO, ``preference`` for
     DPO), and takes the stage's ``loss_config`` (the loss runs once on a one-token probe; a key it
@@ -124,9 +124,9 @@ def resolve_loss(ctx: StageContext, algorithm: str, default: str, kind: str) -> 
 
     name = ctx.algo.loss or default
     entry = tinker_core.registry.get_loss(name)
-    if entry.options.get("kind") != kind:
-        names = ", ".join(e.name for e in tinker_core.registry.get_registry("losses").entries() if e.options.get("kind") == kind)
-        raise ConfigError([f"{ctx.where}.loss: {algorithm} needs a {kind} loss ({names}), got {name!r} ({entry.options.get('kind')})"])
+    if entry.loss_kind != kind:
+        names = ", ".join(e.name for e in tinker_core.registry.get_registry("losses").entries() if e.loss_kind == kind)
+        raise ConfigError([f"{ctx.where}.loss: {algorithm} needs a {kind} loss ({names}), got {name!r} ({entry.loss_kind})"])
     lp = torch.zeros(1, 1)
     z = torch.zeros(2, 1)
     probe = {

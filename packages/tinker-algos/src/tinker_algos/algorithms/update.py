@@ -275,7 +275,7 @@ def vanishes_at_zero_advantage(loss: str) -> bool:
     """Whether the registered loss ``loss`` declared (``register(...,
     vanishes_at_zero_advantage=True)``) that its value and gradient are exactly 0 on a token
     whose advantage is 0."""
-    return bool(tinker_core.registry.get_loss(loss).options.get("vanishes_at_zero_advantage"))
+    return tinker_core.registry.get_loss(loss).vanishes_at_zero_advantage
 
 
 def take_rows(batch: Batch, rows: np.ndarray, *extra_B_T: np.ndarray, trim: bool = False) -> tuple[Batch, list[np.ndarray]]:

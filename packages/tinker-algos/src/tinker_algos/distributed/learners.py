@@ -200,7 +200,7 @@ class DataParallelTrainer(Trainer):
         totals = (float(mask.sum()), float((mask.sum(-1) > 0).sum()))
         if totals[0] == 0:
             return super().forward_backward(batch, loss, **kwargs)  # the trainer's own error for a batch with no trained tokens
-        pairs = tinker_core.registry.get_loss(loss).options.get("kind") == "preference"
+        pairs = tinker_core.registry.get_loss(loss).loss_kind == "preference"
         shares = row_shares(tokens.shape[0], self.group.world, pairs=pairs)
         want_logprobs = bool(kwargs.get("return_logprobs"))
         refs, remote_rows = [], []

@@ -444,7 +444,7 @@ def _loss_entry(loss: str) -> tuple[Any, bool]:
 
     entry = tinker_core.registry.get_loss(loss)
     fn = entry.obj.resolve() if isinstance(entry.obj, Deferred) else entry.obj
-    return fn, entry.options.get("kind") == "preference"
+    return fn, entry.loss_kind == "preference"
 
 
 def restore_trainer(path: str | Path, *, policy: PolicyModel | None = None, device: str | None = None) -> tuple[Trainer, dict[str, Any]]:

@@ -12,9 +12,12 @@ import numbers
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tinker_core.plugin_entries import Entry
 
 __all__ = [
     "ConformanceError",
@@ -174,9 +177,9 @@ def _find_non_json(value: object, where: str) -> str | None:
 _LABELS = {"advantage_estimators": "advantage estimator", "losses": "loss", "optimizers": "optimizer"}
 
 
-def resolve_callable(target: object, kind: str) -> tuple[Callable[..., Any], str, dict[str, Any]]:
+def resolve_callable(target: object, kind: str) -> tuple[Callable[..., Any], str, Entry[Any] | None]:
     """A name in the ``kind`` registry (``advantage_estimators``, ``losses``, ``optimizers``) or a
-    callable -> (callable, plugin label, registry options)."""
+    callable -> (callable, plugin label, its registry entry: None for a callable)."""
     label = _LABELS[kind]
     if isinstance(target, str):
         from tinker_core.registry import get_registry
@@ -188,11 +191,11 @@ def resolve_callable(target: object, kind: str) -> tuple[Callable[..., Any], str
                 str(e), plugin=f"{label} {target!r}", check="registered",
                 fix=f"install the plugin that registers it, or pass the {label} callable itself",
             ) from e
-        return entry.obj, f"{label} {target!r} (distribution {entry.distribution})", dict(entry.options)
+        return entry.obj, f"{label} {target!r} (distribution {entry.distribution})", entry
     if not callable(target):
         raise ConformanceError(
             f"expected a registered {label} name or a callable, got {type(target).__name__}",
             plugin=f"{label} {short(target, 40)}", check="callable",
             fix=f"pass the name the {label} was registered under, or the function itself",
         )
-    return target, f"{label} {callable_name(target)}", {}
+    return target, f"{label} {callable_name(target)}", None

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from tinker_core.contracts import AdvantageEstimator, AdvantageInputs, AdvantageOutputs
+from tinker_core.plugin_entries import EstimatorEntry
 from tinker_core.testing._common import (
     Reporter,
     check_metrics,
@@ -206,9 +207,9 @@ def check_advantage_estimator(
     Raises:
         ConformanceError: naming the estimator, the failed check and the fix.
     """
-    fn, label, options = resolve_callable(estimator, "advantage_estimators")
+    fn, label, entry = resolve_callable(estimator, "advantage_estimators")
     if needs_critic is None:
-        needs_critic = bool(options.get("needs_critic", getattr(fn, "needs_critic", False)))
+        needs_critic = entry.needs_critic if isinstance(entry, EstimatorEntry) else bool(getattr(fn, "needs_critic", False))
     config = dict(config or {})
     rep = Reporter(label)
     critic = " (with values_B_T)" if needs_critic else " (values_B_T=None)"

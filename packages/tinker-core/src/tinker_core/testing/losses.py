@@ -41,6 +41,7 @@ from types import ModuleType
 from typing import Any
 
 from tinker_core.contracts import LOSS_KINDS, Loss, LossInputs, LossOutputs
+from tinker_core.plugin_entries import LossEntry
 from tinker_core.testing._common import (
     Reporter,
     TorchNotInstalledError,
@@ -188,10 +189,10 @@ def check_loss(
         TorchNotInstalledError: torch is missing (also an ImportError).
         ConformanceError: naming the loss, the failed check and the fix.
     """
-    fn, label, options = resolve_callable(loss, "losses")
+    fn, label, entry = resolve_callable(loss, "losses")
     torch = import_torch(label)
     if kind is None:
-        kind = str(options.get("kind", getattr(fn, "kind", "policy")))
+        kind = entry.loss_kind if isinstance(entry, LossEntry) else str(getattr(fn, "kind", "policy"))
     if kind not in LOSS_KINDS:
         raise ValueError(f"check_loss: kind must be one of {', '.join(LOSS_KINDS)}, got {kind!r}")
     config = dict(config or {})

@@ -53,7 +53,7 @@ def registered_checks(kind: str | None = None) -> list[tuple[str, str, Callable[
             name = entry.name
             fn: Callable[..., None]
             if k == "envs":
-                fn = check_multi_agent_env if entry.options["spec"].is_multi_agent else check_env
+                fn = check_multi_agent_env if entry.spec.is_multi_agent else check_env
             else:
                 fn = {  # type: ignore[assignment]
                     "advantage_estimators": check_advantage_estimator,

@@ -23,5 +23,5 @@ def test_the_installed_plugin_registers_the_estimator():
     # Goes through the entry point in pyproject.toml: fails until `pip install -e .`
     entry = get_advantage_estimator(NAME)
     assert entry.distribution == "{{ cookiecutter.project_name }}"
-    assert entry.options["needs_critic"] is NEEDS_CRITIC
+    assert entry.needs_critic is NEEDS_CRITIC
     check_advantage_estimator(NAME)

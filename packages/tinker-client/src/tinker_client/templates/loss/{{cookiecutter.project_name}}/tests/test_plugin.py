@@ -27,7 +27,7 @@ def test_the_installed_plugin_registers_the_loss():
     # Goes through the entry point in pyproject.toml: fails until `pip install -e .`
     entry = get_loss(NAME)
     assert entry.distribution == "{{ cookiecutter.project_name }}"
-    assert entry.options["kind"] == "{{ cookiecutter.loss_kind }}"
+    assert entry.loss_kind == "{{ cookiecutter.loss_kind }}"
     check_loss(NAME)
 
 
