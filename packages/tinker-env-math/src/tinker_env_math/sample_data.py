@@ -42,80 +42,71 @@ def _calc(a: int, op: str, b: int) -> tuple[str, int]:
     return f"{a} {op} {b} = <<{a}{op}{b}={value}>>{value}", value
 
 
-def _record(question: str, *steps: str, answer: int) -> Record:
-    """A record: the question, and the worked steps a line each, then ``#### answer``."""
-    return {"question": question, "answer": "\n".join([*steps, f"#### {answer}"])}
+def _worked(question: str, *steps: tuple[str, int, str, int]) -> Record:
+    """A record: the question, then one solution line per step ``(sentence, a, op, b)`` with
+    ``{}`` in the sentence standing for ``a op b`` worked out (:func:`_calc`), then ``####`` and
+    the last step's value."""
+    lines, value = [], 0
+    for sentence, a, op, b in steps:
+        calc, value = _calc(a, op, b)
+        lines.append(sentence.format(calc))
+    return {"question": question, "answer": "\n".join([*lines, f"#### {value}"])}
 
 
 def _buy_then_give(r: random.Random) -> Record:
     (name, he), item = r.choice(NAMES), r.choice(ITEMS)
     a, b = r.randint(3, 40), r.randint(2, 30)
     c = r.randint(1, a + b - 1)
-    bought, s = _calc(a, "+", b)
-    gave, left = _calc(s, "-", c)
-    return _record(
+    return _worked(
         f"{name} has {a} {item}. {he} buys {b} more and then gives {c} to a friend. "
         f"How many {item} does {name} have now?",
-        f"After buying, {name} has {bought} {item}.",
-        f"After giving {c} away, {name} has {gave} {item}.",
-        answer=left,
+        (f"After buying, {name} has {{}} {item}.", a, "+", b),
+        (f"After giving {c} away, {name} has {{}} {item}.", a + b, "-", c),
     )
 
 
 def _boxes(r: random.Random) -> Record:
     item = r.choice(ITEMS)
     a, b, extra = r.randint(2, 12), r.randint(2, 12), r.randint(1, 9)
-    boxed, in_boxes = _calc(a, "*", b)
-    with_loose, total = _calc(in_boxes, "+", extra)
-    return _record(
+    return _worked(
         f"A box holds {a} {item}. There are {b} full boxes and {extra} loose {item}. "
         f"How many {item} are there in all?",
-        f"The boxes hold {boxed} {item}.",
-        f"With the loose ones there are {with_loose} {item}.",
-        answer=total,
+        (f"The boxes hold {{}} {item}.", a, "*", b),
+        (f"With the loose ones there are {{}} {item}.", a * b, "+", extra),
     )
 
 
 def _pages(r: random.Random) -> Record:
-    (name, _he) = r.choice(NAMES)
+    name = r.choice(NAMES)[0]
     a, days, last = r.randint(5, 30), r.randint(2, 7), r.randint(1, 20)
-    daily, first = _calc(a, "*", days)
-    in_all, total = _calc(first, "+", last)
-    return _record(
+    return _worked(
         f"{name} reads {a} pages a day for {days} days, then {last} pages on the next day. "
         f"How many pages does {name} read in total?",
-        f"In {days} days {name} reads {daily} pages.",
-        f"In total that is {in_all} pages.",
-        answer=total,
+        (f"In {days} days {name} reads {{}} pages.", a, "*", days),
+        ("In total that is {} pages.", a * days, "+", last),
     )
 
 
 def _money_left(r: random.Random) -> Record:
     (name, he), item = r.choice(NAMES), r.choice(ITEMS)
     price, count = r.randint(2, 9), r.randint(2, 6)
-    cost, spent = _calc(count, "*", price)
-    money = spent + r.randint(0, 30)
-    rest, left = _calc(money, "-", spent)
-    return _record(
+    money = count * price + r.randint(0, 30)
+    return _worked(
         f"{name} has ${money}. {he} buys {count} packs of {item} at ${price} each. "
         f"How many dollars does {name} have left?",
-        f"The packs cost {cost} dollars.",
-        f"{name} has {rest} dollars left.",
-        answer=left,
+        ("The packs cost {} dollars.", count, "*", price),
+        (f"{name} has {{}} dollars left.", money, "-", count * price),
     )
 
 
 def _groups(r: random.Random) -> Record:
     groups, size, absent = r.randint(2, 8), r.randint(2, 9), r.randint(1, 5)
     enrolled = groups * size + absent
-    here, present = _calc(enrolled, "-", absent)
-    each, per_group = _calc(present, "/", groups)
-    return _record(
+    return _worked(
         f"A class has {enrolled} students. {absent} are absent today, and the rest "
         f"split into {groups} equal groups. How many students are in each group?",
-        f"There are {here} students present.",
-        f"Each group has {each} students.",
-        answer=per_group,
+        ("There are {} students present.", enrolled, "-", absent),
+        ("Each group has {} students.", enrolled - absent, "/", groups),
     )
 
 
