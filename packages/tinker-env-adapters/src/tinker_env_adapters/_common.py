@@ -5,10 +5,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
-from tinker_core import OpenTinkerError
+from tinker_core import EnvSpec, OpenTinkerError
 
 
 class AdapterError(OpenTinkerError, ValueError):
@@ -33,6 +34,20 @@ def require(module: str, env_id: str, extra: str) -> ModuleType:
             f"env {env_id!r} needs the Python package {module!r}, which cannot be imported ({e}); "
             f"install it with: pip install 'tinker-env-adapters[{extra}]'"
         ) from e
+
+
+def adapter_spec(
+    env_id: str, ecosystem: str, description: str, *, about: Mapping[str, str] | None = None,
+    kwargs: Mapping[str, str] | None = None, **fields: Any,
+) -> EnvSpec:
+    """The spec of an env another ecosystem provides. Its ``metadata`` says so the same way for
+    every adapter: ``ecosystem``, more about it (``about``: what of the ecosystem the env wraps,
+    ``{"task": "countdown"}``, or its install extra) and, under ``kwargs``, each kwarg the env
+    takes with what it means; ``fields`` are the spec's others (``max_turns``, ``action_format``...)."""
+    metadata: dict[str, Any] = {"ecosystem": ecosystem, **(about or {})}
+    if kwargs:
+        metadata["kwargs"] = dict(kwargs)
+    return EnvSpec(id=env_id, description=description, metadata=metadata, **fields)
 
 
 def ecosystem_name(name: str) -> str:

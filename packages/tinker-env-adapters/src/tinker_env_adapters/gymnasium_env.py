@@ -31,7 +31,7 @@ from functools import partial
 from typing import Any
 
 from tinker_core import EnvSpec, TextEnv
-from tinker_env_adapters._common import AdapterError
+from tinker_env_adapters._common import AdapterError, adapter_spec
 
 __all__ = ["DEFAULT_MAX_TURNS", "UNKNOWN_REWARD_RANGE", "GymTextEnv", "gymnasium_envs", "gymnasium_spec", "unavailable_reason"]
 
@@ -105,16 +105,13 @@ def gymnasium_envs() -> list[tuple[str, str, int | None, str | None]]:
 
 def gymnasium_spec(ot_id: str, gym_id: str, max_episode_steps: int | None) -> EnvSpec:
     """The registered spec of ``gym/<id>`` (the reward range is gymnasium's once built)."""
-    return EnvSpec(
-        id=ot_id,
-        description=(
-            f"Gymnasium env {gym_id!r} over text: Discrete/Text spaces map to text (an ansi "
-            "board where the env has one; actions are integers); other spaces cannot."
-        ),
-        max_turns=max_episode_steps or DEFAULT_MAX_TURNS,
-        reward_range=UNKNOWN_REWARD_RANGE,
+    return adapter_spec(
+        ot_id, "gymnasium",
+        f"Gymnasium env {gym_id!r} over text: Discrete/Text spaces map to text (an ansi "
+        "board where the env has one; actions are integers); other spaces cannot.",
+        about={"gymnasium_id": gym_id},
+        max_turns=max_episode_steps or DEFAULT_MAX_TURNS, reward_range=UNKNOWN_REWARD_RANGE,
         action_format="the action's integer, e.g. 2",
-        metadata={"ecosystem": "gymnasium", "gymnasium_id": gym_id},
     )
 
 

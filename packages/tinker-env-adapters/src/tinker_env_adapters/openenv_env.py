@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from tinker_core import EnvSpec, Observation, TextEnv, check_import
-from tinker_env_adapters._common import AdapterError, json_dict, require
+from tinker_env_adapters._common import AdapterError, adapter_spec, json_dict, require
 
 __all__ = ["DEFAULT_MAX_TURNS", "OpenEnvEnv", "OpenEnvRemoteEnv", "openenv_spec"]
 
@@ -52,25 +52,18 @@ def openenv_spec(kind: str) -> EnvSpec:
          "action": "its Action class, when the generic parameters do not name it"}
         if kind == "env" else {"url": "the OpenEnv server's base URL, http://host:port"}
     )
-    return EnvSpec(
-        id=f"openenv/{kind}-v0",
-        description=(
-            "An OpenEnv environment " + ("class run in process" if kind == "env" else "served by a running OpenEnv server")
-            + ": the reply is the action's text field, the observation's text field is shown; reward and end are OpenEnv's."
-        ),
-        max_turns=DEFAULT_MAX_TURNS,
-        reward_range=(0.0, 1.0),
-        action_format="what the environment's observation asks for",
-        metadata={
-            "ecosystem": "openenv",
-            "kwargs": {
-                **where,
-                "action_field": "the action field the reply goes into (default: its one required str field)",
-                "observation_field": "the observation field shown (default: text, else its one str field, else JSON)",
-                "max_turns": f"steps before truncation (default {DEFAULT_MAX_TURNS})",
-                "reward_range": "the step reward range (default [0, 1]; rewards are clipped to it)",
-            },
+    return adapter_spec(
+        f"openenv/{kind}-v0", "openenv",
+        "An OpenEnv environment " + ("class run in process" if kind == "env" else "served by a running OpenEnv server")
+        + ": the reply is the action's text field, the observation's text field is shown; reward and end are OpenEnv's.",
+        kwargs={
+            **where,
+            "action_field": "the action field the reply goes into (default: its one required str field)",
+            "observation_field": "the observation field shown (default: text, else its one str field, else JSON)",
+            "max_turns": f"steps before truncation (default {DEFAULT_MAX_TURNS})",
+            "reward_range": "the step reward range (default [0, 1]; rewards are clipped to it)",
         },
+        max_turns=DEFAULT_MAX_TURNS, reward_range=(0.0, 1.0), action_format="what the environment's observation asks for",
         import_kwargs=("environment", "action") if kind == "env" else (),
     )
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from tinker_core import EnvSpec, TextEnv, UnknownNameError
-from tinker_env_adapters._common import AdapterError, require
+from tinker_env_adapters._common import AdapterError, adapter_spec, require
 
 __all__ = ["SYSTEM_PROMPT", "TEST_SEED_OFFSET", "ReasoningGymEnv", "reasoning_gym_spec"]
 
@@ -38,27 +38,20 @@ EXTRA = "reasoning-gym"
 
 def reasoning_gym_spec(task: str) -> EnvSpec:
     """The registered spec of ``reasoning_gym/<task>-v0``."""
-    return EnvSpec(
-        id=f"reasoning_gym/{task}-v0",
-        description=(
-            f"reasoning-gym task {task!r}: a procedurally generated question; the reward is "
-            "reasoning-gym's score_answer (0 to 1) of the answer in <answer></answer> (or of "
-            "the whole reply). One step."
-        ),
-        max_turns=1,
-        reward_range=(0.0, 1.0),
-        action_format="reasoning, then <answer>final answer</answer>",
-        system_prompt=SYSTEM_PROMPT,
-        metadata={
-            "ecosystem": "reasoning-gym",
-            "task": task,
-            "kwargs": {
-                "size": "number of distinct problems (default 1000)",
-                "seed": "dataset seed (default 0)",
-                "split": "'train' or 'test' (test: disjoint generator seeds)",
-                "config": "the task's reasoning-gym config fields (a dict)",
-            },
+    return adapter_spec(
+        f"reasoning_gym/{task}-v0", "reasoning-gym",
+        f"reasoning-gym task {task!r}: a procedurally generated question; the reward is "
+        "reasoning-gym's score_answer (0 to 1) of the answer in <answer></answer> (or of "
+        "the whole reply). One step.",
+        about={"task": task},
+        kwargs={
+            "size": "number of distinct problems (default 1000)",
+            "seed": "dataset seed (default 0)",
+            "split": "'train' or 'test' (test: disjoint generator seeds)",
+            "config": "the task's reasoning-gym config fields (a dict)",
         },
+        max_turns=1, reward_range=(0.0, 1.0), action_format="reasoning, then <answer>final answer</answer>",
+        system_prompt=SYSTEM_PROMPT,
     )
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from tinker_core import EnvSpec, Message, Observation, TextEnv
-from tinker_env_adapters._common import AdapterError, json_dict, require
+from tinker_env_adapters._common import AdapterError, adapter_spec, json_dict, require
 
 __all__ = ["DEFAULT_MAX_TURNS", "SKYRL_ENVS", "SkyRLGymEnv", "skyrl_spec"]
 
@@ -44,27 +44,20 @@ EXTRA = "skyrl-gym"
 
 def skyrl_spec(name: str) -> EnvSpec:
     """The registered spec of ``skyrl/<name>-v0``."""
-    return EnvSpec(
-        id=f"skyrl/{name}-v0",
-        description=(
-            f"SkyRL-gym env {name!r} over chat messages, one env per dataset row (rows= or "
-            "data_path=); reward and end of episode are SkyRL's."
-        ),
-        max_turns=DEFAULT_MAX_TURNS,
-        reward_range=(0.0, 1.0),
-        action_format="what the row's prompt asks for (e.g. '#### 42' for gsm8k)",
-        observation_type="chat",
-        metadata={
-            "ecosystem": "skyrl-gym",
-            "env": name,
-            "kwargs": {
-                "rows": "SkyRL dataset rows (prompt, reward_spec, extra_info...)",
-                "data_path": "a JSONL file of such rows",
-                "env_config": "SkyRL's env_config (a dict)",
-                "max_turns": f"steps before truncation (default {DEFAULT_MAX_TURNS})",
-                "reward_range": "the step reward range (default [0, 1])",
-            },
+    return adapter_spec(
+        f"skyrl/{name}-v0", "skyrl-gym",
+        f"SkyRL-gym env {name!r} over chat messages, one env per dataset row (rows= or "
+        "data_path=); reward and end of episode are SkyRL's.",
+        about={"env": name},
+        kwargs={
+            "rows": "SkyRL dataset rows (prompt, reward_spec, extra_info...)",
+            "data_path": "a JSONL file of such rows",
+            "env_config": "SkyRL's env_config (a dict)",
+            "max_turns": f"steps before truncation (default {DEFAULT_MAX_TURNS})",
+            "reward_range": "the step reward range (default [0, 1])",
         },
+        max_turns=DEFAULT_MAX_TURNS, reward_range=(0.0, 1.0), observation_type="chat",
+        action_format="what the row's prompt asks for (e.g. '#### 42' for gsm8k)",
     )
 
 

@@ -35,7 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 from tinker_core import EnvSpec, MultiAgentTextEnv
-from tinker_env_adapters._common import AdapterError, ecosystem_name, require
+from tinker_env_adapters._common import AdapterError, adapter_spec, ecosystem_name, require
 
 __all__ = ["DEFAULT_MAX_TURNS", "ROLES", "RandomMoveAgent", "TextArenaEnv", "TextArenaGame", "textarena_spec"]
 
@@ -47,25 +47,18 @@ _MOVE_RE = re.compile(r"\[[^\[\]\n]{1,24}\]")
 
 def textarena_spec(game: str) -> EnvSpec:
     """The registered spec of the TextArena game ``game`` (a TextArena id such as ``TicTacToe-v0``)."""
-    return EnvSpec(
-        id=f"textarena/{ecosystem_name(game)}-v0",
-        description=(
-            f"TextArena two-player game {game!r}: each role sees TextArena's messages to its "
-            "player and answers with a move; win 1, loss -1, draw 0 at the end."
-        ),
-        max_turns=DEFAULT_MAX_TURNS,
-        reward_range=(-1.0, 1.0),
-        action_format="a move as the game's prompt asks, e.g. [4]",
-        roles=ROLES,
-        metadata={
-            "ecosystem": "textarena",
-            "game": game,
-            "kwargs": {
-                "max_turns": f"steps of both roles before truncation (default {DEFAULT_MAX_TURNS})",
-                "observation": "'full' (default) or 'recent'",
-                "game_kwargs": "keyword arguments of the TextArena game class",
-            },
+    return adapter_spec(
+        f"textarena/{ecosystem_name(game)}-v0", "textarena",
+        f"TextArena two-player game {game!r}: each role sees TextArena's messages to its "
+        "player and answers with a move; win 1, loss -1, draw 0 at the end.",
+        about={"game": game},
+        kwargs={
+            "max_turns": f"steps of both roles before truncation (default {DEFAULT_MAX_TURNS})",
+            "observation": "'full' (default) or 'recent'",
+            "game_kwargs": "keyword arguments of the TextArena game class",
         },
+        max_turns=DEFAULT_MAX_TURNS, reward_range=(-1.0, 1.0), roles=ROLES,
+        action_format="a move as the game's prompt asks, e.g. [4]",
     )
 
 

@@ -38,7 +38,7 @@ from dataclasses import replace
 from typing import Any
 
 from tinker_core import AgentProgram, EnvSpec, check_import, import_folders
-from tinker_env_adapters._common import AdapterError, require
+from tinker_env_adapters._common import AdapterError, adapter_spec, require
 
 __all__ = ["ENV_ID", "VerifiersEnv", "verifiers_spec"]
 
@@ -52,18 +52,13 @@ _NETWORK_ERRORS = ("ConnectionError", "ConnectError", "OfflineModeIsEnabled", "L
 
 def verifiers_spec() -> EnvSpec:
     """The registered spec of ``verifiers/env-v0`` (an agent program: ``agent_program=True``)."""
-    return EnvSpec(
-        id=ENV_ID,
-        description=(
-            "A verifiers environment (a module with load_environment): each episode is its own rollout of one dataset "
-            "row, the policy called through the rollout proxy; the reward is its rubric's score (kwargs: environment "
-            "'module-name', env_args {...load_environment kwargs}, split train | eval, path, timeout_s, allow_judge)"
-        ),
-        max_turns=1,
-        reward_range=(0.0, 1.0),
-        agent_program=True,
-        import_kwargs=("environment",),
-        metadata={"ecosystem": "verifiers", "extra": EXTRA},
+    return adapter_spec(
+        ENV_ID, "verifiers",
+        "A verifiers environment (a module with load_environment): each episode is its own rollout of one dataset "
+        "row, the policy called through the rollout proxy; the reward is its rubric's score (kwargs: environment "
+        "'module-name', env_args {...load_environment kwargs}, split train | eval, path, timeout_s, allow_judge)",
+        about={"extra": EXTRA},
+        max_turns=1, reward_range=(0.0, 1.0), agent_program=True, import_kwargs=("environment",),
     )
 
 
