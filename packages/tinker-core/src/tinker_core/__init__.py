@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.contracts import Batch as Batch
     from tinker_core.contracts import Loss as Loss
     from tinker_core.contracts import LossInputs as LossInputs
+    from tinker_core.contracts import LossKind as LossKind
     from tinker_core.contracts import LossOutputs as LossOutputs
     from tinker_core.contracts import Message as Message
     from tinker_core.contracts import Observation as Observation
