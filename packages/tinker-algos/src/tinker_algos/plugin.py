@@ -36,6 +36,7 @@ from tinker_core.hookspecs import hookimpl
 if TYPE_CHECKING:
     import typer
 
+    from tinker_core.contracts import LossKind
     from tinker_core.hookspecs import (
         DoctorCheckRegister,
         EstimatorRegister,
@@ -54,7 +55,7 @@ ESTIMATOR_DESCRIPTIONS: dict[str, str] = {
     "reinforce_pp_baseline": "REINFORCE++-baseline: group-mean baseline, return-to-go, whitened",
 }
 
-LOSS_TABLE: dict[str, tuple[str, str]] = {
+LOSS_TABLE: dict[str, tuple[LossKind, str]] = {
     "cross_entropy": ("supervised", "weighted negative log-likelihood: -w * logp"),
     "importance_sampling": ("policy", "Tinker's importance-sampling policy gradient: -rho * A"),
     "ppo": ("policy", "PPO clipped surrogate, asymmetric clip, dual clip c=3"),
