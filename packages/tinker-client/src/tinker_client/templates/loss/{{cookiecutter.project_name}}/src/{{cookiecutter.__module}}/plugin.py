@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinker_core import LossRegister, hookimpl
+from tinker_core import LossKind, LossRegister, hookimpl
 
 NAME = "{{ cookiecutter.__registered_name }}"
-KIND = "{{ cookiecutter.loss_kind }}"
+KIND: LossKind = "{{ cookiecutter.loss_kind }}"
 {%- if cookiecutter.loss_kind == "policy" %}
 DESCRIPTION = "REINFORCE with a capped importance weight: -sg(min(rho, cap)) * A * logp"
 {%- else %}
