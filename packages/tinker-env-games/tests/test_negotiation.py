@@ -177,11 +177,40 @@ def test_forfeit_costs_the_offender() -> None:
 
 @pytest.mark.parametrize(
     "kwargs",
-    [{"max_messages": 0}, {"invalid_penalty": 2.0}, {"no_deal_reward": -0.1}, {"split": "dev"}],
+    [
+        {"max_messages": 0},
+        {"invalid_penalty": 2.0},
+        {"no_deal_reward": -0.1},
+        {"split": "dev"},
+        {"first_mover": "carol"},
+    ],
 )
 def test_bad_kwargs_name_the_argument(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         NegotiationEnv(**kwargs)  # type: ignore[arg-type]
+
+
+def test_bob_opens_when_first_mover_says_so_and_the_scores_follow_the_same_rule() -> None:
+    env = game(first_mover="bob")
+    assert env.agent_selection == "bob" and "Reply with one line" in env.observe("bob")
+    assert "Waiting for bob." in env.observe("alice")
+    env.step("PROPOSE hat=1 ball=3")  # bob opens: the hat and the balls (4 + 6 = 10 to him)
+    assert "Offer from bob: you get book=2 hat=0 ball=0 (worth 4 to you)" in env.observe("alice")
+    env.step("ACCEPT")
+    assert env.done and env.rewards == {"alice": 0.4, "bob": 1.0}
+
+
+def test_a_random_first_mover_follows_the_seed_and_leaves_the_scenario_unchanged() -> None:
+    fixed, drawn = NegotiationEnv(), NegotiationEnv(first_mover="random")
+    openers = []
+    for seed in range(40):
+        fixed.reset(seed=seed)
+        drawn.reset(seed=seed)
+        assert drawn.scenario == fixed.scenario  # drawn after the scenario: same pot and values
+        openers.append(drawn.agent_selection)
+        drawn.reset(seed=seed)
+        assert drawn.agent_selection == openers[-1]
+    assert 10 <= openers.count("bob") <= 30 and set(openers) == {"alice", "bob"}
 
 
 # ---- scenarios, determinism, splits -----------------------------------------------------------

@@ -1,9 +1,12 @@
 """``games/negotiation-v0``: two players split a pot of items they value differently.
 
-Roles ``alice`` (speaks first) and ``bob``. The pot holds some books, hats and balls (1-4 of
+Roles ``alice`` (speaks first, by default) and ``bob``. The pot holds some books, hats and balls (1-4 of
 each, 5-7 items in all); each player has private per-item values, whole numbers that make the
 whole pot worth exactly 10 to that player (the setting of Lewis et al., 2017, "Deal or No
 Deal?"). The players take turns sending one message each, ``max_messages`` in all (default 8).
+``first_mover`` says who opens: ``"alice"`` (the default), ``"bob"``, or ``"random"`` (drawn
+per game from the reset's seed, after the scenario, so a seed's scenario is the same whoever
+opens; each seat then plays both first and second, and neither is stuck answering ultimatums).
 What ``alice`` sees on her turn::
 
     Negotiation. You are alice; bob is the other player.
@@ -66,7 +69,7 @@ Scripted opponents (``NegotiationEnv.scripted_opponents``, from
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 from tinker_core import EnvSpec, MultiAgentTextEnv, OpponentFactory
 from tinker_env_games.negotiation_rules import (
@@ -86,13 +89,16 @@ from tinker_env_games.negotiation_rules import (
 from tinker_env_games.negotiation_rules import other_role as _other
 from tinker_env_games.negotiators import BoulwareAgent, ConcederAgent, RandomNegotiator
 
-__all__ = ["NEGOTIATION_SPEC", "NegotiationEnv"]
+__all__ = ["NEGOTIATION_SPEC", "FirstMover", "NegotiationEnv"]
+
+FirstMover = Literal["alice", "bob", "random"]
+FIRST_MOVERS: tuple[str, ...] = get_args(FirstMover)
 
 NEGOTIATION_SPEC = EnvSpec(
     id="games/negotiation-v0",
     description=(
-        "Two-player negotiation (roles alice, bob; alice first): split a pot of books, hats and "
-        "balls with private per-item values (the pot is worth 10 to each) in at most "
+        "Two-player negotiation (roles alice, bob; alice first unless first_mover says "
+        "otherwise): split a pot of books, hats and balls with private per-item values (the pot is worth 10 to each) in at most "
         "max_messages messages of free text with PROPOSE / ACCEPT / WALK AWAY commands. A deal "
         "scores each player's value of its share / 10; no deal scores no_deal_reward (0)."
     ),
@@ -107,6 +113,7 @@ NEGOTIATION_SPEC = EnvSpec(
             "no_deal_reward": "both players' reward without a deal (default 0)",
             "split": "scenarios drawn from 'train' (default), 'test' (held out) or 'all'",
             "brief": "shorter observations, without the instructions (default false)",
+            "first_mover": "who opens: 'alice' (default), 'bob' or 'random' (drawn per game from the seed)",
         },
         "max_turns": "messages of both players together (max_messages)",
     },
@@ -123,6 +130,8 @@ class NegotiationEnv(MultiAgentTextEnv):
         split: draw scenarios from ``"train"``, ``"test"`` or ``"all"``.
         brief: shorter observations for small context windows: without the ``(the pot is
             worth ...)`` note and the ``Reply with one line ...`` instructions.
+        first_mover: who sends the first message: ``"alice"``, ``"bob"`` or ``"random"`` (drawn
+            per game from ``self.np_random`` after the scenario).
     """
 
     scripted_opponents: ClassVar[dict[str, OpponentFactory]] = {
@@ -138,6 +147,7 @@ class NegotiationEnv(MultiAgentTextEnv):
         no_deal_reward: float = 0.0,
         split: Split = "train",
         brief: bool = False,
+        first_mover: FirstMover = "alice",
     ) -> None:
         if max_messages < 1:
             raise ValueError(f"max_messages must be >= 1, got {max_messages}")
@@ -147,11 +157,14 @@ class NegotiationEnv(MultiAgentTextEnv):
             raise ValueError(f"no_deal_reward must be in [0, 1], got {no_deal_reward}")
         if split not in ("train", "test", "all"):
             raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
+        if first_mover not in FIRST_MOVERS:
+            raise ValueError(f"first_mover must be 'alice', 'bob' or 'random', got {first_mover!r}")
         self.max_messages = int(max_messages)
         self.invalid_penalty = float(invalid_penalty)
         self.no_deal_reward = float(no_deal_reward)
         self.split: Split = split
         self.brief = bool(brief)
+        self.first_mover: FirstMover = first_mover
         self.possible_agents = list(ROLES)
         self.env_spec = NEGOTIATION_SPEC
         if self.max_messages != NEGOTIATION_SPEC.max_turns:
@@ -167,7 +180,10 @@ class NegotiationEnv(MultiAgentTextEnv):
             self.scenario = draw_scenario(self.np_random, self.split)
         else:
             self.scenario = given if isinstance(given, Scenario) else Scenario.from_dict(given)
-        self.agent_selection = "alice"
+        if self.first_mover == "random":
+            self.agent_selection = ROLES[int(self.np_random.integers(len(ROLES)))]
+        else:
+            self.agent_selection = self.first_mover
         self.messages: list[tuple[str, str]] = []
         self.offer: tuple[str, tuple[int, ...]] | None = None  # (proposer, proposer's items)
         self.invalid_counts = {r: 0 for r in ROLES}
