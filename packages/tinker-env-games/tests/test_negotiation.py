@@ -344,6 +344,15 @@ def test_scripted_dialogues_are_trajectory_prefixes_of_deals(tmp_path: Path) -> 
         scripted_dialogues(1, policies=("conceder", "minimax"))
 
 
+def test_scripted_dialogues_with_a_random_opener_teach_both_seats_to_open(tmp_path: Path) -> None:
+    records = scripted_dialogues(12, seed=3, env_kwargs={"first_mover": "random"})
+    openers = {r["role"] for r in records if " said: " not in r["prompt"]}  # a move before any message
+    assert openers == {"alice", "bob"}
+    out = tmp_path / "sft.jsonl"
+    assert sft_main([str(out), "--episodes", "12", "--seed", "3", "--first-mover", "random"]) == 0
+    assert [json.loads(line) for line in out.read_text().splitlines()] == records
+
+
 def test_brief_observations_drop_the_instructions_and_still_parse() -> None:
     env = game(brief=True)
     env.step("PROPOSE book=2 hat=1 ball=0")

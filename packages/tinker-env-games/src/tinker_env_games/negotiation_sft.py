@@ -14,7 +14,8 @@ From the command line::
 
     python -m tinker_env_games.negotiation_sft data/negotiation-sft.jsonl --episodes 500 --seed 0
 
-(``--max-messages`` and ``--brief`` set the env's kwargs; use the job's ``env.kwargs``.)
+(``--max-messages``, ``--brief`` and ``--first-mover`` set the env's kwargs; use the job's
+``env.kwargs``.)
 
 then ``stages: [{algorithm: {name: sft, data: data/negotiation-sft.jsonl, ...}}, ...]``.
 """
@@ -67,12 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first game (default 0)")
     parser.add_argument("--max-messages", type=int, default=None, help="the env's max_messages")
     parser.add_argument("--brief", action="store_true", help="the env's brief observations")
+    parser.add_argument("--first-mover", choices=("alice", "bob", "random"), default=None,
+                        help="the env's first_mover (default: alice)")
     parser.add_argument("--all-games", action="store_true", help="keep games without a deal too")
     add_format_argument(parser)
     args = parser.parse_args(argv)
     kwargs: dict[str, Any] = {} if args.max_messages is None else {"max_messages": args.max_messages}
     if args.brief:
         kwargs["brief"] = True
+    if args.first_mover is not None:
+        kwargs["first_mover"] = args.first_mover
     records = scripted_dialogues(args.episodes, args.seed, only_deals=not args.all_games, env_kwargs=kwargs,
                                  messages=args.format == "messages")
     path = write_jsonl(records, args.out)
