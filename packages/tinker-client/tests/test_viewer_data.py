@@ -25,7 +25,7 @@ def test_a_partial_last_line_waits_for_its_newline(tmp_path):
 
 
 def test_a_large_file_is_read_in_chunks_even_a_line_longer_than_one(tmp_path, monkeypatch):
-    monkeypatch.setattr("tinker_client.viewer.data.CHUNK_BYTES", 64)
+    monkeypatch.setattr("tinker_core.run_files.CHUNK_BYTES", 64)
     rows = [{"step": i, "text": "x" * (300 if i == 3 else 5)} for i in range(20)]
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 20')

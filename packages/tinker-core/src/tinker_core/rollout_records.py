@@ -2,7 +2,8 @@
 
 Written by ``tinker_algos.records.recording`` during training (``kind: "train"``, a sample of each step's
 episodes, and ``kind: "eval"``, the held-out evaluation's transcripts) and by ``opentinker eval``;
-read by the run viewer and anything else with :func:`read_rollouts`. No torch here.
+read by the run viewer and anything else with :func:`read_rollouts` (whole) or
+:class:`tinker_core.run_files.JsonLinesReader` (incrementally). No torch here.
 
 One record (format version :data:`VERSION`)::
 
@@ -42,9 +43,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tinker_core.run_files import ROLLOUTS_FILE, JsonLinesReader
+
 VERSION = 1
-ROLLOUTS_FILE = "rollouts.jsonl"
-"""The file name in a run directory."""
 
 
 class RolloutTurn(BaseModel):
@@ -90,21 +91,22 @@ class RolloutRecord(BaseModel):
 
 
 def iter_rollouts(path: str | Path) -> Iterator[RolloutRecord]:
-    """The records of a ``rollouts.jsonl`` file, in order. A last line cut short (the run is
-    writing it) is skipped; a blank line is skipped; a line that is not a record raises
-    ``ValueError`` naming the file and the line."""
+    """The records of a ``rollouts.jsonl`` file, in order, read with
+    :class:`tinker_core.run_files.JsonLinesReader`. A last line cut short (the run is writing it)
+    is skipped; a blank line is skipped; a line that is not a record raises ``ValueError`` naming
+    the file and the line."""
     p = Path(path)
-    with p.open(encoding="utf-8") as f:
-        lines = f.readlines()
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        if n == len(lines) and not line.endswith("\n"):
-            return  # being written
+    read = JsonLinesReader(p).read()
+    first_bad = min(read.skipped, key=lambda s: s.number, default=None)
+    for row in read.rows:
+        if first_bad is not None and row.number > first_bad.number:
+            break
         try:
-            yield RolloutRecord.model_validate_json(line)
+            yield RolloutRecord.model_validate(row.value)
         except ValueError as e:
-            raise ValueError(f"{p}:{n} is not a rollout record: {e}") from None
+            raise ValueError(f"{p}:{row.number} is not a rollout record: {e}") from None
+    if first_bad is not None:
+        raise ValueError(f"{p}:{first_bad.number} is not a rollout record: {first_bad.why}")
 
 
 def read_rollouts(path: str | Path) -> list[RolloutRecord]:

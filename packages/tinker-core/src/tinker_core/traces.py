@@ -9,8 +9,9 @@ comma; the closing ``]`` is left out so the file can grow while the run trains (
 it, and ui.perfetto.dev and chrome://tracing load it). ``"ph": "M"`` metadata events name the
 process (the job, the host) and the thread.
 
-:class:`TraceWriter` writes one; :func:`read_trace` reads one (a missing ``]``, a trailing comma,
-a last line cut short, or the "JSON Object Format" ``{"traceEvents": [...]}``); :func:`summarise`
+:class:`TraceWriter` writes one; :func:`read_trace` reads one whole (a missing ``]``, a trailing
+comma, a last line cut short, or the "JSON Object Format" ``{"traceEvents": [...]}``), with the
+incremental reader the viewer follows one with (:class:`tinker_core.run_files.TraceReader`); :func:`summarise`
 gives each phase's count, mean, p50, p95, share of the step time and peak memory, which ``opentinker trace
 RUN_DIR`` prints. No torch here.
 """
@@ -25,8 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-TRACE_FILE = "trace.json"
-"""The file name in a run directory."""
+from tinker_core.run_files import TRACE_FILE, TraceReader
+
 STEP = "step"
 """The phase every other phase of a step lies inside; shares are of its total time."""
 MEMORY_ARGS = ("peak_rss_gib", "peak_cuda_gib")
@@ -77,47 +78,42 @@ class TraceWriter:
 
 
 def read_trace(path: str | Path) -> list[dict[str, Any]]:
-    """The events of a trace file (``RUN_DIR/trace.json`` for a directory); see the module
-    docstring for what it tolerates. Raises ``ValueError`` naming the file when it is no trace."""
+    """The events of a trace file (``RUN_DIR/trace.json`` for a directory), read with
+    :class:`tinker_core.run_files.TraceReader`; see the module docstring for what it tolerates.
+    Raises ``ValueError`` naming the file when it is no trace."""
     p = Path(path)
     if p.is_dir():
         p = p / TRACE_FILE
-    text = p.read_text(encoding="utf-8").strip()
+    with p.open("rb") as f:
+        head = f.read(4096).lstrip()
+    if head.startswith(b"{"):
+        return _read_object_format(p)
+    if not head.startswith(b"["):
+        raise ValueError(f"{p} is not a trace: a trace-event file starts with '[' or '{{'")
+    reader = TraceReader(p)
+    events = reader.read().events
+    if reader.problem:
+        raise ValueError(f"{p} is not a trace: {reader.problem.split(';')[0]}")
+    line, rest = reader.pending()
+    rest = rest.strip().removeprefix("]").strip()
+    if "\n" in rest:  # more than a last event cut short while the run writes it
+        bad = rest.splitlines()[0].rstrip(",")
+        raise ValueError(f"{p}:{line} is not a trace event: {bad[:80]!r}")
+    return events
+
+
+def _read_object_format(p: Path) -> list[dict[str, Any]]:
+    """The events of a trace in the "JSON Object Format" (``{"traceEvents": [...]}``)."""
     try:
-        return [e for e in _parse_trace(p, text) if isinstance(e, dict)]
+        document = json.loads(p.read_text(encoding="utf-8"))
     except RecursionError:  # 100,000 '[': json gives up with a RecursionError, not a JSONDecodeError
         raise ValueError(f"{p} is not a trace: it nests JSON too deeply to parse") from None
-
-
-def _parse_trace(p: Path, text: str) -> list[Any]:
-    if text.startswith("{"):
-        try:
-            document = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p} is not a trace: {e}") from None
-        events = document.get("traceEvents") if isinstance(document, dict) else None
-        if not isinstance(events, list):
-            raise ValueError(f"{p} is not a trace: the object has no 'traceEvents' list")
-        return events
-    if not text.startswith("["):
-        raise ValueError(f"{p} is not a trace: a trace-event file starts with '[' or '{{'")
-    body = text[1:].rstrip().removesuffix("]").rstrip().rstrip(",")
-    try:
-        return json.loads("[" + body + "]")
-    except json.JSONDecodeError:
-        pass
-    events = []  # a last line cut short while the run writes it: keep the lines that parse
-    lines = body.splitlines()  # body line n is line n of the file (the first holds the '[')
-    for n, line in enumerate(lines, 1):
-        line = line.strip().rstrip(",")
-        if not line:
-            continue
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            if n < len(lines):
-                raise ValueError(f"{p}:{n} is not a trace event: {e}") from None
-    return events
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p} is not a trace: {e}") from None
+    events = document.get("traceEvents") if isinstance(document, dict) else None
+    if not isinstance(events, list):
+        raise ValueError(f"{p} is not a trace: the object has no 'traceEvents' list")
+    return [e for e in events if isinstance(e, dict)]
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from tinker_algos.compare.spec import CompareError, JobSpec
-from tinker_algos.records.metrics import read_metrics
 from tinker_core.config import parse_config
 from tinker_core.errors import ConfigError
+from tinker_core.run_files import METRICS_FILE, read_metrics
 
 JOB_RECORD = "job.json"
 WORKER_DIED = "worker_died"
@@ -74,7 +74,7 @@ def check_not_stale(out: Path, jobs: list[JobSpec]) -> None:
 
 def completed_embedded(d: Path) -> bool:
     result = _read_json(d / "result.json")
-    return bool(result and result.get("status") == "completed" and (d / "metrics.jsonl").is_file())
+    return bool(result and result.get("status") == "completed" and (d / METRICS_FILE).is_file())
 
 
 class ProgressLine:
@@ -119,7 +119,7 @@ def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None], wo
     for job in jobs:
         d = job_dir(out, job)
         if completed_embedded(d):
-            outcomes.append(Outcome(job, "completed", str(d), read_metrics(d / "metrics.jsonl"), skipped=True))
+            outcomes.append(Outcome(job, "completed", str(d), read_metrics(d / METRICS_FILE), skipped=True))
         else:
             todo.append(job)
     progress = ProgressLine(len(jobs), echo)
@@ -145,7 +145,7 @@ def run_embedded(jobs: list[JobSpec], out: Path, echo: Callable[[str], None], wo
         if error is not None:
             raise CompareError(f"{job.key} ({d}): {error}")
         if status == "completed":
-            outcomes.append(Outcome(job, "completed", str(d), read_metrics(d / "metrics.jsonl")))
+            outcomes.append(Outcome(job, "completed", str(d), read_metrics(d / METRICS_FILE)))
             progress.update(running=-1, done=1, note=f"{job.key}: completed in {time.perf_counter() - starts[job.key]:.1f} s")
         else:
             outcomes.append(Outcome(job, "failed", str(d), error=f"ended {status} at step {step}"))

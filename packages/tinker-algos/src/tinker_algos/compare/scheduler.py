@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinker_algos.compare.runner import JOB_RECORD, Outcome, ProgressLine, config_json, job_dir
 from tinker_algos.compare.spec import CompareError, JobSpec
-from tinker_algos.records.metrics import read_metrics
+from tinker_core.run_files import METRICS_FILE, read_metrics
 
 if TYPE_CHECKING:
     import grpc
@@ -131,8 +131,8 @@ def _submit_or_attach(
     for job in jobs:
         d = job_dir(out, job)
         rec = _record(d)
-        if rec.get("state") == "SUCCEEDED" and (d / "metrics.jsonl").is_file():
-            outcomes[job.key] = Outcome(job, "completed", rec.get("run_dir", ""), read_metrics(d / "metrics.jsonl"), rec.get("job_id"), skipped=True)
+        if rec.get("state") == "SUCCEEDED" and (d / METRICS_FILE).is_file():
+            outcomes[job.key] = Outcome(job, "completed", rec.get("run_dir", ""), read_metrics(d / METRICS_FILE), rec.get("job_id"), skipped=True)
             continue
         job_id = rec.get("job_id")
         if job_id:
@@ -174,7 +174,7 @@ def _follow(client: JobServiceClient, job: JobSpec, job_id: str, out: Path, prog
     _write_record(d, job, job_id=job_id, state=state, run_dir=final.run_dir)
     ordered = [rows[s] for s in sorted(rows)]
     if final.state == pb.JOB_STATE_SUCCEEDED:
-        (d / "metrics.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in ordered), encoding="utf-8")
+        (d / METRICS_FILE).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in ordered), encoding="utf-8")
         progress.update(running=-1 if running else 0, done=1, note=f"{job.key}: succeeded")
         return Outcome(job, "completed", final.run_dir, ordered, job_id)
     progress.update(running=-1 if running else 0, failed=1, note=f"{job.key}: {state.lower()}")

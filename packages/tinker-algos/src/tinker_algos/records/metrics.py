@@ -5,7 +5,8 @@ Keys are namespaced (``env/reward_mean``, ``losses/policy``, ``optim/grad_norm``
 ending in ``_per_s`` measure wall-clock time, keys under ``memory/`` peak memory
 (:mod:`tinker_algos.records.memory`); every other value is deterministic under a seed.
 Trackers (TensorBoard, W&B, MLflow, trackio) are in :mod:`tinker_algos.records.trackers`; matplotlib is
-optional: without it :func:`plot_curves` warns once and draws nothing.
+optional: without it :func:`plot_curves` warns once and draws nothing. ``metrics.jsonl`` is read
+with :func:`tinker_core.run_files.read_metrics` (re-exported here as :func:`read_metrics`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from tinker_algos.records.trackers import (
     warn_once,
 )
 from tinker_core.config import JobConfig, LoggingConfig
+from tinker_core.run_files import METRICS_FILE, read_metrics
+
+__all__ = ["CURVES", "KL_NEGLIGIBLE", "MetricsLog", "curve_panels", "is_timing", "plot_curves", "read_metrics"]
 
 CURVES = (
     ("reward", ("env/reward_mean",)),
@@ -53,7 +57,7 @@ class MetricsLog:
         self, run_dir: Path, *, jsonl: bool = True, tensorboard: bool = True, resume_step: int = 0,
         trackers: dict[str, Tracker] | None = None,
     ) -> None:
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_FILE
         self.jsonl = jsonl
         self.rows: list[dict[str, Any]] = []
         if self.path.exists():
@@ -89,17 +93,6 @@ class MetricsLog:
 
     def close(self) -> None:
         close_all(self.trackers)
-
-
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                break  # a line cut by a crash: everything after it is gone too
-    return out
 
 
 def curve_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str], str]]:

@@ -209,7 +209,7 @@ def stored_result(run_dir: Path, ckpt: Path, step: int) -> tuple[dict[str, Any],
     """A finished run's ``result.json`` as it is, and its metrics rows. A result.json that is
     missing, unreadable or not of this finish (killed after its last checkpoint) is rebuilt from
     metrics.jsonl -- the last row's metrics, the last evaluation -- and written."""
-    from tinker_algos.records.metrics import read_metrics
+    from tinker_core.run_files import read_metrics
 
     rows = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").is_file() else []
     try:

@@ -1,10 +1,12 @@
 """Reading run dirs for the viewer, while a run may still be writing them.
 
-Every file is read incrementally: :class:`JsonLines` keeps the byte offset it has parsed up to and
-on each :meth:`~JsonLines.refresh` parses only what was appended, leaving a partial last line
-(one still being written) for the next call; a file that shrank or was replaced (``--fresh``) is
-read again from the start; a file that did not change is not read at all, and a line longer than
-:data:`~tinker_client.viewer.files.MAX_LINE_BYTES` is skipped (scanned past in chunks, never held).
+Every file is read incrementally, with tinker-core's one reader per run file
+(:mod:`tinker_core.run_files`, the readers ``opentinker compare`` and ``opentinker eval`` use too):
+:class:`JsonLines` keeps what its reader parsed and on each :meth:`~JsonLines.refresh` takes only
+what was appended, a partial last line (one still being written) left for the next call; a file
+that shrank or was replaced (``--fresh``) is read again from the start; a file that did not change
+is not read at all, and a line longer than :data:`~tinker_client.viewer.files.MAX_LINE_BYTES` is
+skipped (scanned past in chunks, never held).
 Every file is untrusted input (:mod:`tinker_client.viewer.files`): what cannot be read — a line
 or document that is not JSON, nested too deeply or of the wrong shape, a link out of the run dir
 — is skipped and listed in the run's ``warnings``, never a 500. ``rollouts.jsonl`` is indexed, not held: each episode's summary
@@ -20,7 +22,6 @@ report dir, ``report.json`` and ``report.md``.
 
 from __future__ import annotations
 
-import codecs
 import math
 import os
 import sys
@@ -39,15 +40,20 @@ from tinker_client.viewer.files import (
     read_document,
     walk_files,
 )
+from tinker_core.run_files import (
+    METRICS_FILE,
+    ROLLOUTS_FILE,
+    TRACE_FILE,
+    JsonLinesReader,
+    TraceReader,
+)
 from tinker_core.traces import MEMORY_ARGS, STEP, summarise
 
 __all__ = ["JsonLines", "Rollout", "RunDir", "TraceEvents", "is_run_dir", "phase_summary"]
 
 #: Files any of which makes a directory a run dir (or a compare report dir).
-RUN_FILES = ("metrics.jsonl", "rollouts.jsonl", "config.json", "result.json", "trace.json", ".opentinker-run",
+RUN_FILES = (METRICS_FILE, ROLLOUTS_FILE, "config.json", "result.json", TRACE_FILE, ".opentinker-run",
              "report.json")
-#: How much of a file is read (and held) at once while parsing it.
-CHUNK_BYTES = 8 * 1024 * 1024
 #: The most episodes a text search decodes for one request (beyond it the answer says so).
 MAX_SCAN = 20_000
 
@@ -70,22 +76,27 @@ def _size(path: Path) -> int:
 
 
 class JsonLines(PolledFile):
-    """The parsed lines of an append-only JSON-lines file, read incrementally (module docstring).
+    """The parsed lines of an append-only JSON-lines file, followed with tinker-core's reader
+    (:class:`tinker_core.run_files.JsonLinesReader`, module docstring).
 
     ``parse(obj, offset, length)`` turns each JSON object into what is kept (default: the object);
     a line that is not a JSON object (or that ``parse`` refuses) is skipped and counted in
-    :attr:`skipped`. :attr:`items` holds the kept values in order. With ``root``, a file that is a
-    link out of that directory is not read (:attr:`problem` says so)."""
+    :attr:`skipped`. :attr:`items` holds the kept values in order; :attr:`generation` grows each
+    time the file starts over. With ``root``, a file that is a link out of that directory is not
+    read (:attr:`problem` says so)."""
 
     def __init__(self, path: Path, parse: Callable[[dict[str, Any], int, int], Any] | None = None,
                  root: Path | None = None) -> None:
         super().__init__(path, root)
         self.parse = parse or (lambda obj, _offset, _length: obj)
+        self.reader = JsonLinesReader(path, decoder=DECODER)
         self.items: list[Any] = []
-        self.offset, self.generation, self._inode = 0, 0, None
-        self.skipped, self.problem = 0, ""
-        self._seen: tuple[int, int] | None = None  # (inode, size) at the last read: unchanged, not read again
-        self._long_from: int | None = None  # a line over MAX_LINE_BYTES starts at offset: scanned up to here
+        self.generation, self.skipped, self.problem = 0, 0, ""
+
+    @property
+    def offset(self) -> int:
+        """The byte offset parsed up to."""
+        return self.reader.offset
 
     def warning(self) -> str | None:
         """What the viewer could not read of this file, or None."""
@@ -96,84 +107,23 @@ class JsonLines(PolledFile):
 
     def _refresh(self) -> bool:
         try:
-            st = self._stat()
+            if self._stat() is None:
+                return False
         except OSError:
-            if self.offset or self.items:
-                self._reset()
-                return True
-            return False
-        if st is None:
-            return False
-        if self._seen == (st.st_ino, st.st_size):
-            return False  # nothing new (a half-written last line is not read again on every poll)
+            pass  # gone: the reader starts over
+        read = self.reader.read()
         changed = False
-        if st.st_ino != self._inode or st.st_size < self.offset:  # replaced or truncated: start over
+        if read.restarted:
             changed = bool(self.items)
-            self._reset()
-            self._inode = st.st_ino
-        self._seen = (st.st_ino, st.st_size)
-        with self.path.open("rb") as f:
-            while self.offset < st.st_size:
-                if not self._read_lines(f, st.st_size):
-                    break
-                changed = True
-        return changed
-
-    def _read_lines(self, f: Any, size: int) -> bool:
-        """Parse the whole lines from :attr:`offset` (at most a chunk of them, or skip one line over
-        :data:`MAX_LINE_BYTES`); False when the rest is a line still being written."""
-        if self._long_from is not None:
-            return self._skip_long_line(f, size)
-        f.seek(self.offset)
-        chunk = bytearray(f.read(min(CHUNK_BYTES, size - self.offset)))
-        while b"\n" not in chunk and len(chunk) < min(size - self.offset, MAX_LINE_BYTES + 1):  # a line longer than a chunk
-            chunk += f.read(min(CHUNK_BYTES, size - self.offset - len(chunk)))  # in place: one copy held
-        end = chunk.rfind(b"\n") + 1  # a last line without its newline is still being written
-        if end == 0:
-            if len(chunk) > MAX_LINE_BYTES:  # too long to parse: scan past it, never holding it
-                self._long_from = self.offset + len(chunk)
-                return self._skip_long_line(f, size)
-            return False
-        self._parse_lines(chunk, end)
-        self.offset += end
-        return True
-
-    def _skip_long_line(self, f: Any, size: int) -> bool:
-        assert self._long_from is not None
-        f.seek(self._long_from)
-        while self._long_from < size:
-            chunk = f.read(min(CHUNK_BYTES, size - self._long_from))
-            newline = chunk.find(b"\n")
-            if newline >= 0:
-                self.offset, self._long_from = self._long_from + newline + 1, None
+            self.items, self.skipped, self.problem = [], 0, ""
+            self.generation += 1
+        self.skipped += len(read.skipped)
+        for row in read.rows:
+            try:
+                self.items.append(self.parse(row.value, row.offset, row.length))
+            except (TypeError, ValueError, OverflowError):
                 self.skipped += 1
-                return True
-            self._long_from += len(chunk)
-        return False
-
-    def _parse_lines(self, chunk: bytes | bytearray, end: int) -> bool:
-        changed, start = False, 0
-        while start < end:
-            stop = chunk.index(b"\n", start) + 1
-            line = chunk[start:stop]
-            if len(line) > MAX_LINE_BYTES:
-                self.skipped += 1
-            elif line.strip():
-                try:
-                    obj = loads(line)
-                    if not isinstance(obj, dict):
-                        raise Unreadable("not a JSON object")
-                    self.items.append(self.parse(obj, self.offset + start, stop - start))
-                    changed = True
-                except (Unreadable, TypeError, ValueError, OverflowError):
-                    self.skipped += 1
-            start = stop
-        return changed
-
-    def _reset(self) -> None:
-        self.items, self.offset, self._inode, self._seen, self._long_from = [], 0, None, None, None
-        self.skipped, self.problem = 0, ""
-        self.generation += 1
+        return changed or bool(read.rows) or bool(read.skipped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,73 +153,39 @@ def _num(obj: dict[str, Any], key: str, kind: type, default: Any) -> Any:
 
 
 class TraceEvents(PolledFile):
-    """The complete events (``"ph": "X"``) of a Chrome trace-event JSON array, read incrementally;
-    a missing closing ``]`` or a half-written last event is waited for, not an error.
-
-    :func:`tinker_core.traces.read_trace` reads the same files whole; the viewer polls a trace
-    that grows with every step, so this reader parses only what was appended since its last call
-    and keeps each event as ``(name, dur_us, stage, step)``. The table is :func:`phase_summary`."""
+    """The complete events (``"ph": "X"``) of a Chrome trace-event JSON array, followed with
+    tinker-core's reader (:class:`tinker_core.run_files.TraceReader`): a missing closing ``]`` or
+    a half-written last event is waited for, not an error. Each event is kept as
+    ``(name, dur_us, stage, step, peak memory)``; the table is :func:`phase_summary`."""
 
     def __init__(self, path: Path, root: Path | None = None) -> None:
         super().__init__(path, root)
+        self.reader = TraceReader(path, decoder=DECODER)
         self.events: list[tuple[str, float, Any, Any, dict[str, float]]] = []  # (name, dur_us, stage, step, peak memory)
-        self._reset()
+        self.problem = ""
 
-    def _reset(self) -> None:
-        self.events, self.offset, self._buffer, self._inode, self._started = [], 0, "", None, False
-        self.problem = ""  # why the rest of the file is not read (a warning), or ""
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    @property
+    def offset(self) -> int:
+        """The byte offset read up to."""
+        return self.reader.offset
 
     def _refresh(self) -> bool:
         try:
-            st = self._stat()
+            if self._stat() is None:
+                return False
         except OSError:
             return False
-        if st is None:
-            return False
-        if st.st_ino != self._inode or st.st_size < self.offset:
-            self._reset()
-            self._inode = st.st_ino
-        if st.st_size == self.offset or self.problem:
-            return False
+        read = self.reader.read()
+        if read.restarted:
+            self.events = []
         before = len(self.events)
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            while self.offset < st.st_size and not self.problem:  # in chunks: the buffer holds one event at most
-                data = f.read(min(CHUNK_BYTES, st.st_size - self.offset))
-                self.offset += len(data)
-                self._buffer += self._decoder.decode(data)
-                self._parse()
-                if len(self._buffer) > MAX_LINE_BYTES:
-                    self.problem = f"not trace-event JSON, or an event over {MAX_LINE_BYTES // 2**20} MiB; the rest is not read"
-                    self._buffer = ""
-        return len(self.events) != before
-
-    def _parse(self) -> None:
-        decoder, text, pos = DECODER, self._buffer, 0
-        while True:
-            while pos < len(text) and (text[pos].isspace() or text[pos] == ","):
-                pos += 1
-            if not self._started:
-                if pos < len(text) and text[pos] == "[":
-                    self._started, pos = True, pos + 1
-                    continue
-                break
-            if pos >= len(text) or text[pos] == "]":
-                break
-            try:
-                event, end = decoder.raw_decode(text, pos)
-            except ValueError:
-                break  # the rest is still being written
-            except RecursionError:
-                self.problem = "an event nested too deeply to parse; the rest is not read"
-                break
-            pos = end
-            if isinstance(event, dict) and event.get("ph") == "X" and isinstance(event.get("dur"), int | float):
+        for event in read.events:
+            if event.get("ph") == "X" and isinstance(event.get("dur"), int | float):
                 args = event.get("args") if isinstance(event.get("args"), dict) else {}
                 peaks = {k: float(v) for k in MEMORY_ARGS if isinstance(v := args.get(k), int | float)}
                 self.events.append((str(event.get("name", "?")), float(event["dur"]), args.get("stage"), args.get("step"), peaks))
-        self._buffer = text[pos:]
+        self.problem = self.reader.problem
+        return read.restarted or len(self.events) != before
 
 
 def phase_summary(events: list[tuple[str, float, Any, Any, dict[str, float]]]) -> dict[str, Any]:
@@ -290,9 +206,9 @@ class RunDir:
     def __init__(self, path: Path, name: str) -> None:
         self.path, self.name = path, name
         self.root = path.resolve()  # nothing is read through a link out of it (tinker_client.viewer.files)
-        self.metrics = JsonLines(path / "metrics.jsonl", lambda obj, _o, _l: {k: _finite(v) for k, v in obj.items()}, self.root)
-        self.rollouts = JsonLines(path / "rollouts.jsonl", self._index_rollout, self.root)
-        self.trace = TraceEvents(path / "trace.json", self.root)
+        self.metrics = JsonLines(path / METRICS_FILE, lambda obj, _o, _l: {k: _finite(v) for k, v in obj.items()}, self.root)
+        self.rollouts = JsonLines(path / ROLLOUTS_FILE, self._index_rollout, self.root)
+        self.trace = TraceEvents(path / TRACE_FILE, self.root)
         self._cache: dict[str, tuple[Any, Any]] = {}
         #: what could not be read, by file (shown on the page): set and cleared as files are read
         self.problems: dict[str, str] = {}
@@ -422,9 +338,9 @@ class RunDir:
         """Each of ``rollouts`` with its full record read back from ``rollouts.jsonl``."""
         if not rollouts:
             return
-        if not inside(self.root, self.path / "rollouts.jsonl"):
+        if not inside(self.root, self.rollouts.path):
             return
-        with (self.path / "rollouts.jsonl").open("rb") as f:
+        with self.rollouts.path.open("rb") as f:
             for r in rollouts:
                 f.seek(r.offset)
                 try:
