@@ -170,14 +170,14 @@ def test_select_keeps_the_first_or_the_best_and_the_worst():
 def test_a_policy_turns_tool_calls_are_recorded_in_the_openai_format():
     """A failed episode (no trajectory) still records its turns' tool calls: a valid call in the
     OpenAI format, a malformed block as its error, a turn without calls as null."""
-    from tinker_algos.records.recording import episode_record
+    from tinker_core.episodes import Episode
 
     good = '<tool_call>{"name": "calculator", "arguments": {"expression": "12+30"}}</tool_call>'
-    episode = SimpleNamespace(
-        trajectory=None, group=0, reward=0.0, success=False, truncated=False, error="timeout",
+    episode = Episode(
+        trajectory=None, reward=0.0, turns=3, success=False, error="timeout",
         transcript=[("What is 12+30?", good), ("<tool_response>42</tool_response>", "<tool_call>{oops</tool_call>"), ("x", "42")],
     )
-    record = episode_record(episode, None, kind="train", stage="grpo", step=1, episode=0)
+    record = episode.to_record(None, kind="train", stage="grpo", step=1, episode=0)
     policy = [t for t in record.turns if t.role == "policy"]
     assert policy[0].tool_calls == [{"id": "call_0", "type": "function", "function": {"name": "calculator", "arguments": '{"expression": "12+30"}'}}]
     assert len(policy[1].tool_calls) == 1 and "error" in policy[1].tool_calls[0]
@@ -244,9 +244,9 @@ def test_greedy_eval_records_carry_each_tokens_logprob_under_the_policy_not_the_
     import tinker_core
     from tinker_algos.model.models import sequence_logprobs
     from tinker_algos.records import recording
-    from tinker_algos.records.recording import UNTEMPERED, episode_record
     from tinker_algos.rollout.episodes import rollout
     from tinker_algos.sampling.sampler import SamplingParams
+    from tinker_core.episodes import UNTEMPERED
 
     params = SamplingParams(max_new_tokens=4, temperature=0.0, stop=("\n",), seed=0)
     result = rollout(policy, lambda: tinker_core.make_env("echo/echo-v0"), [0, 1, 2], params)
@@ -259,11 +259,11 @@ def test_greedy_eval_records_carry_each_tokens_logprob_under_the_policy_not_the_
             oracle_T = sequence_logprobs(policy.model, tokens, torch.ones_like(tokens)).numpy()[0]
         assert np.allclose(traj.info[UNTEMPERED][policy_T], oracle_T[policy_T], atol=1e-4)
         assert np.all(oracle_T[policy_T] < 0)  # the untrained tiny model is never certain
-        record = episode_record(e, policy.tokenizer, kind="eval", stage="echo/echo-v0", step=0, episode=i)
+        record = e.to_record(policy.tokenizer, kind="eval", stage="echo/echo-v0", step=0, episode=i)
         shown = [lp for turn in record.turns if turn.role == "policy" for lp in turn.logprobs]
         assert shown == [round(float(x), 5) for x in traj.info[UNTEMPERED][policy_T]]
     # a training record keeps the sampler's logprobs
-    train_record = episode_record(result.episodes[0], policy.tokenizer, kind="train", stage="s", step=1, episode=0)
+    train_record = result.episodes[0].to_record(policy.tokenizer, kind="train", stage="s", step=1, episode=0)
     assert all(lp == 0.0 for turn in train_record.turns if turn.role == "policy" for lp in turn.logprobs)
     # and opentinker eval's transcripts show them (through the recorder)
     with recording.transcripts(tmp_path / "t.jsonl", stage="echo/echo-v0", step=0):

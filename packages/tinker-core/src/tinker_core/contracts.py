@@ -5,6 +5,9 @@
 * **Rollout output** -- :class:`Trajectory` (one episode of one policy or role), grouped into a
   :class:`TrajectoryGroup` (the episodes that answer one task: the unit a group estimator
   normalises over and DPO pairs within), padded into a :class:`Batch` (``take(rows)`` slices it).
+* **The episode record** -- :class:`Episode` (one policy seat's episode: turns, trajectory, reward,
+  outcome, role, error; its JSON form is a ``rollouts.jsonl`` line) and :class:`Turn`, defined in
+  :mod:`tinker_core.episodes` and re-exported here.
 * **Plugin inputs and outputs** -- :class:`AdvantageInputs` / :class:`AdvantageOutputs`
   (advantage estimators, numpy), :class:`LossInputs` / :class:`LossOutputs` (losses, torch
   tensors supplied by the trainer), :class:`OptimizerFactory`.
@@ -452,3 +455,9 @@ class Loss(Protocol):
 
 class OptimizerFactory(Protocol):
     def __call__(self, params: Any, **config: Any) -> Any: ...
+
+
+# ---- the episode record (defined in tinker_core.episodes, which builds on the types above) ----
+
+from tinker_core.episodes import Episode as Episode  # noqa: E402
+from tinker_core.episodes import Turn as Turn  # noqa: E402

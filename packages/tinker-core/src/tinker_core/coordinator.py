@@ -71,10 +71,11 @@ import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeAlias, TypedDict, Unpack
+from typing import Any, TypeAlias, TypedDict, Unpack
 
 from tinker_core.contracts import Observation
 from tinker_core.env import MultiAgentTextEnv
+from tinker_core.episodes import Episode, Turn, observation_text
 from tinker_core.timeouts import CallTimeout, call_with_timeout, start_daemon
 
 __all__ = [
@@ -122,13 +123,6 @@ class AgentTimeout(CallTimeout):
     """An agent did not answer within the per-turn timeout."""
 
 
-class Turn(NamedTuple):
-    """One turn of a role: what it saw and what it answered."""
-
-    observation: Observation
-    action: str
-
-
 @dataclass
 class EpisodeResult:
     """Everything one multi-agent episode produced; see the module docstring."""
@@ -148,6 +142,13 @@ class EpisodeResult:
     seed: int | None = None
     env_id: str | None = None
     infos: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def episode(self, role: str) -> Episode:
+        """``role``'s seat as an :class:`~tinker_core.episodes.Episode`: its own turns (observations as text), no trajectory."""
+        turns = [(observation_text(t.observation), t.action) for t in self.transcripts.get(role, [])]
+        outcome = self.outcomes.get(role)
+        return Episode(None, float(self.rewards.get(role, 0.0)), len(turns), outcome == "win", self.error, turns,
+                       self.reason == "truncated", role=role, outcome=outcome)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable copy (turns become ``[observation, action]`` lists)."""

@@ -12,6 +12,7 @@ import numpy as np
 
 from tinker_core.contracts import Batch, Trajectory, TrajectoryGroup
 from tinker_core.coordinator import EpisodeResult
+from tinker_core.episodes import Episode
 
 __all__ = ["MultiAgentEpisode", "MultiAgentRolloutResult", "info_metrics", "seat_metrics"]
 
@@ -43,7 +44,8 @@ def info_metrics(prefix: str, infos: Iterable[Mapping[str, Any]]) -> dict[str, f
 
 @dataclass
 class MultiAgentEpisode:
-    """One episode: the coordinator's result, the learners' trajectories, or the error."""
+    """One game: the coordinator's result, the learners' trajectories, or the error; each learner
+    seat's :class:`~tinker_core.episodes.Episode` is :meth:`seat_episodes`."""
 
     index: int
     seed: int
@@ -59,6 +61,23 @@ class MultiAgentEpisode:
     def seat_of(self, role: str) -> int:
         """``role``'s seat, 1 for the first mover (0 when unknown: the episode failed)."""
         return self.seats.index(role) + 1 if role in self.seats else 0
+
+    def seat_episodes(self, roles: Sequence[str], group_size: int = 1) -> list[Episode]:
+        """The :class:`~tinker_core.episodes.Episode` of each learner role (the coordinator's
+        :meth:`~tinker_core.coordinator.EpisodeResult.episode` with the role's trajectory), for a
+        rollout of ``roles`` and ``group_size``; an episode that failed before a result gives one
+        per learner role with its error and no turns. A seat's ``group`` is its GRPO group:
+        ``task * len(roles) + role index``."""
+        out = []
+        for role in self.learner_roles:
+            group = (self.index // max(group_size, 1)) * len(roles) + list(roles).index(role)
+            if self.result is None:
+                out.append(Episode(None, 0.0, 0, False, self.error or "error", [], group=group, role=role))
+                continue
+            seat = self.result.episode(role)
+            out.append(replace(seat, trajectory=self.trajectories.get(role) if self.error is None else None,
+                               error=self.error or seat.error, group=group))
+        return out
 
 
 @dataclass

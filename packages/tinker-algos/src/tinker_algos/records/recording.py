@@ -17,6 +17,9 @@ no recorder is active:
 * :func:`record_train` -- a step's episodes with their advantages (GRPO, PPO);
 * :func:`record_eval` -- a held-out evaluation's episodes.
 
+Each recorded episode is a :class:`tinker_core.episodes.Episode` (built by the rollout that played
+it) written as its JSON form, :meth:`~tinker_core.episodes.Episode.to_record`.
+
 Recording reads what the rollout produced and never draws a random number, so a run's metrics are
 the same with it on or off (tested), and a resumed run drops the records after its checkpoint.
 """
@@ -30,7 +33,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,15 +40,15 @@ import numpy as np
 
 from tinker_algos.records.memory import Peaks, watch
 from tinker_core.config import LoggingConfig, RolloutsLogConfig
-from tinker_core.rollout_records import ROLLOUTS_FILE, RolloutRecord, RolloutTurn, keep_until
-from tinker_core.tools import parse_tool_calls
-from tinker_core.traces import STEP, TRACE_FILE, TraceWriter
+from tinker_core.episodes import UNTEMPERED, Episode, observation_text
+from tinker_core.rollout_records import RolloutRecord, keep_until
+from tinker_core.run_files import ROLLOUTS_FILE, TRACE_FILE
+from tinker_core.traces import STEP, TraceWriter
 
-UNTEMPERED = "untempered_logprobs_T"
-"""The ``Trajectory.info`` key of each token's logprob under the policy's own distribution
-(temperature 1, no top-k/top-p; 0 off the policy's tokens), aligned as ``sampler_logprobs_T``.
-Evaluation records show these: a greedy sample's sampler logprobs are a point mass's, all 0."""
-
+__all__ = [  # UNTEMPERED and observation_text live in tinker_core.episodes; the rollouts import them from here
+    "TABLE_COLUMNS", "UNTEMPERED", "Recorder", "observation_text", "phase", "record_eval", "record_train", "select",
+    "table_rows", "traced", "transcripts",
+]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 _ACTIVE: ContextVar[Recorder | None] = ContextVar("opentinker_recorder", default=None)
@@ -194,8 +196,8 @@ def record_train(result: Any, tokenizer: Any, advantages_B_T: np.ndarray | None,
                 advantage = {id(t): float(a) for t, a in zip(trajs, rows, strict=True)}
         chosen = select(eps, rec.rollouts.per_step, rec.rollouts.keep)
         rec.write([
-            episode_record(eps[i], tokenizer, kind="train", stage=rec.stage, step=rec.step, episode=i,
-                           advantage=advantage.get(id(eps[i].trajectory)))
+            eps[i].to_record(tokenizer, kind="train", stage=rec.stage, step=rec.step, episode=i,
+                             advantage=advantage.get(id(eps[i].trajectory)))
             for i in chosen
         ])
 
@@ -210,7 +212,7 @@ def record_eval(result: Any, tokenizer: Any) -> None:
         return
     with phase("record"):
         chosen = select(eps, rec.rollouts.per_step, rec.rollouts.keep)
-        rec.write([episode_record(eps[i], tokenizer, kind="eval", stage=rec.stage, step=rec.step, episode=i) for i in chosen])
+        rec.write([eps[i].to_record(tokenizer, kind="eval", stage=rec.stage, step=rec.step, episode=i) for i in chosen])
 
 
 @contextlib.contextmanager
@@ -224,65 +226,20 @@ def transcripts(path: Path, *, stage: str, step: int, limit: int = 10**9) -> Ite
         yield rec
 
 
-def _recordable(result: Any) -> list[Any] | None:
-    """The episodes of a rollout's result, as records are made of them, or None for a result of
-    another kind. A single-agent :class:`tinker_algos.rollout.RolloutResult`'s episodes as they
-    are; a multi-agent result's (one with ``roles``) as one :class:`SeatEpisode` per learner seat
-    of each episode, episode after episode. Duck-typed: the rollouts import this module."""
+def _recordable(result: Any) -> list[Episode] | None:
+    """The :class:`~tinker_core.episodes.Episode` s of a rollout's result, or None for a result of
+    another kind: a single-agent :class:`tinker_algos.rollout.RolloutResult`'s as they are; a
+    multi-agent result's (one with ``roles``) one per learner seat of each episode, episode after
+    episode (:meth:`tinker_algos.multiagent.MultiAgentEpisode.seat_episodes`). Duck-typed: the
+    rollouts import this module."""
     episodes = getattr(result, "episodes", None)
     if episodes is None:
         return None
     if hasattr(result, "roles"):
-        return [seat for ep in episodes for seat in seat_episodes(ep, result.roles, getattr(result, "group_size", 1))]
-    if all(hasattr(e, "trajectory") and hasattr(e, "transcript") for e in episodes):
+        return [seat for ep in episodes for seat in ep.seat_episodes(result.roles, getattr(result, "group_size", 1))]
+    if all(isinstance(e, Episode) for e in episodes):
         return list(episodes)
     return None
-
-
-@dataclass
-class SeatEpisode:
-    """One learner seat's view of a multi-agent episode, shaped as a single-agent episode is for
-    :func:`episode_record`: the seat's own turns (what it saw, what it answered), its trajectory,
-    its reward and outcome; ``agent`` is its role (recorded as the record's ``agent`` field)."""
-
-    agent: str
-    trajectory: Any
-    transcript: list[tuple[str, str]]
-    reward: float
-    success: bool
-    error: str | None
-    truncated: bool
-    group: int
-    outcome: str | None = None
-
-
-def seat_episodes(ep: Any, roles: Sequence[str], group_size: int = 1) -> list[SeatEpisode]:
-    """The :class:`SeatEpisode` of each learner role of ``ep`` (a
-    :class:`tinker_algos.multiagent.MultiAgentEpisode` of a rollout with ``roles`` and
-    ``group_size``); an episode that failed before a result gives one per learner role with its
-    error and no turns. A seat's ``group`` is its GRPO group: ``task * len(roles) + role index``."""
-    res = ep.result
-    out = []
-    for role in ep.learner_roles:
-        traj = ep.trajectories.get(role)
-        group = (ep.index // max(group_size, 1)) * len(roles) + list(roles).index(role)
-        if res is None:
-            out.append(SeatEpisode(role, None, [], 0.0, False, ep.error or "error", False, group))
-            continue
-        turns = [(observation_text(t.observation), t.action) for t in res.transcripts.get(role, [])]
-        outcome = res.outcomes.get(role)
-        out.append(SeatEpisode(
-            role, traj if ep.error is None else None, turns, float(res.rewards.get(role, 0.0)), outcome == "win",
-            ep.error or res.error, res.reason == "truncated", group, outcome,
-        ))
-    return out
-
-
-def observation_text(observation: Any) -> str:
-    """A readable text of an observation: text as is, chat messages as ``role: content`` lines."""
-    if isinstance(observation, str):
-        return observation
-    return "\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" for m in observation)
 
 
 def select(episodes: Sequence[Any], n: int, keep: str) -> list[int]:
@@ -297,74 +254,6 @@ def select(episodes: Sequence[Any], n: int, keep: str) -> list[int]:
     best = order[: n - n // 2]
     worst = order[len(order) - n // 2:] if n // 2 else []
     return sorted(set(best) | set(worst))
-
-
-def _runs(mask_T: np.ndarray) -> list[tuple[bool, int, int]]:
-    """``(trained, start, end)`` of each run of equal loss-mask values."""
-    out: list[tuple[bool, int, int]] = []
-    trained = mask_T > 0
-    start = 0
-    for i in range(1, len(trained) + 1):
-        if i == len(trained) or trained[i] != trained[start]:
-            out.append((bool(trained[start]), start, i))
-            start = i
-    return out
-
-
-def episode_record(e: Any, tokenizer: Any, *, kind: str, stage: str, step: int, episode: int, advantage: float | None = None) -> RolloutRecord:
-    """The :class:`~tinker_core.rollout_records.RolloutRecord` of one episode (a
-    :class:`tinker_algos.rollout.Episode`).
-
-    Turns come from the episode's transcript (the texts) and its trajectory's loss mask (the
-    tokens: the first masked run is the prompt, then policy and env runs alternate); a failed
-    episode has no trajectory, so its turns carry the texts only.
-    """
-    traj = e.trajectory
-    policy_runs: list[tuple[int, int]] = []
-    env_runs: list[tuple[int, int]] = []
-    prompt = e.transcript[0][0] if e.transcript else ""
-    if traj is not None:
-        runs = _runs(traj.loss_mask_T)
-        if runs and not runs[0][0]:
-            prompt = tokenizer.decode([int(t) for t in traj.tokens_T[runs[0][1]:runs[0][2]]])
-            runs = runs[1:]
-        policy_runs = [(s, t) for trained, s, t in runs if trained]
-        env_runs = [(s, t) for trained, s, t in runs if not trained]
-    turns: list[RolloutTurn] = []
-    messages: list[dict[str, Any]] = []
-    logprobs_T = traj.sampler_logprobs_T if traj is not None else None
-    if kind == "eval" and traj is not None and traj.info.get(UNTEMPERED) is not None:
-        logprobs_T = traj.info[UNTEMPERED]  # greedy: the sampler's are a point mass's (all 0); the policy's own
-    for k, (observation, action) in enumerate(e.transcript):
-        messages += [{"role": "user", "content": observation}, {"role": "assistant", "content": action}]
-        if k > 0:
-            s, t = env_runs[k - 1] if k - 1 < len(env_runs) else (0, 0)
-            turns.append(RolloutTurn(role="env", text=observation, tokens=t - s))
-        if k < len(policy_runs) and traj is not None:
-            s, t = policy_runs[k]
-            ids = [int(x) for x in traj.tokens_T[s:t]]
-            turns.append(RolloutTurn(
-                role="policy", text=action, tokens=t - s, token_texts=tokenizer.batch_decode([[x] for x in ids]),
-                logprobs=[round(float(x), 5) for x in logprobs_T[s:t]], tool_calls=_tool_calls(action),
-            ))
-        else:
-            turns.append(RolloutTurn(role="policy", text=action, tokens=0, tool_calls=_tool_calls(action)))
-    stop = e.error or (traj.info.get("stop_reason") if traj is not None else None) or "unknown"
-    return RolloutRecord(
-        kind=kind, stage=stage, step=step, group=e.group, episode=episode, prompt=prompt, messages=messages or None,
-        turns=turns, reward=float(e.reward), advantage=advantage, stop_reason=str(stop),
-        new_tokens=traj.num_generated if traj is not None else 0, success=bool(e.success), truncated=bool(e.truncated), error=e.error,
-        agent=getattr(e, "agent", None), outcome=getattr(e, "outcome", None),
-    )
-
-
-def _tool_calls(action: str) -> list[dict[str, Any]] | None:
-    """The turn's ``<tool_call>`` blocks in the OpenAI format (a malformed one as
-    ``{"error": message, "text": block}``), or None when it has none."""
-    parsed = parse_tool_calls(action)
-    if not parsed:
-        return None
-    return [c.to_openai() for c in parsed.calls] + [{"error": e.message, "text": e.text} for e in parsed.errors]
 
 
 def table_rows(records: Sequence[RolloutRecord]) -> list[list[Any]]:

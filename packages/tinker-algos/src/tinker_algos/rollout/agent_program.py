@@ -266,9 +266,9 @@ def _episodes(program: AgentProgram, play: _Play, calls: list[ProxyCall], tokeni
     return out, None
 
 
-@dataclass
+@dataclass(frozen=True)
 class AgentEpisode(Episode):
-    """An agent episode's row: the :class:`~tinker_algos.rollout.Episode` of one segment, with the
+    """An agent episode's row: the :class:`~tinker_core.episodes.Episode` of one segment, with the
     number of calls, the segment's index and, for a failed episode, the error's text."""
 
     calls: int = 0

@@ -26,7 +26,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,7 @@ from tinker_algos.sampling.turn_cache import TurnCache
 from tinker_core.contracts import (
     Action,
     Batch,
+    Episode,
     Observation,
     StepResult,
     Trajectory,
@@ -59,25 +60,6 @@ if TYPE_CHECKING:
 
 class RolloutError(OpenTinkerError, RuntimeError):
     """Too many episodes failed (env errors, timeouts) in one rollout."""
-
-
-@dataclass
-class Episode:
-    """One finished episode: its trajectory (None when it failed) and what happened.
-
-    ``group`` is the index of its task in the rollout (its :class:`TrajectoryGroup`)."""
-
-    trajectory: Trajectory | None
-    reward: float
-    turns: int
-    success: bool
-    error: str | None = None
-    transcript: list[tuple[str, str]] = field(default_factory=list)  # (observation, action)
-    truncated: bool = False
-    group: int = 0
-    entropy_sum: float = 0.0
-    """The policy's entropy summed over the episode's generated tokens (``policy/entropy``)."""
-    entropy_tokens: int = 0
 
 
 @dataclass
