@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_core.contracts import AdvantageInputs as AdvantageInputs
     from tinker_core.contracts import AdvantageOutputs as AdvantageOutputs
     from tinker_core.contracts import Batch as Batch
+    from tinker_core.contracts import Episode as Episode
     from tinker_core.contracts import Loss as Loss
     from tinker_core.contracts import LossInputs as LossInputs
     from tinker_core.contracts import LossKind as LossKind

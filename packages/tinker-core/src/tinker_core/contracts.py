@@ -4,10 +4,10 @@
   policy's text, carrying how its turn ended) and :class:`StepResult` (what ``env.step`` returns).
 * **Rollout output** -- :class:`Trajectory` (one episode of one policy or role), grouped into a
   :class:`TrajectoryGroup` (the episodes that answer one task: the unit a group estimator
-  normalises over and DPO pairs within), padded into a :class:`Batch` (``take(rows)`` slices it).
-* **The episode record** -- :class:`Episode` (one policy seat's episode: turns, trajectory, reward,
-  outcome, role, error; its JSON form is a ``rollouts.jsonl`` line) and :class:`Turn`, defined in
-  :mod:`tinker_core.episodes` and re-exported here.
+  normalises over and DPO pairs within), padded into a :class:`Batch` (``take(rows)`` slices it);
+  :class:`Episode`, the one record of an episode (turns, trajectory, reward, outcome, role,
+  error; its JSON form is a ``rollouts.jsonl`` line) and its :class:`Turn` s. The first two and
+  the last two are defined in :mod:`tinker_core.episodes` and re-exported here.
 * **Plugin inputs and outputs** -- :class:`AdvantageInputs` / :class:`AdvantageOutputs`
   (advantage estimators, numpy), :class:`LossInputs` / :class:`LossOutputs` (losses, torch
   tensors supplied by the trainer), :class:`OptimizerFactory`.
@@ -22,13 +22,20 @@ neither torch nor gymnasium.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol, TypeAlias, TypedDict
 
 import numpy as np
 
+from tinker_core.episodes import Episode, Trajectory, TrajectoryGroup, Turn
 from tinker_core.tools import ToolCall, ToolCallError
+
+__all__ = [  # the names defined here, and those of tinker_core.episodes it re-exports
+    "AGGREGATION_MODES", "LOSS_KINDS", "TURN_ENDS", "Action", "AdvantageEstimator", "AdvantageInputs", "AdvantageOutputs",
+    "Batch", "Episode", "Loss", "LossInputs", "LossKind", "LossOutputs", "Message", "Observation", "OptimizerFactory",
+    "StepResult", "Trajectory", "TrajectoryGroup", "Turn", "TurnEnd", "group_index_of", "turn_end_of",
+]
 
 # ---- env exchange ---------------------------------------------------------------------------
 
@@ -122,67 +129,6 @@ class StepResult(NamedTuple):
 
 
 # ---- rollout output -------------------------------------------------------------------------
-
-
-@dataclass
-class Trajectory:
-    """One episode of one policy (or one role of a multi-agent episode).
-
-    ``group_id`` is the index of its :class:`TrajectoryGroup` in the rollout that made it (its
-    task); ``info`` holds what the rollout knows besides (role, seed, outcome...).
-    """
-
-    tokens_T: np.ndarray
-    sampler_logprobs_T: np.ndarray
-    loss_mask_T: np.ndarray
-    turn_rewards: list[float]
-    group_id: int = 0
-    info: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.tokens_T = np.asarray(self.tokens_T, dtype=np.int64)
-        self.sampler_logprobs_T = np.asarray(self.sampler_logprobs_T, dtype=np.float32)
-        self.loss_mask_T = np.asarray(self.loss_mask_T, dtype=np.float32)
-        n = len(self.tokens_T)
-        for name in ("sampler_logprobs_T", "loss_mask_T"):
-            if len(getattr(self, name)) != n:
-                raise ValueError(f"Trajectory.{name} has length {len(getattr(self, name))}, tokens_T has {n}")
-
-    @property
-    def reward(self) -> float:
-        """The episode return: the sum of per-turn rewards."""
-        return float(sum(self.turn_rewards))
-
-    @property
-    def num_generated(self) -> int:
-        return int(self.loss_mask_T.sum())
-
-    def __len__(self) -> int:
-        return len(self.tokens_T)
-
-
-@dataclass
-class TrajectoryGroup:
-    """The trajectories that answer one task (one env reset seed; for a multi-agent env, one
-    role of one task), in sampling order. Failed episodes are left out, so a group may hold fewer
-    than ``rollout.group_size`` trajectories, or none."""
-
-    trajectories: list[Trajectory]
-
-    @property
-    def rewards_G(self) -> np.ndarray:
-        """Each trajectory's return, in order."""
-        return np.asarray([t.reward for t in self.trajectories], dtype=np.float64)
-
-    def generated(self) -> TrajectoryGroup:
-        """The group without trajectories that have no policy token (nothing to train on)."""
-        return TrajectoryGroup([t for t in self.trajectories if t.num_generated > 0])
-
-    def __len__(self) -> int:
-        return len(self.trajectories)
-
-    def __iter__(self) -> Iterator[Trajectory]:
-        return iter(self.trajectories)
 
 
 def _runs(group_ids_B: np.ndarray) -> np.ndarray | None:
@@ -456,8 +402,3 @@ class Loss(Protocol):
 class OptimizerFactory(Protocol):
     def __call__(self, params: Any, **config: Any) -> Any: ...
 
-
-# ---- the episode record (defined in tinker_core.episodes, which builds on the types above) ----
-
-from tinker_core.episodes import Episode as Episode  # noqa: E402
-from tinker_core.episodes import Turn as Turn  # noqa: E402

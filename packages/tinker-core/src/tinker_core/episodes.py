@@ -10,24 +10,22 @@ An episode is one policy's side of a play (a single-agent episode, or one role o
 one): its :class:`Turn` s as text (what it saw, what it answered), its trajectory (tokens, loss
 mask, sampler logprobs; None for an episode that failed, or one read back from a record, which
 keeps token texts, not ids), its reward and, for a multi-agent seat, its ``role`` and ``outcome``.
-No torch here.
+:class:`Trajectory` (the tokens of one episode) and :class:`TrajectoryGroup` live here too, beside
+the episode that holds them; :mod:`tinker_core.contracts` re-exports all of them. No torch here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
+
+import numpy as np
 
 from tinker_core.rollout_records import RolloutRecord, RolloutTurn
 from tinker_core.tools import parse_tool_calls
 
-if TYPE_CHECKING:
-    import numpy as np
-
-    from tinker_core.contracts import Observation, Trajectory
-
-__all__ = ["UNTEMPERED", "Episode", "Tokenizer", "Turn", "observation_text"]
+__all__ = ["UNTEMPERED", "Episode", "Tokenizer", "Trajectory", "TrajectoryGroup", "Turn", "observation_text"]
 
 UNTEMPERED = "untempered_logprobs_T"
 """The ``Trajectory.info`` key of each token's logprob under the policy's own distribution
@@ -36,10 +34,72 @@ Evaluation records show these: a greedy sample's sampler logprobs are a point ma
 
 
 class Turn(NamedTuple):
-    """One turn of a role: what it saw (an observation; text in an :class:`Episode`) and what it answered."""
+    """One turn of a role: what it saw and what it answered. ``observation`` is an
+    :data:`~tinker_core.contracts.Observation` (text or chat messages; text in an :class:`Episode`)."""
 
-    observation: Observation
+    observation: Any
     action: str
+
+
+@dataclass
+class Trajectory:
+    """One episode of one policy (or one role of a multi-agent episode).
+
+    ``group_id`` is the index of its :class:`TrajectoryGroup` in the rollout that made it (its
+    task); ``info`` holds what the rollout knows besides (role, seed, outcome...).
+    """
+
+    tokens_T: np.ndarray
+    sampler_logprobs_T: np.ndarray
+    loss_mask_T: np.ndarray
+    turn_rewards: list[float]
+    group_id: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.tokens_T = np.asarray(self.tokens_T, dtype=np.int64)
+        self.sampler_logprobs_T = np.asarray(self.sampler_logprobs_T, dtype=np.float32)
+        self.loss_mask_T = np.asarray(self.loss_mask_T, dtype=np.float32)
+        n = len(self.tokens_T)
+        for name in ("sampler_logprobs_T", "loss_mask_T"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Trajectory.{name} has length {len(getattr(self, name))}, tokens_T has {n}")
+
+    @property
+    def reward(self) -> float:
+        """The episode return: the sum of per-turn rewards."""
+        return float(sum(self.turn_rewards))
+
+    @property
+    def num_generated(self) -> int:
+        return int(self.loss_mask_T.sum())
+
+    def __len__(self) -> int:
+        return len(self.tokens_T)
+
+
+@dataclass
+class TrajectoryGroup:
+    """The trajectories that answer one task (one env reset seed; for a multi-agent env, one
+    role of one task), in sampling order. Failed episodes are left out, so a group may hold fewer
+    than ``rollout.group_size`` trajectories, or none."""
+
+    trajectories: list[Trajectory]
+
+    @property
+    def rewards_G(self) -> np.ndarray:
+        """Each trajectory's return, in order."""
+        return np.asarray([t.reward for t in self.trajectories], dtype=np.float64)
+
+    def generated(self) -> TrajectoryGroup:
+        """The group without trajectories that have no policy token (nothing to train on)."""
+        return TrajectoryGroup([t for t in self.trajectories if t.num_generated > 0])
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    def __iter__(self) -> Iterator[Trajectory]:
+        return iter(self.trajectories)
 
 
 class Tokenizer(Protocol):
