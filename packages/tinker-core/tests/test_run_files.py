@@ -7,7 +7,7 @@ import json
 import math
 import os
 
-from tinker_core.run_files import JsonLinesReader, TraceReader, read_metrics
+from tinker_core.run_files import JsonLinesReader, TraceReader, keep_lines, read_metrics
 from tinker_core.traces import TraceWriter
 
 
@@ -75,3 +75,13 @@ def test_a_trace_is_followed_event_by_event_while_it_is_written(tmp_path):
     TraceWriter(path, process_name="again", pid=1, fresh=True).flush()  # a fresh run: shorter, read again
     read = reader.read()
     assert read.restarted and [e["args"]["name"] for e in read.events] == ["again"]
+
+
+def test_keep_lines_keeps_the_chosen_lines_byte_for_byte(tmp_path):
+    src = tmp_path / "metrics.jsonl"
+    lines = ['{"step": 1, "x": 0.10000000000000001}\n', '{"step": 2}\n', 'cut by a crash\n', '{"step": 3}\n', '{"step": 1']
+    src.write_text("".join(lines))
+    assert keep_lines(src, lambda row: row["step"] <= 2, tmp_path / "copy", stop_at_bad=True) == 2
+    assert (tmp_path / "copy").read_text() == lines[0] + lines[1]  # the numbers as written, not re-encoded
+    assert keep_lines(src, lambda row: row["step"] != 2) == 2  # in place; the bad and the partial line dropped
+    assert src.read_text() == lines[0] + lines[3]

@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tinker_core.run_files import ROLLOUTS_FILE, JsonLinesReader
+from tinker_core.run_files import ROLLOUTS_FILE, JsonLinesReader, keep_lines
 
 VERSION = 1
 
@@ -123,17 +123,8 @@ def read_rollouts(path: str | Path) -> list[RolloutRecord]:
 def keep_until(path: str | Path, step: int) -> None:
     """Drop the records after ``step`` (a run resuming from the checkpoint of ``step`` writes them
     again); lines that do not parse are dropped too."""
-    p = Path(path)
-    if not p.is_file():
-        return
-    kept = []
-    for line in p.read_text(encoding="utf-8").splitlines():
-        try:
-            if int(json.loads(line)["step"]) <= step:
-                kept.append(line + "\n")
-        except (ValueError, KeyError, TypeError):
-            continue
-    p.write_text("".join(kept), encoding="utf-8")
+    if Path(path).is_file():
+        keep_lines(path, lambda row: int(row["step"]) <= step)
 
 
 __all__ = ["ROLLOUTS_FILE", "VERSION", "RolloutRecord", "RolloutTurn", "iter_rollouts", "keep_until", "read_rollouts"]

@@ -20,20 +20,22 @@ do tests and scripts. They all read through the readers here, so a file is parse
 Both read through a ``decoder`` (default :data:`JSON`, which keeps ``NaN`` as Python does); the
 viewer passes its own, which turns NaN and out-of-range numbers into None. The whole-file readers
 (:func:`read_metrics`, :func:`tinker_core.rollout_records.read_rollouts`,
-:func:`tinker_core.traces.read_trace`) are one :meth:`read` from offset 0. No torch here.
+:func:`tinker_core.traces.read_trace`) are one :meth:`read` from offset 0, and :func:`keep_lines`
+(a resumed or forked run cutting its records after a step) keeps lines through it. No torch here.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 __all__ = [
     "CHUNK_BYTES", "JSON", "MAX_LINE_BYTES", "METRICS_FILE", "ROLLOUTS_FILE", "TRACE_FILE", "JsonLinesReader", "Line",
-    "LinesRead", "Skipped", "TraceRead", "TraceReader", "read_metrics",
+    "LinesRead", "Skipped", "TraceRead", "TraceReader", "keep_lines", "read_metrics",
 ]
 
 METRICS_FILE = "metrics.jsonl"
@@ -184,6 +186,29 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     read = JsonLinesReader(p).read()
     first_bad = min((s.offset for s in read.skipped), default=None)
     return [row.value for row in read.rows if first_bad is None or row.offset < first_bad]
+
+
+def keep_lines(src: str | Path, keep: Callable[[dict[str, Any]], bool], dst: str | Path | None = None, *,
+               stop_at_bad: bool = False) -> int:
+    """Write to ``dst`` (default: ``src`` itself) the lines of the JSON-lines file ``src`` whose
+    object ``keep`` accepts, byte for byte; a line ``keep`` raises on is dropped, and so is one
+    that does not parse (with ``stop_at_bad``, it and every line after it: a line cut by a crash).
+    How a resumed or forked run cuts its records after a step. Returns the lines kept."""
+    src = Path(src)
+    read = JsonLinesReader(src).read()
+    first_bad = min((s.offset for s in read.skipped), default=None) if stop_at_bad else None
+    raw = src.read_bytes()
+    kept = []
+    for row in read.rows:
+        if first_bad is not None and row.offset > first_bad:
+            break
+        try:
+            if keep(row.value):
+                kept.append(raw[row.offset:row.offset + row.length])
+        except (ValueError, KeyError, TypeError):
+            continue
+    Path(dst if dst is not None else src).write_bytes(b"".join(kept))
+    return len(kept)
 
 
 @dataclass(frozen=True)

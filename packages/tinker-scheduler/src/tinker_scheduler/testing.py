@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from tinker_core.run_files import METRICS_FILE, JsonLinesReader
+
 SLEEP_TRAIN = "tinker_scheduler.testing:sleep_train"
 
 
@@ -103,12 +105,9 @@ def _write_checkpoint(run_dir: Path, step: int, keep: int) -> Path:
 def _metrics_of(run_dir: Path, step: int) -> dict[str, float] | None:
     """The metrics ``metrics.jsonl`` holds for ``step`` (the last line of it), else None."""
     found = None
-    path = run_dir / "metrics.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        with contextlib.suppress(ValueError):
-            row = json.loads(line)
-            if row.get("step") == step:
-                found = {k: v for k, v in row.items() if k != "step"}
+    for row in JsonLinesReader(run_dir / METRICS_FILE).read().rows:
+        if row.value.get("step") == step:
+            found = {k: v for k, v in row.value.items() if k != "step"}
     return found
 
 

@@ -35,6 +35,7 @@ from tinker_algos.run.live import LIVE_LOG, read_live_log
 from tinker_algos.run.plan import Progress
 from tinker_core.config import JobConfig, apply_overrides, parse_config
 from tinker_core.errors import OpenTinkerError
+from tinker_core.run_files import keep_lines
 
 if TYPE_CHECKING:
     from tinker_algos.run.job import TrainResult
@@ -162,12 +163,4 @@ def _link_or_copy(src: str, dst: str) -> str:
 
 def _copy_rows(src: Path, dst: Path, step: int) -> None:
     """The JSON lines of ``src`` whose ``step`` is at most ``step`` (a cut line ends the copy)."""
-    kept = []
-    for line in src.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            break
-        if isinstance(row, dict) and isinstance(row.get("step"), int | float) and row["step"] <= step:
-            kept.append(line + "\n")
-    dst.write_text("".join(kept), encoding="utf-8")
+    keep_lines(src, lambda row: isinstance(row.get("step"), int | float) and row["step"] <= step, dst, stop_at_bad=True)
