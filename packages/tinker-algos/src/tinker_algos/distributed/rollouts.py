@@ -29,6 +29,7 @@ shape: the weights of every batch not yet trained on.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -391,10 +392,9 @@ class DistributedRollouts:
         for res in results:
             offset = self._first_group(res)
             for e in res.result.episodes:
-                e.group += offset
                 if e.trajectory is not None:
                     e.trajectory.group_id += offset
-                episodes.append(e)
+                episodes.append(dataclasses.replace(e, group=e.group + offset))
             errors.update(res.result.errors)
             new_tokens += res.result.new_tokens
         return RolloutResult(episodes, errors, new_tokens, seconds)
