@@ -108,14 +108,15 @@ class JsonLines(PolledFile):
     def _refresh(self) -> bool:
         try:
             if self._stat() is None:
-                return False
+                return False  # a link out of the run dir (problem says so)
         except OSError:
             pass  # gone: the reader starts over
+        self.problem = ""
         read = self.reader.read()
         changed = False
         if read.restarted:
             changed = bool(self.items)
-            self.items, self.skipped, self.problem = [], 0, ""
+            self.items, self.skipped = [], 0
             self.generation += 1
         self.skipped += len(read.skipped)
         for row in read.rows:
