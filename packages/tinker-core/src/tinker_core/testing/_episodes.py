@@ -306,8 +306,9 @@ def check_step_after_end(rep: Reporter, env: Any, where: str, still_over: Callab
 
 
 @dataclass
-class Episode:
-    """One played episode. ``trace[0]`` is ``("reset", observation)`` (multi-agent:
+class PlayTrace:
+    """The trace of one episode the conformance kit played (not an :class:`tinker_core.Episode`: it
+    compares envs step by step). ``trace[0]`` is ``("reset", observation)`` (multi-agent:
     ``("reset", observations, agent_selection)``), then one ``(action, observation, reward,
     terminated, truncated)`` per step (multi-agent: per-role tuples, then ``agent_selection``)."""
 
@@ -316,7 +317,7 @@ class Episode:
     last_action: str
 
 
-def _compare(rep: Reporter, a: Episode, b: Episode, seed: int, script: Script, *, check: str,
+def _compare(rep: Reporter, a: PlayTrace, b: PlayTrace, seed: int, script: Script, *, check: str,
              what: str, fix: str) -> None:
     for i, (x, y) in enumerate(zip(a.trace, b.trace, strict=False)):
         if x == y:
@@ -338,7 +339,7 @@ _DETERMINISM_FIX = ("call super().reset(seed=seed) first in reset() and draw all
 _RESET_FIX = "re-initialise every per-episode attribute in reset()"
 
 
-Play = Callable[[Any, int, Script, bool], Episode]
+Play = Callable[[Any, int, Script, bool], PlayTrace]
 """``play(env, seed, script, probe_after_end)``: one episode on ``env``, validated as it goes."""
 
 
@@ -387,7 +388,7 @@ def play_all(run: CheckPlan, play: Play, *, unfinished: str, unfinished_fix: str
     if t.fresh is not None:
         with rep.guard("determinism", "building a second fresh env"):
             other = t.fresh()
-    first: Episode | None = None
+    first: PlayTrace | None = None
     for seed in run.seeds:
         for script in run.scripts:
             ep = play(t.env, seed, script, True)

@@ -52,7 +52,7 @@ from tinker_core.testing._common import Reporter, is_bool, short
 from tinker_core.testing._episodes import (
     DEFAULT_ACTIONS,
     CheckOptions,
-    Episode,
+    PlayTrace,
     Script,
     as_action,
     check_info,
@@ -108,7 +108,7 @@ def _check_step_result(rep: Reporter, spec: EnvSpec, result: object, where: str)
 
 
 def _play(rep: Reporter, env: TextEnv, spec: EnvSpec, seed: int, script: Script, limit: int,
-          *, probe_after_end: bool) -> Episode:
+          *, probe_after_end: bool) -> PlayTrace:
     obs, info = _reset(rep, env, spec, seed)
     trace: list[tuple[Any, ...]] = [("reset", obs)]
     policy = script.build(seed)
@@ -127,8 +127,8 @@ def _play(rep: Reporter, env: TextEnv, spec: EnvSpec, seed: int, script: Script,
                     went_on="returned terminated=False, truncated=False (the episode silently went on)",
                     fix="once an episode ended, keep returning terminated=True until reset(), or raise "
                         "an error that says to call reset()")
-            return Episode(trace, True, action)
-    return Episode(trace, False, action)
+            return PlayTrace(trace, True, action)
+    return PlayTrace(trace, False, action)
 
 
 def check_env(env: Any, **options: Unpack[CheckOptions]) -> None:
@@ -152,7 +152,7 @@ def check_env(env: Any, **options: Unpack[CheckOptions]) -> None:
     run = prepare(env, multi_agent=False, **options)
     rep, spec = run.reporter, run.spec
 
-    def play(e: TextEnv, seed: int, script: Script, probe_after_end: bool) -> Episode:
+    def play(e: TextEnv, seed: int, script: Script, probe_after_end: bool) -> PlayTrace:
         return _play(rep, e, spec, seed, script, run.limit, probe_after_end=probe_after_end)
 
     play_all(run, play,

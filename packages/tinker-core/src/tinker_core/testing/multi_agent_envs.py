@@ -26,7 +26,7 @@ from tinker_core.env import EnvSpec, MultiAgentTextEnv
 from tinker_core.testing._common import Reporter, is_bool, is_real_number, short
 from tinker_core.testing._episodes import (
     CheckOptions,
-    Episode,
+    PlayTrace,
     Script,
     check_info,
     check_reward,
@@ -94,7 +94,7 @@ def _ma_done(rep: Reporter, env: MultiAgentTextEnv, where: str) -> bool:
 
 
 def _ma_play(rep: Reporter, env: MultiAgentTextEnv, spec: EnvSpec, roles: list[str], seed: int,
-             script: Script, limit: int, *, probe_after_end: bool) -> Episode:
+             script: Script, limit: int, *, probe_after_end: bool) -> PlayTrace:
     where = f"reset(seed={seed})"
     with rep.guard("reset", where, "reset must work for any seed"):
         env.reset(seed=seed, options=None)
@@ -136,8 +136,8 @@ def _ma_play(rep: Reporter, env: MultiAgentTextEnv, spec: EnvSpec, roles: list[s
                 check_step_after_end(rep, env, f"seed {seed}, {script.name}", lambda _, at: _ma_done(rep, env, at),
                                      went_on="made it live again",
                                      fix="ignore steps once done (or raise an error that says to call reset())")
-            return Episode(trace, True, action)
-    return Episode(trace, False, action)
+            return PlayTrace(trace, True, action)
+    return PlayTrace(trace, False, action)
 
 
 def check_multi_agent_env(env: Any, **options: Unpack[CheckOptions]) -> None:
@@ -164,7 +164,7 @@ def check_multi_agent_env(env: Any, **options: Unpack[CheckOptions]) -> None:
                  "set self.possible_agents = list(env_spec.roles) in __init__")
     roles = list(possible)
 
-    def play(e: MultiAgentTextEnv, seed: int, script: Script, probe_after_end: bool) -> Episode:
+    def play(e: MultiAgentTextEnv, seed: int, script: Script, probe_after_end: bool) -> PlayTrace:
         return _ma_play(rep, e, spec, roles, seed, script, run.limit, probe_after_end=probe_after_end)
 
     play_all(run, play,
