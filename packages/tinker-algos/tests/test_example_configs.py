@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tinker_core.config import load_config
+from tinker_core.config import load_config, parse_config
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 JOB_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("compare-"))
@@ -51,3 +51,20 @@ def test_the_smollm2_example_is_lora_grpo_through_the_chat_template() -> None:
     assert stage.env.eval_kwargs is not None and stage.env.eval_kwargs["split"] == "test"
     assert 0 < stage.algorithm.eval_every < stage.algorithm.steps and job.checkpoint.every > 0
     assert stage.rollout is not None and stage.rollout.stop == []  # chat models stop at <|im_end|>
+
+
+def test_the_3term_calculator_compare_keeps_its_warm_start_in_step_with_the_recipe() -> None:
+    """The compare's sft-only variant is the recipe's first stage alone, and the other variants
+    differ from the recipe only in dynamic sampling (so the report compares what it says)."""
+    from tinker_algos.compare.spec import expand, load_spec
+
+    recipe = load_config(EXAMPLES / "smollm2-calculator-3terms.yaml")
+    sft, grpo = recipe.resolved_stages()
+    assert (sft.algorithm.name, grpo.algorithm.name) == ("sft", "grpo") and recipe.rollout.dynamic_sampling.enabled
+    jobs = {(j.variant, j.seed): parse_config(j.config) for j in expand(load_spec(EXAMPLES / "compare-calculator-3terms.yaml"))}
+    assert sorted({s for _, s in jobs}) == [0, 1, 2]  # seed 100 tuned the recipe
+    (only,) = jobs["sft-only", 0].resolved_stages()
+    assert only.algorithm == sft.algorithm and only.optimizer == sft.optimizer
+    assert jobs["grpo-dynamic-sampling", 0].stages == recipe.stages
+    assert not jobs["grpo", 0].rollout.dynamic_sampling.enabled and jobs["grpo", 0].stages == recipe.stages
+
