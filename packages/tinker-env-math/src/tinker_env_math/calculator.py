@@ -84,6 +84,8 @@ CALCULATOR_SPEC = EnvSpec(
     ),
     max_turns=4,
     reward_range=(0.0, 1.0),
+    # rollout.curriculum moves between these (over the stage's env.kwargs): operands per problem
+    difficulty_levels=({"num_terms": 2}, {"num_terms": 3}, {"num_terms": 4}, {"num_terms": 5}),
     action_format=(
         "either a tool call '<calc>347*29</calc>' (answered with '<result>10063</result>') or "
         "a final answer '<answer>10181</answer>' (a bare number also counts as final)"
