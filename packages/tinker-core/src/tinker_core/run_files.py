@@ -197,16 +197,18 @@ def keep_lines(src: str | Path, keep: Callable[[dict[str, Any]], bool], dst: str
     src = Path(src)
     read = JsonLinesReader(src).read()
     first_bad = min((s.offset for s in read.skipped), default=None) if stop_at_bad else None
-    raw = src.read_bytes()
     kept = []
-    for row in read.rows:
-        if first_bad is not None and row.offset > first_bad:
-            break
-        try:
-            if keep(row.value):
-                kept.append(raw[row.offset:row.offset + row.length])
-        except (ValueError, KeyError, TypeError):
-            continue
+    with src.open("rb") as f:  # the kept lines' bytes only, not the whole file a second time
+        for row in read.rows:
+            if first_bad is not None and row.offset > first_bad:
+                break
+            try:
+                if not keep(row.value):
+                    continue
+            except (ValueError, KeyError, TypeError):
+                continue
+            f.seek(row.offset)
+            kept.append(f.read(row.length))
     Path(dst if dst is not None else src).write_bytes(b"".join(kept))
     return len(kept)
 
