@@ -1,7 +1,7 @@
 """``opentinker view`` over a run dir that training wrote (not the synthetic fixtures of the unit
 tests): a few GRPO steps of the tiny model, then the viewer's JSON API and its page, checked
 against the run's own files read by tinker-core's readers (metrics.jsonl, rollouts.jsonl with
-tinker_core.rollout_records, trace.json with tinker_core.traces)."""
+tinker_core.run_files.read_rollouts, trace.json with tinker_core.traces)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tinker_client.viewer.command import running
-from tinker_core.rollout_records import read_rollouts
+from tinker_core.run_files import read_rollouts
 from tinker_core.traces import STEP, read_trace, summarise
 
 JOB = """

@@ -14,7 +14,7 @@ from tinker_algos.sampling.sampler import SamplingParams
 from tinker_core.contracts import Episode
 from tinker_core.coordinator import EpisodeResult, Turn
 from tinker_core.env import EnvSpec, TextEnv
-from tinker_core.rollout_records import RolloutRecord
+from tinker_core.episodes import RolloutRecord
 
 
 class ThreeTurns(TextEnv):

@@ -168,7 +168,7 @@ def test_eval_of_a_run_reproduces_its_training_held_out_metrics(lora_run, tmp_pa
     assert invoke("eval", lora_run, "--n", "2").exit_code == 0
     assert json.loads((lora_run / "eval" / "step-000003-echo_echo-v0.json").read_text())["n"] == 2
     # the transcripts: one rollout record per episode, beside the JSON (or at --transcripts)
-    from tinker_core.rollout_records import read_rollouts
+    from tinker_core.run_files import read_rollouts
 
     records = read_rollouts(tmp_path / "eval.rollouts.jsonl")
     assert [(r.kind, r.stage, r.step, r.episode) for r in records] == [("eval", "echo/echo-v0", 3, i) for i in range(3)]

@@ -17,7 +17,7 @@ from tinker_algos import train
 from tinker_algos.records.memory import watch
 from tinker_algos.records.metrics import read_metrics
 from tinker_algos.records.recording import select
-from tinker_core.rollout_records import read_rollouts
+from tinker_core.run_files import read_rollouts
 from tinker_core.traces import read_trace, summarise
 
 pytestmark = pytest.mark.usefixtures("algos_and_echo_plugins")

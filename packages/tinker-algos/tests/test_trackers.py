@@ -148,7 +148,7 @@ def test_the_curve_is_a_png_and_without_matplotlib_it_is_skipped_with_a_warning(
 
 
 def rollout_record(episode: int):
-    from tinker_core.rollout_records import RolloutRecord
+    from tinker_core.episodes import RolloutRecord
 
     return RolloutRecord(
         kind="train", stage="rl", step=2, group=0, episode=episode, prompt="Say: ab\n",

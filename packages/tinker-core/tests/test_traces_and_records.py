@@ -1,5 +1,5 @@
 """The torch-free readers of a run's ``trace.json`` and ``rollouts.jsonl`` (tinker_core.traces,
-tinker_core.rollout_records): what they tolerate, what they compute."""
+tinker_core.run_files' read_rollouts): what they tolerate, what they compute."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import math
 import pytest
 
 from tinker_core.config import RolloutsLogConfig, parse_config
-from tinker_core.rollout_records import RolloutRecord, keep_until, read_rollouts
+from tinker_core.episodes import RolloutRecord
+from tinker_core.run_files import keep_until, read_rollouts
 from tinker_core.traces import TraceWriter, percentile, read_trace, summarise
 
 

@@ -18,7 +18,7 @@ import tinker_core
 import tinker_core.registry
 from tinker_algos import train
 from tinker_algos.records.metrics import is_timing
-from tinker_core.rollout_records import read_rollouts
+from tinker_core.run_files import read_rollouts
 from tinker_core.traces import read_trace
 from tinker_scheduler.model_host import ModelHost, job_adapter_name
 

@@ -45,13 +45,13 @@ if TYPE_CHECKING:  # pragma: no cover - the public names, listed once (lazy_pack
     from tinker_algos.model.prompts import render_prompt as render_prompt
     from tinker_algos.model.tokenizer import build_char_tokenizer as build_char_tokenizer
     from tinker_algos.model.tokenizer import load_tokenizer as load_tokenizer
+    from tinker_algos.records.health import logprob_agreement as logprob_agreement
     from tinker_algos.run.forking import fork as fork
     from tinker_algos.run.job import TrainResult as TrainResult
     from tinker_algos.run.job import train as train
     from tinker_algos.sampling.sampler import SampledSequence as SampledSequence
     from tinker_algos.sampling.sampler import Sampler as Sampler
     from tinker_algos.sampling.sampler import SamplingParams as SamplingParams
-    from tinker_algos.sampling.sampler import logprob_agreement as logprob_agreement
     from tinker_algos.sampling.sampler import sample as sample
     from tinker_algos.sampling.sampler import sequences_to_batch as sequences_to_batch
     from tinker_algos.training.checkpoint import CheckpointError as CheckpointError

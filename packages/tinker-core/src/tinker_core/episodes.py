@@ -12,20 +12,57 @@ mask, sampler logprobs; None for an episode that failed, or one read back from a
 keeps token texts, not ids), its reward and, for a multi-agent seat, its ``role`` and ``outcome``.
 :class:`Trajectory` (the tokens of one episode) and :class:`TrajectoryGroup` live here too, beside
 the episode that holds them; :mod:`tinker_core.contracts` re-exports all of them. No torch here.
+
+**The record**, an episode's JSON form (:class:`RolloutRecord`, with :class:`RolloutTurn`), is
+one line of ``rollouts.jsonl``: written by ``tinker_algos.records.recording`` during training
+(``kind: "train"``, a sample of each step's episodes, and ``kind: "eval"``, the held-out
+evaluation's transcripts) and by ``opentinker eval``; read back with
+:func:`tinker_core.run_files.read_rollouts` (whole) or :class:`tinker_core.run_files.JsonLinesReader`
+(incrementally). One record (format version :data:`VERSION`)::
+
+    {"v": 1, "kind": "train" | "eval", "stage": str, "step": int, "group": int, "episode": int,
+     "prompt": str, "messages": [{"role": str, "content": str}, ...] | null,
+     "turns": [{"role": "policy" | "env", "text": str, "tokens": int,
+                "token_texts": [str, ...] | null, "logprobs": [float, ...] | null,
+                "tool_calls": [...] | null}, ...],
+     "reward": float, "advantage": float | null, "stop_reason": str, "new_tokens": int,
+     "success": bool | null, "truncated": bool | null, "error": str | null,
+     "agent": str | null, "outcome": str | null}
+
+``prompt`` is the rendered first prompt (chat template included), ``messages`` the episode as chat
+messages (the observations as ``user``, the policy's replies as ``assistant``; a system prompt
+first). ``turns`` alternate policy and env: a policy turn's ``token_texts`` are its sampled tokens
+each decoded alone and ``logprobs`` the sampler's (an ``eval`` record's, greedy: the policy's
+untempered ones, a point mass's being all 0); an env turn is the environment's reply and the
+tokens it took in the context. ``stop_reason`` is how the last policy turn ended (``eos``,
+``stop_id``, ``stop_string``, ``length``) or, for a failed episode, the error (``env_error``,
+``env_timeout``, ``context_overflow``). ``advantage`` is the mean advantage over the episode's
+trained tokens (null for evaluation and for episodes left out of training). ``episode`` counts the
+episodes of one step (or evaluation) from 0, ``group`` is its task's index.
+
+A multi-agent episode is recorded once per learner seat (``agent``: its role; ``outcome``: ``win``,
+``draw``, ``loss`` or a forfeit; ``turns``: that seat's own turns, the other seats' moves being
+part of the observations it saw; ``group``: its GRPO group, ``task * number of roles + role
+index``). ``agent`` and ``outcome`` are null for single-agent episodes; readers of older files see
+them absent.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
-from tinker_core.rollout_records import RolloutRecord, RolloutTurn
 from tinker_core.tools import parse_tool_calls
 
-__all__ = ["UNTEMPERED", "Episode", "Tokenizer", "Trajectory", "TrajectoryGroup", "Turn", "observation_text"]
+__all__ = [
+    "UNTEMPERED", "VERSION", "Episode", "RolloutRecord", "RolloutTurn", "Tokenizer", "Trajectory", "TrajectoryGroup", "Turn",
+    "observation_text",
+]
 
 UNTEMPERED = "untempered_logprobs_T"
 """The ``Trajectory.info`` key of each token's logprob under the policy's own distribution
@@ -146,7 +183,7 @@ class Episode:
         self, tokenizer: Tokenizer | None, *, kind: Literal["train", "eval"], stage: str, step: int, episode: int,
         advantage: float | None = None,
     ) -> RolloutRecord:
-        """The episode as a :class:`~tinker_core.rollout_records.RolloutRecord` (its JSON form).
+        """The episode as a :class:`RolloutRecord` (its JSON form).
 
         Turns come from the transcript (the texts) and the trajectory's loss mask (the tokens: the
         first masked run is the prompt, then policy and env runs alternate), decoded with
@@ -214,6 +251,51 @@ class Episode:
             None, rec.reward, len(transcript), bool(rec.success), rec.error, transcript, bool(rec.truncated), rec.group,
             role=rec.agent, outcome=rec.outcome,
         )
+
+
+VERSION = 1
+
+
+class RolloutTurn(BaseModel):
+    """One turn of a recorded episode: the policy's reply or the environment's."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["policy", "env"]
+    text: str
+    tokens: int = Field(ge=0, description="Tokens of this turn in the episode's context.")
+    token_texts: list[str] | None = None
+    logprobs: list[float] | None = None
+    tool_calls: list[Any] | None = None
+
+
+class RolloutRecord(BaseModel):
+    """One recorded episode (see the module docstring for every field); unknown fields are kept."""
+
+    model_config = ConfigDict(extra="allow")
+
+    v: int = VERSION
+    kind: Literal["train", "eval"]
+    stage: str
+    step: int
+    group: int
+    episode: int
+    prompt: str
+    messages: list[dict[str, Any]] | None = None
+    turns: list[RolloutTurn]
+    reward: float
+    advantage: float | None = None
+    stop_reason: str
+    new_tokens: int
+    success: bool | None = None
+    truncated: bool | None = None
+    error: str | None = None
+    agent: str | None = None
+    outcome: str | None = None
+
+    def to_json_line(self) -> str:
+        """The record as one line of ``rollouts.jsonl`` (with its newline)."""
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False) + "\n"
 
 
 def _runs(mask_T: np.ndarray) -> list[tuple[bool, int, int]]:

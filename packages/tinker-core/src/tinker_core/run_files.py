@@ -19,7 +19,7 @@ do tests and scripts. They all read through the readers here, so a file is parse
 
 Both read through a ``decoder`` (default :data:`JSON`, which keeps ``NaN`` as Python does); the
 viewer passes its own, which turns NaN and out-of-range numbers into None. The whole-file readers
-(:func:`read_metrics`, :func:`tinker_core.rollout_records.read_rollouts`,
+(:func:`read_metrics`, :func:`read_rollouts`,
 :func:`tinker_core.traces.read_trace`) are one :meth:`read` from offset 0, and :func:`keep_lines`
 (a resumed or forked run cutting its records after a step) keeps lines through it. No torch here.
 """
@@ -28,20 +28,23 @@ from __future__ import annotations
 
 import codecs
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from tinker_core.episodes import RolloutRecord
+
 __all__ = [
     "CHUNK_BYTES", "JSON", "MAX_LINE_BYTES", "METRICS_FILE", "ROLLOUTS_FILE", "TRACE_FILE", "JsonLinesReader", "Line",
-    "LinesRead", "Skipped", "TraceRead", "TraceReader", "keep_lines", "read_metrics",
+    "LinesRead", "Skipped", "TraceRead", "TraceReader", "iter_rollouts", "keep_lines", "keep_until", "read_metrics",
+    "read_rollouts",
 ]
 
 METRICS_FILE = "metrics.jsonl"
 """A run's metrics: one JSON object per logged step."""
 ROLLOUTS_FILE = "rollouts.jsonl"
-"""A run's recorded episodes (:mod:`tinker_core.rollout_records`)."""
+"""A run's recorded episodes (:class:`tinker_core.episodes.RolloutRecord`, one per line)."""
 TRACE_FILE = "trace.json"
 """A run's phases as trace events (:mod:`tinker_core.traces`)."""
 
@@ -211,6 +214,43 @@ def keep_lines(src: str | Path, keep: Callable[[dict[str, Any]], bool], dst: str
             kept.append(f.read(row.length))
     Path(dst if dst is not None else src).write_bytes(b"".join(kept))
     return len(kept)
+
+
+def iter_rollouts(path: str | Path) -> Iterator[RolloutRecord]:
+    """The records of a ``rollouts.jsonl`` file, in order, read with
+    :class:`tinker_core.run_files.JsonLinesReader`. A last line cut short (the run is writing it)
+    is skipped; a blank line is skipped; a line that is not a record raises ``ValueError`` naming
+    the file and the line."""
+    p = Path(path)
+    read = JsonLinesReader(p).read()
+    first_bad = min(read.skipped, key=lambda s: s.number, default=None)
+    for row in read.rows:
+        if first_bad is not None and row.number > first_bad.number:
+            break
+        try:
+            yield RolloutRecord.model_validate(row.value)
+        except ValueError as e:
+            raise ValueError(f"{p}:{row.number} is not a rollout record: {e}") from None
+    if first_bad is not None:
+        raise ValueError(f"{p}:{first_bad.number} is not a rollout record: {first_bad.why}")
+
+
+def read_rollouts(path: str | Path) -> list[RolloutRecord]:
+    """Every record of a ``rollouts.jsonl`` file (or of ``RUN_DIR/rollouts.jsonl`` for a directory);
+    an empty list when there is none."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / ROLLOUTS_FILE
+    if not p.is_file():
+        return []
+    return list(iter_rollouts(p))
+
+
+def keep_until(path: str | Path, step: int) -> None:
+    """Drop the records after ``step`` (a run resuming from the checkpoint of ``step`` writes them
+    again); lines that do not parse are dropped too."""
+    if Path(path).is_file():
+        keep_lines(path, lambda row: int(row["step"]) <= step)
 
 
 @dataclass(frozen=True)

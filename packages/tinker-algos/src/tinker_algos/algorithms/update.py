@@ -67,7 +67,7 @@ import torch
 import tinker_core.registry
 from tinker_algos.algorithms.base import StageContext
 from tinker_algos.algorithms.common import ReferencePolicy, kl_to_reference, resolve_loss
-from tinker_algos.sampling.sampler import logprob_agreement
+from tinker_algos.records.health import logprob_agreement
 from tinker_core.contracts import Batch, LossInputs, Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ Per step (GRPO stages; in ``metrics.jsonl``, the trackers and the viewer like an
 * ``health/grad_norm_ratio`` -- ``optim/grad_norm`` over the median of the previous
   :data:`GRAD_WINDOW` steps' (from :data:`GRAD_MIN_HISTORY` of them; 1 before);
 * ``losses/clipfrac`` (clipped losses) and ``rollout/logprob_mean_abs_diff`` / ``kl/sample_train``
-  (the sampler-trainer gap) come from the update itself.
+  (the sampler-trainer gap, :func:`logprob_agreement`) come from the update itself.
 
 Warnings (one ``warning:`` line in the run's log, and ``health/warn/<name>: 1`` in that step's
 metrics), each once per crossing -- given when the signal crosses its threshold, given again only
@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 ENTROPY_COLLAPSE_FRAC = 0.1
 """``entropy_collapse``: the entropy fell below this share of the stage's first step's."""
@@ -157,3 +158,28 @@ class TiedRewardsHint:
         if self.tied_steps >= self.steps and not self.given:
             self.given = True
             self.log(FLAT_HINT.format(n=self.steps))
+
+
+def logprob_agreement(
+    sampler_logprobs_B_T: ArrayLike, trainer_logprobs_B_T: ArrayLike, mask_B_T: ArrayLike
+) -> dict[str, float]:
+    """How well sampler logprobs match the trainer's for the same tokens (on the mask).
+
+    With ``x = trainer - sampler`` per token: ``mean_abs_diff`` and ``max_abs_diff`` of ``|x|``,
+    and the sampler-to-trainer KL estimated on the sampled tokens: ``kl_k1 = mean(-x)`` and
+    ``kl_k3 = mean(exp(x) - x - 1)`` (non-negative, low variance).
+    """
+    s = np.asarray(sampler_logprobs_B_T, dtype=np.float64)
+    t = np.asarray(trainer_logprobs_B_T, dtype=np.float64)
+    m = np.asarray(mask_B_T, dtype=np.float64) > 0
+    if s.shape != t.shape or s.shape != m.shape:
+        raise ValueError(f"shapes differ: sampler {s.shape}, trainer {t.shape}, mask {m.shape}")
+    if not m.any():
+        raise ValueError("mask_B_T selects no tokens")
+    x = (t - s)[m]
+    return {
+        "mean_abs_diff": float(np.abs(x).mean()),
+        "max_abs_diff": float(np.abs(x).max()),
+        "kl_k1": float((-x).mean()),
+        "kl_k3": float((np.exp(x) - x - 1.0).mean()),
+    }

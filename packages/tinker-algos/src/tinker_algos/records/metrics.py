@@ -85,7 +85,7 @@ class MetricsLog:
         log_to(self.trackers, step, metrics)
 
     def log_rollouts(self, step: int, records: list[Any]) -> None:
-        """Recorded episodes (:class:`tinker_core.rollout_records.RolloutRecord`) as a ``rollouts``
+        """Recorded episodes (:class:`tinker_core.episodes.RolloutRecord`) as a ``rollouts``
         table, to the trackers that take tables (wandb, mlflow, trackio)."""
         from tinker_algos.records.recording import TABLE_COLUMNS, table_rows
 

@@ -1,8 +1,8 @@
 """What a run records besides its metrics: sampled episodes (``rollouts.jsonl``) and the time of
 each phase of each step (``trace.json``).
 
-The formats and their readers are torch-free, in tinker-core: :mod:`tinker_core.rollout_records`
-and :mod:`tinker_core.traces`. This module writes them, and is kept apart from the logic it
+The formats and their readers are torch-free, in tinker-core: :class:`tinker_core.episodes.RolloutRecord`
+(read by :mod:`tinker_core.run_files`) and :mod:`tinker_core.traces`. This module writes them, and is kept apart from the logic it
 observes: the run makes a :class:`Recorder` *active* for the duration of each step
 (:meth:`Recorder.active`, a context variable, so jobs sharing a model host each record into their
 own run directory), and the code being observed calls three module functions that do nothing when
@@ -40,9 +40,8 @@ import numpy as np
 
 from tinker_algos.records.memory import Peaks, watch
 from tinker_core.config import LoggingConfig, RolloutsLogConfig
-from tinker_core.episodes import UNTEMPERED, Episode, observation_text
-from tinker_core.rollout_records import RolloutRecord, keep_until
-from tinker_core.run_files import ROLLOUTS_FILE, TRACE_FILE
+from tinker_core.episodes import UNTEMPERED, Episode, RolloutRecord, observation_text
+from tinker_core.run_files import ROLLOUTS_FILE, TRACE_FILE, keep_until
 from tinker_core.traces import STEP, TraceWriter
 
 __all__ = [  # UNTEMPERED and observation_text live in tinker_core.episodes; the rollouts import them from here

@@ -11,7 +11,7 @@ This is the library mode the scheduler's workers and ``opentinker train`` call. 
                            written last); written atomically; the newest `checkpoint.keep_last` kept,
                            and every `checkpoint.keep_every`-th step
     rollouts.jsonl         a sample of each step's episodes and of each evaluation's (logging.rollouts;
-                           tinker_core.rollout_records)
+                           tinker_core.episodes.RolloutRecord)
     trace.json             each step's phases as Chrome/Perfetto trace events (logging.trace;
                            tinker_core.traces; ``opentinker trace RUN_DIR`` sums them up)
     curve.png              the learning curve, written at the end

@@ -55,6 +55,7 @@ from tinker_algos.model.models import (
     cache_kwarg,
     position_ids_from_mask,
 )
+from tinker_algos.records.health import logprob_agreement as logprob_agreement
 from tinker_algos.sampling.decode_rows import (
     distinct_rows,
     left_padded,
@@ -64,7 +65,6 @@ from tinker_algos.sampling.decode_rows import (
 )
 from tinker_algos.sampling.samples import SampledSequence as SampledSequence
 from tinker_algos.sampling.samples import StopReason as StopReason
-from tinker_algos.sampling.samples import logprob_agreement as logprob_agreement
 from tinker_algos.sampling.samples import sequences_to_batch as sequences_to_batch
 from tinker_algos.sampling.token_draw import INVERSE_CDF_MIN_VOCAB as INVERSE_CDF_MIN_VOCAB
 from tinker_algos.sampling.token_draw import (

@@ -1,6 +1,7 @@
 """Samples and what they become: a :class:`SampledSequence` (one sample of the sampler, with its
-logprobs and stop reason), its trajectory, a batch of them, and how well the sampler's logprobs
-agree with the trainer's. :mod:`tinker_algos.sampling.sampler` produces them (and re-exports these names).
+logprobs and stop reason), its trajectory and a batch of them. :mod:`tinker_algos.sampling.sampler`
+produces them (and re-exports these names). How well the sampler's logprobs agree with the
+trainer's is a health signal: :func:`tinker_algos.records.health.logprob_agreement`.
 """
 
 from __future__ import annotations
@@ -10,12 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:
     from tinker_core.contracts import Batch, Trajectory
 
-__all__ = ["SampledSequence", "StopReason", "logprob_agreement", "sequences_to_batch"]
+__all__ = ["SampledSequence", "StopReason", "sequences_to_batch"]
 
 StopReason = Literal["stop_string", "stop_id", "eos", "length", "abort"]
 """Why a sample stopped (see :mod:`tinker_algos.sampling.sampler`)."""
@@ -94,28 +94,3 @@ def sequences_to_batch(
         for i, s in enumerate(flat)
     ]
     return Batch.from_trajectories(trajs, pad_token_id=pad_token_id)
-
-
-def logprob_agreement(
-    sampler_logprobs_B_T: ArrayLike, trainer_logprobs_B_T: ArrayLike, mask_B_T: ArrayLike
-) -> dict[str, float]:
-    """How well sampler logprobs match the trainer's for the same tokens (on the mask).
-
-    With ``x = trainer - sampler`` per token: ``mean_abs_diff`` and ``max_abs_diff`` of ``|x|``,
-    and the sampler-to-trainer KL estimated on the sampled tokens: ``kl_k1 = mean(-x)`` and
-    ``kl_k3 = mean(exp(x) - x - 1)`` (non-negative, low variance).
-    """
-    s = np.asarray(sampler_logprobs_B_T, dtype=np.float64)
-    t = np.asarray(trainer_logprobs_B_T, dtype=np.float64)
-    m = np.asarray(mask_B_T, dtype=np.float64) > 0
-    if s.shape != t.shape or s.shape != m.shape:
-        raise ValueError(f"shapes differ: sampler {s.shape}, trainer {t.shape}, mask {m.shape}")
-    if not m.any():
-        raise ValueError("mask_B_T selects no tokens")
-    x = (t - s)[m]
-    return {
-        "mean_abs_diff": float(np.abs(x).mean()),
-        "max_abs_diff": float(np.abs(x).max()),
-        "kl_k1": float((-x).mean()),
-        "kl_k3": float((np.exp(x) - x - 1.0).mean()),
-    }

@@ -1,7 +1,7 @@
 """The ``logging`` section: where metrics go (JSONL, trackers, the plot, the trace) and which
 sampled episodes a run records in ``rollouts.jsonl`` (``logging.rollouts``).
 
-The record format is :mod:`tinker_core.rollout_records`, the writer ``tinker_algos.records.recording``.
+The record format is :class:`tinker_core.episodes.RolloutRecord`, the writer ``tinker_algos.records.recording``.
 """
 
 from __future__ import annotations
