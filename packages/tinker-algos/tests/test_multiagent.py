@@ -319,6 +319,14 @@ def test_multi_agent_params_are_checked_against_the_env() -> None:
     with pytest.raises(ConfigError, match=r"\.eval_opponent: 'minimax' is not a scripted opponent"):
         MultiAgentParams.for_env(settings(eval_opponent="minimax"), c4)
     assert MultiAgentParams.for_env(settings(eval_opponent="random"), c4).eval_opponent == "random"
+    # several held-out opponents: each must be offered, named by its index; the first is the primary
+    neg = tinker_core.registry.env_spec("games/negotiation-v0")
+    with pytest.raises(ConfigError, match=r"\.eval_opponents\[1\]: 'minimax' is not a scripted opponent of games/negotiation-v0 \(it offers: boulware, conceder, random;"):
+        MultiAgentParams.for_env(settings(eval_opponents=["conceder", "minimax"]), neg)
+    both = MultiAgentParams.for_env(settings(eval_opponents=["conceder", "boulware"]), neg)
+    assert (both.eval_opponent, both.held_out_opponents, both.per_opponent) == ("conceder", ("conceder", "boulware"), True)
+    one = MultiAgentParams.for_env(settings(eval_opponent="boulware"), neg)
+    assert (one.held_out_opponents, one.per_opponent) == (("boulware",), False)
     # an env that offers none cannot be evaluated against an opponent: refused before training
     duel = tinker_core.registry.env_spec("echo/call-response-v0")
     with pytest.raises(ConfigError, match=r"\.opponent: 'random' \(the default\) is not a scripted opponent of echo/call-response-v0 \(it offers: none"):

@@ -96,3 +96,30 @@ def test_the_opponent_field_names_opponents_the_envs_offer(env_id: str, names: t
     assert env_id in description and "scripted_opponents" in description
     for name in names:
         assert name in description and name in scripted_opponents(env_id), name
+
+
+def test_learners_evaluate_each_seat_against_every_eval_opponent(tiny_dir: Path, tmp_path: Path) -> None:
+    """``eval_opponents: [conceder, boulware]``: a 2-stage job (an SFT warm start, then two
+    learners) logs each opponent's numbers per role under ``eval/vs/<opponent>/``, the first
+    opponent's under the usual keys too; the warm start's evaluation plays the same opponents
+    (the level the learners' curves start from), and each role's reward is its own games' mean."""
+    data = write_jsonl(scripted_dialogues(8, env_kwargs=NEGOTIATION), tmp_path / "negotiation-sft.jsonl")
+    job = sft_job(tiny_dir, data)
+    sft = {**job.pop("algorithm"), "steps": 1, "eval_size": 4}
+    learners = {"name": "grpo", "steps": 1, "eval_size": 4,
+                "params": {"multi_agent": {"mode": "learners", "eval_opponents": ["conceder", "boulware"]}}}
+    job.update(lora={"rank": 4, "alpha": 8}, stages=[{"algorithm": sft}, {"algorithm": learners}],
+               rollout={**job["rollout"], "prompts_per_step": 1, "group_size": 2})
+    assert train(job, run_dir=tmp_path / "run").status == "completed"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    for row in rows:  # the warm start (step 1) and the learners (step 2)
+        for name in ("conceder", "boulware"):
+            vs = f"eval/vs/{name}"
+            for role in ("alice", "bob"):
+                assert np.isfinite(row[f"{vs}/{role}/reward_mean"]) and 0.0 <= row[f"{vs}/{role}/info/score_mean"] <= 1.0
+            assert row[f"{vs}/error_rate"] == 0.0
+            # 4 games, 2 per role: the mean over games is the mean of the roles' means
+            assert row[f"{vs}/reward_mean"] == pytest.approx((row[f"{vs}/alice/reward_mean"] + row[f"{vs}/bob/reward_mean"]) / 2)
+        first = {k.removeprefix("eval/vs/conceder/"): v for k, v in row.items() if k.startswith("eval/vs/conceder/")}
+        assert first == {k.removeprefix("eval/"): v for k, v in row.items() if k.startswith("eval/") and not k.startswith("eval/vs/")}

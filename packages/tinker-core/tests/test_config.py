@@ -148,6 +148,14 @@ def test_algorithm_params_are_typed_per_algorithm_with_their_defaults():
     league = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": {"mode": "league", "league": {"scripted": ["random"]}}}}},
                           check_plugins=False).algorithm.params.multi_agent.league
     assert (league.pool_size, league.snapshot_every, league.sample, league.scripted) == (4, 10, "recency", ["random"])
+    # held-out opponents: eval_opponents, else eval_opponent, else opponent
+    def held_out(multi_agent: dict) -> list[str]:
+        config = parse_config({**env, "algorithm": {"name": "grpo", "params": {"multi_agent": multi_agent}}}, check_plugins=False)
+        return config.algorithm.params.multi_agent.held_out_opponents()
+
+    assert held_out({"eval_opponents": ["conceder", "boulware"]}) == ["conceder", "boulware"]
+    assert held_out({"eval_opponent": "conceder", "opponent": "boulware"}) == ["conceder"]
+    assert held_out({"opponent": "boulware"}) == ["boulware"] and held_out({}) == ["random"]
 
 
 def test_a_learner_roles_unknown_optimizer_is_named_with_its_path():
@@ -204,6 +212,16 @@ def test_a_learner_roles_unknown_loss_is_named_with_its_path():
          "algorithm.params.multi_agent.league.pool_size: Input should be greater than or equal to 1"),
         ({"name": "grpo", "params": {"multi_agent": {"mode": "league", "league": {"sample": "elo"}}}},
          "algorithm.params.multi_agent.league.sample: Input should be 'recency' or 'win_rate'"),
+        ({"name": "grpo", "params": {"multi_agent": {"eval_opponents": []}}},
+         "algorithm.params.multi_agent.eval_opponents: List should have at least 1 item"),
+        ({"name": "grpo", "params": {"multi_agent": {"eval_opponents": "conceder"}}},
+         "algorithm.params.multi_agent.eval_opponents: Input should be a valid list"),
+        ({"name": "grpo", "params": {"multi_agent": {"eval_opponent": "random", "eval_opponents": ["conceder"]}}},
+         "algorithm.params.multi_agent.eval_opponents: set with eval_opponent ('random'); keep one"),
+        ({"name": "grpo", "params": {"multi_agent": {"eval_opponents": ["conceder", "boulware", "conceder"]}}},
+         "algorithm.params.multi_agent.eval_opponents: lists conceder twice"),
+        ({"name": "grpo", "params": {"multi_agent": {"eval_opponents": ["conceder", ""]}}},
+         "algorithm.params.multi_agent.eval_opponents: names an empty opponent"),
         ({"steps": 3}, "algorithm.name: Field required; give one of 'sft', 'grpo', 'ppo' or 'dpo'"),
     ],
 )
@@ -226,7 +244,7 @@ def test_a_stage_params_error_names_the_stage_without_the_union_tag():
 
 def test_json_schema_holds_every_algorithm_option():
     text = json.dumps(json_schema())
-    for option in ("vf_coef", "value_clip", "critic_lr", "detach_head", "min_reward_gap", "eval_data", "multi_agent", "learner_role", "eval_opponent", "roles", "loss_config", "pool_size", "snapshot_every"):
+    for option in ("vf_coef", "value_clip", "critic_lr", "detach_head", "min_reward_gap", "eval_data", "multi_agent", "learner_role", "eval_opponent", "eval_opponents", "roles", "loss_config", "pool_size", "snapshot_every"):
         assert f'"{option}"' in text, option
     assert '"discriminator"' in text
 

@@ -31,7 +31,8 @@ Implementation details:
    by ``algorithm.params.multi_agent: {mode: self_play | opponent, opponent: random, learner_role:
    x, eval_opponent: minimax}`` (opponents are those the env offers; the keys are typed in
    :class:`tinker_core.config.MultiAgentConfig`). Held-out evaluation then plays greedily against
-   ``eval_opponent`` (default: ``opponent``), alternating the policy's role.
+   ``eval_opponent`` (default: ``opponent``), alternating the policy's role; ``eval_opponents:
+   [conceder, boulware]`` plays each, logging every one's numbers under ``eval/vs/<opponent>/``.
    ``mode: learners`` gives every role its own LoRA adapter, optimizer and loss
    (:mod:`tinker_algos.algorithms.learners`): each adapter learns from its own role's turns only,
    its metrics logged as ``roles/<role>/<key>``, its checkpoint under ``checkpoints/step-N/roles/<role>/``.

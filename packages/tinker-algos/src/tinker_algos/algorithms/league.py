@@ -113,7 +113,7 @@ class League:
     def __init__(self, ctx: StageContext, settings: MultiAgentParams, spec: EnvSpec) -> None:
         assert ctx.adapter is not None and settings.league is not None, "league mode trains a LoRA adapter (checked by for_env)"
         self.ctx, self.cfg, self.roles = ctx, settings.league, tuple(spec.roles)
-        self.eval_opponent = settings.eval_opponent or settings.opponent
+        self.eval_opponent = settings.held_out_opponents[0]
         self.scripted = [Member(name, "scripted") for name in self.cfg.scripted]
         self.snapshots: list[Member] = []  # oldest first
         self.elo = ELO_ANCHOR  # the policy's rating at the last evaluation

@@ -31,7 +31,7 @@ def eval_command(
     samples: Annotated[int, typer.Option("--samples", help="Samples a problem: 1 is greedy; k > 1 samples and reports pass@k (at most 1024).")] = 1,
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Tokens a turn (default: the run's rollout.max_new_tokens).")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="First env seed (default: the one training's evaluation uses).")] = None,
-    opponent: Annotated[str | None, typer.Option("--opponent", help="A multi-agent game's scripted opponent, one the env offers (default: the run's multi_agent.eval_opponent, else its opponent, else random).")] = None,
+    opponent: Annotated[str | None, typer.Option("--opponent", help="A multi-agent game's scripted opponent, one the env offers (default: the run's multi_agent.eval_opponents' first, else its eval_opponent, else its opponent, else random).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="JSON file to write (default: <run>/eval/step-N-<env>.json, else ./eval-<env>.json).")] = None,
     transcripts: Annotated[Path | None, typer.Option("--transcripts", help="Rollout records of every episode (default: the JSON file's name with .rollouts.jsonl; the format of a run's rollouts.jsonl).")] = None,
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model of an adapter saved outside a run.")] = None,

@@ -42,7 +42,7 @@ class EvalSettings:
     n_asked: bool = False
     #: True when the opponent was asked for (``--opponent``): a single-agent env refuses it
     opponent_asked: bool = False
-    #: a multi-agent game's scripted opponent (one its env offers): the run's ``eval_opponent``
+    #: a multi-agent game's scripted opponent (one its env offers): the run's first eval opponent
     #: (else ``opponent``), or ``--opponent``; None for a single-agent env
     opponent: str | None = None
     #: seconds a multi-agent turn may take (the rollout's ``turn_timeout_s``)
@@ -105,7 +105,7 @@ def eval_settings(
     ``env_id``: another env than the run's (or the env of a run without one); the run's own env
     section is used when a stage trained on it. ``split``: sets the env's ``split`` argument.
     ``opponent``: a multi-agent game's scripted opponent (default: the stage's ``multi_agent``
-    ``eval_opponent``, else its ``opponent``; ``random`` without one).
+    ``eval_opponents``' first, else its ``eval_opponent``, else its ``opponent``; ``random`` without one).
     """
     check_counts(n, samples)
     if max_new_tokens is not None and max_new_tokens < 1:
@@ -118,7 +118,7 @@ def eval_settings(
     asked_opponent = opponent is not None
     multi_agent = getattr(stage.algorithm.params, "multi_agent", None) if stage is not None else None
     if opponent is None and multi_agent is not None:  # the game the stage trained on: its opponent
-        opponent = multi_agent.eval_opponent or multi_agent.opponent
+        opponent = multi_agent.held_out_opponents()[0]
     # the sampling limits the policy was trained with, also on another env than the run's
     stage = stage or (job.resolved_stages()[-1] if job is not None else None)
     rollout: RolloutConfig = stage.rollout if stage is not None and stage.rollout is not None else RolloutConfig()

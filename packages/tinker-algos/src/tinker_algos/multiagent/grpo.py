@@ -20,13 +20,18 @@ import numpy as np
 
 from tinker_algos.model.models import PolicyModel
 from tinker_algos.multiagent.params import MultiAgentParams
-from tinker_algos.multiagent.results import MultiAgentRolloutResult, info_metrics, seat_metrics
+from tinker_algos.multiagent.results import (
+    MultiAgentEpisode,
+    MultiAgentRolloutResult,
+    info_metrics,
+    seat_metrics,
+)
 from tinker_algos.multiagent.roles import Learner, RoleSpec, opponent
 from tinker_algos.multiagent.rollout import multi_agent_rollout
 from tinker_algos.records.recording import record_eval
 from tinker_algos.sampling.sampler import SamplingParams
-from tinker_core.errors import ConfigError, UnknownNameError
-from tinker_core.opponents import scripted_opponents
+from tinker_core.config.multi_agent_env import offered_opponents
+from tinker_core.errors import ConfigError
 from tinker_core.registry import env_spec
 from tinker_core.seeding import derive_seed
 
@@ -34,7 +39,8 @@ if TYPE_CHECKING:
     from tinker_algos.model.prompts import PromptRenderer
     from tinker_core.env import EnvSpec, MultiAgentTextEnv
 
-__all__ = ["collect_for_grpo", "default_eval_opponent", "env_spec_of", "evaluate_multi_agent", "evaluate_stage", "stage_env_spec"]
+__all__ = ["collect_for_grpo", "default_eval_opponent", "env_spec_of", "evaluate_multi_agent", "evaluate_stage", "stage_env_spec",
+           "stage_eval_opponents"]
 
 
 def env_spec_of(env_factory: Callable[[], MultiAgentTextEnv]) -> EnvSpec | None:
@@ -91,16 +97,35 @@ def default_eval_opponent(spec: EnvSpec) -> str:
 
     Raises ConfigError when the env offers none (a multi-agent env cannot then be evaluated).
     """
-    try:
-        offered = sorted(scripted_opponents(spec.id))
-    except UnknownNameError:  # an env not registered under its id offers none by name
-        offered = []
+    offered = offered_opponents(spec)  # an env not registered under its id offers none by name
     if not offered:
         raise ConfigError([
             f"env {spec.id!r} has roles but offers no scripted opponent to evaluate against; declare "
             "scripted_opponents on its class (see tinker_core.opponents) or set algorithm.eval_size: 0"
         ])
     return "random" if "random" in offered else offered[0]
+
+
+def stage_eval_opponents(ctx: Any, settings: MultiAgentParams | None, spec: EnvSpec) -> tuple[tuple[str, ...], bool]:
+    """``(names, per_opponent)``: the scripted opponents a stage's held-out evaluation plays, and
+    whether it logs each one's numbers under ``eval/vs/<opponent>/``.
+
+    A stage with ``multi_agent`` settings: their :attr:`~MultiAgentParams.held_out_opponents`
+    (per opponent when it listed ``eval_opponents``). A stage without (SFT, DPO, ... -- a warm
+    start): those of the job's next stage with ``multi_agent`` settings on the same env, when
+    this env offers them all, so that the warm start's last evaluation is the same measurement
+    the learning stage's curve continues; else :func:`default_eval_opponent`.
+    """
+    if settings is not None:
+        return settings.held_out_opponents, settings.per_opponent
+    for stage in ctx.job.resolved_stages()[ctx.stage_index + 1:]:
+        config = getattr(stage.algorithm.params, "multi_agent", None)
+        if config is None:
+            continue
+        if stage.env is not None and stage.env.id == spec.id and set(config.held_out_opponents()) <= set(offered_opponents(spec)):
+            return tuple(config.held_out_opponents()), config.eval_opponents is not None
+        break
+    return (default_eval_opponent(spec),), False
 
 
 def evaluate_stage(
@@ -113,33 +138,44 @@ def evaluate_stage(
     """A stage's held-out evaluation on its multi-agent env: :func:`evaluate_multi_agent` on the
     eval env (``env.eval_kwargs``; else the training env) with the stage's rollout section
     (``max_new_tokens``, ``stop``, ``turn_timeout_s``, ``max_turns``), ``algorithm.eval_size``
-    episodes on the job's fixed eval seeds.
+    episodes on the job's fixed eval seeds, against each opponent of :func:`stage_eval_opponents`.
 
-    ``settings``: a GRPO stage's ``multi_agent`` (the opponent is ``eval_opponent``, else
-    ``opponent``); None for a stage without them (SFT, DPO, ...): the policy plays
-    :func:`default_eval_opponent`. ``adapters`` and ``opponent_agent`` as for
-    :func:`evaluate_multi_agent` (``learners`` and ``league`` modes).
+    The first opponent's metrics keep their keys (``eval/accuracy``, ``eval/<role>/reward_mean``,
+    ...); with several (``eval_opponents``), every opponent's, the first's included, are logged
+    again under ``eval/vs/<opponent>/`` (``eval/vs/boulware/alice/reward_mean``).
+    ``settings``: a GRPO stage's ``multi_agent``; None for a stage without them (SFT, DPO, ...).
+    ``adapters`` and ``opponent_agent`` as for :func:`evaluate_multi_agent` (``learners`` and
+    ``league`` modes; with ``opponent_agent``, the policy plays that agent alone).
     """
     spec = stage_env_spec(ctx)
     if spec is None or not spec.roles:
         raise ValueError("evaluate_stage() needs a stage whose env has roles")
-    name = (settings.eval_opponent or settings.opponent) if settings is not None else default_eval_opponent(spec)
+    names, per_opponent = stage_eval_opponents(ctx, settings, spec)
+    if opponent_agent is not None:
+        names, per_opponent = names[:1], False
     r = ctx.rollout_cfg
-    return evaluate_multi_agent(
-        ctx.policy,
-        ctx.eval_env_factory or ctx.require_env(),
-        ctx.algo.eval_size,
-        seed=derive_seed(ctx.job.seed, "eval"),
-        max_new_tokens=r.max_new_tokens,
-        stop=r.stop,
-        opponent_name=name,
-        adapter=ctx.adapter,
-        adapters=adapters,
-        opponent_agent=opponent_agent,
-        turn_timeout_s=r.turn_timeout_s,
-        max_steps=r.max_turns,
-        renderer=ctx.renderer,
-    )
+    out: dict[str, float] = {}
+    for i, name in enumerate(names):
+        metrics = evaluate_multi_agent(
+            ctx.policy,
+            ctx.eval_env_factory or ctx.require_env(),
+            ctx.algo.eval_size,
+            seed=derive_seed(ctx.job.seed, "eval"),
+            max_new_tokens=r.max_new_tokens,
+            stop=r.stop,
+            opponent_name=name,
+            adapter=ctx.adapter,
+            adapters=adapters,
+            opponent_agent=opponent_agent,
+            turn_timeout_s=r.turn_timeout_s,
+            max_steps=r.max_turns,
+            renderer=ctx.renderer,
+        )
+        if i == 0:
+            out.update(metrics)
+        if per_opponent:
+            out.update({f"eval/vs/{name}/{key.removeprefix('eval/')}": v for key, v in metrics.items()})
+    return out
 
 
 def evaluate_multi_agent(
@@ -167,22 +203,20 @@ def evaluate_multi_agent(
     played by ``opponent_agent`` when given (``league`` mode: a past snapshot), else by the
     env's scripted ``opponent_name``. Returns
     ``eval/accuracy`` (= ``eval/win_rate``), ``eval/draw_rate``, ``eval/loss_rate``,
-    ``eval/reward_mean``, ``eval/turns_mean``, ``eval/error_rate``, and the outcome rates per role
-    (``eval/<role>/win_rate``, ``draw_rate``, ``loss_rate``), per seat (``eval/seat<k>/...``,
+    ``eval/reward_mean``, ``eval/turns_mean``, ``eval/error_rate``, and per role (the games the
+    policy played it) the outcome rates ``eval/<role>/win_rate``, ``draw_rate``, ``loss_rate`` and
+    its mean reward ``eval/<role>/reward_mean``, per seat (``eval/seat<k>/...``,
     seat 1 the first mover), and the policy's final env infos as ``eval/info/<key>_mean``
-    (:func:`~tinker_algos.multiagent.results.info_metrics`; e.g. ``eval/info/deal_mean``).
+    (:func:`~tinker_algos.multiagent.results.info_metrics`; e.g. ``eval/info/deal_mean``), and
+    per role as ``eval/<role>/info/<key>_mean`` (the negotiation game's
+    ``eval/alice/info/score_mean``: alice's deal value, 0 without a deal, whatever the outside option).
     """
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=tuple(stop), seed=seed)
     spec = env_spec_of(env_factory)
     roles = tuple(spec.roles) if spec is not None else ()
     if not roles:
         raise ValueError("evaluate_multi_agent() needs an env whose spec has roles")
-    rewards: list[float] = []
-    turns: list[float] = []
-    outcomes: dict[str, list[str]] = {r: [] for r in roles}
-    seated: list[tuple[int, str]] = []
-    infos: list[Mapping[str, object]] = []
-    failed = 0
+    played: list[tuple[str, MultiAgentEpisode]] = []  # (the policy's role, a game that ended)
     for ri, role in enumerate(roles):
         idx = [i for i in range(num_episodes) if i % len(roles) == ri]
         if not idx:
@@ -195,29 +229,32 @@ def evaluate_multi_agent(
             turn_timeout_s=turn_timeout_s, max_steps=max_steps, renderer=renderer,
         )
         record_eval(res, policy.tokenizer)  # the transcripts, when a run records them
-        for ep in res.episodes:
-            if ep.error is not None or ep.result is None:
-                failed += 1
-                continue
-            outcomes[role].append(ep.result.outcomes[role])
-            seated.append((ep.seat_of(role), ep.result.outcomes[role]))
-            rewards.append(ep.result.rewards[role])
-            infos.append(ep.result.infos.get(role, {}))
-            turns.append(ep.result.num_steps)
-    every = [o for os in outcomes.values() for o in os]
+        played += [(role, ep) for ep in res.episodes if ep.error is None and ep.result is not None]
+    return held_out_metrics(roles, played, num_episodes)
+
+
+def held_out_metrics(roles: Sequence[str], played: Sequence[tuple[str, MultiAgentEpisode]], num_episodes: int) -> dict[str, float]:
+    """The metrics of :func:`evaluate_multi_agent` from the games that ended (``(role, episode)``:
+    the role the policy played) of ``num_episodes`` (the others failed)."""
+    games = [(role, ep.result) for role, ep in played if ep.result is not None]
+    every = [res.outcomes[role] for role, res in games]
     ok = max(len(every), 1)
     out = {
         "eval/accuracy": every.count("win") / ok,
         "eval/win_rate": every.count("win") / ok,
         "eval/draw_rate": every.count("draw") / ok,
         "eval/loss_rate": every.count("loss") / ok,
-        "eval/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
-        "eval/turns_mean": float(np.mean(turns)) if turns else 0.0,
-        "eval/error_rate": failed / max(num_episodes, 1),
+        "eval/reward_mean": float(np.mean([res.rewards[role] for role, res in games])) if games else 0.0,
+        "eval/turns_mean": float(np.mean([res.num_steps for _, res in games])) if games else 0.0,
+        "eval/error_rate": (num_episodes - len(games)) / max(num_episodes, 1),
     }
-    for role, os in outcomes.items():
-        if os:
+    for role in roles:
+        mine = [res for r, res in games if r == role]
+        if mine:
+            os = [res.outcomes[role] for res in mine]
             out.update({f"eval/{role}/{what}_rate": os.count(what) / len(os) for what in ("win", "draw", "loss")})
-    out.update(seat_metrics("eval", seated))
-    out.update(info_metrics("eval", infos))
+            out[f"eval/{role}/reward_mean"] = float(np.mean([res.rewards[role] for res in mine]))
+            out.update(info_metrics(f"eval/{role}", [res.infos.get(role, {}) for res in mine]))
+    out.update(seat_metrics("eval", [(ep.seat_of(role), ep.result.outcomes[role]) for role, ep in played if ep.result is not None]))
+    out.update(info_metrics("eval", [res.infos.get(role, {}) for role, res in games]))
     return out

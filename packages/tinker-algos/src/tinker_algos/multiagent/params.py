@@ -40,9 +40,12 @@ class MultiAgentParams:
             tinker-env-games offer ``random``, tic-tac-toe also ``minimax``) -- the opponent in
             ``opponent`` mode.
         learner_role: the role the policy plays in ``opponent`` mode (default: the first role).
-        eval_opponent: who the greedy policy plays in held-out evaluation (default: ``opponent``);
-            evaluation alternates the policy's role over the env's roles (``learners``: each
-            role's adapter plays its own role).
+        eval_opponent: who the greedy policy plays in held-out evaluation (default: ``opponent``;
+            with ``eval_opponents``, its first); evaluation alternates the policy's role over the
+            env's roles (``learners``: each role's adapter plays its own role).
+        eval_opponents: every scripted opponent of held-out evaluation, in order (the config's
+            ``eval_opponents``; else the one ``eval_opponent`` or ``opponent``, and then the
+            evaluation logs no ``eval/vs/<opponent>/`` keys: :attr:`per_opponent` is False).
         roles: ``learners`` mode: every role of the env, with its own settings (an empty
             :class:`~tinker_core.config.RoleLearnerConfig` takes the stage's); empty otherwise.
         league: ``league`` mode: the pool's settings; None otherwise.
@@ -52,6 +55,7 @@ class MultiAgentParams:
     opponent: str = "random"
     learner_role: str | None = None
     eval_opponent: str | None = None
+    eval_opponents: tuple[str, ...] = ()
     roles: Mapping[str, RoleLearnerConfig] = field(default_factory=dict)
     league: LeagueConfig | None = None
 
@@ -78,7 +82,19 @@ class MultiAgentParams:
             roles = {r: (config.roles or {}).get(r) or RoleLearnerConfig() for r in spec.roles}
         league = (config.league or LeagueConfig()) if config.mode == "league" else None
         return cls(mode=config.mode, opponent=config.opponent, learner_role=config.learner_role,
-                   eval_opponent=config.eval_opponent, roles=roles, league=league)
+                   eval_opponent=config.eval_opponent or (config.eval_opponents or [None])[0],
+                   eval_opponents=tuple(config.eval_opponents or ()), roles=roles, league=league)
+
+    @property
+    def held_out_opponents(self) -> tuple[str, ...]:
+        """Who held-out evaluation plays, in order: ``eval_opponents``, else ``eval_opponent``, else ``opponent``."""
+        return self.eval_opponents or (self.eval_opponent or self.opponent,)
+
+    @property
+    def per_opponent(self) -> bool:
+        """Whether held-out evaluation logs each opponent's numbers under ``eval/vs/<opponent>/``
+        (the stage listed ``eval_opponents``)."""
+        return bool(self.eval_opponents)
 
     def agents(self, roles: Sequence[str], adapter: str | None) -> Learner | dict[str, Learner | Opponent]:
         """The ``agents`` argument of :func:`~tinker_algos.multiagent.multi_agent_rollout` for training."""

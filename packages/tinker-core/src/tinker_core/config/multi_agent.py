@@ -90,6 +90,15 @@ class MultiAgentConfig(_Model):
     eval_opponent: str | None = Field(
         None, min_length=1, description="The scripted opponent of held-out evaluation (one the env offers); None = 'opponent'."
     )
+    eval_opponents: list[str] | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "Several scripted opponents of held-out evaluation (each one the env offers), e.g. [conceder, boulware]: every "
+            "evaluation plays each; the first's numbers are logged under the usual eval/* keys, every opponent's under "
+            "eval/vs/<opponent>/* (eval/vs/conceder/alice/reward_mean, ...). None = eval_opponent alone; set one of the two."
+        ),
+    )
     roles: dict[str, RoleLearnerConfig] | None = Field(
         None,
         description=(
@@ -122,6 +131,28 @@ class MultiAgentConfig(_Model):
         if v is not None and not v:
             raise ValueError("is empty; name the env's roles (e.g. {x: {}, o: {}}) or leave roles out for all of them")
         return v
+
+    @field_validator("eval_opponents")
+    @classmethod
+    def _one_list_of_eval_opponents(cls, v: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        if v is None:
+            return v
+        if info.data.get("eval_opponent") is not None:
+            raise ValueError(
+                f"set with eval_opponent ({info.data['eval_opponent']!r}); keep one: eval_opponents lists every held-out "
+                "opponent, the first logged under the usual eval/* keys"
+            )
+        if any(not name for name in v):
+            raise ValueError("names an empty opponent; list the env's scripted opponents by name, e.g. [conceder, boulware]")
+        twice = sorted({name for name in v if v.count(name) > 1})
+        if twice:
+            raise ValueError(f"lists {', '.join(twice)} twice; name each opponent once")
+        return v
+
+    def held_out_opponents(self) -> list[str]:
+        """The scripted opponents of held-out evaluation, in order: ``eval_opponents``, else
+        ``eval_opponent``, else ``opponent``."""
+        return list(self.eval_opponents or [self.eval_opponent or self.opponent])
 
     @field_validator("league")
     @classmethod

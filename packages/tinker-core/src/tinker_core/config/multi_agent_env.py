@@ -33,20 +33,21 @@ def offered_opponents(spec: EnvSpec) -> list[str]:
 def multi_agent_problems(config: MultiAgentConfig, spec: EnvSpec, where: str, lora: bool) -> list[str]:
     """What is wrong with ``config`` for the env of ``spec`` (``lora``: the job trains LoRA
     adapters): the opponents that will be played (``opponent`` in ``opponent`` mode, and the
-    evaluation opponent, ``eval_opponent`` or else ``opponent``) must be offered by the env,
+    evaluation opponents, ``eval_opponents``, else ``eval_opponent``, else ``opponent``) must be offered by the env,
     ``learner_role`` must be one of its roles; ``learners`` and ``league`` modes need LoRA, and
     ``learners``' ``roles`` name exactly the env's roles."""
     written = config.model_fields_set
-    # training (mode: opponent) plays `opponent`; held-out evaluation plays `eval_opponent`,
-    # by default `opponent`: check each name that will be played, or that was written
+    # training (mode: opponent) plays `opponent`; held-out evaluation plays `eval_opponents`, else
+    # `eval_opponent`, by default `opponent`: check each name that will be played, or that was written
     checked = [("eval_opponent", config.eval_opponent)] if config.eval_opponent is not None else []
-    if "opponent" in written or config.mode == "opponent" or config.eval_opponent is None:
+    checked += [(f"eval_opponents[{i}]", name) for i, name in enumerate(config.eval_opponents or ())]
+    if "opponent" in written or config.mode == "opponent" or len(checked) == 0:
         checked.insert(0, ("opponent", config.opponent))
     offered = offered_opponents(spec)
     problems = [
-        f"{where}.{key}: {value!r}{'' if key in written else ' (the default)'} is not a scripted opponent of "
+        f"{where}.{key}: {value!r}{'' if key.split('[')[0] in written else ' (the default)'} is not a scripted opponent of "
         f"{spec.id} (it offers: {', '.join(offered) or 'none'}; held-out evaluation plays against "
-        "eval_opponent, default: opponent)"
+        "eval_opponents, else eval_opponent, default: opponent)"
         for key, value in checked
         if value not in offered
     ]
