@@ -72,6 +72,12 @@ def test_an_inline_base_a_seed_list_and_an_output(tmp_path):
     assert load_spec(write(tmp_path), output=tmp_path / "elsewhere").output == tmp_path / "elsewhere"
 
 
+def test_metrics_are_listed_in_order_default_none(tmp_path):
+    assert load_spec(write(tmp_path)).metrics == ()
+    assert load_spec(write(tmp_path, metrics=["eval/reward_mean", "eval/accuracy"])).metrics == ("eval/reward_mean", "eval/accuracy")
+    assert load_spec(write(tmp_path, metrics="eval/reward_mean")).metrics == ("eval/reward_mean",)
+
+
 def test_the_baseline_is_the_first_variant_unless_named(tmp_path):
     assert load_spec(write(tmp_path)).baseline == "grpo"
     assert load_spec(write(tmp_path, baseline="rloo")).baseline == "rloo"
@@ -100,6 +106,14 @@ BAD = [
     ({"variants": [{"name": "a", "set": {"stages.0.algorithm.steps": -1}}]}, "variant 'a': stages[0].algorithm.steps: Input should be greater"),
     ({"seed": 3}, "unknown key 'seed'; did you mean 'seeds'?"),
     ({"baseline": "rlo"}, "baseline: 'rlo' is not a variant; did you mean 'rloo'?"),
+    ({"metric": ["eval/accuracy"]}, "unknown key 'metric'; did you mean 'metrics'?"),
+    ({"metrics": []}, "metrics: expected a list of logged metric names"),
+    ({"metrics": ["eval/accuracy", 3]}, "metrics: expected a list of logged metric names"),
+    ({"metrics": ["eval/accuracy", "eval/reward_mean", "eval/accuracy"]}, "metrics: eval/accuracy listed twice"),
+    ({"metrics": ["eval/accuracy "]}, "metrics: 'eval/accuracy ': remove the spaces"),
+    ({"metrics": ["eval/accuracy", "eval/vs/boulware/alice/reward_mean"]},
+     "metrics[1]: 'eval/vs/boulware/alice/reward_mean': variant 'grpo' never logs it: its last stage's "
+     "stages.1.algorithm.params.multi_agent.eval_opponents does not list 'boulware' (it lists: none)"),
 ]
 
 

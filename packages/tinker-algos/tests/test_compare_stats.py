@@ -196,3 +196,78 @@ def test_the_last_stage_starts_where_an_earlier_stage_stopped():
     assert last_stage_start(config) == 10
     assert last_stage_start(config, r) == 3
     assert job_numbers(r, "eval/accuracy", last_stage_start(config, r))["curve"]["steps"] == [1, 2, 3]  # steps into the stage
+
+
+VS_ALICE, VS_BOB = "eval/vs/conceder/alice/reward_mean", "eval/vs/boulware/bob/reward_mean"
+
+
+def two_metric_rows(warm: tuple[float, float], finals: tuple[float, float]) -> list[dict]:
+    """A warm start (steps 1-2) evaluated on both metrics at its end, then a learning stage
+    evaluated at steps 3 and 4 (the first metric halfway, the finals at step 4)."""
+    out: list[dict] = [{"step": 1, "stage": "0-sft"}, {"step": 2, "stage": "0-sft", VS_ALICE: warm[0], VS_BOB: warm[1]}]
+    out.append({"step": 3, "stage": "1-grpo", VS_ALICE: (warm[0] + finals[0]) / 2, VS_BOB: warm[1]})
+    out.append({"step": 4, "stage": "1-grpo", VS_ALICE: finals[0], VS_BOB: finals[1]})
+    return out
+
+
+def two_metric_compare(tmp_path, rows_by_job: dict[tuple[str, int], list[dict]], metrics: tuple[str, ...]):
+    from tinker_algos.compare.runner import Outcome
+    from tinker_algos.compare.spec import CompareSpec, JobSpec, Variant
+
+    config = JobConfig.model_validate({
+        "model": {"name": "tiny"}, "env": {"id": "echo/echo-v0"},
+        "stages": [{"algorithm": {"name": "sft", "steps": 2}}, {"algorithm": {"name": "grpo", "steps": 2}}],
+    })
+    variants = tuple(dict.fromkeys(v for v, _ in rows_by_job))
+    spec = CompareSpec(tmp_path / "cmp.yaml", {}, "base.yaml", tuple(Variant(v, ()) for v in variants), (0, 1, 2), tmp_path / "out",
+                       dict.fromkeys(variants, config), variants[0], metrics)
+    return spec, [Outcome(JobSpec(v, s, {}), "completed", f"jobs/{v}/seed-{s}", rows) for (v, s), rows in rows_by_job.items()]
+
+
+def test_a_report_of_several_metrics_gives_each_its_numbers_and_differences(tmp_path):  # oracles.md: compare reports
+    from scipy import stats
+
+    from tinker_algos.compare.report import plot_report, render_markdown, report_of
+
+    base_finals = {0: (0.30, 0.20), 1: (0.34, 0.25), 2: (0.38, 0.21)}
+    rl_finals = {0: (0.52, 0.40), 1: (0.61, 0.33), 2: (0.50, 0.45)}
+    warm = {0: (0.31, 0.22), 1: (0.30, 0.24), 2: (0.33, 0.20)}
+    rows_by_job = {("warm-only", s): two_metric_rows(warm[s], base_finals[s]) for s in range(3)}
+    rows_by_job |= {("rl", s): two_metric_rows(warm[s], rl_finals[s]) for s in range(3)}
+    spec, outcomes = two_metric_compare(tmp_path, rows_by_job, (VS_ALICE, VS_BOB))
+    report = report_of(spec, outcomes)
+    assert report["metric"] == VS_ALICE and report["metrics"] == [VS_ALICE, VS_BOB] and list(report["more_metrics"]) == [VS_BOB]
+    for i, (key, section) in enumerate([(VS_ALICE, report), (VS_BOB, report["more_metrics"][VS_BOB])]):
+        rl, base = [rl_finals[s][i] for s in range(3)], [base_finals[s][i] for s in range(3)]
+        finals = section["variants"]["rl"]["final"]
+        ref = stats.ttest_1samp(rl, 0.0).confidence_interval(0.95)
+        assert (finals["mean"], finals["ci_low"], finals["ci_high"]) == (pytest.approx(np.mean(rl)), pytest.approx(ref.low), pytest.approx(ref.high))
+        gains = [rl_finals[s][i] - warm[s][i] for s in range(3)]  # the warm start: the SFT stage's last eval of this metric
+        assert [j["gain"] for j in section["jobs"] if j["variant"] == "rl"] == pytest.approx(gains), key
+        d = section["differences"]["rl"]["final"]
+        ref = stats.ttest_rel(rl, base).confidence_interval(0.95)
+        assert d["method"] == "paired t" and (d["mean"], d["ci_low"], d["ci_high"]) == (
+            pytest.approx(np.mean(rl) - np.mean(base)), pytest.approx(ref.low), pytest.approx(ref.high))
+        g = section["differences"]["rl"]["gain"]
+        ref = stats.ttest_rel(gains, [base_finals[s][i] - warm[s][i] for s in range(3)]).confidence_interval(0.95)
+        assert (g["ci_low"], g["ci_high"]) == (pytest.approx(ref.low), pytest.approx(ref.high))
+    md = render_markdown(report)
+    assert f"## `{VS_ALICE}`" in md and f"## `{VS_BOB}`" in md and md.index(f"## `{VS_ALICE}`") < md.index(f"## `{VS_BOB}`")
+    assert md.count("### differences from the baseline `warm-only`") == 2 and md.count(f"### final {VS_BOB}") == 1
+    pytest.importorskip("matplotlib")
+    assert plot_report(report, tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_one_metric_reports_as_before_and_a_metric_a_job_never_logged_is_named(tmp_path):
+    from tinker_algos.compare.report import render_markdown, report_of
+
+    rows_by_job = {(v, s): two_metric_rows((0.3, 0.2), (0.4 + s / 10, 0.3)) for v in ("a", "b") for s in range(3)}
+    spec, outcomes = two_metric_compare(tmp_path, rows_by_job, (VS_BOB,))
+    report = report_of(spec, outcomes)
+    assert report["metrics"] == [VS_BOB] and report["more_metrics"] == {}
+    md = render_markdown(report)
+    assert "## differences from the baseline `a`" in md and "###" not in md and f"held-out metric: `{VS_BOB}`" in md
+    del rows_by_job[("b", 1)][-1][VS_BOB], rows_by_job[("b", 1)][-2][VS_BOB]
+    spec, outcomes = two_metric_compare(tmp_path, rows_by_job, (VS_ALICE, VS_BOB))
+    with pytest.raises(ValueError, match=rf"metric '{VS_BOB}': job b/seed-1 \(jobs/b/seed-1\): no {VS_BOB} point in the last stage"):
+        report_of(spec, outcomes)

@@ -6,6 +6,12 @@ and the mean curve) and each variant's differences from the baseline variant (wi
 intervals, method and a plain note). ``report.md`` shows the differences first, then one table
 per metric and one line per job naming its run dir; ``curves.png`` the mean eval curve of each
 variant with its min-max band over seeds.
+
+Several metrics (the compare file's ``metrics:``): ``report.json`` keeps the shape above for the
+first (``metric``, ``variants``, ``differences``, ``jobs``), lists them all in ``metrics`` and
+holds each other one's ``variants``, ``differences`` and ``jobs`` (variant, seed and its numbers)
+under ``more_metrics[<metric>]``; ``report.md`` gives one section per metric (its differences,
+then its tables); ``curves.png`` one panel per metric.
 """
 
 from __future__ import annotations
@@ -41,32 +47,51 @@ TITLES = {
 }
 
 
+def metric_section(key: str, variants: dict[str, list[str]], jobs: list[dict[str, Any]], baseline: str) -> dict[str, Any]:
+    """One metric's part of the report: ``variants`` (each one's overrides and
+    :func:`~tinker_algos.compare.summary.variant_numbers`) and ``differences`` from ``baseline``."""
+    return {
+        "variants": {
+            name: {"overrides": overrides, **variant_numbers([j for j in jobs if j["variant"] == name])}
+            for name, overrides in variants.items()
+        },
+        "differences": differences(jobs, baseline) if len(variants) > 1 else {},
+    }
+
+
 def build_report(
     *, compare_file: str, base: str, key: str, seeds: list[int], variants: dict[str, list[str]], jobs: list[dict[str, Any]],
-    baseline: str | None = None,
+    baseline: str | None = None, more: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """The ``report.json`` document: ``variants`` maps each name to its overrides, ``jobs`` holds
-    each job's ``variant``, ``seed``, ``run_dir`` and :func:`~tinker_algos.compare.summary.job_numbers`;
-    ``baseline`` (default: the first variant) is the variant the others are compared with."""
+    each job's ``variant``, ``seed``, ``run_dir`` and :func:`~tinker_algos.compare.summary.job_numbers`
+    of the metric ``key``; ``baseline`` (default: the first variant) is the variant the others
+    are compared with. ``more``: the jobs' numbers of each further metric (``{metric: jobs}``,
+    each job with its ``variant`` and ``seed``), reported under ``more_metrics``."""
     baseline = baseline or next(iter(variants))
-    by_variant = {
-        name: {"overrides": overrides, **variant_numbers([j for j in jobs if j["variant"] == name])}
-        for name, overrides in variants.items()
-    }
+    first = metric_section(key, variants, jobs, baseline)
     return {
         "compare_file": compare_file,
         "base": base,
         "metric": key,
+        "metrics": [key, *(more or {})],
         "seeds": seeds,
         "baseline": baseline,
         "intervals": {
             "method": METHOD, "confidence": CONFIDENCE, "min_seeds_to_conclude": MIN_SEEDS_TO_CONCLUDE,
             "min_seeds_iqm_poi": MIN_SEEDS_ROBUST, "bootstrap_resamples": BOOTSTRAP_RESAMPLES, "bootstrap_seed": BOOTSTRAP_SEED,
         },
-        "variants": by_variant,
-        "differences": differences(jobs, baseline) if len(variants) > 1 else {},
+        "variants": first["variants"],
+        "differences": first["differences"],
         "jobs": jobs,
+        "more_metrics": {m: {**metric_section(m, variants, m_jobs, baseline), "jobs": m_jobs} for m, m_jobs in (more or {}).items()},
     }
+
+
+def sections(report: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(metric, its variants, differences and jobs)`` for every metric of ``report``, the first first
+    (a report written before ``metrics`` existed has one)."""
+    return [(report["metric"], report), *report.get("more_metrics", {}).items()]
 
 
 def _num(v: float | None, metric: str) -> str:
@@ -81,12 +106,12 @@ def _ci(low: float | None, high: float | None, metric: str) -> str:
     return "-" if low is None or high is None else f"[{_num(low, metric)}, {_num(high, metric)}]"
 
 
-def _difference_lines(report: dict[str, Any]) -> list[str]:
-    diffs = report.get("differences") or {}
+def _difference_lines(report: dict[str, Any], section: dict[str, Any], h: str) -> list[str]:
+    diffs = section.get("differences") or {}
     if not diffs:
         return []
     conf = report["intervals"]["confidence"]
-    lines = ["", f"## differences from the baseline `{report['baseline']}` (variant - baseline)", "",
+    lines = ["", f"{h} differences from the baseline `{report['baseline']}` (variant - baseline)", "",
              f"| variant | number | difference | {conf:.0%} CI | method | P(improvement) [{conf:.0%} CI] | note |",
              "|---|---|---|---|---|---|---|"]
     for name, by_metric in diffs.items():
@@ -101,13 +126,36 @@ def _difference_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_markdown(report: dict[str, Any]) -> str:
-    key = report["metric"]
+def _metric_lines(report: dict[str, Any], key: str, section: dict[str, Any], h: str) -> list[str]:
+    """One metric's differences and tables, headed ``h`` (``##``; ``###`` under a metric's own heading)."""
     n_seeds = len(report["seeds"])
+    lines = _difference_lines(report, section, h)
+    for metric in METRICS:
+        lines += ["", f"{h} {TITLES[metric].format(key=key)}", "", "| variant | mean | 95% CI | min | max | IQM [95% CI] | seeds |",
+                  "|---|---|---|---|---|---|---|"]
+        for name, v in section["variants"].items():
+            d = v[metric]
+            if d["n"] == 0:
+                lines.append(f"| {name} | not reached | - | - | - | - | 0/{n_seeds} |")
+                continue
+            iqm = "-" if d.get("iqm") is None else f"{_num(d['iqm'], metric)} {_ci(d['iqm_low'], d['iqm_high'], metric)}"
+            lines.append(f"| {name} | {_num(d['mean'], metric)} | {_ci(d['ci_low'], d['ci_high'], metric)} | {_num(d['min'], metric)} "
+                         f"| {_num(d['max'], metric)} | {iqm} | {d['n']}/{n_seeds} |")
+        if metric == "warm_start":
+            firsts = sorted({f"{j['variant']}/seed-{j['seed']}" for j in section["jobs"] if j.get("warm_start_from") == "first eval of the stage"})
+            if firsts:
+                lines += ["", f"No evaluation before the last stage for {', '.join(firsts)}: their first eval point stands for the warm start."]
+    return lines
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    metrics = sections(report)
+    named = ", ".join(f"`{key}`" for key, _ in metrics)
     lines = [
         f"# compare: {report['compare_file']}",
         "",
-        f"Base job: `{report['base']}`; seeds: {', '.join(map(str, report['seeds']))}; held-out metric: `{key}` "
+        f"Base job: `{report['base']}`; seeds: {', '.join(map(str, report['seeds']))}; held-out "
+        f"{'metric' if len(metrics) == 1 else 'metrics (a section each)'}: {named} "
         f"(the eval points of the last stage; the warm start's level is its last value before the stage). "
         f"Intervals ({report['intervals']['confidence']:.0%}): {report['intervals']['method']}. "
         f"With fewer than {report['intervals']['min_seeds_to_conclude']} seeds a difference is not concluded.",
@@ -118,22 +166,10 @@ def render_markdown(report: dict[str, Any]) -> str:
     for name, v in report["variants"].items():
         base = " (baseline)" if name == report.get("baseline") else ""
         lines.append(f"| {name}{base} | {'<br>'.join(f'`{o}`' for o in v['overrides']) or '(the base)'} |")
-    lines += _difference_lines(report)
-    for metric in METRICS:
-        lines += ["", f"## {TITLES[metric].format(key=key)}", "", "| variant | mean | 95% CI | min | max | IQM [95% CI] | seeds |",
-                  "|---|---|---|---|---|---|---|"]
-        for name, v in report["variants"].items():
-            d = v[metric]
-            if d["n"] == 0:
-                lines.append(f"| {name} | not reached | - | - | - | - | 0/{n_seeds} |")
-                continue
-            iqm = "-" if d.get("iqm") is None else f"{_num(d['iqm'], metric)} {_ci(d['iqm_low'], d['iqm_high'], metric)}"
-            lines.append(f"| {name} | {_num(d['mean'], metric)} | {_ci(d['ci_low'], d['ci_high'], metric)} | {_num(d['min'], metric)} "
-                         f"| {_num(d['max'], metric)} | {iqm} | {d['n']}/{n_seeds} |")
-        if metric == "warm_start":
-            firsts = sorted({f"{j['variant']}/seed-{j['seed']}" for j in report["jobs"] if j.get("warm_start_from") == "first eval of the stage"})
-            if firsts:
-                lines += ["", f"No evaluation before the last stage for {', '.join(firsts)}: their first eval point stands for the warm start."]
+    if len(metrics) == 1:
+        lines += _metric_lines(report, *metrics[0], "##")
+    for key, section in metrics if len(metrics) > 1 else ():
+        lines += ["", f"## `{key}`"] + _metric_lines(report, key, section, "###")
     lines += ["", "## jobs", ""]
     lines += [f"- {j['variant']} seed {j['seed']}: {j['run_dir']}" + (f" (job {j['job_id']})" if j.get("job_id") else "") for j in report["jobs"]]
     return "\n".join(lines) + "\n"
@@ -149,17 +185,23 @@ def plot_report(report: dict[str, Any], path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, v in report["variants"].items():
-        c = v["curve"]
-        if not c["steps"]:
-            continue
-        (line,) = ax.plot(c["steps"], c["mean"], marker="o" if len(c["steps"]) < 30 else None, markersize=3, label=name)
-        ax.fill_between(c["steps"], c["min"], c["max"], color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set_xlabel("step of the last stage")
-    ax.set_ylabel(report["metric"])
-    ax.set_title(f"mean {report['metric']} over {len(report['seeds'])} seed(s), band: min-max")
-    ax.legend(fontsize=8)
+    metrics = sections(report)
+    cols = 1 if len(metrics) == 1 else 2
+    rows = -(-len(metrics) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4.5 * rows), squeeze=False)
+    for ax, (key, section) in zip(axes.flat, metrics, strict=False):
+        for name, v in section["variants"].items():
+            c = v["curve"]
+            if not c["steps"]:
+                continue
+            (line,) = ax.plot(c["steps"], c["mean"], marker="o" if len(c["steps"]) < 30 else None, markersize=3, label=name)
+            ax.fill_between(c["steps"], c["min"], c["max"], color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_xlabel("step of the last stage")
+        ax.set_ylabel(key)
+        ax.set_title(f"mean {key} over {len(report['seeds'])} seed(s), band: min-max", fontsize=10 if cols == 1 else 8)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(metrics):]:
+        ax.set_visible(False)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -211,16 +253,26 @@ def report_of(spec: CompareSpec, outcomes: list[Outcome], *, warm_start: float |
     """The report of a compare (a :class:`~tinker_algos.compare.spec.CompareSpec`) whose jobs all
     completed (:class:`~tinker_algos.compare.runner.Outcome` each); ``warm_start``: the held-out
     level every job starts from when it was measured outside the jobs (a warm start trained
-    once and given as ``model.name``), else each job's own eval before its last stage."""
+    once and given as ``model.name``), else each job's own eval before its last stage (with
+    several ``metrics``, it is the first metric's). The metrics are the compare file's
+    ``metrics`` (else :func:`~tinker_algos.compare.summary.eval_key`); one that a job did not log
+    in its last stage is a ValueError naming the metric and the job."""
     from tinker_algos.compare.summary import eval_key, job_numbers, last_stage_start
 
-    key = eval_key([o.rows for o in outcomes])
-    jobs = []
+    keys = list(spec.metrics) or [eval_key([o.rows for o in outcomes])]
+    by_metric: dict[str, list[dict[str, Any]]] = {key: [] for key in keys}
     for o in outcomes:
         start = last_stage_start(spec.configs[o.job.variant], o.rows)
-        numbers = job_numbers(o.rows, key, start, warm=warm_start)
-        jobs.append({"variant": o.job.variant, "seed": o.job.seed, "run_dir": o.run_dir, "job_id": o.job_id, **numbers})
+        for key in keys:
+            try:
+                numbers = job_numbers(o.rows, key, start, warm=warm_start if key == keys[0] else None)
+            except ValueError as e:
+                raise ValueError(f"metric {key!r}: job {o.job.key} ({o.run_dir}): {e}; list only metrics that every job logs "
+                                 "in its last stage (metrics: in the compare file)") from None
+            by_metric[key].append({"variant": o.job.variant, "seed": o.job.seed, "run_dir": o.run_dir, "job_id": o.job_id, **numbers})
+    first, *others = keys
     return build_report(
-        compare_file=str(spec.path), base=spec.base_source, key=key, seeds=list(spec.seeds),
-        variants={v.name: v.override_texts for v in spec.variants}, jobs=jobs, baseline=spec.baseline,
+        compare_file=str(spec.path), base=spec.base_source, key=first, seeds=list(spec.seeds),
+        variants={v.name: v.override_texts for v in spec.variants}, jobs=by_metric[first], baseline=spec.baseline,
+        more={key: by_metric[key] for key in others},
     )

@@ -12,12 +12,15 @@
     seeds: 3                       # 0, 1, 2; or a list [0, 7, 11]
     baseline: grpo                 # the variant the others are compared with (default: the first)
     output: runs/compare-estimators   # default: runs/compare-<file stem>
+    metrics: [eval/accuracy, eval/reward_mean]   # default: eval/accuracy if every job logged it, else eval/reward_mean
 
 :func:`load_spec` reads and checks it all before any job starts: every variant's merged config
 is validated with the job config's pydantic model (and the plugin names), and a
 :class:`CompareError` -- one line -- names the first problem: an unknown key (did-you-mean),
 a value that equals the base's, two variants that run the same config, a duplicate name, no
-seeds, no base. :func:`expand` lists the jobs: one per (variant, seed).
+seeds, no base, a ``metrics`` entry that no job can log (``eval/vs/<opponent>/...`` of an opponent
+a variant's last stage does not list in ``multi_agent.eval_opponents``). :func:`expand` lists the
+jobs: one per (variant, seed).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from tinker_core.config import (
 from tinker_core.config.overrides import parse_path
 from tinker_core.errors import ConfigError, OpenTinkerError, did_you_mean
 
-KEYS = ("base", "variants", "seeds", "baseline", "output")
+KEYS = ("base", "variants", "seeds", "baseline", "output", "metrics")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_SEEDS = 1000
 MAX_JOBS = 10_000
@@ -75,6 +78,9 @@ class CompareSpec:
     configs: dict[str, JobConfig] = field(default_factory=dict)
     baseline: str | None = None
     """The variant the report compares the others with (None: the first)."""
+    metrics: tuple[str, ...] = ()
+    """The metrics the report gives, each in its own section (empty: the automatic one,
+    :func:`~tinker_algos.compare.summary.eval_key`)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +203,41 @@ def _variants(path: Path, value: object) -> tuple[Variant, ...]:
     return tuple(out)
 
 
+def _metrics(path: Path, value: object) -> tuple[str, ...]:
+    """The ``metrics`` list: metric names as logged (``eval/accuracy``), each once."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(m, str) and m.strip() for m in value):
+        raise _fail(path, "metrics: expected a list of logged metric names, e.g. [eval/accuracy, eval/reward_mean]")
+    spaced = [m for m in value if m != m.strip()]
+    if spaced:
+        raise _fail(path, f"metrics: {spaced[0]!r}: remove the spaces around the metric's name")
+    twice = sorted({m for m in value if value.count(m) > 1})
+    if twice:
+        raise _fail(path, f"metrics: {', '.join(twice)} listed twice; name each metric once")
+    return tuple(value)
+
+
+def _check_metrics_logged(path: Path, metrics: tuple[str, ...], configs: dict[str, JobConfig]) -> None:
+    """What can be known before any job runs: ``eval/vs/<opponent>/...`` is logged only by a last
+    stage whose ``multi_agent.eval_opponents`` lists ``<opponent>``."""
+    for i, metric in enumerate(metrics):
+        parts = metric.split("/")
+        if len(parts) < 4 or parts[:2] != ["eval", "vs"]:
+            continue
+        for name, config in configs.items():
+            last = config.resolved_stages()[-1]
+            multi_agent = getattr(last.algorithm.params, "multi_agent", None)
+            listed = list(multi_agent.eval_opponents or []) if multi_agent is not None else []
+            if parts[2] not in listed:
+                where = f"stages.{len(config.resolved_stages()) - 1}." if config.stages else ""
+                raise _fail(path, f"metrics[{i}]: {metric!r}: variant {name!r} never logs it: its last stage's "
+                                  f"{where}algorithm.params.multi_agent.eval_opponents does not list {parts[2]!r} "
+                                  f"(it lists: {', '.join(listed) or 'none'})")
+
+
 def _merge(path: Path, base: dict[str, Any], variant: Variant) -> JobConfig:
     """The variant's validated config; a CompareError for a bad, useless or seed-setting override."""
     for ov in variant.overrides:
@@ -252,7 +293,9 @@ def load_spec(path: str | Path, *, output: str | Path | None = None) -> CompareS
         if twin is not None:
             raise _fail(path, f"variants {twin!r} and {variant.name!r} run the same config; make them differ or drop one")
         dumped[variant.name] = dump
-    return CompareSpec(path, base, base_source, variants, seeds, out, configs, baseline or names[0])
+    metrics = _metrics(path, data.get("metrics"))
+    _check_metrics_logged(path, metrics, configs)
+    return CompareSpec(path, base, base_source, variants, seeds, out, configs, baseline or names[0], metrics)
 
 
 def job_name(spec: CompareSpec, variant: str, seed: int) -> str:
