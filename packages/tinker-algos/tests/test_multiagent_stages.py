@@ -123,3 +123,34 @@ def test_learners_evaluate_each_seat_against_every_eval_opponent(tiny_dir: Path,
             assert row[f"{vs}/reward_mean"] == pytest.approx((row[f"{vs}/alice/reward_mean"] + row[f"{vs}/bob/reward_mean"]) / 2)
         first = {k.removeprefix("eval/vs/conceder/"): v for k, v in row.items() if k.startswith("eval/vs/conceder/")}
         assert first == {k.removeprefix("eval/"): v for k, v in row.items() if k.startswith("eval/") and not k.startswith("eval/vs/")}
+
+
+def two_stage_config(multi_agent: dict[str, Any], second_env: str = "games/negotiation-v0") -> Any:
+    from tinker_core.config import parse_config
+
+    return parse_config({
+        "model": {"name": "tiny"}, "lora": {"rank": 4}, "env": {"id": "games/negotiation-v0"},
+        "stages": [{"algorithm": {"name": "sft", "data": "d.jsonl"}},
+                   {"env": {"id": second_env}, "algorithm": {"name": "grpo", "params": {"multi_agent": multi_agent}}}],
+    }, check_plugins=False)
+
+
+def test_a_warm_start_plays_the_held_out_opponents_of_the_stage_it_warms() -> None:
+    """Who a stage without multi_agent settings (SFT) plays in held-out evaluation: the next
+    multi_agent stage's opponents on the same env (per opponent if it lists eval_opponents),
+    else random; and ``opentinker eval`` of such a run plays the first."""
+    from types import SimpleNamespace
+
+    from tinker_algos.commands.evaluation_settings import eval_settings
+    from tinker_algos.multiagent.grpo import stage_eval_opponents
+
+    spec = tinker_core.registry.env_spec("games/negotiation-v0")
+
+    def warm_start_plays(config: Any) -> tuple[tuple[str, ...], bool]:
+        return stage_eval_opponents(SimpleNamespace(job=config, stage_index=0), None, spec)
+
+    both = two_stage_config({"mode": "learners", "eval_opponents": ["boulware", "conceder"]})
+    assert warm_start_plays(both) == (("boulware", "conceder"), True)
+    assert warm_start_plays(two_stage_config({"eval_opponent": "conceder"})) == (("conceder",), False)
+    assert warm_start_plays(two_stage_config({"eval_opponents": ["conceder"]}, "games/tictactoe-v0")) == (("random",), False)
+    assert eval_settings(both).opponent == "boulware" and eval_settings(both, opponent="conceder").opponent == "conceder"
