@@ -121,6 +121,20 @@ def test_panels_without_data_are_left_out():
     assert [p[0] for p in curve_panels(ROWS)] == ["reward", "loss"]
 
 
+def test_a_multi_agent_run_draws_each_roles_held_out_reward_per_opponent(tmp_path):
+    evals = {"eval/reward_mean": 0.4, "eval/alice/reward_mean": 0.5, "eval/bob/reward_mean": 0.3, "eval/alice/win_rate": 0.5}
+    one = [{**r, **evals} for r in ROWS]
+    assert curve_panels(one)[-1] == ("held-out reward by role", ["eval/alice/reward_mean", "eval/bob/reward_mean"], "linear")
+    vs = {f"eval/vs/{o}/{k.removeprefix('eval/')}": v for o in ("conceder", "boulware") for k, v in evals.items()}
+    several = [{**r, **evals, **vs} for r in ROWS]
+    assert [p for p in curve_panels(several) if p[0].startswith("held-out reward by role")] == [
+        ("held-out reward by role vs boulware", ["eval/vs/boulware/alice/reward_mean", "eval/vs/boulware/bob/reward_mean"], "linear"),
+        ("held-out reward by role vs conceder", ["eval/vs/conceder/alice/reward_mean", "eval/vs/conceder/bob/reward_mean"], "linear"),
+    ]
+    pytest.importorskip("matplotlib")
+    assert plot_curves(several, tmp_path / "curve.png") == tmp_path / "curve.png"
+
+
 def test_kl_noise_is_left_out_and_real_kl_is_drawn_on_a_log_scale():
     noise = [{**r, "kl/policy_ref": 1e-14 * r["step"]} for r in ROWS]
     assert "KL" not in [p[0] for p in curve_panels(noise)]

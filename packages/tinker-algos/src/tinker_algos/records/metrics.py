@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,9 @@ CURVES = (
     ("held-out Elo", ("eval/elo",)),
 )
 """The candidate panels of the learning curve: title and the keys drawn in it."""
+ROLE_REWARD = re.compile(r"^eval/(?:vs/(?P<opponent>[^/]+)/)?(?P<role>[^/]+)/reward_mean$")
+"""A multi-agent held-out evaluation's per-role reward (``eval/<role>/reward_mean``, and per
+opponent ``eval/vs/<opponent>/<role>/reward_mean``): a panel of each role's curve, per opponent."""
 KL_NEGLIGIBLE = 1e-6
 """A KL panel whose values all stay below this (in absolute value) is left out of the plot."""
 
@@ -111,7 +115,21 @@ def curve_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str], str]]
                 continue
             scale = "log" if min(values) > 0 else "symlog"
         panels.append((title, logged, scale))
-    return panels
+    return panels + role_reward_panels(rows)
+
+
+def role_reward_panels(rows: list[dict[str, Any]]) -> list[tuple[str, list[str], str]]:
+    """The per-seat curves of a multi-agent run: one panel of the roles' held-out rewards
+    (:data:`ROLE_REWARD`) per evaluation opponent when it evaluates against several
+    (``eval/vs/<opponent>/...``), else one of ``eval/<role>/reward_mean``."""
+    by_opponent: dict[str | None, list[str]] = {}
+    for key in sorted({k for r in rows for k, v in r.items() if isinstance(v, (int, float)) and math.isfinite(v)}):
+        m = ROLE_REWARD.match(key)
+        if m is not None and m["role"] != "vs":
+            by_opponent.setdefault(m["opponent"], []).append(key)
+    if any(o is not None for o in by_opponent):
+        return [(f"held-out reward by role vs {o}", keys, "linear") for o, keys in by_opponent.items() if o is not None]
+    return [("held-out reward by role", by_opponent[None], "linear")] if None in by_opponent else []
 
 
 def plot_curves(rows: list[dict[str, Any]], path: Path, title: str = "") -> Path | None:
