@@ -160,6 +160,22 @@ def test_a_job_dir_of_another_config_is_refused_before_any_job(tmp_path, monkeyp
     assert not (tmp_path / "runs" / "compare-cmp" / "jobs" / "grpo").exists()
 
 
+def test_a_job_dir_written_before_a_defaulted_field_existed_is_the_same_job(tmp_path):
+    """A run's config.json lacking a field a later release added with its default is still the
+    job's config; a changed value, or a config today's models reject, is another config."""
+    from tinker_algos.compare.runner import config_json, same_config
+    from tinker_algos.compare.spec import expand, load_spec
+
+    job = expand(load_spec(write(tmp_path)))[0]
+    recorded = config_json(job)
+    assert same_config(recorded, job)
+    older = {**recorded, "rollout": {k: v for k, v in recorded["rollout"].items() if k != "dynamic_sampling"}}
+    assert older != recorded and same_config(older, job)
+    changed = {**recorded, "rollout": {**recorded["rollout"], "group_size": recorded["rollout"]["group_size"] + 1}}
+    assert not same_config(changed, job)
+    assert not same_config({**recorded, "no_such_field": 1}, job)
+
+
 def test_the_compare_modules_load_no_torch_and_no_client():
     import subprocess
     import sys

@@ -61,12 +61,27 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def same_config(recorded: dict[str, Any], job: JobSpec) -> bool:
+    """Whether a job dir's recorded config is ``job``'s: equal as written, or equal once read
+    again by today's config models (a run written before a release added a field with a default
+    records no value for it; it is still the same job). A recorded config today's models reject
+    is another config."""
+    current = config_json(job)
+    if recorded == current:
+        return True
+    try:
+        again = json.loads(parse_config(recorded, check_plugins=False).model_dump_json())
+    except ConfigError:
+        return False
+    return bool(again == current)
+
+
 def check_not_stale(out: Path, jobs: list[JobSpec]) -> None:
     """A :class:`CompareError` when a job's directory holds a run of a different config."""
     for job in jobs:
         d = job_dir(out, job)
         recorded = _read_json(d / "config.json") or (_read_json(d / JOB_RECORD) or {}).get("config")
-        if recorded is not None and recorded != config_json(job):
+        if recorded is not None and not same_config(recorded, job):
             raise CompareError(
                 f"{d} holds a run of another config (the compare file changed since); remove it, or give another --output"
             )
