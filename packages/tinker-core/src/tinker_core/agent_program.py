@@ -87,6 +87,22 @@ class AgentProgram(TextEnv):
         raise ValueError(f"the agent returned {type(result).__name__}, not a reward; return a number or "
                          "{'reward': number}")
 
+    def demonstrate(self, task: Any, messages: list[dict[str, Any]]) -> str | dict[str, Any]:
+        """The reply a good policy gives to ``messages`` (the call's OpenAI chat messages, as the
+        agent sent them) in an episode of ``task``: what an SFT warm start on this env trains on
+        (``algorithm.name: sft`` without ``data``). Either text (tool calls written in the default
+        format, :func:`tinker_core.tools.format_tool_call`) or an OpenAI assistant message
+        (``{"content": ..., "tool_calls": [...]}``), which the rollout proxy writes as the policy
+        would. The trainer runs :meth:`run` against the proxy with these replies in place of
+        samples, so the warm start's tokens are exactly those the agent's own calls render to.
+        Implement it, or set :attr:`demonstrations`, to give demonstrations."""
+        raise NotImplementedError(f"{type(self).__name__} gives no demonstrations; implement demonstrate(task, messages)")
+
+    @property
+    def demonstrations(self) -> bool:
+        """Whether :meth:`demonstrate` is implemented (an SFT stage on this env needs it)."""
+        return type(self).demonstrate is not AgentProgram.demonstrate
+
     def task(self, seed: int) -> Any:
         """The task of reset seed ``seed``: ``tasks[seed % len(tasks)]``."""
         return self.tasks[int(seed) % len(self.tasks)]

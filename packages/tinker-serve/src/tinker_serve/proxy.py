@@ -41,6 +41,14 @@ from its messages; if that does not extend the previous context, the episode get
 it has seen from the history it sends back, or refuses it after a handoff) and the same for the
 same seed.
 
+**Demonstrations.** An episode opened with ``demonstrate`` (a function of the call's OpenAI
+messages returning the reply: text, or an assistant message with ``tool_calls``, written in the
+default format as an assistant message in a request is) is answered with that reply instead of a
+sample: its tokens, then the template's end of turn, recorded with logprob 0, so an SFT warm
+start trains on exactly the prompts the agent's calls render to
+(:func:`tinker_algos.rollout.agent_program.agent_demonstrations`). A demonstration that fails or is
+not text or such a message is a 500 naming the episode's ``demo``.
+
 **Sampling.** The job decides how the policy samples: temperature, top-p and top-k come from the
 job (the request's are ignored, and so are its penalties, so the recorded logprobs are the behaviour policy the loss
 expects); a call samples at most the job's ``rollout.max_new_tokens`` (fewer when the request's
@@ -59,7 +67,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,15 +152,19 @@ class RolloutProxy:
         self._keys: dict[bytes, str] = {}  # sha256(key) -> episode id
         self._keys_lock = threading.Lock()
         self._last: dict[str, _LastChat] = {}
+        self._demos: dict[str, Callable[[list[dict[str, Any]]], Any]] = {}
         self.base_url = ""
         self.app = self._app()
 
     # ---- episodes ------------------------------------------------------------------------------
-    def open_episode(self, episode_id: str) -> str:
+    def open_episode(self, episode_id: str, *, demonstrate: Callable[[list[dict[str, Any]]], Any] | None = None) -> str:
         """Accept calls for ``episode_id``; the episode's key, which its calls send as
-        ``Authorization: Bearer <key>`` (the module docstring)."""
+        ``Authorization: Bearer <key>`` (the module docstring). ``demonstrate``: answer its chat
+        calls with ``demonstrate(messages)`` instead of samples (the module docstring)."""
         key = secrets.token_urlsafe(32)
         self.log.open(episode_id)
+        if demonstrate is not None:
+            self._demos[episode_id] = demonstrate
         with self._keys_lock:
             self._keys[_digest(key)] = episode_id
         return key
@@ -163,6 +175,7 @@ class RolloutProxy:
             for digest in [d for d, ep in self._keys.items() if ep == episode_id]:
                 del self._keys[digest]
         self._last.pop(episode_id, None)
+        self._demos.pop(episode_id, None)
         return self.log.close(episode_id)
 
     def episode_of(self, headers: Headers) -> str | None:
@@ -247,7 +260,11 @@ class RolloutProxy:
         params = self._call_params(body.max_completion_tokens or body.max_tokens, body.stop_list(), episode, len(ids))
         await constrain(self.served.engine, params, body, schema, tools, forced)  # response_format, tool_choice
         n_call = len(self.log.calls(episode))
-        tokens, logprobs, text, raw_reason = await self._sample(ids, params, http)
+        demo = self._demos.get(episode)
+        if demo is not None:
+            tokens, logprobs, text, raw_reason = await run_in_threadpool(self._demonstrated, demo, body)
+        else:
+            tokens, logprobs, text, raw_reason = await self._sample(ids, params, http)
         fields, called = tool_message_fields(text, tools, id_prefix=f"call_{n_call}_")
         reason = "tool_calls" if called else (finish_reason(raw_reason) or "stop")
         self._record(episode, ProxyCall(tuple(ids), tuple(tokens), tuple(logprobs), reason, text, "chat"))
@@ -260,8 +277,28 @@ class RolloutProxy:
                 "choices": [{"index": 0, "message": {"role": "assistant", **fields}, "finish_reason": reason, "logprobs": None}],
                 "usage": usage(len(ids), len(tokens))}
 
+    def _demonstrated(self, demo: Callable[[list[dict[str, Any]]], Any], body: ChatRequest) -> tuple[list[int], list[float], str, str]:
+        """``(ids, logprobs, text, finish reason)`` of the demonstrated reply to ``body`` (the
+        module docstring): its text's tokens and the template's end of turn, logprobs 0."""
+        try:
+            reply = demo([m.model_dump(exclude_none=True) for m in body.messages])
+            if isinstance(reply, dict):
+                msg = ChatMessage(role="assistant", content=reply.get("content"), tool_calls=reply.get("tool_calls"))
+                reply = request_messages(ChatRequest(model=MODEL_NAME, messages=[msg]))[0][0]["content"]
+            if not isinstance(reply, str):
+                raise TypeError(f"it returned {type(reply).__name__}")
+        except Exception as e:  # noqa: BLE001 - the agent's demo function is its own code
+            raise APIError(500, f"the demonstration failed ({type(e).__name__}: {e}); env.kwargs.demo must return the reply "
+                           "as text or as an assistant message {'content': ..., 'tool_calls': [...]}", type="server_error") from None
+        ids = list(self.served.policy.tokenizer.encode(reply, add_special_tokens=False))
+        if self.renderer.chat and self.renderer.end_of_turn_id is not None:
+            ids.append(int(self.renderer.end_of_turn_id))
+        return ids, [0.0] * len(ids), reply, "stop"
+
     async def completion(self, body: CompletionRequest, http: Request) -> Any:
         episode = self._episode(http)
+        if episode in self._demos:
+            raise bad_request("a demonstrated episode answers chat calls only (POST /v1/chat/completions)", "prompt")
         body.refuse_unsupported(("suffix", "best_of"))
         if body.n != 1 or body.echo:
             which = "n" if body.n != 1 else "echo"

@@ -161,31 +161,45 @@ class Algorithm:
         with roles through :func:`~tinker_algos.multiagent.grpo.evaluate_stage` (against the
         scripted opponent of :func:`~tinker_algos.multiagent.grpo.default_eval_opponent`), an
         agent program through :func:`~tinker_algos.rollout.agent_program.evaluate_agents`, any other env
-        through :func:`~tinker_algos.rollout.evaluate`."""
-        from tinker_algos.rollout import agent_program
-        from tinker_algos.rollout.episodes import evaluate
-
+        through :func:`~tinker_algos.rollout.evaluate`. With ``algorithm.eval_temperature`` a
+        single-agent env or agent program is played a second time, sampled at that temperature:
+        ``eval/sampled_accuracy`` and ``eval/sampled_reward_mean``."""
         factory = self.ctx.eval_env_factory or self.ctx.env_factory
         if factory is None:
             return {}
-        if self.ctx.plays_agent_program:
-            return agent_program.evaluate_agents(self.ctx, self.ctx.algo.eval_size, derive_seed(self.ctx.job.seed, "eval"))
-        if self.env_has_roles():
+        if not self.ctx.plays_agent_program and self.env_has_roles():
             from tinker_algos.multiagent.grpo import evaluate_stage
 
             return evaluate_stage(self.ctx, None)
+        out = self.evaluate_single(0.0)
+        temperature = getattr(self.ctx.algo, "eval_temperature", None)
+        if temperature:
+            sampled = self.evaluate_single(float(temperature))
+            out.update({"eval/sampled_accuracy": sampled["eval/accuracy"], "eval/sampled_reward_mean": sampled["eval/reward_mean"]})
+        return out
+
+    def evaluate_single(self, temperature: float) -> dict[str, float]:
+        """One held-out evaluation of a single-agent env or agent program, greedy (``temperature``
+        0) or sampled; the seed is the job's evaluation seed either way."""
+        from tinker_algos.rollout import agent_program
+        from tinker_algos.rollout.episodes import evaluate
+
+        seed = derive_seed(self.ctx.job.seed, "eval")
+        if self.ctx.plays_agent_program:
+            return agent_program.evaluate_agents(self.ctx, self.ctx.algo.eval_size, seed, temperature=temperature)
         r = self.ctx.rollout_cfg
         return evaluate(
             self.ctx.policy,
-            factory,
+            self.ctx.eval_env_factory or self.ctx.env_factory,
             self.ctx.algo.eval_size,
-            seed=derive_seed(self.ctx.job.seed, "eval"),
+            seed=seed,
             max_new_tokens=r.max_new_tokens,
             stop=r.stop,
             max_turns=r.max_turns,
             adapter=self.ctx.adapter,
             renderer=self.ctx.renderer,
             reuse_kv_cache=r.reuse_kv_cache,
+            temperature=temperature,
         )
 
     def env_has_roles(self) -> bool:

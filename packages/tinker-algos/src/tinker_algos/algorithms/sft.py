@@ -6,7 +6,11 @@ records, or of ``{"messages": [...]}`` conversations: an optional ``system`` mes
 ``save_to_disk`` folder or Hub dataset, read by :mod:`tinker_algos.hub.data_sources`) or, without data,
 from the environment: each example is a demonstration the env gives
 through ``info["target"]``, the ideal next action (arithmetic, echo and other single-turn envs
-give it on reset; a multi-turn env such as ``math/calculator-v0`` gives it after each turn too).
+give it on reset; a multi-turn env such as ``math/calculator-v0`` gives it after each turn too),
+or, for an agent program (``agent/program-v0`` with ``env.kwargs.demo``), the program's own
+episodes run against the rollout proxy answering each call with the program's demonstration
+(:func:`tinker_algos.rollout.agent_program.agent_demonstrations`): the prompts are the agent's
+calls exactly as the proxy renders them, the trained tokens the demonstrated replies.
 The episode is replayed with those actions until it ends or the env gives no target; a one-turn
 demonstration is the first observation and its target, a longer one is rendered turn by turn
 exactly as the rollout renders a sampled episode (:class:`tinker_algos.rollout.PolicyTurns`: the
@@ -106,6 +110,7 @@ class SFT(Algorithm):
         if self.records is None and ctx.env_factory is None:
             raise ConfigError([f"stages[{ctx.stage_index}]: sft needs 'algorithm.data' (a JSONL or parquet file, a save_to_disk folder or {{hub: DATASET_ID}}) or an 'env' that gives info['target']"])
         self.loss = ctx.algo.loss or "cross_entropy"
+        self.demo_metrics: dict[str, float] = {}  # an agent program's demonstrations: their mean reward
 
     def examples(self, step: int) -> list[Trajectory]:
         """The step's examples from ``algorithm.data``, as trajectories."""
@@ -127,7 +132,10 @@ class SFT(Algorithm):
         return turns.finish(group_id=0)
 
     def demonstrations(self, step: int) -> list[Trajectory]:
-        """The step's trajectories replayed from the env's ``info["target"]`` actions."""
+        """The step's trajectories replayed from the env's ``info["target"]`` actions (an agent
+        program's: its episodes with demonstrated replies)."""
+        if self.ctx.plays_agent_program:
+            return self.agent_demonstrations(step)
         factory = self.ctx.require_env()
         out = []
         for i in range(self.ctx.algo.batch_size):
@@ -137,6 +145,21 @@ class SFT(Algorithm):
             finally:
                 env.close()
         return out
+
+    def agent_demonstrations(self, step: int) -> list[Trajectory]:
+        """The step's agent-program episodes played with demonstrations, as trajectories (every
+        segment of each); ``sft/demo_reward_mean`` is their mean reward (1.0 when the
+        demonstrations solve their tasks). A RuntimeError naming the first failure when none finished."""
+        from tinker_algos.rollout.agent_program import agent_demonstrations
+
+        seeds = [self.ctx.step_seed(step, "sft", i) for i in range(self.ctx.algo.batch_size)]
+        result = agent_demonstrations(self.ctx, seeds)
+        trajs = [e.trajectory for e in result.episodes if e.trajectory is not None]
+        if not trajs:
+            raise RuntimeError(f"{self.ctx.where}: no demonstrated agent episode finished ({dict(result.errors)}; first: "
+                               f"{result.failures[0] if result.failures else '?'}); fix the agent or its demo function")
+        self.demo_metrics = {"sft/demo_reward_mean": result.metrics(prefix="demo")["demo/reward_mean"]}
+        return trajs
 
     def demonstration(self, env: object, seed: int) -> Trajectory:
         """One episode of ``env`` played with its targets (see the module docstring)."""
@@ -177,6 +200,7 @@ class SFT(Algorithm):
         fb = self.ctx.trainer.forward_backward(batch, self.loss, agg=self.ctx.algo.aggregation, **self.ctx.algo.loss_config)
         opt = self.ctx.trainer.optim_step()
         return {
+            **self.demo_metrics,
             "losses/total": fb["loss"],
             "losses/sft": fb["loss"],
             **optim_metrics(opt),

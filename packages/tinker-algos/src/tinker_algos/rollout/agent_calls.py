@@ -37,9 +37,10 @@ __all__ = [
 AGENT_PROGRAM_SPEC = EnvSpec(
     id="agent/program-v0",
     description="An agent program run(task, client) -> reward, trained through the rollout proxy "
-    "(kwargs: entry 'module:run', tasks: a list or 'module:TASKS', timeout_s, reward 'module:fn', path, isolation: thread | process)",
+    "(kwargs: entry 'module:run', tasks: a list or 'module:TASKS', timeout_s, reward 'module:fn', path, isolation: thread | process, "
+    "demo 'module:fn' for an SFT warm start)",
     agent_program=True,
-    import_kwargs=("entry", "tasks", "reward"),
+    import_kwargs=("entry", "tasks", "reward", "demo"),
 )
 """The spec of the env ``agent/program-v0`` (:mod:`tinker_algos.rollout.agent_program`), here so that the
 plugin registers it without importing torch."""

@@ -53,6 +53,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,7 +91,7 @@ class AgentProgramEnv(AgentProgram):
 
     def __init__(
         self, entry: str, tasks: Sequence[Any] | str, timeout_s: float = 120.0, reward: str | None = None,
-        path: str | None = None, proxy: str = "openai", isolation: str | None = None,
+        path: str | None = None, proxy: str = "openai", isolation: str | None = None, demo: str | None = None,
     ) -> None:
         super().__init__()
         self.env_spec = SPEC
@@ -111,7 +112,21 @@ class AgentProgramEnv(AgentProgram):
             raise ConfigError([f"env.kwargs.timeout_s: must be a number of seconds > 0, got {timeout_s!r}"])
         self.timeout_s = float(timeout_s)
         self.reward_fn = load_ref(reward, "reward", path) if reward else None
+        self.demo_fn: Callable[..., Any] | None = load_ref(demo, "demo", path) if demo else None
+        if self.demo_fn is not None and not callable(self.demo_fn):
+            raise ConfigError([f"env.kwargs.demo: {demo!r} is not callable; name a function demo(task, messages)"])
         self.proxy = proxy
+
+    @property
+    def demonstrations(self) -> bool:
+        """Whether ``demo`` was given (an SFT stage on this env needs it)."""
+        return self.demo_fn is not None
+
+    def demonstrate(self, task: Any, messages: list[dict[str, Any]]) -> str | dict[str, Any]:
+        """``demo(task, messages)``: the reply to train on (:meth:`tinker_core.AgentProgram.demonstrate`)."""
+        if self.demo_fn is None:
+            raise ConfigError(["env.kwargs.demo: not set; name a function demo(task, messages) returning the reply to train on"])
+        return self.demo_fn(task, messages)
 
     def score(self, task: Any, result: Any) -> float:
         """The reward of ``run``'s ``result``, through ``reward`` when given (ValueError when it is none)."""
@@ -294,10 +309,12 @@ class AgentRolloutResult(RolloutResult):
 def agent_rollout(
     policy: PolicyModel, program: AgentProgram, seeds: Sequence[int], params: SamplingParams, *, group_size: int = 1,
     renderer: PromptRenderer | None = None, adapter: str | None = None, max_error_rate: float = 1.0,
-    max_context_tokens: int | None = None, tasks: Sequence[Any] | None = None,
+    max_context_tokens: int | None = None, tasks: Sequence[Any] | None = None, demonstrate: bool = False,
 ) -> AgentRolloutResult:
     """Run ``group_size`` agent episodes per task seed (or per task of ``tasks``) through the
-    rollout proxy; their trajectories as a :class:`RolloutResult` (the module docstring)."""
+    rollout proxy; their trajectories as a :class:`RolloutResult` (the module docstring).
+    ``demonstrate``: the proxy answers each call with the program's
+    :meth:`~tinker_core.AgentProgram.demonstrate` reply instead of a sample (an SFT warm start)."""
     from tinker_algos.model.prompts import PromptRenderer
 
     t0 = time.perf_counter()
@@ -307,7 +324,8 @@ def agent_rollout(
     plays = [_Play(g, task, f"ep-{g}-{k}") for g, task in enumerate(chosen) for k in range(group_size)]
     with start(policy, renderer, params, adapter=adapter, max_context_tokens=max_context_tokens) as proxy, phase("agents"):
         for p in plays:
-            p.key = proxy.open_episode(p.episode_id)
+            p.key = proxy.open_episode(p.episode_id, demonstrate=partial(program.demonstrate, p.task)) if demonstrate \
+                else proxy.open_episode(p.episode_id)
         if program.isolation == "process":
             _run_processes(program, plays, proxy.base_url)
         else:
@@ -352,12 +370,31 @@ def stage_agent_rollout(ctx: Any, step: int, policy: PolicyModel | None = None) 
     )
 
 
-def evaluate_agents(ctx: Any, num_episodes: int, seed: int) -> dict[str, float]:
-    """Greedy held-out evaluation: ``num_episodes`` episodes over the eval tasks, in order."""
+def agent_demonstrations(ctx: Any, seeds: Sequence[int]) -> AgentRolloutResult:
+    """An SFT step's examples from the stage's agent program: one episode per seed's task, run
+    against the rollout proxy answering every call with the program's demonstration
+    (:meth:`tinker_core.AgentProgram.demonstrate`), so each trajectory holds the prompts exactly as
+    the agent's calls render and the demonstrated replies as trained tokens. A ConfigError when
+    the program gives no demonstrations."""
+    from tinker_algos.sampling.sampler import SamplingParams
+
+    program = stage_program(ctx)
+    if not program.demonstrations:
+        raise ConfigError([f"{ctx.where}: sft on the agent program {ctx.stage.env.id!r} needs its demonstrations: set "
+                           "env.kwargs.demo to 'module:demo', a function demo(task, messages) returning the reply to "
+                           "train on (text, or an OpenAI assistant message with tool_calls), or give algorithm.data"])
+    params = SamplingParams(max_new_tokens=ctx.rollout_cfg.max_new_tokens, temperature=0.0)
+    return agent_rollout(ctx.policy, program, seeds, params, renderer=ctx.renderer, adapter=ctx.adapter,
+                         max_error_rate=ctx.rollout_cfg.max_error_rate, demonstrate=True)
+
+
+def evaluate_agents(ctx: Any, num_episodes: int, seed: int, temperature: float = 0.0) -> dict[str, float]:
+    """Held-out evaluation: ``num_episodes`` episodes over the eval tasks, in order; greedy, or
+    sampled at ``temperature`` (seeded by ``seed``)."""
     from tinker_algos.sampling.sampler import SamplingParams
 
     program = stage_program(ctx, evaluation=True)
-    params = SamplingParams(max_new_tokens=ctx.rollout_cfg.max_new_tokens, temperature=0.0, seed=seed)
+    params = SamplingParams(max_new_tokens=ctx.rollout_cfg.max_new_tokens, temperature=temperature, seed=seed)
     tasks = [program.tasks[i % len(program.tasks)] for i in range(num_episodes)]
     result = agent_rollout(ctx.policy, program, [], params, renderer=ctx.renderer, adapter=ctx.adapter, tasks=tasks)
     record_eval(result, ctx.policy.tokenizer)
@@ -367,6 +404,6 @@ def evaluate_agents(ctx: Any, num_episodes: int, seed: int) -> dict[str, float]:
 
 
 __all__ = [
-    "AGENT_ENV_ID", "AgentEpisode", "AgentProgramEnv", "AgentRolloutResult", "agent_rollout", "evaluate_agents",
+    "AGENT_ENV_ID", "AgentEpisode", "AgentProgramEnv", "AgentRolloutResult", "agent_demonstrations", "agent_rollout", "evaluate_agents",
     "is_agent_program", "proxy_starter", "stage_agent_rollout",
 ]

@@ -412,9 +412,11 @@ def evaluate(
     adapter: str | None = None,
     renderer: PromptRenderer | None = None,
     reuse_kv_cache: bool = True,
+    temperature: float = 0.0,
 ) -> dict[str, float]:
-    """Greedy held-out evaluation: ``eval/accuracy`` (episodes reaching the top reward) and more."""
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop=tuple(stop), seed=seed)
+    """Held-out evaluation, greedy (or sampled at ``temperature``, seeded by ``seed``):
+    ``eval/accuracy`` (episodes reaching the top reward) and more."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, stop=tuple(stop), seed=seed)
     seeds = [seed + i for i in range(num_episodes)]
     result = rollout(
         policy, env_factory, seeds, params, max_turns=max_turns, adapter=adapter, renderer=renderer, reuse_kv_cache=reuse_kv_cache

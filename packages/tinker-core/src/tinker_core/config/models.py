@@ -244,6 +244,10 @@ class AlgorithmConfig(_Model):
     data: DataSource | None = Field(None, description="SFT examples or DPO pairs: a JSONL path (a string), or a data source mapping with path or hub, split, fields, max_rows (see the section below); on a scheduler, a path under a --model-root or the tenant's runs.")
     eval_every: int = Field(0, ge=0, le=MAX_STEPS, description="Held-out evaluation every N steps; 0 = only at the end.")
     eval_size: int = Field(64, ge=1, le=MAX_BATCH_SIZE, description=f"Held-out problems per evaluation (at most {MAX_BATCH_SIZE:,}).")
+    eval_temperature: float | None = Field(
+        None, gt=0.0, le=10.0,
+        description="Also evaluate sampled: each evaluation plays its eval_size held-out problems a second time at this temperature (seeded, top_p 1), reported as eval/sampled_accuracy and eval/sampled_reward_mean beside the greedy eval/accuracy; None: greedy only. Single-agent envs and agent programs.",
+    )
     stop_at: dict[str, float] | None = Field(None, description="End the stage at the first evaluation where every named held-out metric reaches its value (e.g. {eval/accuracy: 0.3}); 'steps' is then the most it runs. Needs eval_every.")
 
     _plain_data = field_validator("data", mode="before", json_schema_input_type=str | DataSource | None)(check_data_shorthand)
