@@ -210,3 +210,28 @@ def test_the_step_that_ends_a_stage_early_is_logged_whatever_logging_every(tmp_p
     train(cfg, run_dir=tmp_path)
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["step"] for r in rows if r["stage"] == "warm"] == [2] and "eval/accuracy" in rows[0]
+
+
+def test_eval_temperature_adds_a_sampled_evaluation_of_the_same_problems(tmp_path):
+    """``algorithm.eval_temperature``: each evaluation plays its problems again, sampled. Near 0
+    sampling is greedy decoding (the same problems and seeds: the same accuracy); at a high
+    temperature the trained echo policy scores lower than it does greedily."""
+    cfg = job(logging={"tensorboard": False, "plot": False}, optimizer={"lr": 0.01},
+              rollout={"max_new_tokens": 2, "stop": []})  # the words are 2 characters: 2 tokens
+    cfg["stages"] = [{"name": "warm", "algorithm": {"name": "sft", "steps": 30, "batch_size": 8, "eval_size": 16, "eval_every": 30,
+                                                    "eval_temperature": 0.001}},
+                     {"name": "hot", "algorithm": {"name": "sft", "steps": 1, "batch_size": 8, "eval_size": 16, "eval_temperature": 8.0}}]
+    assert train(cfg, run_dir=tmp_path).status == "completed"
+    rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "eval/accuracy" in r]
+    assert len(rows) == 2
+    cold, hot = rows
+    assert cold["eval/accuracy"] > 0.5, "the warm start learned to echo"
+    assert cold["eval/sampled_accuracy"] == cold["eval/accuracy"] and cold["eval/sampled_reward_mean"] == cold["eval/reward_mean"]
+    assert hot["eval/sampled_accuracy"] < hot["eval/accuracy"]
+
+
+def test_eval_temperature_must_be_positive():
+    with pytest.raises(ConfigError, match="eval_temperature"):
+        cfg = job()
+        cfg["stages"][0]["algorithm"]["eval_temperature"] = 0
+        train(cfg, run_dir="unused")

@@ -77,13 +77,14 @@ def test_a_demonstrated_episode_is_the_agents_calls_with_the_demo_replies_as_tra
         first_prompt = tokens[: mask.index(True)]
         assert other.trajectory is not None and [int(t) for t in other.trajectory.tokens_T[: len(first_prompt)]] == first_prompt
         # ... and what the renderer makes of the agent's messages and tools.
-        from expression_agent import SYSTEM, TOOLS  # type: ignore[import-not-found]
+        from expression_agent import SYSTEM, TOOLS  # type: ignore[import-not-found]  # imported by the program above
 
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {task['expression']}? Answer with the number."}]
         assert renderer.start(messages, "", TOOLS)[0] == first_prompt
         # The tool's result arrives as a masked message between the two replies.
-        text = tok.decode(tokens)
-        assert f"<tool_response>\n{task['answer']}\n</tool_response>" in text or str(task["answer"]) in text
+        first_end = mask.index(True) + len(call_ids) + 1
+        between = tok.decode(tokens[first_end: first_end + mask[first_end:].index(True)])
+        assert between == f"\n<|im_start|>tool\n{task['answer']}<|im_end|>\n<|im_start|>assistant\n"  # ChatML's tool turn
 
 
 def test_a_failing_or_wrong_demo_fails_its_episodes_with_the_reason(
@@ -140,3 +141,21 @@ def test_sft_on_an_agent_without_demonstrations_names_the_field(chat_dir: Path, 
 
     with pytest.raises(ConfigError, match="env.kwargs.demo"):
         train(job(chat_dir, demo=False), run_dir=tmp_path / "run")
+
+
+def test_the_smollm2_recipe_and_its_compare_validate_and_its_demos_solve_every_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example's compare (both variants' configs validated) and its agent: the demo replies
+    solve every training and held-out task when played out (the calculator and the answer)."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from expression_agent import EVAL_TASKS, TASKS, calculate, demo  # type: ignore[import-not-found]
+
+    from tinker_algos.compare.spec import load_spec
+
+    spec = load_spec(EXAMPLES / "compare-agent-calculator-warm.yaml")
+    assert [len(spec.configs[v].resolved_stages()) for v in ("sft-only", "grpo")] == [1, 2]
+    assert spec.configs["grpo"].stages[0].algorithm == spec.configs["sft-only"].stages[0].algorithm, "the same warm start"
+    assert not {t["expression"] for t in TASKS} & {t["expression"] for t in EVAL_TASKS}
+    for task in [*TASKS, *EVAL_TASKS]:
+        call = demo(task, [{"role": "user", "content": "?"}])["tool_calls"][0]["function"]
+        result = str(calculate(json.loads(call["arguments"])["expression"]))
+        assert demo(task, [{"role": "tool", "content": result}]) == str(task["answer"])
