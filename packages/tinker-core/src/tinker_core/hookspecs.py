@@ -134,8 +134,10 @@ def opentinker_register_rollout_proxies(register: RolloutProxyRegister) -> None:
 
     :param register: ``register(name, start, *, description=None)``. ``start(policy, renderer,
         params, *, adapter=None, max_context_tokens=None)`` starts the proxy (a context manager
-        whose value has ``base_url``, ``open_episode(episode_id)`` and
+        whose value has ``base_url``, ``open_episode(episode_id, *, demonstrate=None)`` and
         ``close_episode(episode_id) -> list[ProxyCall]``; see :mod:`tinker_algos.rollout.agent_calls`).
+        ``demonstrate``, when given, is a function of a chat call's messages returning the reply
+        to answer with instead of a sample (an SFT warm start on the agent's own calls).
         ``agent/program-v0`` jobs use the one named ``openai`` (tinker-serve's).
     """
 
