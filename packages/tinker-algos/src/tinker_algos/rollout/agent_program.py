@@ -29,7 +29,13 @@ tasks (``eval_kwargs.tasks``) with greedy sampling. Metrics besides the rollout'
 ``agent/calls_mean`` (calls per finished episode) and ``agent/segments_rewritten`` (segments
 started by a call that did not extend the episode's context; each segment is a row of its group).
 
-``entry``, ``tasks`` and ``reward`` are imported with the working directory (and ``path``, when
+``demo: "module:fn"`` gives the program's demonstrations, ``fn(task, messages) -> reply`` (text,
+or an OpenAI assistant message with ``tool_calls``): an ``sft`` stage without data then trains on
+the program's own episodes with the proxy answering each call with the demonstrated reply
+(:func:`agent_demonstrations`), so the warm start's prompts are the agent's calls token for token.
+Held-out evaluation with ``algorithm.eval_temperature`` plays the eval tasks a second time, sampled.
+
+``entry``, ``tasks``, ``reward`` and ``demo`` are imported with the working directory (and ``path``, when
 given) on ``sys.path``; in a scheduler's job, only if its operator allowed them
 (``--allow-import``), from its installed packages alone (:mod:`tinker_core.import_policy`).
 ``isolation: process`` runs each episode in a child process instead of a thread, so that an
@@ -240,6 +246,16 @@ def _run_processes(program: AgentProgram, plays: list[_Play], base_url: str) -> 
                 p.error, p.reason = detail, reason
 
 
+def _open_demonstrated(proxy: Any, program: AgentProgram, play: _Play) -> str:
+    """Open ``play``'s episode answered with the program's demonstrations; a ConfigError when the
+    program's rollout proxy does not take them."""
+    try:
+        return str(proxy.open_episode(play.episode_id, demonstrate=partial(program.demonstrate, play.task)))
+    except TypeError as e:
+        raise ConfigError([f"env: the rollout proxy {program.proxy!r} takes no demonstrations ({e}); an sft stage on an agent "
+                           "program needs one whose open_episode takes demonstrate= (tinker-serve's 'openai')"]) from None
+
+
 def proxy_starter(program: AgentProgram) -> Callable[..., Any]:
     """The ``start`` of the program's rollout proxy (hook ``opentinker_register_rollout_proxies``);
     a ConfigError naming the install fix when it, or the openai client, is missing."""
@@ -324,8 +340,7 @@ def agent_rollout(
     plays = [_Play(g, task, f"ep-{g}-{k}") for g, task in enumerate(chosen) for k in range(group_size)]
     with start(policy, renderer, params, adapter=adapter, max_context_tokens=max_context_tokens) as proxy, phase("agents"):
         for p in plays:
-            p.key = proxy.open_episode(p.episode_id, demonstrate=partial(program.demonstrate, p.task)) if demonstrate \
-                else proxy.open_episode(p.episode_id)
+            p.key = _open_demonstrated(proxy, program, p) if demonstrate else proxy.open_episode(p.episode_id)
         if program.isolation == "process":
             _run_processes(program, plays, proxy.base_url)
         else:
