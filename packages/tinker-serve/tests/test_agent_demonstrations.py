@@ -134,6 +134,17 @@ def test_a_warm_start_on_the_agents_demonstrations_then_grpo_runs_end_to_end(cha
     assert len(evals) == 2, "one held-out evaluation at the end of each stage"
     for r in evals:
         assert 0.0 <= r["eval/sampled_accuracy"] <= 1.0 and 0.0 <= r["eval/sampled_reward_mean"] <= 1.0
+    # `opentinker eval` of the run plays the agent as training's held-out evaluation did: the same
+    # greedy numbers; with samples, every task k times (its pass@k).
+    from tinker_algos.commands.evaluation import eval_settings, evaluate_source, find_source
+
+    source = find_source(tmp_path / "run")
+    report = evaluate_source(source, eval_settings(source.job, env_id=None, split=None, n=None, samples=1, max_new_tokens=None, seed=None))
+    assert report.n == 4 and len(report.episodes) == 4
+    for key in ("eval/accuracy", "eval/reward_mean"):
+        assert report.metrics[key] == evals[-1][key], key
+    sampled = evaluate_source(source, eval_settings(source.job, env_id=None, split=None, n=2, samples=3, max_new_tokens=None, seed=None))
+    assert len(sampled.episodes) == 6 and "eval/pass@3" in sampled.metrics
 
 
 def test_sft_on_an_agent_without_demonstrations_names_the_field(chat_dir: Path, tmp_path: Path) -> None:

@@ -11,6 +11,9 @@ uses during training (the stage's env with its ``eval_kwargs``, ``rollout.max_ne
 ``derive_seed(seed, "eval")``), so the greedy accuracy of a run's last checkpoint is the
 ``eval/accuracy`` its training reported.
 
+An agent program (``agent/program-v0``) is played by its program through the rollout proxy,
+its eval tasks in order, as training's held-out evaluation plays it.
+
 With ``samples=k > 1`` every problem is sampled ``k`` times (the rollout's temperature, 1.0 when
 that is 0) and ``pass@j`` is the unbiased estimator of Chen et al. (2021), :func:`pass_at_k`.
 """
@@ -270,7 +273,6 @@ def run_eval(
     ``eval/pass@k`` per problem (an episode with an error counts as wrong).
     """
     from tinker_algos.records.recording import record_eval
-    from tinker_algos.rollout.episodes import rollout
     from tinker_algos.sampling.sampler import SamplingParams
 
     k = settings.samples
@@ -301,17 +303,16 @@ def run_eval(
             turn_timeout_s=settings.turn_timeout_s, max_steps=settings.max_turns, **extra,
         )
         return {**metrics, "eval/n": float(settings.n)}, []
-    result = rollout(
-        policy, factory, seeds, params, group_size=k, max_turns=settings.max_turns, adapter=adapter, **extra
-    )
+    result = _play(policy, settings, factory, seeds, params, adapter, extra)
     record_eval(result, policy.tokenizer)  # the transcripts, inside tinker_algos.records.recording.transcripts(...)
     m = result.metrics(prefix="eval")
-    ok = [e.success and e.error is None for e in result.episodes]
+    firsts = [e for e in result.episodes if getattr(e, "segment", 0) == 0]  # an agent episode's later segments are rows too
+    ok = [e.success and e.error is None for e in firsts]
     metrics = {
         "eval/accuracy": m["eval/success_rate"],
         "eval/reward_mean": m["eval/reward_mean"],
         "eval/turns_mean": m["eval/turns_mean"],
-        "eval/errors": float(sum(e.error is not None for e in result.episodes)),
+        "eval/errors": float(sum(e.error is not None for e in firsts)),
         "eval/n": float(settings.n),
     }
     if not greedy:
@@ -327,9 +328,28 @@ def run_eval(
             "error": e.error,
             "transcript": [list(t) for t in e.transcript],
         }
-        for e in result.episodes
+        for e in firsts
     ]
     return metrics, episodes
+
+
+def _play(
+    policy: PolicyModel, settings: EvalSettings, factory: Callable[[], Any], seeds: list[int], params: Any, adapter: str | None,
+    extra: dict[str, Any],
+) -> Any:
+    """The episodes of :func:`run_eval`, ``settings.samples`` a problem: an env's rollout, or an
+    agent program's episodes through the rollout proxy (its eval tasks in order, as training's
+    held-out evaluation plays them)."""
+    from tinker_algos.rollout import agent_program
+    from tinker_algos.rollout.episodes import rollout
+
+    k = settings.samples
+    if agent_program.is_agent_program(settings.env):
+        program = factory()
+        tasks = [program.tasks[i % len(program.tasks)] for i in range(settings.n)]
+        return agent_program.agent_rollout(policy, program, seeds, replace(params, stop=()), group_size=k, adapter=adapter,
+                                           tasks=tasks, renderer=extra.get("renderer"))
+    return rollout(policy, factory, seeds, params, group_size=k, max_turns=settings.max_turns, adapter=adapter, **extra)
 
 
 def evaluate_source(
