@@ -13,6 +13,9 @@ import random
 import re
 
 SYSTEM = "You are a helpful assistant. Use the calculator tool for arithmetic."
+# Without the first sentence, "Answer with the number." alone, 7 SFT steps on the demos still left
+# SmolLM2 answering without the tool (0/64 held-out, pilot seed 100).
+INSTRUCTIONS = "Use the calculator tool to calculate, then answer with the number."
 TOOLS = [{"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression of integers with + and -.",
     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
@@ -48,7 +51,7 @@ EVAL_TASKS = _held_out()        # held-out problems, none of them in TASKS
 
 def run(task, client):
     messages = [{"role": "system", "content": SYSTEM},
-                {"role": "user", "content": f"What is {task['expression']}? Answer with the number."}]
+                {"role": "user", "content": f"What is {task['expression']}? {INSTRUCTIONS}"}]
     for _ in range(3):  # at most two tool rounds, then the answer
         msg = client.chat.completions.create(model="policy", messages=messages, tools=TOOLS, max_tokens=48).choices[0].message
         messages.append(msg.model_dump(exclude_none=True))

@@ -77,9 +77,9 @@ def test_a_demonstrated_episode_is_the_agents_calls_with_the_demo_replies_as_tra
         first_prompt = tokens[: mask.index(True)]
         assert other.trajectory is not None and [int(t) for t in other.trajectory.tokens_T[: len(first_prompt)]] == first_prompt
         # ... and what the renderer makes of the agent's messages and tools.
-        from expression_agent import SYSTEM, TOOLS  # type: ignore[import-not-found]  # imported by the program above
+        from expression_agent import INSTRUCTIONS, SYSTEM, TOOLS  # type: ignore[import-not-found]  # imported by the program above
 
-        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {task['expression']}? Answer with the number."}]
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"What is {task['expression']}? {INSTRUCTIONS}"}]
         assert renderer.start(messages, "", TOOLS)[0] == first_prompt
         # The tool's result arrives as a masked message between the two replies.
         first_end = mask.index(True) + len(call_ids) + 1
