@@ -86,24 +86,11 @@ def test_training_tokens_equal_the_sampled_tokens_call_by_call(policy: Any) -> N
 
 
 @pytest.fixture(scope="module")
-def chat_policy(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Any:
-    """A small random-init Llama with SmolLM2's tokenizer and ChatML template (fast to sample)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+def chat_policy(chat_dir: Path) -> Any:
+    """The conftest's small chat model (SmolLM2's tokenizer and template), loaded once here."""
     from tinker_algos.model.models import PolicyModel
-    from tinker_algos.model.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(smollm2_dir)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                      intermediate_size=64, tie_word_embeddings=True, max_position_embeddings=2048, bos_token_id=1,
-                      eos_token_id=2, pad_token_id=2)
-    out = tmp_path_factory.mktemp("models") / "chat-small"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        LlamaForCausalLM(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    return PolicyModel.load(out, device="cpu", precision="fp32")
+    return PolicyModel.load(chat_dir, device="cpu", precision="fp32")
 
 
 def test_a_chat_template_tool_episode_is_token_exact(chat_policy: Any) -> None:
