@@ -116,23 +116,9 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def chat_model_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_dir: Path) -> Path:
     """A small random-init Llama with SmolLM2's vocabulary and tokenizer (fast to sample from)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tinker_algos.model.tokenizer import build_tiny_chat_model
 
-    from tinker_algos.model.tokenizer import load_tokenizer
-
-    tok = load_tokenizer(smollm2_dir)
-    cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-        intermediate_size=64, tie_word_embeddings=True, max_position_embeddings=2048,
-        bos_token_id=1, eos_token_id=2, pad_token_id=2,
-    )
-    out = tmp_path_factory.mktemp("models") / "chat-small"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        LlamaForCausalLM(cfg).save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
+    return build_tiny_chat_model(tmp_path_factory.mktemp("models") / "chat-small", smollm2_dir)
 
 
 @pytest.fixture

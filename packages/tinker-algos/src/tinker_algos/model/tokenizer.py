@@ -101,6 +101,28 @@ def load_tokenizer(name_or_path: str | Path, **kwargs: Any) -> PreTrainedTokeniz
     return tok
 
 
+def build_tiny_chat_model(path: str | Path, tokenizer_dir: str | Path, *, seed: int = 0) -> Path:
+    """Write a random-init one-layer Llama (hidden size 32) with the tokenizer and chat template of
+    ``tokenizer_dir`` (e.g. SmolLM2's) to ``path``; return it. Fast to sample, and every prompt
+    renders and tokenizes as the real model's would: for tests of chat templates, tool rendering
+    and token-exact episodes. Deterministic in ``seed``; the global torch RNG is left untouched."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = load_tokenizer(tokenizer_dir)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+        intermediate_size=64, tie_word_embeddings=True, max_position_embeddings=2048,
+        bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    )
+    out = Path(path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        LlamaForCausalLM(cfg).save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
 __all__ = [
     "BOS",
     "CHAR_CHAT_TEMPLATE",
@@ -111,6 +133,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "UNK",
     "build_char_tokenizer",
+    "build_tiny_chat_model",
     "encode_prompt",
     "load_tokenizer",
     "render_prompt",
