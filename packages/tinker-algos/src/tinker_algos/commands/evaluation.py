@@ -346,7 +346,7 @@ def _play(
     k = settings.samples
     if agent_program.is_agent_program(settings.env):
         program = factory()
-        tasks = [program.tasks[i % len(program.tasks)] for i in range(settings.n)]
+        tasks = [program.task(i) for i in range(settings.n)]
         return agent_program.agent_rollout(policy, program, seeds, replace(params, stop=()), group_size=k, adapter=adapter,
                                            tasks=tasks, renderer=extra.get("renderer"))
     return rollout(policy, factory, seeds, params, group_size=k, max_turns=settings.max_turns, adapter=adapter, **extra)

@@ -410,7 +410,7 @@ def evaluate_agents(ctx: Any, num_episodes: int, seed: int, temperature: float =
 
     program = stage_program(ctx, evaluation=True)
     params = SamplingParams(max_new_tokens=ctx.rollout_cfg.max_new_tokens, temperature=temperature, seed=seed)
-    tasks = [program.tasks[i % len(program.tasks)] for i in range(num_episodes)]
+    tasks = [program.task(i) for i in range(num_episodes)]
     result = agent_rollout(ctx.policy, program, [], params, renderer=ctx.renderer, adapter=ctx.adapter, tasks=tasks)
     record_eval(result, ctx.policy.tokenizer)
     m = result.metrics(prefix="eval")
