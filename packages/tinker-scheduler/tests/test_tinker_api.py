@@ -162,3 +162,34 @@ def test_bad_requests_get_the_status_the_sdk_expects_never_a_500(gateway) -> Non
     assert post("create_session", json={}, headers={"X-API-Key": "tml-otk_wrong"}).status_code == 401
     assert post("create_session", json={}).status_code == 401  # tenants exist: a key is required
     assert post("optim_step", json={"model_id": "cs-x:train:0"}, headers=key).status_code == 404
+
+
+def test_an_optim_step_sent_again_with_its_idempotency_key_steps_once(gateway) -> None:
+    """The SDK's retry of a call (same ``X-Idempotency-Key``) after the gateway had already queued
+    it: the retry answers the first request's id, so the step runs once on the accumulated
+    gradients instead of a second time on none ("no gradients accumulated")."""
+    gw, keys = gateway
+    training = tinker.ServiceClient(base_url=gw.url, api_key=keys["alice"]).create_lora_training_client(
+        base_model="tiny", rank=4).result()
+    training.forward_backward([sft_datum()], "cross_entropy").result()
+
+    def post(route: str, body: dict, key: str | None = None) -> dict:
+        headers = {"X-API-Key": keys["alice"], **({"X-Idempotency-Key": key} if key else {})}
+        r = httpx.post(f"{gw.url}/api/v1/{route}", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    step = {"model_id": training.model_id, "seq_id": 3, "adam_params": {"learning_rate": 1e-3}}
+    first = post("optim_step", step, key="stainless-python-retry-1")["request_id"]
+    assert post("optim_step", step, key="stainless-python-retry-1")["request_id"] == first
+
+    def answer(request_id: str) -> dict:
+        for _ in range(60):
+            got = post("retrieve_future", {"request_id": request_id})
+            if got.get("type") != "try_again":
+                return got
+        raise AssertionError(f"{request_id} never finished")
+
+    assert "error" not in answer(first)
+    unkeyed = post("optim_step", step)["request_id"]  # a request without a key is a new request
+    assert unkeyed != first and "no gradients" in answer(unkeyed)["error"]

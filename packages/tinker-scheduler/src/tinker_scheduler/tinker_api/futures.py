@@ -8,7 +8,9 @@ as well). The worker encodes each answer (:class:`Answer`: JSON, protobuf, or a 
 :class:`~tinker_scheduler.tinker_api.records.Records`, so a client polling across a scheduler
 restart gets it (or, for a request the restart interrupted, a failure saying so). A future
 belongs to the tenant that created it: another tenant polling its id gets the same "not found" as
-for an id that never existed. The newest :data:`MAX_FUTURES` stay in memory too, their finished
+for an id that never existed. A request sent again under the same idempotency key (the SDK's
+``X-Idempotency-Key``, kept across its own retries of one call) gets the first one's request id
+and runs once: a retry after a timeout must not take a second optimizer step. The newest :data:`MAX_FUTURES` stay in memory too, their finished
 answers at most :data:`MAX_HELD_BYTES` (older ones are read back from the store).
 """
 
@@ -37,6 +39,8 @@ JSON = "application/json"
 #: The answer to a future that a scheduler restart interrupted. Category ``user``: the SDK raises
 #: it at once (``RequestFailedError``) instead of retrying.
 RESTARTED = {"error": "the scheduler restarted while this request ran; retry it", "category": "user"}
+#: Idempotency keys longer than this are refused (the SDK's are ~60 characters).
+MAX_KEY_CHARS = 256
 #: Failure codes of the server's own making; the rest are the caller's ("user").
 SERVER_CODES = frozenset({"INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED"})
 
@@ -75,11 +79,24 @@ class Futures:
         self._lock = threading.Lock()
         self.max_held_bytes = max_held_bytes
         self._finished: OrderedDict[str, int] = OrderedDict()  # finished request ids -> answer bytes held
+        self._keys: OrderedDict[tuple[str, str], str] = OrderedDict()  # (tenant, idempotency key) -> request id
         self.held_bytes = 0
 
-    def submit(self, tenant: str, queue: str, fn: Callable[[], Any]) -> str:
-        """Run ``fn`` after the earlier requests of ``queue`` (a model id); its request id."""
+    def submit(self, tenant: str, queue: str, fn: Callable[[], Any], key: str | None = None) -> str:
+        """Run ``fn`` after the earlier requests of ``queue`` (a model id); its request id. With an
+        idempotency ``key`` the tenant used before (among the newest :data:`MAX_FUTURES`), nothing
+        runs: the answer is the first request's id."""
+        if key is not None and len(key) > MAX_KEY_CHARS:
+            raise StatusError("INVALID_ARGUMENT", f"X-Idempotency-Key: at most {MAX_KEY_CHARS} characters")
         request_id = f"req-{uuid.uuid4().hex}"
+        if key is not None:
+            with self._lock:  # the key is taken before anything else, so two racing attempts run once
+                first = self._keys.setdefault((tenant, key), request_id)
+                while len(self._keys) > MAX_FUTURES:
+                    self._keys.popitem(last=False)
+            if first != request_id:
+                logger.info("a retry of request %s (same idempotency key): not run again", first)
+                return first
         if self.records is not None:
             self.records.add_future(request_id, tenant)
 

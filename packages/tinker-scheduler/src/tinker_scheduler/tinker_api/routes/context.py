@@ -61,9 +61,9 @@ class Context:
             raise StatusError("INVALID_ARGUMENT", "the request body must be a JSON object")
         return tenant, body
 
-    def later(self, tenant: str, model_id: str, fn: Callable[[], Any]) -> Body:
-        """Run ``fn`` in the model's turn; the answer names its future."""
-        return {"request_id": self.futures.submit(tenant, model_id, fn), "model_id": model_id}
+    def later(self, request: Request, tenant: str, model_id: str, fn: Callable[[], Any]) -> Body:
+        """Run ``fn`` in the model's turn, once per idempotency key; the answer names its future."""
+        return {"request_id": self.futures.submit(tenant, model_id, fn, idempotency_key(request)), "model_id": model_id}
 
     async def on_model(self, request: Request, fn: Callable[[str, Body], Any],
                        check: Callable[[Body], Any] | None = None) -> Body:
@@ -74,7 +74,7 @@ class Context:
         self.models.session(tenant, model_id)
         if check is not None:
             check(body)
-        return self.later(tenant, model_id, lambda: fn(tenant, body))
+        return self.later(request, tenant, model_id, lambda: fn(tenant, body))
 
     def own_tinker_session(self, tenant: str, body: Body) -> None:
         """NOT_FOUND unless the body's ``session_id`` is a live Tinker session of the tenant."""
@@ -85,6 +85,11 @@ class Context:
                                            f"{self.session_timeout_s:g} s); create a new ServiceClient")
         if state is None:
             raise StatusError("NOT_FOUND", f"session_id: no session {sid!r}")
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's ``X-Idempotency-Key`` (the SDK keeps one across its retries of a call)."""
+    return request.headers.get("x-idempotency-key")
 
 
 def context(request: Request) -> Context:

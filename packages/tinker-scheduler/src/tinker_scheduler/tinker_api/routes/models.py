@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from tinker_scheduler.tinker_api.routes.context import Body, context
+from tinker_scheduler.tinker_api.routes.context import Body, context, idempotency_key
 
 router = APIRouter(prefix="/api/v1")
 
@@ -17,7 +17,8 @@ async def create_model(request: Request) -> Body:
     ctx.own_tinker_session(tenant, body)
     ctx.models.create_args(body)  # wrong types: 400 now, not a failed future
     ctx.models.sessions.paths.check_model(str(body.get("base_model", "")).strip() or "", tenant, "base_model")
-    return {"request_id": ctx.futures.submit(tenant, f"create-{tenant}", lambda: ctx.models.create(tenant, body))}
+    return {"request_id": ctx.futures.submit(tenant, f"create-{tenant}", lambda: ctx.models.create(tenant, body),
+                                             idempotency_key(request))}
 
 
 @router.post("/get_info")

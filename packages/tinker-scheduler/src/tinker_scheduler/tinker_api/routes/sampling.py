@@ -9,7 +9,7 @@ from starlette.concurrency import run_in_threadpool
 
 from tinker_scheduler.tinker_api import protowire, sampling
 from tinker_scheduler.tinker_api.futures import Answer
-from tinker_scheduler.tinker_api.routes.context import Body, context
+from tinker_scheduler.tinker_api.routes.context import Body, context, idempotency_key
 from tinker_scheduler.tinker_api.routes.training import PROTOBUF
 
 router = APIRouter(prefix="/api/v1")
@@ -43,7 +43,7 @@ async def asample(request: Request) -> Body:
         return Answer(protowire.sample_response(ctx.models.sample(tenant, body, target, own_id)), PROTOBUF)
 
     # in the turn of the model that saved the weights, or of the tenant's own base sampler
-    request_id = ctx.futures.submit(tenant, target.model_id or target.session_id, run)
+    request_id = ctx.futures.submit(tenant, target.model_id or target.session_id, run, idempotency_key(request))
     submitted.append(request_id)
     known.set()
     return {"request_id": request_id, "sample_sequence_ids": [f"{request_id}-{i}" for i in range(n)]}

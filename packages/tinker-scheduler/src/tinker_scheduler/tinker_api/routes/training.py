@@ -34,7 +34,7 @@ async def forward_backward(request: Request) -> Body:
         logprobs, metrics = ctx.models.forward_backward(tenant, decoded)
         return Answer(protowire.forward_backward_output(logprobs, metrics), PROTOBUF)
 
-    return ctx.later(tenant, model_id, run)
+    return ctx.later(request, tenant, model_id, run)
 
 
 @router.post("/optim_step")
@@ -73,4 +73,4 @@ async def load_weights(request: Request) -> Body:
     else:
         ctx.own_tinker_session(tenant, body)
     ctx.models.resolve(tenant, str(body.get("path", "")), "weights")
-    return ctx.later(tenant, model_id or f"create-{tenant}", lambda: ctx.models.load(tenant, body))
+    return ctx.later(request, tenant, model_id or f"create-{tenant}", lambda: ctx.models.load(tenant, body))
