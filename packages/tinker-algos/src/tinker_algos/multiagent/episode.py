@@ -15,6 +15,7 @@ per-turn rewards.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from tinker_algos.model.prompts import PromptRenderer
@@ -39,42 +40,36 @@ class AsyncAgent:
         return await self.fn(role, observation)
 
 
+@dataclass
 class EpisodeAgents:
     """The agents of one episode: the policy's seats (one FSM per learner role, each shown the
     env's ``tools``) and the scripted agents (built for this episode from
     ``derive_seed(seed, index, role)``)."""
 
-    def __init__(
-        self,
-        index: int,
-        seed: int,
-        roles: Sequence[str],
-        plan: Mapping[str, Learner | Scripted],
-        batcher: Batcher,
-        renderer: PromptRenderer,
-        context_limit: int,
-        max_new_tokens: int,
-        turn_timeout_s: float | None,
-        system_prompt: str = "",
-        tools: Sequence[Mapping[str, Any]] = (),
-    ) -> None:
-        self.index = index
-        self.roles = tuple(roles)
-        self.batcher = batcher
-        self.renderer = renderer
-        self.system_prompt = system_prompt
-        self.limit = context_limit
-        self.max_new_tokens = max_new_tokens
-        self.turn_timeout_s = turn_timeout_s
-        self.seats = {r: PolicyTurns(renderer, system_prompt, p.adapter) for r, p in plan.items() if isinstance(p, Learner)}
+    index: int
+    seed: InitVar[int]
+    roles: Sequence[str]
+    plan: InitVar[Mapping[str, Learner | Scripted]]
+    batcher: Batcher
+    renderer: PromptRenderer
+    context_limit: int
+    max_new_tokens: int
+    turn_timeout_s: float | None
+    system_prompt: str = ""
+    tools: Sequence[Mapping[str, Any]] = ()
+    seats: dict[str, PolicyTurns] = field(init=False)
+    scripted: dict[str, Agent] = field(init=False)
+    new_tokens: int = field(init=False, default=0)
+    overflow: str | None = field(init=False, default=None)
+    order: list[str] = field(init=False, default_factory=list)  # the roles in the order of their first move
+
+    def __post_init__(self, seed: int, plan: Mapping[str, Learner | Scripted]) -> None:
+        self.roles = tuple(self.roles)
+        self.seats = {r: PolicyTurns(self.renderer, self.system_prompt, p.adapter)
+                      for r, p in plan.items() if isinstance(p, Learner)}
         for seat in self.seats.values():  # the env's tools (EnvSpec.tools), as in a single-agent episode
-            seat.tools = tuple(dict(t) for t in tools)
-        self.scripted = {
-            r: p.make(derive_seed(seed, index, r)) for r, p in plan.items() if isinstance(p, Scripted)
-        }
-        self.new_tokens = 0
-        self.overflow: str | None = None
-        self.order: list[str] = []  # the roles in the order of their first move
+            seat.tools = tuple(dict(t) for t in self.tools)
+        self.scripted = {r: p.make(derive_seed(seed, self.index, r)) for r, p in plan.items() if isinstance(p, Scripted)}
 
     @property
     def seating(self) -> tuple[str, ...]:
@@ -96,10 +91,10 @@ class EpisodeAgents:
         seat = self.seats[role]
         obs_ids = seat.render(observation)
         context = seat.fsm.num_tokens + len(obs_ids)
-        if context + self.max_new_tokens > self.limit:
+        if context + self.max_new_tokens > self.context_limit:
             self.overflow = (
                 f"role {role!r}: context of {context} tokens + max_new_tokens="
-                f"{self.max_new_tokens} exceeds the model's window of {self.limit} tokens"
+                f"{self.max_new_tokens} exceeds the model's window of {self.context_limit} tokens"
             )
             raise EpisodeError("context_overflow", self.overflow)
         seq = await self.batcher.request((self.index, self.roles.index(role)), seat.adapter, seat.fsm.tokens + obs_ids)
