@@ -10,8 +10,9 @@ restart gets it (or, for a request the restart interrupted, a failure saying so)
 belongs to the tenant that created it: another tenant polling its id gets the same "not found" as
 for an id that never existed. A request sent again under the same idempotency key (the SDK's
 ``X-Idempotency-Key``, kept across its own retries of one call) gets the first one's request id
-and runs once: a retry after a timeout must not take a second optimizer step. The newest :data:`MAX_FUTURES` stay in memory too, their finished
-answers at most :data:`MAX_HELD_BYTES` (older ones are read back from the store).
+and runs once: a retry after a timeout must not take a second optimizer step. The newest
+:data:`MAX_FUTURES` stay in memory too, their finished answers at most :data:`MAX_HELD_BYTES`
+(older ones are read back from the store).
 """
 
 from __future__ import annotations
@@ -98,7 +99,13 @@ class Futures:
                 logger.info("a retry of request %s (same idempotency key): not run again", first)
                 return first
         if self.records is not None:
-            self.records.add_future(request_id, tenant)
+            try:
+                self.records.add_future(request_id, tenant)
+            except Exception:
+                if key is not None:  # nothing was queued: a retry must run, not name this id
+                    with self._lock:
+                        self._keys.pop((tenant, key), None)
+                raise
 
         def run() -> Answer:
             try:
