@@ -51,7 +51,17 @@ def test_elo_rating_is_the_maximum_likelihood_rating() -> None:
     assert elo_rating([]) == ELO_ANCHOR
 
 
-def test_league_trains_against_its_past_snapshots_and_rates_the_policy(tiny_dir: Path, tmp_path: Path) -> None:
+def test_league_trains_against_its_past_snapshots_and_rates_the_policy(tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinker_algos.multiagent import grpo as multiagent_grpo
+    from tinker_algos.multiagent.roles import Learner
+
+    real, opponents = multiagent_grpo.evaluate_multi_agent, []
+
+    def counted(*args: Any, **kwargs: Any) -> dict[str, float]:
+        opponents.append(kwargs.get("opponent_agent") or kwargs["opponent_name"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(multiagent_grpo, "evaluate_multi_agent", counted)
     result = train(league_config(tiny_dir), run_dir=tmp_path / "run")
     assert result.status == "completed" and result.step == 3
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -65,6 +75,10 @@ def test_league_trains_against_its_past_snapshots_and_rates_the_policy(tiny_dir:
         for member in ("random",):
             rates = [r[f"eval/league/{member}/{w}_rate"] for w in ("win", "draw", "loss")]
             assert sum(rates) == pytest.approx(1.0)
+        # the scripted member is the evaluation's own opponent: its games are played once, not again for the league
+        assert r["eval/league/random/win_rate"] == r["eval/win_rate"]
+    # each evaluation (one a step): the scripted `random` once, then the pool's 2 snapshots, oldest first
+    assert opponents == [x for step in (0, 1, 2) for x in ("random", *(Learner(f"policy-past-{s:06d}") for s in (step, step + 1)))]
     from tinker_algos.records.metrics import curve_panels
 
     assert ("held-out Elo", ["eval/elo"], "linear") in curve_panels(rows)

@@ -82,7 +82,9 @@ from tinker_algos.multiagent import (
     MultiAgentParams,
     MultiAgentRolloutResult,
     collect_for_grpo,
+    evaluate_opponents,
     evaluate_stage,
+    held_out_keys,
     stage_env_spec,
 )
 from tinker_algos.records.health import HealthMonitor, TiedRewardsHint, reward_spread
@@ -239,11 +241,15 @@ class GRPO(Algorithm):
     def evaluate(self) -> dict[str, float]:
         if self.multi_agent is None:
             return super().evaluate()
-        play = partial(evaluate_stage, self.ctx, self.multi_agent,
-                       adapters=self.learners.adapters if self.learners is not None else None)
-        out = play()
-        if self.league is not None:  # against every member too, and the Elo rating
-            out.update(self.league.evaluate(lambda agent: play(opponent_agent=agent), self.ctx.algo.eval_size))
+        adapters = self.learners.adapters if self.learners is not None else None
+        if self.league is None:
+            return evaluate_stage(self.ctx, self.multi_agent, adapters=adapters)
+        # against every member too, and the Elo rating; the scripted members the stage's own
+        # evaluation played (the same greedy games) are not played again
+        each, per_opponent = evaluate_opponents(self.ctx, self.multi_agent, adapters=adapters)
+        out = held_out_keys(each, per_opponent)
+        play = partial(evaluate_stage, self.ctx, self.multi_agent, adapters=adapters)
+        out.update(self.league.evaluate(lambda agent: play(opponent_agent=agent), self.ctx.algo.eval_size, played=each))
         return out
 
     def advantages(self, batch: Batch, token_rewards_B_T: np.ndarray | None) -> tuple[np.ndarray, dict[str, float]]:

@@ -34,7 +34,7 @@ records) and ``league/<member>/`` (each snapshot's adapter), loaded back mid-sta
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -202,19 +202,22 @@ class League:
         }
 
     # ---- evaluation -----------------------------------------------------------------------------
-    def evaluate(self, play: Any, num_episodes: int) -> dict[str, float]:
+    def evaluate(self, play: Any, num_episodes: int, played: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
         """``play(opponent_agent)`` -> the evaluation metrics against one opponent
         (:func:`~tinker_algos.multiagent.evaluate_multi_agent`: the greedy policy, seats
-        alternating, ``num_episodes`` games on fixed seeds). Returns ``eval/league/<member>/win_rate`` (and
-        ``draw_rate``, ``loss_rate``) per member and ``eval/elo`` (see the module docstring); the
-        policy's rating is kept for the snapshots taken from now on."""
+        alternating, ``num_episodes`` games on fixed seeds); ``played``: those metrics of scripted
+        opponents this evaluation already played (the stage's own held-out games, by name), which
+        are not played again. Returns ``eval/league/<member>/win_rate`` (and ``draw_rate``,
+        ``loss_rate``) per member and ``eval/elo`` (see the module docstring); the policy's rating
+        is kept for the snapshots taken from now on."""
         out: dict[str, float] = {}
         games: list[tuple[float, float]] = []
         rated = [(m, m.elo) for m in self.snapshots]
         anchor = next((m for m in self.scripted if m.name == self.eval_opponent), Member(self.eval_opponent, "scripted"))
         others = [m for m in self.scripted if m.name != self.eval_opponent]
         for member, rating in [*rated, (anchor, ELO_ANCHOR), *((m, None) for m in others)]:
-            ev = play(member.agent())
+            known = (played or {}).get(member.name) if member.kind == "scripted" else None
+            ev = known if known is not None else play(member.agent())
             n = max(round((1.0 - ev["eval/error_rate"]) * num_episodes), 0)
             for what in ("win", "draw", "loss"):
                 out[f"eval/league/{member.name}/{what}_rate"] = ev[f"eval/{what}_rate"]

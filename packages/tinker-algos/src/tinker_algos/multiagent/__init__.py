@@ -30,7 +30,9 @@ from tinker_algos.multiagent.grpo import (
     collect_for_grpo,
     env_spec_of,
     evaluate_multi_agent,
+    evaluate_opponents,
     evaluate_stage,
+    held_out_keys,
     stage_env_spec,
 )
 from tinker_algos.multiagent.params import MultiAgentParams
@@ -50,7 +52,9 @@ __all__ = [
     "collect_for_grpo",
     "env_spec_of",
     "evaluate_multi_agent",
+    "evaluate_opponents",
     "evaluate_stage",
+    "held_out_keys",
     "multi_agent_rollout",
     "opponent",
     "stage_env_spec",

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from tinker_algos.model.prompts import PromptRenderer
     from tinker_core.env import EnvSpec, MultiAgentTextEnv
 
-__all__ = ["collect_for_grpo", "default_eval_opponent", "env_spec_of", "evaluate_multi_agent", "evaluate_stage", "stage_env_spec",
-           "stage_eval_opponents"]
+__all__ = ["collect_for_grpo", "default_eval_opponent", "env_spec_of", "evaluate_multi_agent", "evaluate_opponents", "evaluate_stage",
+           "held_out_keys", "stage_env_spec", "stage_eval_opponents"]
 
 
 def env_spec_of(env_factory: Callable[[], MultiAgentTextEnv]) -> EnvSpec | None:
@@ -138,44 +138,69 @@ def evaluate_stage(
     """A stage's held-out evaluation on its multi-agent env: :func:`evaluate_multi_agent` on the
     eval env (``env.eval_kwargs``; else the training env) with the stage's rollout section
     (``max_new_tokens``, ``stop``, ``turn_timeout_s``, ``max_turns``), ``algorithm.eval_size``
-    episodes on the job's fixed eval seeds, against each opponent of :func:`stage_eval_opponents`.
+    episodes on the job's fixed eval seeds, against each opponent of :func:`stage_eval_opponents`
+    (:func:`evaluate_opponents`), keyed by :func:`held_out_keys`.
 
-    The first opponent's metrics keep their keys (``eval/accuracy``, ``eval/<role>/reward_mean``,
-    ...); with several (``eval_opponents``), every opponent's, the first's included, are logged
-    again under ``eval/vs/<opponent>/`` (``eval/vs/boulware/alice/reward_mean``).
     ``settings``: a GRPO stage's ``multi_agent``; None for a stage without them (SFT, DPO, ...).
     ``adapters`` and ``opponent_agent`` as for :func:`evaluate_multi_agent` (``learners`` and
-    ``league`` modes; with ``opponent_agent``, the policy plays that agent alone).
+    ``league`` modes); with ``opponent_agent``, the policy plays that agent alone, under the
+    plain ``eval/`` keys.
     """
-    spec = stage_env_spec(ctx)
-    if spec is None or not spec.roles:
-        raise ValueError("evaluate_stage() needs a stage whose env has roles")
-    names, per_opponent = stage_eval_opponents(ctx, settings, spec)
     if opponent_agent is not None:
-        names, per_opponent = names[:1], False
-    r = ctx.rollout_cfg
+        _roles_spec(ctx)
+        return _held_out_play(ctx, adapters, opponent_agent=opponent_agent)
+    return held_out_keys(*evaluate_opponents(ctx, settings, adapters=adapters))
+
+
+def evaluate_opponents(
+    ctx: Any, settings: MultiAgentParams | None, *, adapters: Mapping[str, str] | None = None,
+) -> tuple[dict[str, dict[str, float]], bool]:
+    """``(each, per_opponent)``: the held-out metrics of :func:`evaluate_multi_agent` (plain
+    ``eval/`` keys) against each scripted opponent of :func:`stage_eval_opponents`, by name in
+    its order, and whether the stage logs each one under ``eval/vs/<opponent>/``."""
+    names, per_opponent = stage_eval_opponents(ctx, settings, _roles_spec(ctx))
+    return {name: _held_out_play(ctx, adapters, opponent_name=name) for name in names}, per_opponent
+
+
+def held_out_keys(each: Mapping[str, Mapping[str, float]], per_opponent: bool) -> dict[str, float]:
+    """One evaluation's metrics from :func:`evaluate_opponents`: the first opponent's keep their
+    keys (``eval/accuracy``, ``eval/<role>/reward_mean``, ...); with ``per_opponent``, every
+    opponent's, the first's included, are logged again under ``eval/vs/<opponent>/``
+    (``eval/vs/boulware/alice/reward_mean``)."""
     out: dict[str, float] = {}
-    for i, name in enumerate(names):
-        metrics = evaluate_multi_agent(
-            ctx.policy,
-            ctx.eval_env_factory or ctx.require_env(),
-            ctx.algo.eval_size,
-            seed=derive_seed(ctx.job.seed, "eval"),
-            max_new_tokens=r.max_new_tokens,
-            stop=r.stop,
-            opponent_name=name,
-            adapter=ctx.adapter,
-            adapters=adapters,
-            opponent_agent=opponent_agent,
-            turn_timeout_s=r.turn_timeout_s,
-            max_steps=r.max_turns,
-            renderer=ctx.renderer,
-        )
+    for i, (name, metrics) in enumerate(each.items()):
         if i == 0:
             out.update(metrics)
         if per_opponent:
             out.update({f"eval/vs/{name}/{key.removeprefix('eval/')}": v for key, v in metrics.items()})
     return out
+
+
+def _roles_spec(ctx: Any) -> EnvSpec:
+    spec = stage_env_spec(ctx)
+    if spec is None or not spec.roles:
+        raise ValueError("a multi-agent evaluation needs a stage whose env has roles")
+    return spec
+
+
+def _held_out_play(ctx: Any, adapters: Mapping[str, str] | None, *, opponent_name: str = "random",
+                   opponent_agent: RoleSpec | None = None) -> dict[str, float]:
+    r = ctx.rollout_cfg
+    return evaluate_multi_agent(
+        ctx.policy,
+        ctx.eval_env_factory or ctx.require_env(),
+        ctx.algo.eval_size,
+        seed=derive_seed(ctx.job.seed, "eval"),
+        max_new_tokens=r.max_new_tokens,
+        stop=r.stop,
+        opponent_name=opponent_name,
+        adapter=ctx.adapter,
+        adapters=adapters,
+        opponent_agent=opponent_agent,
+        turn_timeout_s=r.turn_timeout_s,
+        max_steps=r.max_turns,
+        renderer=ctx.renderer,
+    )
 
 
 def evaluate_multi_agent(
