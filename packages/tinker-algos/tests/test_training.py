@@ -95,6 +95,19 @@ def test_lora_job_saves_a_peft_adapter(tmp_path):
     assert PeftConfig.from_pretrained(str(adapter)).r == 4
 
 
+def test_a_lora_kl_penalty_measures_from_the_adapter_the_stage_starts_from(tmp_path):
+    """GRPO's KL reference under LoRA is the SFT stage's adapter (not the base model): at the
+    first GRPO step the policy is its reference, so the KL is 0 though SFT moved the adapter."""
+    stages = job()["stages"]
+    stages[0]["optimizer"] = {"lr": 0.03}
+    stages[1]["algorithm"]["kl"] = {"coef": 0.5, "mode": "reward"}
+    result = train(job(stages=stages, lora={"rank": 4, "alpha": 8}, logging={"tensorboard": False, "plot": False}), run_dir=tmp_path)
+    assert result.status == "completed"
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    # the base model as the reference (the code before this test) gave 0.065 here
+    assert rows[3]["stage"] == "rl" and rows[3]["kl/policy_ref"] == pytest.approx(0.0, abs=1e-7)
+
+
 def test_bad_input_is_a_config_error_before_anything_runs(tmp_path):
     with pytest.raises(ConfigError, match="did you mean 'grpo'"):
         train(job(stages=[{"algorithm": {"name": "grpo", "estimator": "grpoo"}}]), run_dir=tmp_path)
@@ -220,13 +233,17 @@ def test_eval_temperature_adds_a_sampled_evaluation_of_the_same_problems(tmp_pat
               rollout={"max_new_tokens": 2, "stop": []})  # the words are 2 characters: 2 tokens
     cfg["stages"] = [{"name": "warm", "algorithm": {"name": "sft", "steps": 30, "batch_size": 8, "eval_size": 16, "eval_every": 30,
                                                     "eval_temperature": 0.001}},
-                     {"name": "hot", "algorithm": {"name": "sft", "steps": 1, "batch_size": 8, "eval_size": 16, "eval_temperature": 8.0}}]
+                     # one step at a learning rate that leaves the warm start as it is (at 0.01 Adam's first
+                     # step moves every weight by about 0.01, which undid the echo on an AMD EPYC)
+                     {"name": "hot", "algorithm": {"name": "sft", "steps": 1, "batch_size": 8, "eval_size": 16, "eval_temperature": 8.0},
+                      "optimizer": {"lr": 1e-7}}]
     assert train(cfg, run_dir=tmp_path).status == "completed"
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if "eval/accuracy" in r]
     assert len(rows) == 2
     cold, hot = rows
     assert cold["eval/accuracy"] > 0.5, "the warm start learned to echo"
     assert cold["eval/sampled_accuracy"] == cold["eval/accuracy"] and cold["eval/sampled_reward_mean"] == cold["eval/reward_mean"]
+    assert hot["eval/accuracy"] == cold["eval/accuracy"]  # the same greedy policy
     assert hot["eval/sampled_accuracy"] < hot["eval/accuracy"]
 
 
