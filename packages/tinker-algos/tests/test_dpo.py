@@ -210,3 +210,30 @@ def test_resume_is_bit_identical(tmp_path: Path, pair_files: tuple[Path, Path], 
     assert train(cfg, run_dir=tmp_path / "split").step == 4
 
     assert deterministic_metrics(tmp_path / "whole") == deterministic_metrics(tmp_path / "split")
+
+
+def test_lora_reference_is_the_adapter_the_stage_starts_from(tmp_path: Path, pair_files: tuple[Path, Path], stop_after: Any, deterministic_metrics: Any) -> None:
+    """Under LoRA, a DPO stage after an SFT stage scores its reference with the SFT adapter, not
+    the base model: the first loss is log 2 (policy = reference), though SFT moved the adapter
+    far from zero. Interrupted mid-stage, the resumed run gets that reference back from the
+    checkpoint (not the adapter as it stood at the interruption) and continues exactly."""
+    cfg = {
+        "seed": 0,
+        "model": {"name": "tiny"},
+        "lora": {"rank": 4, "alpha": 8},
+        "env": ENV,
+        "stages": [
+            {"name": "sft", "algorithm": {"name": "sft", "steps": 6, "batch_size": 16, "eval_every": 0}, "optimizer": {"lr": 1e-2}},
+            {"name": "dpo", "algorithm": {"name": "dpo", "steps": 3, "batch_size": 16, "eval_every": 0, "data": str(pair_files[0]), "loss_config": {"beta": 1.0}}, "optimizer": {"lr": 1e-2}},
+        ],
+        "checkpoint": {"every": 1},
+        **no_files(),
+    }
+    assert train(cfg, run_dir=tmp_path / "whole").status == "completed"
+    rows = [r for r in read_metrics(tmp_path / "whole" / "metrics.jsonl") if r["stage"] == "dpo"]
+    assert [r["step"] for r in rows] == [7, 8, 9]
+    assert rows[0]["losses/dpo"] == pytest.approx(math.log(2), abs=1e-6)
+    assert abs(rows[1]["losses/dpo"] - math.log(2)) > 1e-3  # the policy moved off its reference
+    assert train(cfg, run_dir=tmp_path / "split", callbacks=stop_after(8)).status == "interrupted"
+    assert train(cfg, run_dir=tmp_path / "split").status == "completed"
+    assert deterministic_metrics(tmp_path / "split") == deterministic_metrics(tmp_path / "whole")

@@ -42,21 +42,27 @@ _T = TypeVar("_T")
 class ReferencePolicy:
     """Log-probabilities under the reference policy: the stage's starting weights.
 
-    LoRA: the base model with every adapter off. Full fine-tuning: a frozen copy of the weights
-    taken at construction, so build it once the stage's starting weights are in place.
+    LoRA: a copy of the stage's adapter as the stage starts (after an SFT stage: the SFT result;
+    a fresh adapter leaves the base model's outputs unchanged), swapped into the adapter for each
+    reference pass and back out after it. Full fine-tuning: a frozen copy of the whole model.
+    Either way, build it once the stage's starting weights are in place; the copy travels in the
+    checkpoint (:meth:`state_dict`), so a resumed stage keeps its reference.
     """
 
     def __init__(self, ctx: StageContext) -> None:
         self.ctx = ctx
         self.module: torch.nn.Module | None = None
+        self.adapter: dict[str, torch.Tensor] = {}
         if ctx.adapter is None:
             self.module = copy.deepcopy(ctx.policy.module).eval()
             for p in self.module.parameters():
                 p.requires_grad_(False)
+        else:
+            self.adapter = {n: p.detach().clone() for n, p in ctx.policy.trainable_parameters(ctx.adapter)}
 
     def logprobs(self, batch: Batch) -> np.ndarray:
         if self.module is None:
-            return self.ctx.trainer.forward(batch, reference=True)
+            return self._adapter_logprobs(batch)
         import torch
 
         from tinker_algos.training.shared_prefix import batch_logprobs
@@ -70,12 +76,35 @@ class ReferencePolicy:
             lp = batch_logprobs(self.module, tokens, attn, trained, spec=self.ctx.policy.spec, share=config.share_prefix, chunked=config.chunked_logprobs)
         return (lp.float() * attn).cpu().numpy()
 
+    def _adapter_logprobs(self, batch: Batch) -> np.ndarray:
+        """The trainer's own pass with the starting adapter weights in place of the current ones."""
+        import torch
+
+        assert self.ctx.adapter is not None
+        params = dict(self.ctx.policy.trainable_parameters(self.ctx.adapter))
+        with torch.no_grad():
+            current = {n: p.detach().clone() for n, p in params.items()}
+            for n, p in params.items():
+                p.copy_(self.adapter[n])
+            try:
+                return self.ctx.trainer.forward(batch)
+            finally:
+                for n, p in params.items():
+                    p.copy_(current[n])
+
     def state_dict(self) -> dict[str, Any]:
-        return {} if self.module is None else {"reference": self.module.state_dict()}
+        if self.module is not None:
+            return {"reference": self.module.state_dict()}
+        return {"reference_adapter": dict(self.adapter)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if self.module is not None and "reference" in state:
             self.module.load_state_dict(state["reference"])
+        if self.module is None and "reference_adapter" in state:
+            saved = state["reference_adapter"]
+            if saved.keys() != self.adapter.keys():
+                raise ValueError(f"the checkpoint's reference adapter does not match adapter {self.ctx.adapter!r} (LoRA rank or target modules changed?)")
+            self.adapter = {n: t.to(self.adapter[n].device, self.adapter[n].dtype) for n, t in saved.items()}
 
 
 def kl_to_reference(
