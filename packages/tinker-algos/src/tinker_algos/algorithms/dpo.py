@@ -12,8 +12,9 @@ Pairs come from one of two places:
 
 The loss is ``algorithm.loss`` -- ``dpo`` (default), ``ipo`` or ``cdpo`` -- with ``beta`` and
 ``label_smoothing`` in ``loss_config``, on rows interleaved as the preference-loss contract says
-(row ``2k`` chosen, ``2k + 1`` rejected). The reference is the stage's starting policy: the base
-model with adapters off for LoRA, a frozen copy for full fine-tuning.
+(row ``2k`` chosen, ``2k + 1`` rejected). The reference is the stage's starting policy
+(:class:`~tinker_algos.algorithms.common.ReferencePolicy`: the starting adapter under LoRA, a
+frozen copy of the weights under full fine-tuning).
 
 ``algorithm.params`` (all optional; typed and bounded by :class:`tinker_core.config.DPOParams`):
 

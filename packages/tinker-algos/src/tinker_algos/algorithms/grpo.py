@@ -22,7 +22,7 @@ Implementation details:
    rollout temperature, so the ratio compares the sampler's and the trainer's policy at the
    temperature the sampler drew with.
    ``time/rollout_s`` is the part of the step spent collecting episodes.
-5. A KL penalty to the reference policy (``algorithm.kl``; the base model with adapters off for
+5. A KL penalty to the reference policy (``algorithm.kl``; the stage's starting adapter under
    LoRA, a frozen copy of the stage's starting weights otherwise) is either subtracted from the
    token rewards (``mode: reward``) or added as a second loss term (``mode: loss``).
 6. A multi-agent env (its spec has ``roles``, e.g. ``games/tictactoe-v0``) is played through

@@ -35,8 +35,8 @@ Implementation details:
 4. The episode reward sits on the last policy token; with ``gamma = 1`` GAE's ``delta`` is
    ``V_{t+1} - V_t`` inside a response and ``R - V_T`` at its end. Advantages are whitened over
    the batch's trained tokens (``estimator_config.whiten``); returns are taken before that.
-5. A KL penalty to the reference policy (``algorithm.kl``; adapters off for LoRA, a frozen copy
-   of the stage's starting weights otherwise) is subtracted from the token rewards before GAE
+5. A KL penalty to the reference policy (``algorithm.kl``; the starting adapter under LoRA, a
+   frozen copy of the stage's starting weights otherwise) is subtracted from the token rewards before GAE
    (``mode: reward``, the classic RLHF shaping) or added as a loss term (``mode: loss``).
 6. Old values (before any update of this step) clip the value loss:
    ``0.5 * max((V - R)^2, (clip(V, V_old +- value_clip) - R)^2)``.
