@@ -9,6 +9,7 @@ turn FSM and the renderer): the tests are about rendering and bookkeeping, not w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 from pathlib import Path
@@ -236,3 +237,28 @@ def test_a_template_without_a_tool_role_gets_tool_results_as_a_user_turn(tok, mo
     reply = f"{IM_START}user\n<tool_response>\n{info['answer']}\n</tool_response>{IM_END}\n{IM_START}assistant\n"
     assert reply in tok.decode(ep.trajectory.tokens_T.tolist())
     check_tokens_in_equal_tokens_out(ep, script)
+
+
+def test_the_rollout_record_shows_the_tool_calls_as_the_env_got_them(tok, monkeypatch) -> None:
+    # a call of a tool the env does not declare and one without its required argument: the env
+    # gets both as errors, and the record (what the viewer shows) says so too rather than
+    # showing two valid calls, as it would when it parsed the text without the env's tools
+    renderer = PromptRenderer.from_config(tok, "auto")
+    _, info = CalculatorEnv(tool_format="native", num_terms=2, digits=2).reset(seed=7)
+    eot = tok.convert_tokens_to_ids(IM_END)
+    calls = format_tool_call("search", {"query": "2+3"}) + format_tool_call("calculator", {})
+    final = f"<answer>{info['answer']}</answer>"
+    turns = [(tok.encode(t, add_special_tokens=False) + [eot], "eos", t) for t in (calls, final)]
+    ep, _, env = run_episode(tok, monkeypatch, renderer, turns)
+    got = env.actions[0]
+    assert got.tool_calls == () and [e.name for e in got.tool_call_errors] == ["search", "calculator"]
+    record = json.loads(ep.to_record(tok, kind="train", stage="s", step=0, episode=0).to_json_line())
+    policy = [t for t in record["turns"] if t["role"] == "policy"]
+    assert [c["error"] for c in policy[0]["tool_calls"]] == [e.message for e in got.tool_call_errors]
+    assert [c["text"] for c in policy[0]["tool_calls"]] == [e.text for e in got.tool_call_errors]
+    assert policy[1]["tool_calls"] is None  # the answer turn has none
+    # a record built from plain texts (an episode no rollout made) still finds the blocks itself
+    plain = dataclasses.replace(ep, transcript=[(obs, str(action)) for obs, action in ep.transcript])
+    plain_record = json.loads(plain.to_record(tok, kind="train", stage="s", step=0, episode=0).to_json_line())
+    names = [c["function"]["name"] for t in plain_record["turns"] if t["role"] == "policy" and t["tool_calls"] for c in t["tool_calls"]]
+    assert names == ["search", "calculator"]

@@ -57,7 +57,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from tinker_core.tools import parse_tool_calls
+from tinker_core.tools import tool_calls_of
 
 __all__ = [
     "UNTEMPERED", "VERSION", "Episode", "RolloutRecord", "RolloutTurn", "Tokenizer", "Trajectory", "TrajectoryGroup", "Turn",
@@ -311,9 +311,11 @@ def _runs(mask_T: np.ndarray) -> list[tuple[bool, int, int]]:
 
 
 def _tool_calls(action: str) -> list[dict[str, Any]] | None:
-    """The turn's ``<tool_call>`` blocks in the OpenAI format (a malformed one as
-    ``{"error": message, "text": block}``), or None when it has none."""
-    parsed = parse_tool_calls(action)
+    """The turn's ``<tool_call>`` blocks in the OpenAI format (one that is no valid call as
+    ``{"error": message, "text": block}``), or None when it has none: as the env got them (an
+    :class:`~tinker_core.contracts.Action` with its calls parsed against the env's tools), else
+    parsed here from the text."""
+    parsed = tool_calls_of(action)
     if not parsed:
         return None
     return [c.to_openai() for c in parsed.calls] + [{"error": e.message, "text": e.text} for e in parsed.errors]

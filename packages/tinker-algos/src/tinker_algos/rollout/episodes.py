@@ -134,6 +134,7 @@ class PolicyTurns:
         self.fsm = TurnFSM()
         self.conv = Conversation()
         self.last: SampledSequence | None = None
+        self.action: Action | None = None  # what the env got for the last sample (its tool calls parsed)
         self.untempered: list[float] = []  # each policy token's raw logprob (temperature 1, unfiltered)
         self.observation_text = ""
         self.transcript: list[tuple[str, str]] = []
@@ -171,14 +172,17 @@ class PolicyTurns:
         self.entropy_sum += float(sum(seq.entropies))
         self.entropy_tokens += len(seq.entropies)
         if not self.tools:
-            return Action(seq.text, TURN_END_OF[seq.stop_reason])
-        calls, errors = parse_tool_calls(seq.text, self.tools)
-        return Action(seq.text, TURN_END_OF[seq.stop_reason], calls, errors)
+            self.action = Action(seq.text, TURN_END_OF[seq.stop_reason])
+        else:
+            calls, errors = parse_tool_calls(seq.text, self.tools)
+            self.action = Action(seq.text, TURN_END_OF[seq.stop_reason], calls, errors)
+        return self.action
 
     def rewarded(self, reward: float) -> None:
-        """The env's reward for the last action; the turn goes into the transcript."""
+        """The env's reward for the last action; the turn goes into the transcript (the action as
+        the env got it: a record shows the tool calls the env was given)."""
         self.fsm.end_turn(reward)
-        self.transcript.append((self.observation_text, self.last.text if self.last is not None else ""))
+        self.transcript.append((self.observation_text, self.action if self.action is not None else ""))
 
     def finish(self, group_id: int, **info: object) -> Trajectory:
         """End the episode; its trajectory (turns without a reward get 0; ``info["stop_reason"]``:
