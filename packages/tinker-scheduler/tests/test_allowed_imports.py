@@ -98,8 +98,8 @@ def test_a_stored_job_naming_code_not_allowed_fails_before_its_worker_starts(mak
         cpus=1.0, gpus=0.0, memory_gb=0.0, runs_dir=str(tmp_path / "runs")))
     store.close()
     scheduler = make_scheduler(db=db, runner=DEFAULT_RUNNER)  # started on that store, it finds the job queued
-    deadline = time.monotonic() + 120
-    while (current := scheduler.store.get(job.id)).state == JobState.QUEUED and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120  # it passes through RUNNING ("started", the launch path) on its way to FAILED
+    while (current := scheduler.store.get(job.id)).state in (JobState.QUEUED, JobState.RUNNING) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert current.state == JobState.FAILED
     assert current.reason.startswith("env.kwargs.entry: 'pty:spawn' is not code this scheduler lets jobs import")
